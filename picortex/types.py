@@ -1,0 +1,208 @@
+"""Value types shared by every part of picortex: Discord entities and normalized events.
+
+Snowflakes are plain ints. Every type is frozen and slotted; normalization
+(`picortex.discord.normalize`) is the only place that builds them from raw payloads.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import Protocol
+
+import attrs
+
+Snowflake = int
+
+
+class ChannelType(IntEnum):
+    """Discord channel types that picortex cares about."""
+
+    GUILD_TEXT = 0
+    DM = 1
+    GUILD_VOICE = 2
+    GROUP_DM = 3
+    GUILD_CATEGORY = 4
+    GUILD_ANNOUNCEMENT = 5
+    ANNOUNCEMENT_THREAD = 10
+    PUBLIC_THREAD = 11
+    PRIVATE_THREAD = 12
+    GUILD_FORUM = 15
+
+
+THREAD_TYPES = frozenset(
+    {ChannelType.ANNOUNCEMENT_THREAD, ChannelType.PUBLIC_THREAD, ChannelType.PRIVATE_THREAD}
+)
+
+
+@attrs.frozen
+class User:
+    """A Discord user as it appears in a message."""
+
+    id: Snowflake
+    username: str
+    global_name: str | None = None
+    bot: bool = False
+
+    @property
+    def display_name(self) -> str:
+        """The name a person sees: the global name when set, else the username."""
+        return self.global_name or self.username
+
+
+@attrs.frozen
+class Attachment:
+    """A file attached to a message; its body stays on Discord."""
+
+    id: Snowflake
+    filename: str
+    size: int = 0
+    url: str = ""
+    content_type: str | None = None
+
+
+@attrs.frozen
+class MessageReference:
+    """What a reply points at."""
+
+    message_id: Snowflake | None
+    channel_id: Snowflake | None = None
+    guild_id: Snowflake | None = None
+
+
+@attrs.frozen
+class Message:
+    """A normalized MESSAGE_CREATE (or a message from channel history)."""
+
+    id: Snowflake
+    channel_id: Snowflake
+    author: User
+    content: str
+    timestamp: str  # ISO 8601 as Discord sends it
+    guild_id: Snowflake | None = None  # None for a DM
+    mentions: tuple[User, ...] = ()
+    mention_roles: tuple[Snowflake, ...] = ()
+    mention_everyone: bool = False
+    attachments: tuple[Attachment, ...] = ()
+    message_reference: MessageReference | None = None
+    # Author of the message this one replies to, when Discord included it.
+    referenced_author: User | None = None
+    edited_timestamp: str | None = None
+    type: int = 0
+    webhook_id: Snowflake | None = None
+
+    @property
+    def is_dm(self) -> bool:
+        """True when the message was sent outside a guild."""
+        return self.guild_id is None
+
+    def mentions_user(self, user_id: Snowflake) -> bool:
+        """True when `user_id` is in the message's mentions."""
+        return any(u.id == user_id for u in self.mentions)
+
+
+@attrs.frozen
+class MessageUpdate:
+    """A normalized MESSAGE_UPDATE: only the fields Discord sent are set."""
+
+    id: Snowflake
+    channel_id: Snowflake
+    guild_id: Snowflake | None = None
+    content: str | None = None
+    edited_timestamp: str | None = None
+    author: User | None = None
+    attachments: tuple[Attachment, ...] | None = None
+
+
+@attrs.frozen
+class MessageDelete:
+    """A normalized MESSAGE_DELETE."""
+
+    id: Snowflake
+    channel_id: Snowflake
+    guild_id: Snowflake | None = None
+
+
+@attrs.frozen
+class ReactionEvent:
+    """A normalized MESSAGE_REACTION_ADD or MESSAGE_REACTION_REMOVE."""
+
+    added: bool
+    user_id: Snowflake
+    channel_id: Snowflake
+    message_id: Snowflake
+    emoji: str  # unicode emoji, or `name:id` for a custom one
+    guild_id: Snowflake | None = None
+
+
+@attrs.frozen
+class Channel:
+    """A channel or thread the bot can see."""
+
+    id: Snowflake
+    type: int
+    guild_id: Snowflake | None = None
+    parent_id: Snowflake | None = None
+    name: str | None = None
+
+    @property
+    def is_thread(self) -> bool:
+        """True for public, private and announcement threads."""
+        return self.type in THREAD_TYPES
+
+
+@attrs.frozen
+class Ready:
+    """A normalized READY."""
+
+    session_id: str
+    resume_gateway_url: str
+    user: User
+    guild_ids: tuple[Snowflake, ...] = ()
+    shard: tuple[int, int] | None = None
+
+
+@attrs.frozen
+class GuildCreate:
+    """A normalized GUILD_CREATE: the guild, its channels and its active threads."""
+
+    id: Snowflake
+    name: str
+    channels: tuple[Channel, ...] = ()
+    threads: tuple[Channel, ...] = ()
+    unavailable: bool = False
+
+
+@attrs.frozen
+class ChannelCreate:
+    """A normalized CHANNEL_CREATE or THREAD_CREATE."""
+
+    channel: Channel
+
+
+@attrs.frozen
+class NormalizeError:
+    """A payload that could not be normalized; logged, never raised in the reader."""
+
+    event: str
+    reason: str
+    excerpt: str = ""
+
+
+Event = (
+    Message
+    | MessageUpdate
+    | MessageDelete
+    | ReactionEvent
+    | Ready
+    | GuildCreate
+    | ChannelCreate
+    | NormalizeError
+)
+
+
+class EventSink(Protocol):
+    """Where actors write action-log events (the action-log actor, or a list in tests)."""
+
+    def emit(self, event: str, /, **fields: object) -> None:
+        """Queue one event; never blocks and never raises."""
+        ...
