@@ -1,1 +1,27 @@
-"""store."""
+"""The SQLite store: `from picortex.store import Store`."""
+
+from __future__ import annotations
+
+from picortex.store.store import (
+    DM_WORKSPACE,
+    RESOLUTIONS,
+    STAGES,
+    TIERS,
+    ChatConfig,
+    InvocationError,
+    MemoryHit,
+    Store,
+    fts_query,
+)
+
+__all__ = [
+    "DM_WORKSPACE",
+    "RESOLUTIONS",
+    "STAGES",
+    "TIERS",
+    "ChatConfig",
+    "InvocationError",
+    "MemoryHit",
+    "Store",
+    "fts_query",
+]

@@ -1,0 +1,355 @@
+"""The action-log actor: appends one redacted JSON line per event to `actions.jsonl` (SPEC 11).
+
+`emit` (the EventSink every actor writes to) serializes and queues without blocking; `run`
+writes what it finds waiting in one write per batch, rotates, and drains on shutdown.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Final
+
+import attrs
+import orjson
+import trio
+
+from picortex.core.redact import redact_json_bytes
+from picortex.errors import FaultInjected
+from picortex.runtime.faults import FaultPoints
+
+logger = logging.getLogger(__name__)
+
+# Events held for the writer before new ones are dropped (and counted): minutes of peak
+# traffic, about 15 MB of typical lines, so memory stays bounded if the disk stalls.
+PENDING_CAPACITY: Final = 50_000
+# How many rotated files to keep by default (`actions.jsonl.1` ... `.5`, SPEC 11).
+DEFAULT_KEEP: Final = 5
+# Where a torn last line found at start-up is moved, next to the log.
+TORN_SUFFIX: Final = ".torn"
+# Bytes read per step while looking backwards for the last newline at start-up.
+TAIL_CHUNK_BYTES: Final = 65_536
+# Owner-only: events are redacted, but what people said in a chat is still private.
+FILE_MODE: Final = 0o600
+
+_DUMPS_OPTIONS: Final = orjson.OPT_APPEND_NEWLINE
+_NEWLINE: Final = b"\n"
+
+
+class ActionLog:
+    """An EventSink that writes `actions.jsonl`; run it as the first child of the root.
+
+    Args:
+        path: the log file (`PICORTEX_ACTION_LOG`, default `PICORTEX_HOME/actions.jsonl`).
+        max_bytes: rotate before a file would grow past this size.
+        keep: rotated files to keep.
+        faults: fault points; the `log` actor raises on a line containing a `log:` substring.
+        capacity: events queued before further ones are dropped and counted.
+        clock: wall-clock seconds for `ts` (tests pass a fixed one).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int,
+        keep: int = DEFAULT_KEEP,
+        faults: FaultPoints | None = None,
+        *,
+        capacity: int = PENDING_CAPACITY,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if max_bytes < 1 or keep < 1 or capacity < 1:
+            raise ValueError("max_bytes, keep and capacity must be positive")
+        self.path = Path(path)
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._faults = faults if faults else None
+        self._capacity = capacity
+        self._clock = clock
+        self._pending: deque[bytes] = deque()
+        self._wake = trio.Event()
+        self._dropped = 0
+        self._dropped_total = 0
+        self._written = 0
+        self._fd: int | None = None
+        self._size = 0
+        self._ts_second = -1
+        self._ts_prefix = ""
+
+    # -- EventSink ----------------------------------------------------------------------
+
+    def emit(self, event: str, /, **fields: object) -> None:
+        """Queue one event with `ts` added; never blocks, never raises (drops are counted)."""
+        try:
+            if len(self._pending) >= self._capacity:
+                self._dropped += 1
+                self._dropped_total += 1
+                return
+            now = self._clock()
+            second = int(now)
+            if second != self._ts_second:
+                self._ts_second = second
+                self._ts_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            ts = f"{self._ts_prefix}.{int((now - second) * 1000):03d}Z"
+            record = {"ts": ts, "event": event, **fields}
+            if len(record) != len(fields) + 2:
+                record = _rename_clashes(ts, event, fields)
+            try:
+                line = orjson.dumps(record, default=_to_json, option=_DUMPS_OPTIONS)
+            except TypeError:
+                line = _dumps_lenient(record)
+            self._pending.append(line)
+            if not self._wake.is_set():
+                self._wake.set()
+        except Exception:
+            self._dropped += 1
+            self._dropped_total += 1
+            logger.exception("action log could not queue a %r event", event)
+
+    # -- actor ----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open (repairing a torn last line), signal ready, write batches until cancelled.
+
+        Everything still queued is written on the way out, cancelled or not.
+        """
+        self._open()
+        try:
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                self._write_pending(check_faults=True)
+        finally:
+            # Synchronous writes: the final drain needs no checkpoint, so a cancel cannot cut it.
+            try:
+                self._write_pending(check_faults=False)
+            except OSError:
+                logger.exception("action log could not write its last %d lines", len(self._pending))
+            finally:
+                self._close()
+
+    def flush(self) -> None:
+        """Write whatever is queued now, from outside `run` (e.g. after the root exited)."""
+        opened = self._fd is None
+        if opened:
+            self._open()
+        try:
+            self._write_pending(check_faults=False)
+        finally:
+            if opened:
+                self._close()
+
+    def statistics(self) -> LogStatistics:
+        """Queued, written and dropped event counts, for `picortex status`."""
+        return LogStatistics(
+            pending=len(self._pending),
+            written=self._written,
+            dropped=self._dropped_total,
+            file_bytes=self._size,
+        )
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _write_pending(self, *, check_faults: bool) -> None:
+        if not self._pending and not self._dropped:
+            return
+        lines = list(self._pending)
+        self._pending.clear()
+        if self._dropped:
+            lines.append(self._internal_line(_dropped_fields(self._dropped)))
+            self._dropped = 0
+        if self._faults is not None:
+            self._apply_faults(lines, raise_fault=check_faults)
+        if not lines:
+            return
+        self._write(redact_json_bytes(b"".join(lines)))
+        self._written += len(lines)
+
+    def _apply_faults(self, lines: list[bytes], *, raise_fault: bool) -> None:
+        """Drop (and report) a line that trips a `log:` fault; raise unless draining at exit."""
+        assert self._faults is not None
+        for i, line in enumerate(lines):
+            try:
+                self._faults.check("log", line.decode("utf-8", "replace"))
+            except FaultInjected as exc:
+                note = self._internal_line(
+                    {
+                        "event": "error",
+                        "error": f"message dropped: log crashed while writing it ({exc})",
+                        "actor": "log",
+                    }
+                )
+                if not raise_fault:
+                    lines[i] = note
+                    continue
+                # Keep the order: lines before the bad one are written now, the rest after
+                # the restart; the bad one is never retried.
+                self._pending.extendleft(reversed([note, *lines[i + 1 :]]))
+                del lines[i:]
+                if lines:
+                    self._write(redact_json_bytes(b"".join(lines)))
+                    self._written += len(lines)
+                raise
+
+    def _write(self, data: bytes) -> None:
+        """Append whole lines, rotating so no file passes max_bytes (unless one line does)."""
+        pos, n = 0, len(data)
+        while pos < n:
+            room = self.max_bytes - self._size
+            if n - pos <= room:
+                self._write_all(data[pos:] if pos else data)
+                return
+            cut = data.rfind(_NEWLINE, pos, pos + room) + 1 if room > 0 else 0
+            if cut > pos:
+                self._write_all(data[pos:cut])
+                pos = cut
+            elif self._size == 0:
+                # One line longer than the limit gets a file of its own.
+                cut = data.find(_NEWLINE, pos) + 1 or n
+                self._write_all(data[pos:cut])
+                pos = cut
+            self._rotate()
+
+    def _write_all(self, chunk: bytes) -> None:
+        assert self._fd is not None
+        view = memoryview(chunk)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self._size += len(chunk)
+
+    def _rotate(self) -> None:
+        self._close()
+        base = str(self.path)
+        for i in range(self.keep - 1, 0, -1):
+            src = f"{base}.{i}"
+            if os.path.exists(src):
+                os.replace(src, f"{base}.{i + 1}")
+        if self.path.exists():
+            os.replace(base, f"{base}.1")
+        self._open()
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        try:
+            size = os.fstat(fd).st_size
+            if size:
+                size = self._repair_tail(fd, size)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        self._size = size
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def _repair_tail(self, fd: int, size: int) -> int:
+        """Make the file end on a whole line; return its new size.
+
+        A tail without a newline is what a crash mid-write (or a full disk) leaves. If it is a
+        whole JSON object it only lacks its newline; otherwise it is moved to `<log>.torn`.
+        """
+        if os.pread(fd, 1, size - 1) == _NEWLINE:
+            return size
+        end = size
+        cut = 0
+        while end > 0:
+            start = max(0, end - TAIL_CHUNK_BYTES)
+            i = os.pread(fd, end - start, start).rfind(_NEWLINE)
+            if i >= 0:
+                cut = start + i + 1
+                break
+            end = start
+        tail = os.pread(fd, size - cut, cut)
+        try:
+            whole = isinstance(orjson.loads(tail), dict)
+        except orjson.JSONDecodeError:
+            whole = False
+        if whole:
+            os.write(fd, _NEWLINE)
+            return size + 1
+        torn_path = Path(f"{self.path}{TORN_SUFFIX}")
+        with open(torn_path, "ab") as torn:
+            torn.write(tail + _NEWLINE)
+        os.ftruncate(fd, cut)
+        self.emit(
+            "error",
+            error=f"repaired a torn last line in {self.path.name}: "
+            f"{len(tail)} bytes moved to {torn_path.name}",
+            actor="log",
+            bytes=len(tail),
+        )
+        return cut
+
+    def _internal_line(self, fields: dict[str, object]) -> bytes:
+        now = self._clock()
+        second = int(now)
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        ts = f"{ts}.{int((now - second) * 1000):03d}Z"
+        return orjson.dumps({"ts": ts, **fields}, option=_DUMPS_OPTIONS)
+
+
+@attrs.frozen
+class LogStatistics:
+    """Counters of the action log."""
+
+    pending: int
+    written: int
+    dropped: int
+    file_bytes: int
+
+
+def _dropped_fields(count: int) -> dict[str, object]:
+    return {
+        "event": "error",
+        "error": f"action log queue was full: {count} events dropped",
+        "actor": "log",
+        "dropped": count,
+    }
+
+
+def _rename_clashes(ts: str, event: str, fields: dict[str, object]) -> dict[str, object]:
+    """Keep `ts` and `event` ours; a caller's fields of those names get a `field_` prefix."""
+    record: dict[str, object] = {"ts": ts, "event": event}
+    for key, value in fields.items():
+        record[f"field_{key}" if key in ("ts", "event") else key] = value
+    return record
+
+
+def _to_json(obj: object) -> object:
+    """orjson's fallback for types it does not know: readable, never an exception."""
+    if attrs.has(type(obj)):
+        return attrs.asdict(obj, recurse=False)  # type: ignore[arg-type]
+    if isinstance(obj, BaseException):
+        text = str(obj)
+        return f"{type(obj).__name__}: {text}" if text else type(obj).__name__
+    if isinstance(obj, bytes | bytearray):
+        return bytes(obj).decode("utf-8", "replace")
+    if isinstance(obj, set | frozenset):
+        return list(obj)
+    return str(obj)
+
+
+def _dumps_lenient(record: dict[str, object]) -> bytes:
+    """Serialize what orjson refused (huge ints, odd keys, deep nesting) as text."""
+    try:
+        return orjson.dumps(
+            record, default=_to_json, option=_DUMPS_OPTIONS | orjson.OPT_NON_STR_KEYS
+        )
+    except TypeError:
+        safe: dict[str, object] = {}
+        for key, value in record.items():
+            plain = value is None or isinstance(value, str | bool | float)
+            if isinstance(value, int) and not isinstance(value, bool):
+                plain = -(2**63) <= value < 2**64
+            safe[str(key)] = value if plain else str(value)
+        return orjson.dumps(safe, option=_DUMPS_OPTIONS)

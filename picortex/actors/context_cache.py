@@ -1,0 +1,836 @@
+"""The context-cache actor: owns the per-channel message cache directory, keeps it current from
+gateway events and incremental history fetches, and builds the context a trigger is answered with.
+
+Design notes:
+- All cache state is changed synchronously inside the trio thread, so a read-modify-write of a
+  channel never interleaves with another task; the only awaits are REST calls and file writes.
+- One writer task persists changed channels in order, each write in a worker thread
+  (`trio.to_thread.run_sync`) so an fsync never stalls the gateway reader or heartbeats;
+  a channel changed several times while a write is in progress is written once more, not
+  once per change. Reads stay synchronous: files are small and usually in the page cache.
+- Context requests are served by the actor's own tasks, so a fault while building a context
+  crashes this actor (and its supervisor restarts it), not the caller; queued requests and
+  queued gateway events live on this object and survive a restart.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import attrs
+import httpx
+import orjson
+import trio
+
+from picortex.core.context import assemble_context, cap_messages, merge_messages, plan_eviction
+from picortex.discord.normalize import message_from_payload
+from picortex.errors import FatalDiscordError, PicortexError
+from picortex.types import (
+    Attachment,
+    EventSink,
+    Message,
+    MessageDelete,
+    MessageReference,
+    MessageUpdate,
+    NormalizeError,
+    Snowflake,
+    User,
+)
+
+log = logging.getLogger(__name__)
+
+# Discord's largest page for GET /channels/{id}/messages.
+PAGE_MAX: Final = 100
+# Parsed channels kept in memory; the others stay on disk until asked for.
+LOADED_CHANNELS: Final = 256
+# Gateway events waiting to be applied; beyond this they are dropped and counted, so the
+# gateway reader never blocks on the cache.
+LIVE_QUEUE: Final = 4096
+# Gateway events applied in one go before other tasks get a turn (bounds the latency).
+LIVE_BATCH: Final = 512
+# Context requests waiting for the actor; callers wait for room rather than lose a request.
+REQUEST_QUEUE: Final = 256
+# Version of the channel file layout; a file of another version is treated as corrupt.
+FILE_VERSION: Final = 1
+# Suffix of a file being written; one left behind by a crash is deleted at start.
+TEMP_SUFFIX: Final = ".tmp"
+# Report live-queue overflow at the 1st, 10th, 100th... drop so a flood cannot flood the log.
+_OVERFLOW_REPORT_BASE: Final = 10
+
+
+class HistorySource(Protocol):
+    """The part of the REST client the cache uses (`picortex.discord.rest.RestClient`)."""
+
+    async def get_channel_messages(
+        self,
+        channel_id: Snowflake,
+        /,
+        *,
+        after: Snowflake | None = None,
+        before: Snowflake | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Discord message objects of one channel, newest first."""
+        ...
+
+
+class FaultCheck(Protocol):
+    """A fault point (`picortex.runtime.faults.FaultPoints`)."""
+
+    def check(self, actor: str, content: str) -> None:
+        """Raise when a fault is configured for `actor` and `content`."""
+        ...
+
+
+class ContextUnavailable(PicortexError):
+    """The cache stopped or crashed while building a context; the caller may go on without."""
+
+
+class CorruptCacheFile(ValueError):
+    """A channel file that cannot be read back as this module wrote it."""
+
+
+@attrs.frozen
+class CacheStatistics:
+    """A snapshot of the cache's size and activity."""
+
+    channels_on_disk: int
+    bytes_on_disk: int
+    loaded_channels: int
+    pending_writes: int
+    pending_live_events: int
+    live_events_dropped: int
+    fetches: int
+
+
+@attrs.define
+class _Channel:
+    """The cached state of one channel (mutable; owned by the actor)."""
+
+    id: Snowflake
+    guild_id: Snowflake | None = None
+    # History is known complete up to this id (set by fetches; live events do not move it,
+    # since the gateway may have missed messages while disconnected).
+    synced_to: Snowflake | None = None
+    messages: list[Message] = attrs.Factory(list)
+
+    def index_of(self, message_id: Snowflake) -> int | None:
+        """Position of a message in `messages`, or None when it is not cached."""
+        i = bisect.bisect_left(self.messages, message_id, key=lambda m: m.id)
+        if i < len(self.messages) and self.messages[i].id == message_id:
+            return i
+        return None
+
+
+@attrs.define
+class _Request:
+    """One context request travelling from a caller to the actor and back."""
+
+    trigger: Message
+    max_messages: int
+    max_chars: int
+    done: trio.Event = attrs.Factory(trio.Event)
+    lines: tuple[str, ...] = ()
+    failure: str | None = None
+
+
+LiveEvent = Message | MessageUpdate | MessageDelete
+
+
+class ContextCache:
+    """Per-channel message cache with incremental history fetch, a fetch cooldown and LRU
+    eviction by total size.
+
+    Args:
+        cache_dir: the directory this actor owns (created when missing).
+        rest: where channel history comes from.
+        messages_per_channel: the most messages kept for one channel.
+        max_bytes: the most bytes all channel files may take together.
+        fetch_cooldown: the least time, in seconds, between two history fetches of one channel.
+        events: the action log.
+        faults: fault points checked for every context request (tests only).
+    """
+
+    def __init__(
+        self,
+        cache_dir: Path,
+        *,
+        rest: HistorySource,
+        messages_per_channel: int,
+        max_bytes: int,
+        fetch_cooldown: float,
+        events: EventSink,
+        faults: FaultCheck | None = None,
+    ) -> None:
+        self._dir = Path(cache_dir)
+        self._rest = rest
+        self._cap = messages_per_channel
+        self._max_bytes = max_bytes
+        self._cooldown = fetch_cooldown
+        self._events = events
+        self._faults = faults
+        # Queues live on the object, not in `run`, so they outlive a restart of the actor.
+        self._requests_tx, self._requests_rx = trio.open_memory_channel[_Request](REQUEST_QUEUE)
+        self._live_tx, self._live_rx = trio.open_memory_channel[LiveEvent](LIVE_QUEUE)
+        self._live_pending = 0
+        self._live_dropped = 0
+        self._fetches = 0
+        # Cooldowns are kept across restarts so a crash loop cannot hammer Discord.
+        self._last_fetch: dict[Snowflake, float] = {}
+        self._inflight: dict[Snowflake, trio.Event] = {}
+        # On-disk index: channel -> file size, least recently written first.
+        self._files: OrderedDict[Snowflake, int] = OrderedDict()
+        self._total_bytes = 0
+        # Parsed channels, least recently used first.
+        self._loaded: OrderedDict[Snowflake, _Channel] = OrderedDict()
+        # Channels changed since their last write, oldest change first.
+        self._dirty: dict[Snowflake, None] = {}
+        self._writing: Snowflake | None = None
+        self._wake = trio.Event()
+        self._quiet = trio.lowlevel.ParkingLot()
+
+    # ----- public face -------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Index the cache directory, then serve context requests and apply gateway events."""
+        self._load_index()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop)
+                nursery.start_soon(self._live_loop)
+                task_status.started()
+                async for request in self._requests_rx:
+                    nursery.start_soon(self._serve, request)
+        except BaseExceptionGroup as group:
+            # One failing request is the usual crash: the supervisor should see that error,
+            # not a group around it.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+        finally:
+            # Synchronous, so cancellation cannot interrupt it: pending changes reach the disk.
+            self._write_all_now()
+
+    async def context_for(
+        self, trigger: Message, *, max_messages: int, max_chars: int
+    ) -> tuple[str, ...]:
+        """The context lines for a trigger, oldest first (see `assemble_context`).
+
+        Fetches from Discord only what the cache lacks, at most once per channel per cooldown.
+
+        Raises:
+            ContextUnavailable: the actor stopped or crashed while handling this request.
+        """
+        request = _Request(trigger, max_messages, max_chars)
+        await self._requests_tx.send(request)
+        await request.done.wait()
+        if request.failure is not None:
+            raise ContextUnavailable(request.failure)
+        return request.lines
+
+    def recent(self, channel_id: Snowflake, n: int) -> list[Message]:
+        """The newest `n` cached messages of a channel, oldest first; no fetch."""
+        if n <= 0:
+            return []
+        return self._channel(channel_id).messages[-n:]
+
+    def on_message(self, message: Message) -> None:
+        """Queue a MESSAGE_CREATE (the bot's own included); never blocks."""
+        self._enqueue(message)
+
+    def on_update(self, update: MessageUpdate) -> None:
+        """Queue a MESSAGE_UPDATE; never blocks. Logged as `message-edit` when applied."""
+        self._enqueue(update)
+
+    def on_delete(self, delete: MessageDelete) -> None:
+        """Queue a MESSAGE_DELETE; never blocks. Logged as `message-delete` when applied."""
+        self._enqueue(delete)
+
+    async def flush(self) -> None:
+        """Wait until every queued gateway event is applied and every change is on disk.
+
+        Only returns while `run` is running.
+        """
+        while self._live_pending or self._dirty or self._writing is not None:
+            await self._quiet.park()
+
+    def statistics(self) -> CacheStatistics:
+        """Sizes and counters of the cache right now."""
+        return CacheStatistics(
+            channels_on_disk=len(self._files),
+            bytes_on_disk=self._total_bytes,
+            loaded_channels=len(self._loaded),
+            pending_writes=len(self._dirty),
+            pending_live_events=self._live_pending,
+            live_events_dropped=self._live_dropped,
+            fetches=self._fetches,
+        )
+
+    # ----- context requests --------------------------------------------------------------
+
+    async def _serve(self, request: _Request) -> None:
+        trigger = request.trigger
+        try:
+            if self._faults is not None:
+                self._faults.check("cache", trigger.content)
+            await self._refresh(trigger)
+            channel = self._channel(trigger.channel_id)
+            request.lines = assemble_context(
+                channel.messages,
+                trigger.id,
+                max_messages=request.max_messages,
+                max_chars=request.max_chars,
+            )
+        except trio.Cancelled:
+            request.failure = "the context cache stopped before the context was built"
+            raise
+        except BaseException as exc:
+            request.failure = f"the context cache failed: {type(exc).__name__}"
+            self._events.emit(
+                "error",
+                scope="context_cache",
+                message=f"context request dropped: {type(exc).__name__}: {exc}",
+                message_id=trigger.id,
+                channel_id=trigger.channel_id,
+            )
+            raise
+        finally:
+            request.done.set()
+
+    async def _refresh(self, trigger: Message) -> None:
+        """Bring the channel's cache up to the trigger, fetching at most once per cooldown."""
+        channel_id = trigger.channel_id
+        self._absorb(channel_id, trigger.guild_id, [trigger])
+        pending = self._inflight.get(channel_id)
+        if pending is not None:
+            # Someone is fetching this channel right now: use that fetch, never start another.
+            await pending.wait()
+            return
+        synced_to = self._channel(channel_id).synced_to
+        if synced_to is not None and trigger.id <= synced_to:
+            return  # a fetch after the trigger was posted already saw everything before it
+        now = trio.current_time()
+        last = self._last_fetch.get(channel_id)
+        if last is not None and now - last < self._cooldown:
+            return
+        self._last_fetch[channel_id] = now
+        done = self._inflight[channel_id] = trio.Event()
+        try:
+            payloads = await self._fetch_history(channel_id, synced_to)
+            self._absorb_payloads(channel_id, trigger.guild_id, payloads)
+        except FatalDiscordError:
+            raise
+        except (PicortexError, httpx.HTTPError, OSError) as exc:
+            # Answer from what is cached; the cooldown keeps a failing channel from hammering.
+            self._events.emit(
+                "error",
+                scope="context_cache",
+                message=f"history fetch failed: {type(exc).__name__}: {exc}",
+                channel_id=channel_id,
+            )
+        finally:
+            del self._inflight[channel_id]
+            done.set()
+
+    async def _fetch_history(
+        self, channel_id: Snowflake, synced_to: Snowflake | None
+    ) -> list[dict[str, Any]]:
+        """GET what the cache lacks: the newest page the first time, else what came after
+        `synced_to`; when more than a page is missing, walk back from the newest message
+        until the gap is closed or the per-channel cap is reached."""
+        if synced_to is None:
+            return await self._get(channel_id, limit=min(self._cap, PAGE_MAX))
+        first = await self._get(channel_id, after=synced_to, limit=PAGE_MAX)
+        if len(first) < PAGE_MAX:
+            return first
+        # The first page holds the oldest missing messages; the context wants the newest.
+        floor = max(_payload_id(p) for p in first)
+        pages = list(first)
+        walked = 0
+        before: Snowflake | None = None
+        while walked < self._cap:
+            page = await self._get(channel_id, before=before, limit=PAGE_MAX)
+            pages.extend(page)
+            walked += len(page)
+            if len(page) < PAGE_MAX:
+                break
+            before = min(_payload_id(p) for p in page)
+            if before <= floor:
+                break
+        return pages
+
+    async def _get(
+        self,
+        channel_id: Snowflake,
+        *,
+        after: Snowflake | None = None,
+        before: Snowflake | None = None,
+        limit: int,
+    ) -> list[dict[str, Any]]:
+        self._fetches += 1
+        return await self._rest.get_channel_messages(
+            channel_id, after=after, before=before, limit=limit
+        )
+
+    def _absorb_payloads(
+        self, channel_id: Snowflake, guild_id: Snowflake | None, payloads: Sequence[dict[str, Any]]
+    ) -> None:
+        # History carries no guild ids: the channel's is passed so guild messages stay guild ones.
+        guild_id = self._channel(channel_id).guild_id or guild_id
+        messages: list[Message] = []
+        rejected: list[NormalizeError] = []
+        for payload in payloads:
+            result = message_from_payload(payload, guild_id=guild_id)
+            if isinstance(result, NormalizeError):
+                rejected.append(result)
+            elif result.channel_id == channel_id:
+                messages.append(result)
+        if rejected:
+            self._events.emit(
+                "error",
+                scope="context_cache",
+                message=f"{len(rejected)} history message(s) skipped: {rejected[0].reason}",
+                channel_id=channel_id,
+            )
+        channel = self._absorb(channel_id, guild_id, messages)
+        if messages:
+            newest = max(m.id for m in messages)
+            channel.synced_to = max(channel.synced_to or 0, newest)
+            self._mark_dirty(channel_id)
+
+    def _absorb(
+        self, channel_id: Snowflake, guild_id: Snowflake | None, messages: Iterable[Message]
+    ) -> _Channel:
+        """Merge messages into a channel, marking it for writing when anything changed."""
+        channel = self._channel(channel_id)
+        if channel.guild_id is None:
+            channel.guild_id = guild_id
+        incoming = list(messages)
+        if not incoming:
+            return channel
+        last = channel.messages[-1].id if channel.messages else -1
+        if len(incoming) == 1 and incoming[0].id > last:
+            channel.messages.append(incoming[0])  # the usual live case: a new newest message
+        else:
+            fresh = [
+                m
+                for m in incoming
+                if (i := channel.index_of(m.id)) is None or channel.messages[i] != m
+            ]
+            if not fresh:
+                return channel
+            channel.messages = merge_messages(channel.messages, fresh)
+        if len(channel.messages) > self._cap:
+            channel.messages = cap_messages(channel.messages, self._cap)
+        self._mark_dirty(channel_id)
+        return channel
+
+    # ----- live updates ------------------------------------------------------------------
+
+    def _enqueue(self, event: LiveEvent) -> None:
+        try:
+            self._live_tx.send_nowait(event)
+        except trio.WouldBlock:
+            self._live_dropped += 1
+            n = self._live_dropped
+            while n % _OVERFLOW_REPORT_BASE == 0:
+                n //= _OVERFLOW_REPORT_BASE
+            if n == 1:
+                self._events.emit(
+                    "error",
+                    scope="context_cache",
+                    message=f"live update queue full: {self._live_dropped} event(s) dropped",
+                    channel_id=event.channel_id,
+                )
+        else:
+            self._live_pending += 1
+
+    async def _live_loop(self) -> None:
+        while True:
+            batch = [await self._live_rx.receive()]
+            # Apply what is already queued before yielding, so the writer sees a burst of
+            # messages to one channel as one change, not one write per message.
+            with contextlib.suppress(trio.WouldBlock):
+                while len(batch) < LIVE_BATCH:
+                    batch.append(self._live_rx.receive_nowait())
+            try:
+                for event in batch:
+                    self._apply_live(event)
+            finally:
+                self._live_pending -= len(batch)
+                self._quiet.unpark_all()
+
+    def _apply_live(self, event: LiveEvent) -> None:
+        if isinstance(event, Message):
+            self._absorb(event.channel_id, event.guild_id, [event])
+        elif isinstance(event, MessageUpdate):
+            self._apply_update(event)
+        else:
+            self._apply_delete(event)
+
+    def _apply_update(self, update: MessageUpdate) -> None:
+        channel = self._channel(update.channel_id)
+        i = channel.index_of(update.id)
+        cached = channel.messages[i] if i is not None else None
+        if i is not None and cached is not None:
+            edited = attrs.evolve(
+                cached,
+                content=cached.content if update.content is None else update.content,
+                edited_timestamp=update.edited_timestamp or cached.edited_timestamp,
+                attachments=(
+                    cached.attachments if update.attachments is None else update.attachments
+                ),
+            )
+            if edited != cached:
+                channel.messages[i] = edited
+                self._mark_dirty(update.channel_id)
+        author = update.author or (cached.author if cached is not None else None)
+        content = (
+            update.content
+            if update.content is not None
+            else (cached.content if cached is not None else None)
+        )
+        self._events.emit(
+            "message-edit",
+            message_id=update.id,
+            channel_id=update.channel_id,
+            guild_id=update.guild_id,
+            author_id=author.id if author is not None else None,
+            content_length=len(content) if content is not None else None,
+            cached=cached is not None,
+        )
+
+    def _apply_delete(self, delete: MessageDelete) -> None:
+        channel = self._channel(delete.channel_id)
+        i = channel.index_of(delete.id)
+        if i is not None:
+            del channel.messages[i]
+            self._mark_dirty(delete.channel_id)
+        self._events.emit(
+            "message-delete",
+            message_id=delete.id,
+            channel_id=delete.channel_id,
+            guild_id=delete.guild_id,
+            cached=i is not None,
+        )
+
+    # ----- memory ------------------------------------------------------------------------
+
+    def _channel(self, channel_id: Snowflake) -> _Channel:
+        """The parsed channel, from memory or its file (an empty one when there is none)."""
+        channel = self._loaded.get(channel_id)
+        if channel is not None:
+            self._loaded.move_to_end(channel_id)
+            return channel
+        channel = self._read(channel_id)
+        self._loaded[channel_id] = channel
+        if len(self._loaded) > LOADED_CHANNELS:
+            self._unload_some(keep=channel_id)
+        return channel
+
+    def _unload_some(self, keep: Snowflake | None = None) -> None:
+        """Drop least recently used channels from memory down to the limit.
+
+        Only channels whose file already holds their state may go, and never `keep`: the
+        caller is about to change it.
+        """
+        excess = len(self._loaded) - LOADED_CHANNELS
+        for channel_id in list(self._loaded):
+            if excess <= 0:
+                break
+            if channel_id in self._dirty or channel_id in (self._writing, keep):
+                continue
+            del self._loaded[channel_id]
+            excess -= 1
+
+    def _mark_dirty(self, channel_id: Snowflake) -> None:
+        self._dirty[channel_id] = None
+        self._wake.set()
+
+    # ----- disk --------------------------------------------------------------------------
+
+    def _path(self, channel_id: Snowflake) -> Path:
+        return self._dir / f"{channel_id}.json"
+
+    def _read(self, channel_id: Snowflake) -> _Channel:
+        path = self._path(channel_id)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return _Channel(channel_id)
+        except OSError as exc:
+            self._drop_corrupt(channel_id, f"unreadable: {exc}")
+            return _Channel(channel_id)
+        try:
+            channel = decode_channel(data, channel_id)
+        except CorruptCacheFile as exc:
+            self._drop_corrupt(channel_id, str(exc))
+            return _Channel(channel_id)
+        if len(channel.messages) > self._cap:
+            channel.messages = cap_messages(channel.messages, self._cap)
+        return channel
+
+    def _drop_corrupt(self, channel_id: Snowflake, reason: str) -> None:
+        """Log and delete a bad channel file; the next context request fetches afresh."""
+        log.warning("dropping cache file of channel %s: %s", channel_id, reason)
+        self._events.emit(
+            "error",
+            scope="context_cache",
+            message=f"corrupt cache file dropped: {reason}",
+            channel_id=channel_id,
+        )
+        with contextlib.suppress(FileNotFoundError):
+            self._path(channel_id).unlink()
+        self._forget_file(channel_id)
+        self._last_fetch.pop(channel_id, None)
+
+    def _forget_file(self, channel_id: Snowflake) -> None:
+        self._total_bytes -= self._files.pop(channel_id, 0)
+
+    def _load_index(self) -> None:
+        """Rebuild the on-disk index (write order from file mtimes) and reset memory."""
+        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._loaded.clear()
+        self._dirty.clear()
+        self._writing = None
+        found: list[tuple[int, Snowflake, int]] = []
+        with os.scandir(self._dir) as entries:
+            for entry in entries:
+                if entry.name.endswith(TEMP_SUFFIX):
+                    # A write interrupted before its rename; the real file is intact.
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                    continue
+                stem, dot, ext = entry.name.partition(".")
+                if ext != "json" or not dot or not stem.isdigit():
+                    continue
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:
+                    continue
+                found.append((st.st_mtime_ns, int(stem), st.st_size))
+        found.sort()
+        self._files = OrderedDict((channel_id, size) for _, channel_id, size in found)
+        self._total_bytes = sum(self._files.values())
+        self._evict()
+
+    async def _write_loop(self) -> None:
+        while True:
+            while not self._dirty:
+                self._wake = trio.Event()
+                await self._wake.wait()
+            channel_id = next(iter(self._dirty))
+            del self._dirty[channel_id]
+            channel = self._loaded.get(channel_id)
+            if channel is None:  # evicted meanwhile
+                continue
+            data = encode_channel(channel)
+            self._writing = channel_id
+            try:
+                await trio.to_thread.run_sync(write_atomic, self._path(channel_id), data)
+            except OSError as exc:
+                self._write_failed(channel_id, exc)
+            else:
+                self._written(channel_id, len(data))
+            finally:
+                self._writing = None
+                self._quiet.unpark_all()
+
+    def _write_all_now(self) -> None:
+        """Write every pending channel synchronously (shutdown: no thread, no await)."""
+        while self._dirty:
+            channel_id = next(iter(self._dirty))
+            del self._dirty[channel_id]
+            channel = self._loaded.get(channel_id)
+            if channel is None:
+                continue
+            data = encode_channel(channel)
+            try:
+                write_atomic(self._path(channel_id), data)
+            except OSError as exc:
+                self._write_failed(channel_id, exc)
+            else:
+                self._written(channel_id, len(data))
+
+    def _write_failed(self, channel_id: Snowflake, exc: OSError) -> None:
+        # The change stays in memory; the next change to the channel tries again.
+        self._events.emit(
+            "error",
+            scope="context_cache",
+            message=f"cache write failed: {exc}",
+            channel_id=channel_id,
+        )
+
+    def _written(self, channel_id: Snowflake, size: int) -> None:
+        self._forget_file(channel_id)
+        self._files[channel_id] = size
+        self._total_bytes += size
+        self._evict()
+        if len(self._loaded) > LOADED_CHANNELS:
+            self._unload_some()  # channels pinned while dirty may leave memory now
+
+    def _evict(self) -> None:
+        """Delete the least recently written files until the cache fits in `max_bytes`."""
+        if self._total_bytes <= self._max_bytes:
+            return
+        pinned = frozenset(self._dirty)
+        for channel_id in plan_eviction(self._files.items(), self._max_bytes, pinned=pinned):
+            with contextlib.suppress(FileNotFoundError):
+                self._path(channel_id).unlink()
+            self._forget_file(channel_id)
+            self._loaded.pop(channel_id, None)
+            self._last_fetch.pop(channel_id, None)
+
+
+# ----- file format -----------------------------------------------------------------------
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` so that a crash leaves either the old or the new file.
+
+    Writes a temporary file in the same directory, fsyncs it, renames it over `path`, then
+    fsyncs the directory so the rename itself survives a power cut.
+    """
+    temp = path.with_name(path.name + TEMP_SUFFIX)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        # Some file systems cannot fsync a directory; the rename has happened either way.
+        with contextlib.suppress(OSError):
+            os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def encode_channel(channel: _Channel) -> bytes:
+    """The file bytes of a channel: users once, then messages referring to them by index."""
+    users: dict[User, int] = {}
+    records: list[dict[str, object]] = []
+    for m in channel.messages:
+        author = users.setdefault(m.author, len(users))
+        record: dict[str, object] = {"id": m.id, "author": author, "ts": m.timestamp}
+        if m.content:
+            record["text"] = m.content
+        if m.edited_timestamp is not None:
+            record["edited"] = m.edited_timestamp
+        if m.attachments:
+            record["files"] = [[a.id, a.filename, a.size] for a in m.attachments]
+        if m.message_reference is not None and m.message_reference.message_id is not None:
+            record["reply_to"] = m.message_reference.message_id
+        if m.type:
+            record["type"] = m.type
+        records.append(record)
+    return orjson.dumps(
+        {
+            "v": FILE_VERSION,
+            "channel_id": channel.id,
+            "guild_id": channel.guild_id,
+            "synced_to": channel.synced_to,
+            "users": [[u.id, u.username, u.global_name, u.bot] for u in users],
+            "messages": records,
+        }
+    )
+
+
+def decode_channel(data: bytes, channel_id: Snowflake) -> _Channel:
+    """Parse a channel file written by `encode_channel`.
+
+    Raises:
+        CorruptCacheFile: the bytes are not such a file for this channel.
+    """
+    try:
+        doc = orjson.loads(data)
+        if not isinstance(doc, dict) or doc.get("v") != FILE_VERSION:
+            raise CorruptCacheFile("not a channel file of this version")
+        if doc.get("channel_id") != channel_id:
+            raise CorruptCacheFile("file belongs to another channel")
+        guild_id = _opt_int(doc.get("guild_id"))
+        users = [
+            User(id=_int(u[0]), username=_str(u[1]), global_name=_opt_str(u[2]), bot=u[3] is True)
+            for u in doc["users"]
+        ]
+        messages: list[Message] = []
+        for r in doc["messages"]:
+            reply_to = _opt_int(r.get("reply_to"))
+            messages.append(
+                Message(
+                    id=_int(r["id"]),
+                    channel_id=channel_id,
+                    author=users[_int(r["author"])],
+                    content=_str(r.get("text", "")),
+                    timestamp=_str(r["ts"]),
+                    guild_id=guild_id,
+                    attachments=tuple(
+                        Attachment(id=_int(a[0]), filename=_str(a[1]), size=_int(a[2]))
+                        for a in r.get("files", ())
+                    ),
+                    message_reference=(
+                        MessageReference(reply_to, channel_id, guild_id)
+                        if reply_to is not None
+                        else None
+                    ),
+                    edited_timestamp=_opt_str(r.get("edited")),
+                    type=_int(r.get("type", 0)),
+                )
+            )
+        if any(a.id >= b.id for a, b in itertools.pairwise(messages)):
+            raise CorruptCacheFile("messages out of order")
+        return _Channel(
+            channel_id,
+            guild_id=guild_id,
+            synced_to=_opt_int(doc.get("synced_to")),
+            messages=messages,
+        )
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        if isinstance(exc, CorruptCacheFile):
+            raise
+        raise CorruptCacheFile(f"{type(exc).__name__}: {exc}") from exc
+
+
+def _int(value: object) -> int:
+    if type(value) is not int:
+        raise CorruptCacheFile(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _opt_int(value: object) -> int | None:
+    return None if value is None else _int(value)
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str):
+        raise CorruptCacheFile(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _payload_id(payload: Mapping[str, Any]) -> Snowflake:
+    """The id of a Discord message object (a string in Discord's JSON)."""
+    try:
+        return int(payload["id"])
+    except (KeyError, TypeError, ValueError):
+        return 0

@@ -1,0 +1,74 @@
+"""The budget ledger: spend per workspace and period in `picortex.db`, checked before each call."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from picortex.config import Settings
+from picortex.core import budget
+from picortex.store import Store
+from picortex.types import EventSink
+
+logger = logging.getLogger(__name__)
+
+
+class LedgerBudget:
+    """Implements the LLM actor's Budget protocol over the store (SPEC 9)."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Callable[[], Settings],
+        events: EventSink,
+        *,
+        wall_clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self._store = store
+        self._settings = settings
+        self._events = events
+        self._now = wall_clock or (lambda: datetime.now(UTC))
+        self._warned = budget.WarnState()
+
+    def period_key(self) -> str:
+        """The current period's key (`2026-11-30` or `2026-11`)."""
+        return budget.period_key(self._now(), self._settings().budget.period)
+
+    def check(self, workspace: str) -> bool:
+        """True when `workspace` is under its ceiling; else a `budget` event and no call."""
+        settings = self._settings()
+        key = self.period_key()
+        spent = self._store.spend(workspace, key)
+        decision = budget.check(spent, settings.budget.ceiling_usd)
+        if decision.allowed:
+            return True
+        self._events.emit(
+            "budget",
+            workspace=workspace,
+            period=key,
+            spent_usd=round(spent, 6),
+            ceiling_usd=settings.budget.ceiling_usd,
+            action="call refused",
+        )
+        warn, self._warned = budget.should_warn(self._warned, workspace, key)
+        if warn:
+            logger.warning(
+                "budget for workspace %s is spent for %s (%.4f of %.4f USD): no more model "
+                "calls there until the next period",
+                workspace,
+                key,
+                spent,
+                settings.budget.ceiling_usd,
+            )
+        return False
+
+    def record(self, workspace: str, cost_usd: float) -> None:
+        """Add one call's cost to the ledger."""
+        self._store.add_spend(workspace, self.period_key(), cost_usd, self._now().timestamp())
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        """Spend against ceiling per workspace in the current period (for `picortex status`)."""
+        ceiling = self._settings().budget.ceiling_usd
+        spent = self._store.spend_by_workspace(self.period_key())
+        return {w: {"spent_usd": round(s, 6), "ceiling_usd": ceiling} for w, s in spent.items()}

@@ -1,0 +1,352 @@
+"""The LLM actor: every model call goes through it (SPEC 9).
+
+It owns the AsyncAnthropic client, routes tiers to models, enforces a deadline per call,
+asks the budget before calling, prices each call from its `usage` and logs one `llm` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+import anthropic
+import attrs
+import trio
+
+from picortex.config import ModelTiers, Price
+from picortex.core.redact import redact
+from picortex.types import EventSink
+
+if TYPE_CHECKING:
+    from anthropic.types import MessageParam
+
+logger = logging.getLogger(__name__)
+
+Tier = Literal["triage", "general", "complex"]
+Outcome = Literal["ok", "error", "timeout", "no_key", "budget"]
+Role = Literal["user", "assistant"]
+
+TIERS: Final[tuple[Tier, ...]] = ("triage", "general", "complex")
+# A persona reply should never hang a channel: a minute is generous for one answer.
+DEFAULT_TIMEOUT: Final = 60.0
+DEFAULT_MAX_TOKENS: Final = 1024
+# The dearest built-in list price (Opus 5.5); charged when the price table is empty, so an
+# unknown model can never look free to the budget.
+FALLBACK_PRICE: Final = Price(4.0, 20.0)
+# The stored error text stays short enough for one log line and one database cell.
+ERROR_MAX_CHARS: Final = 500
+
+
+class Budget(Protocol):
+    """The spending ceiling per workspace (guild id, or "dm") and period (issue 6).
+
+    `check` runs before every call. When it returns False (the workspace is at or over
+    its ceiling) the implementation itself emits the `budget` event and logs its one
+    warning line per workspace per period, since only it knows the spend, the ceiling and
+    the period; the LLM actor then makes no call and emits its `llm` event with outcome
+    `budget`. `record` runs after every successful call with its cost.
+    """
+
+    def check(self, workspace: str) -> bool:
+        """True when `workspace` may spend more in the current period."""
+        ...
+
+    def record(self, workspace: str, cost_usd: float) -> None:
+        """Add one call's cost to `workspace`'s spend in the current period."""
+        ...
+
+
+class FaultCheck(Protocol):
+    """The `PICORTEX_FAULT_INJECT` hook (SPEC 12): raises when `llm:SUBSTRING` matches."""
+
+    def check(self, actor: str, content: str) -> None:
+        """Raise FaultInjected when a fault point for `actor` matches `content`."""
+        ...
+
+
+@attrs.frozen
+class ChatTurn:
+    """One turn of the conversation sent to the model."""
+
+    role: Role
+    content: str
+
+
+def _validate_tier(_instance: object, _attribute: object, value: str | None) -> None:
+    if value is not None and value not in TIERS:
+        raise ValueError(f"unknown model tier {value!r}; expected one of {', '.join(TIERS)}")
+
+
+@attrs.frozen
+class LLMRequest:
+    """One model call. Give `model` to name a model, else `tier` picks one from `[models]`.
+
+    Attributes:
+        stage: what the call is for (discriminate, tiebreak, generate), for logs and errors.
+        workspace: the guild id as text, or "dm": whose budget pays.
+        timeout: the deadline for the whole call, in seconds.
+    """
+
+    stage: str
+    system: str
+    messages: tuple[ChatTurn, ...]
+    workspace: str
+    tier: str | None = attrs.field(default="general", validator=_validate_tier)
+    model: str | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    timeout: float = DEFAULT_TIMEOUT
+    persona: str | None = None
+    signal_id: str | None = None
+
+
+@attrs.frozen
+class LLMResult:
+    """What one call produced. `text` is empty unless `outcome` is "ok".
+
+    `error` and `stack_trace` (secrets redacted) are set for "error" and "timeout", ready
+    for an `invocation_errors` row.
+    """
+
+    text: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    latency_ms: int
+    outcome: Outcome
+    error: str | None = None
+    stack_trace: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the model answered."""
+        return self.outcome == "ok"
+
+
+def price_of(model: str, prices: Mapping[str, Price]) -> Price:
+    """The model's price; a model without one costs as the dearest known model."""
+    price = prices.get(model)
+    if price is not None:
+        return price
+    if not prices:
+        return FALLBACK_PRICE
+    return max(prices.values(), key=lambda p: (p.input + p.output, p.output))
+
+
+def usage_tokens(usage: Any) -> tuple[int, int]:
+    """Input and output tokens of a response's `usage`.
+
+    Cache writes and reads count as input tokens at the input price: picortex does not ask
+    for prompt caching, so they are rare, and this errs on the side of the budget.
+    """
+    input_tokens = int(getattr(usage, "input_tokens", 0) or 0)
+    input_tokens += int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
+    input_tokens += int(getattr(usage, "cache_read_input_tokens", 0) or 0)
+    return input_tokens, int(getattr(usage, "output_tokens", 0) or 0)
+
+
+def _message_param(turn: ChatTurn) -> MessageParam:
+    if turn.role == "user":
+        return {"role": "user", "content": turn.content}
+    return {"role": "assistant", "content": turn.content}
+
+
+class LLMActor:
+    """The one LLM actor. `run` owns the client; `complete` may be called from any task.
+
+    Calls run in the caller's task, concurrently, over the shared client: a caller that
+    is cancelled (a follow-up restarting generation) aborts its own HTTP request and
+    nothing else. `complete` never raises except for cancellation.
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None,
+        base_url: str | None,
+        models: ModelTiers,
+        prices: Mapping[str, Price],
+        events: EventSink,
+        budget: Budget | None = None,
+        faults: FaultCheck | None = None,
+        http_client: Any = None,
+    ) -> None:
+        """Args:
+        http_client: an httpx-style AsyncClient handed to AsyncAnthropic (tests pass one
+            with a mock transport); None lets the SDK make its own.
+        """
+        self._api_key = api_key or None
+        self._base_url = base_url
+        self._models = models
+        self._prices = prices
+        self._events = events
+        self._budget = budget
+        self._faults = faults
+        self._http_client = http_client
+        self._client: anthropic.AsyncAnthropic | None = None
+        self._ready = trio.Event()
+        self._warned_no_key = False
+
+    @property
+    def available(self) -> bool:
+        """False without an API key: every LLM step is skipped."""
+        return self._api_key is not None
+
+    def reconfigure(
+        self, *, models: ModelTiers | None = None, prices: Mapping[str, Price] | None = None
+    ) -> None:
+        """Apply changed `[models]` or prices (runtime config) to later calls."""
+        if models is not None:
+            self._models = models
+        if prices is not None:
+            self._prices = prices
+
+    def model_for(self, request: LLMRequest) -> str:
+        """The model a request goes to: its own `model`, else its tier's."""
+        if request.model:
+            return request.model
+        tier = request.tier or "general"
+        return str(getattr(self._models, tier))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Open the client, serve until cancelled, then close it."""
+        if self._api_key is None:
+            if not self._warned_no_key:
+                self._warned_no_key = True
+                logger.warning(
+                    "ANTHROPIC_API_KEY is not set: every LLM step is skipped "
+                    "(commands, trust, routing and logging still work)"
+                )
+            task_status.started()
+            await trio.sleep_forever()
+        async with anthropic.AsyncAnthropic(
+            api_key=self._api_key,
+            base_url=self._base_url,
+            # Failed invocations are never retried (SPEC 9); the deadline is ours (fail_after).
+            max_retries=0,
+            http_client=self._http_client,
+        ) as client:
+            self._client = client
+            self._ready.set()
+            try:
+                task_status.started()
+                await trio.sleep_forever()
+            finally:
+                # Calls that arrive while restarting wait (within their deadline) for the next run.
+                self._client = None
+                self._ready = trio.Event()
+
+    async def complete(self, request: LLMRequest) -> LLMResult:
+        """Make one model call and report it; see LLMResult for the outcomes."""
+        model = self.model_for(request)
+        start = trio.current_time()
+        if self._api_key is None:
+            return self._finish(request, model, start, "no_key")
+        try:
+            allowed = self._budget is None or self._budget.check(request.workspace)
+        except Exception as exc:  # a broken ledger must not spend money blindly: no call
+            logger.exception("budget check failed for workspace %s", request.workspace)
+            return self._finish(request, model, start, "error", failure=exc)
+        if not allowed:
+            return self._finish(request, model, start, "budget")
+        try:
+            with trio.fail_after(request.timeout):
+                response = await self._call(request, model)
+        except trio.TooSlowError as exc:
+            return self._finish(request, model, start, "timeout", failure=exc)
+        except Exception as exc:  # every failure is reported, never retried (SPEC 9)
+            return self._finish(request, model, start, "error", failure=exc)
+        input_tokens, output_tokens = usage_tokens(getattr(response, "usage", None))
+        cost = price_of(model, self._prices).cost(input_tokens, output_tokens)
+        if self._budget is not None:
+            try:
+                self._budget.record(request.workspace, cost)
+            except Exception:  # the answer is paid for already; losing it helps nobody
+                logger.exception("could not record spend for workspace %s", request.workspace)
+        text = "".join(
+            block.text for block in response.content if isinstance(block, anthropic.types.TextBlock)
+        )
+        return self._finish(
+            request,
+            model,
+            start,
+            "ok",
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost=cost,
+        )
+
+    async def _call(self, request: LLMRequest, model: str) -> anthropic.types.Message:
+        if self._client is None:
+            await self._ready.wait()
+        client = self._client
+        if client is None:
+            raise RuntimeError("the LLM client closed while the call was waiting for it")
+        if self._faults is not None:
+            last = request.messages[-1].content if request.messages else ""
+            self._faults.check("llm", last)
+        messages = [_message_param(turn) for turn in request.messages]
+        if request.system:
+            return await client.messages.create(
+                model=model,
+                max_tokens=request.max_tokens,
+                system=request.system,
+                messages=messages,
+            )
+        return await client.messages.create(
+            model=model, max_tokens=request.max_tokens, messages=messages
+        )
+
+    def _finish(
+        self,
+        request: LLMRequest,
+        model: str,
+        start: float,
+        outcome: Outcome,
+        *,
+        text: str = "",
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost: float = 0.0,
+        failure: BaseException | None = None,
+    ) -> LLMResult:
+        latency_ms = round((trio.current_time() - start) * 1000)
+        error: str | None = None
+        stack: str | None = None
+        if failure is not None:
+            if outcome == "timeout":
+                error = f"no answer within {request.timeout:g} s"
+            else:
+                error = redact(f"{type(failure).__name__}: {failure}")[:ERROR_MAX_CHARS]
+            stack = redact("".join(traceback.format_exception(failure)))
+        fields: dict[str, object] = {
+            "model": model,
+            "stage": request.stage,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "cost_usd": cost,
+            "latency_ms": latency_ms,
+            "outcome": outcome,
+            "workspace": request.workspace,
+        }
+        if request.persona is not None:
+            fields["persona"] = request.persona
+        if request.signal_id is not None:
+            fields["signal_id"] = request.signal_id
+        if error is not None:
+            fields["error"] = error
+        self._events.emit("llm", **fields)
+        return LLMResult(
+            text=text,
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost,
+            latency_ms=latency_ms,
+            outcome=outcome,
+            error=error,
+            stack_trace=stack,
+        )

@@ -1,0 +1,324 @@
+"""What every channel actor shares: settings, identity, registry, and the I/O helpers they use.
+
+The channel actor decides; these helpers post replies through the response policy, record
+failed invocations (SPEC 9) and keep the bot's view of its identity and channels.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import attrs
+import trio
+
+from picortex.actors.context_cache import ContextCache
+from picortex.actors.llm import LLMActor
+from picortex.config import Settings
+from picortex.core import policy
+from picortex.core.personas import PersonaLoader
+from picortex.core.redact import redact
+from picortex.core.split import split_reply
+from picortex.core.triggerlog import TriggerEntry, TriggerLog
+from picortex.errors import FatalDiscordError
+from picortex.store import Store
+from picortex.types import Channel, EventSink, Message, Snowflake
+
+logger = logging.getLogger(__name__)
+
+# Discord shows a typing indicator for 10 s; renew it a little sooner.
+TYPING_RENEW_SECONDS: Final = 8.0
+# How long one reply post may take before it counts as failed (REST waits out 429s inside).
+POST_TIMEOUT_SECONDS: Final = 60.0
+ERROR_MESSAGE_MAX_CHARS: Final = 500
+# The persona column of an error row when the default agent (no persona) failed.
+DEFAULT_PERSONA: Final = "default"
+
+
+class Rest(Protocol):
+    """The REST calls the pipeline makes (picortex.discord.rest.RestClient)."""
+
+    async def create_message(
+        self,
+        channel_id: int,
+        content: str,
+        *,
+        reply_to: int | None = None,
+        allowed_mentions: dict[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+    async def start_thread_from_message(
+        self, channel_id: int, message_id: int, name: str
+    ) -> dict[str, Any]: ...
+
+    async def create_dm(self, user_id: int) -> dict[str, Any]: ...
+
+    async def trigger_typing(self, channel_id: int) -> None: ...
+
+    async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None: ...
+
+    async def get_reactions(
+        self, channel_id: int, message_id: int, emoji: str
+    ) -> list[dict[str, Any]]: ...
+
+    async def get_channel_messages(
+        self,
+        channel_id: int,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]: ...
+
+
+class Faults(Protocol):
+    """PICORTEX_FAULT_INJECT's check."""
+
+    def check(self, actor: str, content: str) -> None: ...
+
+
+@attrs.define
+class BotIdentity:
+    """Who the bot is; known after READY."""
+
+    user_id: Snowflake | None = None
+    username: str = "picortex"
+
+
+@attrs.define
+class ChannelRegistry:
+    """Channels and threads seen in GUILD_CREATE / CHANNEL_CREATE / THREAD_CREATE."""
+
+    channels: dict[Snowflake, Channel] = attrs.field(factory=dict)
+
+    def add(self, channel: Channel) -> None:
+        """Remember (or update) a channel."""
+        self.channels[channel.id] = channel
+
+    def get(self, channel_id: Snowflake) -> Channel | None:
+        """The channel, if seen."""
+        return self.channels.get(channel_id)
+
+    def parent_of(self, channel_id: Snowflake) -> Snowflake | None:
+        """The parent channel of a thread, else None."""
+        ch = self.channels.get(channel_id)
+        return ch.parent_id if ch is not None and ch.is_thread else None
+
+    def is_thread(self, channel_id: Snowflake) -> bool:
+        """True when the channel is a known thread."""
+        ch = self.channels.get(channel_id)
+        return ch is not None and ch.is_thread
+
+
+class SettingsSource:
+    """The current settings: the file and environment, plus runtime config from the store.
+
+    Runtime changes made by another process (`picortex config set`) are picked up on the
+    next read, by watching SQLite's data_version.
+    """
+
+    def __init__(self, base: Settings, store: Store) -> None:
+        self._base = base
+        self._store = store
+        self._version: object = None
+        self._current = base
+        self.refresh()
+
+    def refresh(self) -> Settings:
+        """Re-read runtime config when the database changed since the last read."""
+        version = self._store.pragma("data_version"), self._store.runtime_config()
+        if version != self._version:
+            self._version = version
+            try:
+                self._current = self._base.with_runtime(self._store.runtime_config())
+            except Exception as exc:  # a bad stored value keeps the last good settings
+                logger.warning("runtime config not applied: %s", exc)
+        return self._current
+
+    def __call__(self) -> Settings:
+        return self._current
+
+
+@attrs.define
+class TriggerBook:
+    """The trigger log rings, shared by all channels (read by `picortex status`)."""
+
+    log: TriggerLog = attrs.field(factory=TriggerLog)
+
+    def add(self, entry: TriggerEntry) -> None:
+        """Append a trigger."""
+        self.log = self.log.add(entry)
+
+    def follow_up(self, parent_id: Snowflake, line: str) -> None:
+        """Join a follow-up to its trigger's context."""
+        self.log = self.log.add_follow_up(parent_id, line)
+
+
+@attrs.define
+class Pipeline:
+    """Everything a channel actor needs, passed in by the app."""
+
+    settings: SettingsSource
+    store: Store
+    rest: Rest
+    cache: ContextCache
+    llm: LLMActor
+    events: EventSink
+    bot: BotIdentity
+    registry: ChannelRegistry
+    triggers: TriggerBook
+    home: Path
+    faults: Faults | None = None
+    personas: PersonaLoader | None = None
+    # Polls run in a nursery that outlives channel actors, so an idle exit keeps the timer.
+    spawn: Callable[..., None] | None = None
+    dm_channels: dict[Snowflake, Snowflake] = attrs.field(factory=dict)
+    # Called when Discord refuses the token (HTTP 401): the app stops with exit code 3.
+    fatal: Callable[[FatalDiscordError], None] | None = None
+
+    def workspace_of(self, message: Message) -> str:
+        """The budget workspace: the guild id, or `dm`."""
+        return str(message.guild_id) if message.guild_id is not None else "dm"
+
+    def record_failure(
+        self,
+        *,
+        stage: str,
+        workspace: str,
+        persona: str | None,
+        signal_id: Snowflake | None,
+        error: str,
+        stack_trace: str | None,
+    ) -> None:
+        """A failed invocation: a `cortex.invocation_failed` event and an error row (SPEC 9)."""
+        error = redact(error)[:ERROR_MESSAGE_MAX_CHARS]
+        trace = redact(stack_trace) if stack_trace else None
+        row_id: int | None = None
+        try:
+            row_id = self.store.add_invocation_error(
+                workspace_id=workspace,
+                persona=persona or DEFAULT_PERSONA,
+                signal_id="" if signal_id is None else str(signal_id),
+                stage=stage,
+                error_message=error,
+                stack_trace=trace,
+                created_at=time.time(),
+            )
+        except Exception:
+            logger.exception("could not store an invocation error")
+        self.events.emit(
+            "cortex.invocation_failed",
+            stage=stage,
+            workspace=workspace,
+            persona=persona,
+            signal_id=signal_id,
+            error=error,
+            error_id=row_id,
+        )
+
+    @asynccontextmanager
+    async def typing(self, channel_id: Snowflake, enabled: bool = True) -> AsyncIterator[None]:
+        """Show the typing indicator in `channel_id` for as long as the block runs."""
+        if not enabled:
+            yield
+            return
+
+        async def keep_typing() -> None:
+            while True:
+                try:
+                    await self.rest.trigger_typing(channel_id)
+                except Exception as exc:  # typing is cosmetic; never fail an answer on it
+                    logger.debug("typing indicator failed: %s", exc)
+                    return
+                await trio.sleep(TYPING_RENEW_SECONDS)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keep_typing)
+            try:
+                yield
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def dm_channel(self, user_id: Snowflake) -> Snowflake:
+        """The DM channel with a user (opened once, then remembered)."""
+        known = self.dm_channels.get(user_id)
+        if known is not None:
+            return known
+        data = await self.rest.create_dm(user_id)
+        channel_id = int(data["id"])
+        self.dm_channels[user_id] = channel_id
+        return channel_id
+
+    async def post(
+        self,
+        plan: policy.PostPlan,
+        text: str,
+        *,
+        command: str | None,
+        trigger_id: Snowflake | None,
+    ) -> list[Snowflake]:
+        """Post `text` (split to Discord's limit) as the plan says; log a `reply` event.
+
+        A DM that cannot be delivered is logged and never falls back to the channel.
+        Returns the ids of the posted messages; raises when the first post fails.
+        """
+        chunks = split_reply(text) or ["(empty answer)"]
+        posted: list[Snowflake] = []
+        target_channel: Snowflake | None = plan.channel_id
+        try:
+            with trio.fail_after(POST_TIMEOUT_SECONDS):
+                if plan.dm_user_id is not None:
+                    target_channel = await self.dm_channel(plan.dm_user_id)
+                assert target_channel is not None
+                for index, chunk in enumerate(chunks):
+                    data = await self.rest.create_message(
+                        target_channel,
+                        chunk,
+                        reply_to=plan.reply_to if index == 0 else None,
+                        allowed_mentions=policy.allowed_mentions(),
+                    )
+                    posted.append(int(data["id"]))
+        except Exception as exc:
+            if isinstance(exc, FatalDiscordError) and self.fatal is not None:
+                self.fatal(exc)
+            self.events.emit(
+                "reply",
+                command=command,
+                mode=plan.target,
+                target=target_channel or plan.dm_user_id,
+                trigger_id=trigger_id,
+                result="failed",
+                error=redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS],
+                parts=len(posted),
+            )
+            raise
+        self.events.emit(
+            "reply",
+            command=command,
+            mode=plan.target,
+            target=target_channel,
+            trigger_id=trigger_id,
+            result="posted",
+            message_ids=posted,
+            parts=len(posted),
+            chars=len(text),
+        )
+        return posted
+
+
+def failure_text(exc: BaseException) -> tuple[str, str]:
+    """An exception as (one-line message, stack trace), both redacted."""
+    return (
+        redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS],
+        redact("".join(traceback.format_exception(exc))),
+    )
+
+
+def lines_text(lines: Sequence[str]) -> str:
+    """Context lines as one block for a prompt."""
+    return "\n".join(lines)

@@ -1,0 +1,175 @@
+"""The router: normalizes gateway dispatches, drops replays, feeds the cache and channel mailboxes.
+
+The gateway reader calls `on_dispatch` synchronously; it only queues (never blocks, so a busy
+bot cannot starve the heartbeat). The router's own task then deduplicates by message id
+(persisted, so a restart does not answer twice), applies live cache updates, and hands each
+message to its channel's mailbox, starting the channel actor on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from typing import Any, Final
+
+import trio
+
+from picortex.actors.channel import ChannelActor
+from picortex.actors.pipeline import Pipeline
+from picortex.discord.normalize import normalize
+from picortex.runtime.mailbox import Mailbox
+from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, Restart
+from picortex.types import (
+    ChannelCreate,
+    GuildCreate,
+    Message,
+    MessageDelete,
+    MessageUpdate,
+    NormalizeError,
+    ReactionEvent,
+    Ready,
+    Snowflake,
+)
+
+logger = logging.getLogger(__name__)
+
+# Dispatches waiting for the router; a burst of this size is queued, beyond it counted.
+ROUTER_QUEUE: Final = 10_000
+# Messages waiting in one channel's mailbox.
+CHANNEL_MAILBOX: Final = 500
+# Recently seen message ids kept in memory in front of the seen-events table.
+SEEN_MEMORY: Final = 50_000
+# Seen-event rows older than this are pruned: Discord never replays that far back.
+SEEN_KEEP_SECONDS: Final = 7 * 24 * 3600
+PRUNE_EVERY: Final = 10_000
+
+
+class Router:
+    """Routes gateway dispatches; see the module docstring."""
+
+    def __init__(self, pipe: Pipeline, channels: DynamicSupervisor) -> None:
+        self._pipe = pipe
+        self._channels = channels
+        self._inbox: Mailbox[tuple[str, Any]] = Mailbox(ROUTER_QUEUE, name="router")
+        self._mailboxes: dict[Snowflake, Mailbox[Message]] = {}
+        self._seen: OrderedDict[Snowflake, None] = OrderedDict()
+        self._routed = 0
+        self.replays_dropped = 0
+
+    @property
+    def inbox(self) -> Mailbox[tuple[str, Any]]:
+        """The router's own mailbox (for the supervisor)."""
+        return self._inbox
+
+    def on_dispatch(self, name: str, data: Any) -> None:
+        """Called by the gateway reader for every dispatch; never blocks."""
+        if not self._inbox.send_nowait((name, data)):
+            self._pipe.events.emit(
+                "error", scope="router", message=f"router queue full: {name} dropped"
+            )
+
+    def mailbox_depths(self) -> dict[str, int]:
+        """Queued messages per channel (for `picortex status`)."""
+        return {str(cid): mb.depth for cid, mb in self._mailboxes.items() if mb.depth}
+
+    def mailbox_overflows(self) -> int:
+        """Messages refused by full channel mailboxes so far."""
+        return sum(mb.overflows for mb in self._mailboxes.values())
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Route queued dispatches until cancelled."""
+        task_status.started()
+        while True:
+            name, data = await self._inbox.receive()
+            await self._route(name, data)
+            self._inbox.done()
+
+    async def _route(self, name: str, data: Any) -> None:
+        pipe = self._pipe
+        event = normalize(name, data)
+        if event is None:
+            return
+        if isinstance(event, NormalizeError):
+            pipe.events.emit(
+                "error", scope="normalize", event_name=event.event, message=event.reason
+            )
+            return
+        if isinstance(event, Message):
+            if self._is_replay(event.id):
+                self.replays_dropped += 1
+                return
+            pipe.cache.on_message(event)
+            await self._deliver(event)
+        elif isinstance(event, MessageUpdate):
+            pipe.cache.on_update(event)
+        elif isinstance(event, MessageDelete):
+            pipe.cache.on_delete(event)
+        elif isinstance(event, ReactionEvent):
+            self._reaction(event)
+        elif isinstance(event, Ready):
+            pipe.bot.user_id = event.user.id
+            pipe.bot.username = event.user.username
+        elif isinstance(event, GuildCreate):
+            for channel in (*event.channels, *event.threads):
+                pipe.registry.add(channel)
+        elif isinstance(event, ChannelCreate):
+            pipe.registry.add(event.channel)
+
+    def _is_replay(self, message_id: Snowflake) -> bool:
+        """True when the message was handled before (in memory, else in the store)."""
+        if message_id in self._seen:
+            return True
+        self._seen[message_id] = None
+        if len(self._seen) > SEEN_MEMORY:
+            self._seen.popitem(last=False)
+        now = time.time()
+        try:
+            new = self._pipe.store.mark_seen(message_id, now)
+        except Exception:
+            logger.exception("seen-events table unavailable; relying on memory")
+            return False
+        self._routed += 1
+        if self._routed % PRUNE_EVERY == 0:
+            self._pipe.store.prune_seen(now - SEEN_KEEP_SECONDS)
+        return not new
+
+    def _reaction(self, event: ReactionEvent) -> None:
+        pipe = self._pipe
+        settings = pipe.settings()
+        trusted = (settings.owner_id is not None and event.user_id == settings.owner_id) or (
+            pipe.store.get_tier(event.user_id) is not None
+        )
+        if trusted and event.user_id != pipe.bot.user_id:
+            pipe.events.emit(
+                "reaction",
+                action="add" if event.added else "remove",
+                message_id=event.message_id,
+                channel_id=event.channel_id,
+                user_id=event.user_id,
+                emoji=event.emoji,
+            )
+
+    async def _deliver(self, message: Message) -> None:
+        channel_id = message.channel_id
+        mailbox = self._mailboxes.get(channel_id)
+        if mailbox is None:
+            mailbox = Mailbox(CHANNEL_MAILBOX, name=f"channel-{channel_id}")
+            self._mailboxes[channel_id] = mailbox
+        if not mailbox.send_nowait(message):
+            self._pipe.events.emit(
+                "error",
+                scope="mailbox",
+                channel_id=channel_id,
+                message_id=message.id,
+                message="channel mailbox full: message not handled",
+            )
+            return
+        name = f"channel-{channel_id}"
+        if self._channels.get(name) is None:
+            actor = ChannelActor(channel_id, mailbox, self._pipe)
+            spec = ChildSpec(name, actor.run, restart=Restart.TRANSIENT, mailbox=mailbox)
+            try:
+                await self._channels.start_child(spec)
+            except Exception as exc:
+                logger.error("channel actor %s did not start: %s", channel_id, exc)

@@ -1,0 +1,224 @@
+"""Builds the supervision tree from Settings and runs it (`picortex run`).
+
+    root (rest_for_one, in start order)
+      action_log -> context_cache -> llm -> polls -> channels (dynamic one_for_one)
+        -> router -> gateway -> control -> watchdog
+
+The store is opened before the tree starts and closed after it stops: SQLite calls are
+short and synchronous, so every actor uses the one connection directly from trio's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from typing import Any, Final
+
+import httpx
+import trio
+
+from picortex.actors.action_log import ActionLog
+from picortex.actors.context_cache import ContextCache
+from picortex.actors.control import ControlServer, socket_path
+from picortex.actors.ledger import LedgerBudget
+from picortex.actors.llm import LLMActor
+from picortex.actors.pipeline import (
+    BotIdentity,
+    ChannelRegistry,
+    Pipeline,
+    SettingsSource,
+    TriggerBook,
+)
+from picortex.actors.router import Router
+from picortex.config import Settings
+from picortex.core.personas import PersonaLoader
+from picortex.discord.gateway import GatewayActor
+from picortex.discord.protocol import GatewayTimings
+from picortex.discord.rest import RestClient
+from picortex.errors import ConfigError, FatalDiscordError
+from picortex.runtime.faults import FaultPoints
+from picortex.runtime.supervisor import (
+    ChildSpec,
+    DynamicSupervisor,
+    Restart,
+    Strategy,
+    Supervisor,
+    run_root,
+)
+from picortex.store import Store
+
+logger = logging.getLogger(__name__)
+
+STATUS_TRIGGERS: Final = 10  # last triggers shown by `picortex status`
+
+
+class Bot:
+    """One bot process: every actor, wired together; `run` supervises them."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        shard: tuple[int, int] = (0, 1),
+        gateway_timings: GatewayTimings | None = None,
+        llm_http_client: Any = None,
+        rest_client: httpx.AsyncClient | None = None,
+    ) -> None:
+        if not settings.discord_token:
+            raise ConfigError("DISCORD_BOT_TOKEN is not set")
+        settings.home.mkdir(parents=True, exist_ok=True)
+        self.settings = settings
+        self.faults = FaultPoints.parse(settings.fault_inject)
+        self.store = Store.open(settings.db_path)
+        self.source = SettingsSource(settings, self.store)
+        live = self.source()
+        self.events = ActionLog(
+            settings.action_log_path, live.action_log_max_bytes, faults=self.faults
+        )
+        self.rest = RestClient(
+            settings.api_base, settings.discord_token, client=rest_client, events=self.events
+        )
+        self.cache = ContextCache(
+            settings.cache_dir,
+            rest=self.rest,
+            messages_per_channel=live.cache_messages_per_channel,
+            max_bytes=live.cache_max_bytes,
+            fetch_cooldown=live.fetch_cooldown_seconds,
+            events=self.events,
+            faults=self.faults,
+        )
+        self.budget = LedgerBudget(self.store, self.source, self.events)
+        self.llm = LLMActor(
+            api_key=settings.anthropic_api_key,
+            base_url=settings.anthropic_base_url,
+            models=live.models,
+            prices=live.prices,
+            events=self.events,
+            budget=self.budget,
+            faults=self.faults,
+            http_client=llm_http_client,
+        )
+        personas = PersonaLoader(settings.home)
+        personas.load()  # bad persona files stop the start with exit code 2
+        self.pipe = Pipeline(
+            settings=self.source,
+            store=self.store,
+            rest=self.rest,
+            cache=self.cache,
+            llm=self.llm,
+            events=self.events,
+            bot=BotIdentity(),
+            registry=ChannelRegistry(),
+            triggers=TriggerBook(),
+            home=settings.home,
+            faults=self.faults,
+            personas=personas,
+        )
+        self.channels = DynamicSupervisor("channels", events=self.events)
+        self.router = Router(self.pipe, self.channels)
+        self.gateway = GatewayActor(
+            settings.discord_token,
+            self.rest,
+            self.events,
+            self.router.on_dispatch,
+            shard=shard,
+            timings=gateway_timings,
+        )
+        self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        self._fatal: FatalDiscordError | None = None
+        self._fatal_event = trio.Event()
+        self.root = Supervisor(
+            "root",
+            Strategy.REST_FOR_ONE,
+            [
+                ChildSpec("action_log", self.events.run, grace=10.0),
+                ChildSpec("context_cache", self.cache.run),
+                ChildSpec("llm", self.llm.run),
+                ChildSpec("polls", self._polls),
+                ChildSpec("channels", self.channels.run),
+                ChildSpec("router", self.router.run, mailbox=self.router.inbox),
+                ChildSpec("gateway", self.gateway.run),
+                ChildSpec("control", self.control.run, restart=Restart.TRANSIENT),
+                ChildSpec("watchdog", self._watchdog),
+            ],
+            events=self.events,
+        )
+
+    def on_fatal(self, exc: FatalDiscordError) -> None:
+        """Discord refused us for good (a 401 on REST): stop the bot with exit code 3."""
+        if self._fatal is None:
+            self._fatal = exc
+            self._fatal_event.set()
+
+    async def _watchdog(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        await self._fatal_event.wait()
+        assert self._fatal is not None
+        raise self._fatal
+
+    async def _polls(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with trio.open_nursery() as nursery:
+            self.pipe.spawn = nursery.start_soon
+            task_status.started()
+            await trio.sleep_forever()
+
+    def snapshot(self) -> dict[str, Any]:
+        """What `picortex status` shows."""
+        gw = self.gateway.status()
+        restarts = {k: v for k, v in self.root.restart_counts().items() if v}
+        restarts.update({k: v for k, v in self.channels.restart_counts().items() if v})
+        return {
+            "gateway": {
+                "state": str(getattr(gw.state, "value", gw.state)),
+                "session_id": gw.session_id,
+                "seq": gw.seq,
+                "heartbeat_latency_ms": (
+                    None if gw.heartbeat_latency_ms is None else round(gw.heartbeat_latency_ms, 1)
+                ),
+                "reconnects": gw.reconnects,
+                "last_close_code": gw.last_close_code,
+                "shard": list(gw.shard),
+            },
+            "mailboxes": self.router.mailbox_depths(),
+            "mailbox_overflows": self.router.mailbox_overflows(),
+            "restarts": restarts,
+            "budget": self.budget.summary(),
+            "triggers": self.pipe.triggers.log.snapshot(STATUS_TRIGGERS),
+        }
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> int:
+        """Run the tree until cancelled (exit 0), refused (FatalDiscordError) or exhausted (70)."""
+        self.pipe.fatal = self.on_fatal
+        try:
+            async with self.rest:
+                return await run_root(self.root, task_status=task_status)
+        finally:
+            self.store.close()
+
+
+def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
+    """`picortex run`: until SIGINT/SIGTERM (exit 0), a fatal refusal (3) or give-up (70)."""
+    bot = Bot(settings, shard=shard)
+
+    async def main() -> int:
+        code = 0
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def run_bot() -> None:
+                    nonlocal code
+                    code = await bot.run()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(run_bot)
+                async for signum in signals:
+                    logger.info("received %s: shutting down", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    break
+        return code
+
+    return trio.run(main)

@@ -1,0 +1,214 @@
+"""Chat homes: `chats/<chat_id>/`, a git repository holding the chat's discriminator prompt.
+
+Every change to the prompt is a commit, so the repository's log is the prompt's history
+(SPEC 7). Git runs synchronously with a timeout; callers in trio run this in a thread.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from importlib import resources
+from pathlib import Path
+from typing import Final, NamedTuple
+
+from picortex.errors import PicortexError
+
+PROMPT_RELPATH: Final = ".picortex/prompts/discriminator.md"
+GIT_TIMEOUT_SECONDS: Final = 15.0  # a local commit takes milliseconds; a hung git must not
+GIT_USER_NAME: Final = "picortex"
+GIT_USER_EMAIL: Final = "picortex@localhost"
+SEED_MESSAGE: Final = "Seed discriminator prompt from the default template"
+HAND_EDIT_MESSAGE: Final = "Hand edit picked up"
+RESTORE_MESSAGE: Final = "Prompt file was missing: restored the default template"
+# Chat ids become directory names: Discord ids are digits; keep to a safe alphabet.
+_CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_FIELD_SEP: Final = "\x1f"
+
+
+class ChatHomeError(PicortexError):
+    """A chat home could not be created, read or committed to."""
+
+
+class PromptVersion(NamedTuple):
+    """One commit of the discriminator prompt."""
+
+    commit: str
+    date: str  # ISO 8601 with offset, as git records it
+    message: str
+
+
+def default_prompt_template() -> str:
+    """The discriminator template shipped in the package."""
+    ref = resources.files("picortex").joinpath("templates/discriminator.md")
+    return ref.read_text(encoding="utf-8")
+
+
+class ChatHome:
+    """The chat home of one chat under `home_root/chats/<chat_id>`."""
+
+    def __init__(self, home_root: Path, chat_id: str) -> None:
+        if _CHAT_ID.fullmatch(chat_id) is None:
+            raise ChatHomeError(f"chat id {chat_id!r} is not a Discord id")
+        self.chat_id = chat_id
+        self.root = home_root / "chats" / chat_id
+
+    @property
+    def prompt_path(self) -> Path:
+        """Where the chat's discriminator prompt lives."""
+        return self.root / PROMPT_RELPATH
+
+    # -- git ------------------------------------------------------------------------------
+
+    def _env(self) -> dict[str, str]:
+        # Inherited GIT_* variables (GIT_DIR, GIT_INDEX_FILE, ...) would point git elsewhere,
+        # and the user's global config may require signing or hooks we cannot satisfy.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+        env.update(
+            {
+                "GIT_CONFIG_NOSYSTEM": "1",
+                "GIT_CONFIG_GLOBAL": os.devnull,
+                "GIT_CEILING_DIRECTORIES": str(self.root.parent),
+                "GIT_TERMINAL_PROMPT": "0",
+                "LC_ALL": "C",
+            }
+        )
+        return env
+
+    def _git(self, *args: str) -> str:
+        command = ["git", "-c", "commit.gpgsign=false", *args]
+        try:
+            done = subprocess.run(  # noqa: S603 - fixed program, arguments are ours
+                command,
+                cwd=self.root,
+                env=self._env(),
+                capture_output=True,
+                text=True,
+                timeout=GIT_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise ChatHomeError("git is not installed or not on PATH; chat homes need it") from None
+        except subprocess.TimeoutExpired:
+            raise ChatHomeError(
+                f"git {args[0]} in {self.root} took longer than {GIT_TIMEOUT_SECONDS:g} s"
+            ) from None
+        except OSError as exc:
+            raise ChatHomeError(f"git {args[0]} in {self.root} could not run: {exc}") from None
+        if done.returncode != 0:
+            detail = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            last = detail[-1] if detail else f"exit code {done.returncode}"
+            raise ChatHomeError(f"git {args[0]} failed in {self.root}: {last}")
+        return done.stdout
+
+    def _prompt_changed(self) -> bool:
+        return bool(self._git("status", "--porcelain", "--", PROMPT_RELPATH).strip())
+
+    def _commit_prompt(self, message: str) -> bool:
+        """Commit the prompt file if it differs from the last commit; True if it did."""
+        if not self._prompt_changed():
+            return False
+        self._git("add", "--", PROMPT_RELPATH)
+        self._git("commit", "-q", "-m", message, "--", PROMPT_RELPATH)
+        return True
+
+    def _has_commits(self) -> bool:
+        return bool(self._git("rev-list", "-n", "1", "--all").strip())
+
+    # -- files ----------------------------------------------------------------------------
+
+    def _write(self, text: str) -> None:
+        # Write beside and rename, so a crash never leaves half a prompt.
+        tmp = self.prompt_path.with_name(self.prompt_path.name + ".tmp")
+        try:
+            self.prompt_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.prompt_path)
+        except OSError as exc:
+            raise ChatHomeError(f"cannot write {self.prompt_path}: {exc.strerror or exc}") from None
+
+    def _read(self) -> str:
+        try:
+            return self.prompt_path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise ChatHomeError(f"{self.prompt_path} is not UTF-8 text") from None
+        except OSError as exc:
+            raise ChatHomeError(f"cannot read {self.prompt_path}: {exc.strerror or exc}") from None
+
+    # -- public ---------------------------------------------------------------------------
+
+    def exists(self) -> bool:
+        """True when the chat home's repository has been created."""
+        return (self.root / ".git").exists()
+
+    def ensure(self) -> None:
+        """Create the chat home on first use: a git repository with the seeded prompt.
+
+        Safe to call again: it finishes a half-made home and restores a deleted prompt.
+
+        Raises:
+            ChatHomeError: a directory or git step failed.
+        """
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ChatHomeError(f"cannot create {self.root}: {exc.strerror or exc}") from None
+        if not self.exists():
+            self._git("init", "-q", "-b", "main")
+        # Set every time: cheap, and repairs a home whose creation was interrupted.
+        self._git("config", "user.name", GIT_USER_NAME)
+        self._git("config", "user.email", GIT_USER_EMAIL)
+        self._git("config", "commit.gpgsign", "false")
+        if not self.prompt_path.exists():
+            seeded_before = self._has_commits()
+            self._write(default_prompt_template())
+            self._commit_prompt(RESTORE_MESSAGE if seeded_before else SEED_MESSAGE)
+        elif not self._has_commits():
+            self._commit_prompt(SEED_MESSAGE)
+
+    def _pick_up_hand_edit(self) -> None:
+        self._commit_prompt(HAND_EDIT_MESSAGE)
+
+    def read_prompt(self) -> str:
+        """The chat's prompt; a hand edit since the last commit is committed first.
+
+        Raises:
+            ChatHomeError: git failed or the file cannot be read.
+        """
+        self.ensure()
+        self._pick_up_hand_edit()
+        return self._read()
+
+    def write_prompt(self, text: str, message: str) -> bool:
+        """Replace the prompt and commit it with `message`; False when nothing changed.
+
+        A pending hand edit is committed first, so it stays in the history.
+
+        Raises:
+            ChatHomeError: git failed or the file cannot be written.
+        """
+        self.ensure()
+        self._pick_up_hand_edit()
+        if self._read() == text:
+            return False
+        self._write(text)
+        return self._commit_prompt(message)
+
+    def history(self) -> list[PromptVersion]:
+        """The prompt's versions, newest first; empty when the chat has no home yet.
+
+        Raises:
+            ChatHomeError: git failed.
+        """
+        if not self.exists():
+            return []
+        self.ensure()
+        self._pick_up_hand_edit()
+        fmt = _FIELD_SEP.join(("%H", "%aI", "%s"))
+        out = self._git("log", f"--format={fmt}", "--", PROMPT_RELPATH)
+        versions = []
+        for line in out.splitlines():
+            commit, date, subject = line.split(_FIELD_SEP, 2)
+            versions.append(PromptVersion(commit, date, subject))
+        return versions

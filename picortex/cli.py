@@ -1,0 +1,115 @@
+"""The `picortex` command line: argument parsing and dispatch, nothing else."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from picortex import __version__
+from picortex.errors import ConfigError, FatalDiscordError, SupervisorExhausted
+
+EXIT_OK: int = 0
+EXIT_USAGE: int = 2
+EXIT_DISCORD_REFUSED: int = 3
+EXIT_SUPERVISOR_GAVE_UP: int = 70
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose usage errors are one sentence and exit code 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"picortex: {message} (see `picortex --help`)\n")
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        sid, count = (int(p) for p in text.split("/", 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard must look like ID/COUNT, got {text!r}") from None
+    if count < 1 or not 0 <= sid < count:
+        raise argparse.ArgumentTypeError(f"--shard {text}: need 0 <= ID < COUNT")
+    return sid, count
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full command tree of SPEC section 2."""
+    p = _Parser(prog="picortex", description="A long-lived Discord bot runtime.")
+    p.add_argument("--version", action="version", version=f"picortex {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run the bot until SIGINT/SIGTERM")
+    run.add_argument("--shard", type=_shard, default=(0, 1), metavar="ID/COUNT")
+
+    demo = sub.add_parser("demo", help="zero-setup showcase against the built-in simulator")
+    demo.add_argument("--keep", action="store_true", help="keep the demo home for inspection")
+    demo.add_argument("--speed", type=float, default=1.0, help="shorten windows by this factor")
+
+    sim = sub.add_parser("sim", help="run the built-in Discord simulator")
+    sim.add_argument("--chat", action="store_true", help="chat with the bot from this terminal")
+    sim.add_argument("--port", type=int, default=0)
+
+    log = sub.add_parser("log", help="read actions.jsonl")
+    log.add_argument("-n", type=int, default=None, metavar="N", help="last N lines")
+    log.add_argument("--follow", "-f", action="store_true")
+    log.add_argument("--event", action="append", default=[], metavar="TYPE")
+    log.add_argument("--json", action="store_true", help="raw JSON lines")
+
+    errors = sub.add_parser("errors", help="list failed model invocations")
+    errors.add_argument("--unresolved", action="store_true")
+    errors.add_argument("--json", action="store_true")
+    errors.add_argument("--patterns", action="store_true")
+    esub = errors.add_subparsers(dest="errors_command", parser_class=_Parser)
+    resolve = esub.add_parser("resolve", help="mark an error resolved")
+    resolve.add_argument("id", type=int)
+    resolve.add_argument(
+        "--as", dest="resolution", required=True, choices=["fixed", "dismissed", "composted"]
+    )
+
+    disc = sub.add_parser("discriminator", help="the attention discriminator")
+    dsub = disc.add_subparsers(dest="disc_command", required=True, parser_class=_Parser)
+    dtest = dsub.add_parser("test", help="run it on a chat's last cached messages")
+    dtest.add_argument("chat")
+    dtest.add_argument("-n", type=int, default=5)
+
+    prompts = sub.add_parser("prompts", help="discriminator prompt versions")
+    psub = prompts.add_subparsers(dest="prompts_command", required=True, parser_class=_Parser)
+    phist = psub.add_parser("history", help="the prompt's version history")
+    phist.add_argument("chat")
+
+    config = sub.add_parser("config", help="read or change runtime config")
+    csub = config.add_subparsers(dest="config_command", required=True, parser_class=_Parser)
+    cget = csub.add_parser("get")
+    cget.add_argument("key", nargs="?")
+    cset = csub.add_parser("set")
+    cset.add_argument("key")
+    cset.add_argument("value")
+
+    sub.add_parser("status", help="ask the running bot how it is")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `picortex` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    logging.basicConfig(level=logging.INFO, format="picortex: %(levelname)s: %(message)s")
+    try:
+        from picortex import subcommands
+
+        return subcommands.dispatch(args)
+    except ConfigError as e:
+        print(f"picortex: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except FatalDiscordError as e:
+        print(f"picortex: {e}", file=sys.stderr)
+        return EXIT_DISCORD_REFUSED
+    except SupervisorExhausted as e:
+        print(f"picortex: giving up: {e}", file=sys.stderr)
+        return EXIT_SUPERVISOR_GAVE_UP
+    except KeyboardInterrupt:
+        return EXIT_OK

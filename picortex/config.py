@@ -1,0 +1,585 @@
+"""Settings: `picortex.toml`, then the environment, then runtime overrides from the database.
+
+Every key of SPEC section 3 is validated here; a bad value is one ConfigError sentence that
+names the key and where it came from. Runtime overrides are dotted keys with text values.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import re
+import tomllib
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final, cast
+
+import attrs
+import orjson
+
+from picortex.errors import ConfigError
+
+logger = logging.getLogger(__name__)
+
+ATTENTION_MODES: Final = ("always", "mentions-only", "discriminate", "discriminate-quiet", "silent")
+REPLY_MODES: Final = ("channel", "dm")
+PERIODS: Final = ("day", "month")
+DEFAULT_HOME: Final = "~/.picortex"
+DEFAULT_API_BASE: Final = "https://discord.com/api/v10"
+CONFIG_FILE_NAME: Final = "picortex.toml"
+DB_FILE_NAME: Final = "picortex.db"
+WAKEWORD_MAX_CHARS: Final = 8  # SPEC 3: short enough to type on a phone, long enough to be rare
+# Discord snowflakes are unsigned 64-bit; SQLite stores signed 64-bit, and real ids fit in it.
+SNOWFLAKE_MAX: Final = 2**63 - 1
+OVERRIDES_PREFIX: Final = "response_policy.overrides."
+NO_OVERRIDE: Final = "none"  # runtime value that removes a per-command override
+_GOT_MAX_CHARS: Final = (
+    60  # a quoted bad value longer than this is cut, so the error stays one line
+)
+
+
+@attrs.frozen
+class Price:
+    """USD per million tokens."""
+
+    input: float
+    output: float
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        """The cost in USD of one call with these token counts."""
+        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+
+BUILTIN_PRICES: Final[Mapping[str, Price]] = MappingProxyType(
+    {
+        "claude-haiku-5-5": Price(0.10, 0.50),
+        "claude-sonnet-5-5": Price(2.0, 10.0),
+        "claude-opus-5-5": Price(4.0, 20.0),
+    }
+)
+
+
+def _proxy(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
+
+
+@attrs.frozen
+class ResponsePolicySettings:
+    """Where replies go (SPEC 6): override > sensitive list > default mode."""
+
+    default_mode: str = "channel"
+    sensitive_commands: tuple[str, ...] = ("whitelist", "config")
+    overrides: Mapping[str, str] = attrs.field(
+        factory=lambda: MappingProxyType({}), converter=_proxy
+    )
+
+
+@attrs.frozen
+class AttentionSettings:
+    """Default attention modes for chats without their own (SPEC 7)."""
+
+    dm: str = "always"
+    group: str = "mentions-only"
+
+
+@attrs.frozen
+class DiscriminatorSettings:
+    """The attention classifier (SPEC 7)."""
+
+    model: str = "claude-haiku-5-5"
+    timeout_seconds: float = 5.0
+    history: int = 6
+
+
+@attrs.frozen
+class ModelTiers:
+    """Model ids per tier (SPEC 3)."""
+
+    triage: str = "claude-haiku-5-5"
+    general: str = "claude-sonnet-5-5"
+    complex: str = "claude-opus-5-5"
+
+
+@attrs.frozen
+class BudgetSettings:
+    """Spending ceiling per workspace per period (SPEC 9)."""
+
+    ceiling_usd: float = 5.0
+    period: str = "day"
+
+
+def _secret_repr(value: str | None) -> str:
+    return "None" if value is None else "'[hidden]'"
+
+
+@attrs.frozen
+class Settings:
+    """The effective configuration. Secrets are hidden from repr and str."""
+
+    home: Path
+    owner_id: int | None = None
+    wakeword: str = "!s"
+    continuation_seconds: float = 10.0
+    context_messages: int = 15
+    context_chars: int = 4000
+    fetch_cooldown_seconds: float = 5.0
+    cache_max_bytes: int = 52_428_800
+    cache_messages_per_channel: int = 200
+    action_log_max_bytes: int = 5_242_880
+    poll_enabled: bool = False
+    poll_seconds: float = 120.0
+    response_policy: ResponsePolicySettings = ResponsePolicySettings()
+    attention: AttentionSettings = AttentionSettings()
+    discriminator: DiscriminatorSettings = DiscriminatorSettings()
+    models: ModelTiers = ModelTiers()
+    budget: BudgetSettings = BudgetSettings()
+    prices: Mapping[str, Price] = attrs.field(factory=lambda: BUILTIN_PRICES, converter=_proxy)
+    discord_token: str | None = attrs.field(default=None, repr=_secret_repr)
+    api_base: str = DEFAULT_API_BASE
+    anthropic_api_key: str | None = attrs.field(default=None, repr=_secret_repr)
+    anthropic_base_url: str | None = None
+    action_log_path: Path = attrs.field(
+        default=attrs.Factory(lambda s: s.home / "actions.jsonl", takes_self=True)
+    )
+    cache_dir: Path = attrs.field(
+        default=attrs.Factory(lambda s: s.home / "cache", takes_self=True)
+    )
+    db_path: Path = attrs.field(
+        default=attrs.Factory(lambda s: s.home / DB_FILE_NAME, takes_self=True)
+    )
+    fault_inject: str = ""
+
+    @property
+    def config_path(self) -> Path:
+        """Where `picortex.toml` is read from."""
+        return self.home / CONFIG_FILE_NAME
+
+    def price_for(self, model: str) -> Price:
+        """The model's price; a model without one costs as the dearest known model."""
+        price = self.prices.get(model)
+        if price is not None:
+            return price
+        return max(self.prices.values(), key=lambda p: (p.input + p.output, p.output))
+
+    def value_of(self, key: str) -> object:
+        """The value of a dotted key such as `attention.group` (ConfigError if unknown)."""
+        if key.startswith(OVERRIDES_PREFIX):
+            return self.response_policy.overrides.get(key[len(OVERRIDES_PREFIX) :])
+        if key not in _KEYS:
+            raise ConfigError(f"unknown config key {_show(key)}")
+        head, _, rest = key.partition(".")
+        value: object = getattr(self, head)
+        return getattr(value, rest) if rest else value
+
+    def with_runtime(self, overrides: Mapping[str, str]) -> Settings:
+        """These settings with runtime overrides (dotted keys, text values) applied.
+
+        Unknown keys are logged and skipped, since a stored key may come from an older
+        version; a bad value raises ConfigError naming the key and the database.
+        """
+        result = self
+        for raw_key, text in sorted(overrides.items()):
+            try:
+                key = runtime_key(raw_key)
+            except ConfigError:
+                logger.warning(
+                    "%s: unknown runtime config key %s is ignored", self.db_path, raw_key
+                )
+                continue
+            try:
+                value = parse_runtime_value(key, text)
+            except ConfigError as exc:
+                raise ConfigError(f"{self.db_path} (runtime config): {exc}") from None
+            result = _set_key(result, key, value)
+        return result
+
+
+# ---- validation --------------------------------------------------------------------------
+
+
+class _Invalid(Exception):
+    """A bad value; the message is the sentence without its source prefix."""
+
+
+def _show(value: object) -> str:
+    """A bad value as the user wrote it, quoted, cut to one short line."""
+    if isinstance(value, float) and not math.isfinite(value):
+        text = repr(value)  # JSON has no nan or inf; TOML spells them like Python
+    else:
+        try:
+            text = orjson.dumps(value).decode()
+        except TypeError:
+            text = repr(value)
+    if len(text) > _GOT_MAX_CHARS:
+        text = text[: _GOT_MAX_CHARS - 3] + "..."
+    return text
+
+
+def _check_snowflake(key: str, value: object) -> int | None:
+    if value == "":
+        return None
+    if isinstance(value, str) and value.strip().isdigit() and value.strip().isascii():
+        number: object = int(value.strip())
+    else:
+        number = value
+    if isinstance(number, int) and not isinstance(number, bool) and 0 < number <= SNOWFLAKE_MAX:
+        return number
+    raise _Invalid(f"{key} must be a Discord user id (a positive integer), got {_show(value)}")
+
+
+def _check_wakeword(key: str, value: object) -> str:
+    if (
+        isinstance(value, str)
+        and 1 <= len(value) <= WAKEWORD_MAX_CHARS
+        and not any(c.isspace() for c in value)
+    ):
+        return value
+    raise _Invalid(
+        f"{key} must be 1-{WAKEWORD_MAX_CHARS} characters without spaces, got {_show(value)}"
+    )
+
+
+def _check_number(what: str) -> Callable[[str, object], float]:
+    def check(key: str, value: object) -> float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            number = float(value)
+            if math.isfinite(number) and number >= 0:
+                return number
+        raise _Invalid(f"{key} must be {what}, 0 or more, got {_show(value)}")
+
+    return check
+
+
+def _check_count(what: str) -> Callable[[str, object], int]:
+    def check(key: str, value: object) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        raise _Invalid(f"{key} must be {what}, 0 or more, got {_show(value)}")
+
+    return check
+
+
+def _check_bool(key: str, value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise _Invalid(f"{key} must be true or false, got {_show(value)}")
+
+
+def _check_choice(choices: tuple[str, ...]) -> Callable[[str, object], str]:
+    if len(choices) == 2:
+        wanted = f'"{choices[0]}" or "{choices[1]}"'
+    else:
+        wanted = "one of " + ", ".join(choices)
+
+    def check(key: str, value: object) -> str:
+        if isinstance(value, str) and value in choices:
+            return value
+        raise _Invalid(f"{key} must be {wanted}, got {_show(value)}")
+
+    return check
+
+
+def _check_model(key: str, value: object) -> str:
+    if isinstance(value, str) and value.strip() and not any(c.isspace() for c in value):
+        return value
+    raise _Invalid(f"{key} must be a model id such as claude-haiku-5-5, got {_show(value)}")
+
+
+_COMMAND_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def _check_commands(key: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, list | tuple) and all(
+        isinstance(v, str) and _COMMAND_NAME.fullmatch(v) for v in value
+    ):
+        return tuple(dict.fromkeys(value))  # keeps order, drops repeats
+    raise _Invalid(f"{key} must be a list of lowercase command names, got {_show(value)}")
+
+
+_check_reply_mode = _check_choice(REPLY_MODES)
+
+
+def _check_overrides(key: str, value: object) -> Mapping[str, str]:
+    if not isinstance(value, dict):
+        raise _Invalid(f'{key} must be a table of command = "channel" or "dm", got {_show(value)}')
+    result: dict[str, str] = {}
+    for command, mode in value.items():
+        if not _COMMAND_NAME.fullmatch(command):
+            raise _Invalid(f"{key} must name lowercase commands, got {_show(command)}")
+        result[command] = _check_reply_mode(f"{key}.{command}", mode)
+    return MappingProxyType(result)
+
+
+@attrs.frozen
+class _Key:
+    """How one key is checked, parsed from text, and whether it may change at runtime."""
+
+    check: Callable[[str, object], object]
+    from_text: Callable[[str], object]
+    runtime: bool
+
+
+def _text_raw(text: str) -> object:
+    return text
+
+
+def _text_stripped(text: str) -> object:
+    return text.strip()
+
+
+def _text_int(text: str) -> object:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return text
+
+
+def _text_number(text: str) -> object:
+    for kind in (int, float):
+        try:
+            return kind(text.strip())
+        except ValueError:
+            pass
+    return text
+
+
+def _text_bool(text: str) -> object:
+    lowered = text.strip().lower()
+    if lowered in {"true", "yes", "on", "1"}:
+        return True
+    if lowered in {"false", "no", "off", "0"}:
+        return False
+    return text
+
+
+def _text_list(text: str) -> object:
+    return [part.strip().lower() for part in text.split(",") if part.strip()]
+
+
+_seconds = _check_number("a number of seconds")
+_KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
+    {
+        "owner_id": _Key(_check_snowflake, _text_stripped, runtime=False),
+        "wakeword": _Key(_check_wakeword, _text_raw, runtime=True),
+        "continuation_seconds": _Key(_seconds, _text_number, runtime=True),
+        "context_messages": _Key(_check_count("a whole number"), _text_int, runtime=True),
+        "context_chars": _Key(_check_count("a whole number"), _text_int, runtime=True),
+        "fetch_cooldown_seconds": _Key(_seconds, _text_number, runtime=True),
+        "cache_max_bytes": _Key(_check_count("a size in bytes"), _text_int, runtime=False),
+        "cache_messages_per_channel": _Key(
+            _check_count("a whole number"), _text_int, runtime=False
+        ),
+        "action_log_max_bytes": _Key(_check_count("a size in bytes"), _text_int, runtime=False),
+        "poll_enabled": _Key(_check_bool, _text_bool, runtime=True),
+        "poll_seconds": _Key(_seconds, _text_number, runtime=True),
+        "response_policy.default_mode": _Key(_check_reply_mode, _text_stripped, runtime=True),
+        "response_policy.sensitive_commands": _Key(_check_commands, _text_list, runtime=True),
+        "response_policy.overrides": _Key(_check_overrides, _text_raw, runtime=False),
+        "attention.dm": _Key(_check_choice(ATTENTION_MODES), _text_stripped, runtime=True),
+        "attention.group": _Key(_check_choice(ATTENTION_MODES), _text_stripped, runtime=True),
+        "discriminator.model": _Key(_check_model, _text_stripped, runtime=True),
+        "discriminator.timeout_seconds": _Key(_seconds, _text_number, runtime=True),
+        "discriminator.history": _Key(_check_count("a whole number"), _text_int, runtime=True),
+        "models.triage": _Key(_check_model, _text_stripped, runtime=True),
+        "models.general": _Key(_check_model, _text_stripped, runtime=True),
+        "models.complex": _Key(_check_model, _text_stripped, runtime=True),
+        "budget.ceiling_usd": _Key(_check_number("an amount in USD"), _text_number, runtime=True),
+        "budget.period": _Key(_check_choice(PERIODS), _text_stripped, runtime=True),
+    }
+)
+_SECTIONS: Final = frozenset(key.partition(".")[0] for key in _KEYS if "." in key)
+_check_price = _check_number("a price in USD per million tokens")
+
+FILE_KEYS: Final[tuple[str, ...]] = (*_KEYS, "prices.<model>.input", "prices.<model>.output")
+"""Every key `picortex.toml` accepts."""
+
+RUNTIME_KEYS: Final[tuple[str, ...]] = tuple(key for key, spec in _KEYS.items() if spec.runtime)
+"""Keys settable at runtime, plus any `response_policy.overrides.<command>`."""
+
+
+def runtime_key(key: str) -> str:
+    """The canonical form of a runtime-settable key; ConfigError (one sentence) otherwise."""
+    key = key.strip()
+    if key.lower().startswith(OVERRIDES_PREFIX):
+        command = key[len(OVERRIDES_PREFIX) :].lower()
+        if not _COMMAND_NAME.fullmatch(command):
+            raise ConfigError(
+                f"{OVERRIDES_PREFIX}<command> needs a lowercase command name, got {_show(command)}"
+            )
+        return OVERRIDES_PREFIX + command
+    canonical = key.lower()
+    spec = _KEYS.get(canonical)
+    if spec is None:
+        raise ConfigError(f"unknown config key {_show(key)}")
+    if not spec.runtime:
+        raise ConfigError(f"{canonical} can only be set in {CONFIG_FILE_NAME}")
+    return canonical
+
+
+def parse_runtime_value(key: str, text: str) -> object:
+    """Parse and check a runtime value given as text (raises ConfigError: one sentence).
+
+    For `response_policy.overrides.<command>`, the text `none` yields None: no override.
+    """
+    key = runtime_key(key)
+    try:
+        if key.startswith(OVERRIDES_PREFIX):
+            if text.strip().lower() == NO_OVERRIDE:
+                return None
+            return _check_reply_mode(key, text.strip())
+        spec = _KEYS[key]
+        return spec.check(key, spec.from_text(text))
+    except _Invalid as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def format_value(value: object) -> str:
+    """A value as text, in the form `parse_runtime_value` reads back."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    if isinstance(value, str | int | Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={format_value(v)}" for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return ", ".join(format_value(v) for v in value)
+    if attrs.has(type(value)):
+        fields = attrs.fields(cast("type[attrs.AttrsInstance]", type(value)))
+        return ", ".join(f"{f.name}={format_value(getattr(value, f.name))}" for f in fields)
+    return str(value)
+
+
+def _set_key(settings: Settings, key: str, value: object) -> Settings:
+    """A copy of settings with one dotted key changed (value already checked)."""
+    if key.startswith(OVERRIDES_PREFIX):
+        command = key[len(OVERRIDES_PREFIX) :]
+        overrides = dict(settings.response_policy.overrides)
+        if value is None:
+            overrides.pop(command, None)
+        else:
+            overrides[command] = str(value)
+        policy = attrs.evolve(settings.response_policy, overrides=overrides)
+        return attrs.evolve(settings, response_policy=policy)
+    head, _, rest = key.partition(".")
+    changes: dict[str, Any] = {head: value}
+    if rest:
+        changes[head] = attrs.evolve(getattr(settings, head), **{rest: value})
+    return attrs.evolve(settings, **changes)
+
+
+# ---- loading -----------------------------------------------------------------------------
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{path}: cannot be read ({reason})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML ({exc})") from None
+
+
+def _file_values(path: Path, data: Mapping[str, Any]) -> Iterator[tuple[str, object]]:
+    """Checked (dotted key, value) pairs from the parsed file; unknown keys are warned about."""
+    for name, raw in data.items():
+        if name == "prices":
+            yield "prices", _file_prices(path, raw)
+        elif name in _SECTIONS:
+            if not isinstance(raw, dict):
+                raise _Invalid(f"{name} must be a table ([{name}]), got {_show(raw)}")
+            for sub, value in raw.items():
+                key = f"{name}.{sub}"
+                if key in _KEYS:
+                    yield key, _KEYS[key].check(key, value)
+                else:
+                    logger.warning("%s: unknown key %s is ignored", path, key)
+        elif name in _KEYS:
+            yield name, _KEYS[name].check(name, raw)
+        else:
+            logger.warning("%s: unknown key %s is ignored", path, name)
+
+
+def _file_prices(path: Path, raw: object) -> Mapping[str, Price]:
+    if not isinstance(raw, dict):
+        raise _Invalid(f'prices must be a table of [prices."<model>"] tables, got {_show(raw)}')
+    prices = dict(BUILTIN_PRICES)
+    for model, entry in raw.items():
+        key = f"prices.{model}"
+        if not isinstance(entry, dict):
+            raise _Invalid(f"{key} must be a table with input and output, got {_show(entry)}")
+        known = prices.get(model)
+        values: dict[str, float] = {}
+        for field in ("input", "output"):
+            if field in entry:
+                values[field] = _check_price(f"{key}.{field}", entry[field])
+            elif known is not None:
+                values[field] = getattr(known, field)
+            else:
+                raise _Invalid(f"{key} needs both input and output prices")
+        for extra in entry.keys() - {"input", "output"}:
+            logger.warning("%s: unknown key %s.%s is ignored", path, key, extra)
+        prices[model] = Price(values["input"], values["output"])
+    return prices
+
+
+def _env(env: Mapping[str, str], name: str) -> str | None:
+    """An environment variable, with an empty value counting as unset."""
+    value = env.get(name, "").strip()
+    return value or None
+
+
+def load_settings(
+    env: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None
+) -> Settings:
+    """Settings from `PICORTEX_HOME/picortex.toml`, the environment, then runtime overrides.
+
+    Args:
+        env: the environment (defaults to `os.environ`).
+        overrides: runtime config from the database (dotted keys, text values).
+
+    Raises:
+        ConfigError: one sentence naming the bad key and the file or variable.
+    """
+    env = os.environ if env is None else env
+    home = Path(_env(env, "PICORTEX_HOME") or DEFAULT_HOME).expanduser()
+    path = home / CONFIG_FILE_NAME
+    settings = Settings(home=home)
+    try:
+        for key, value in _file_values(path, _read_toml(path)):
+            settings = _set_key(settings, key, value)
+    except _Invalid as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+    owner = _env(env, "PICORTEX_OWNER_ID")
+    if owner is not None:
+        try:
+            settings = attrs.evolve(settings, owner_id=_check_snowflake("PICORTEX_OWNER_ID", owner))
+        except _Invalid as exc:
+            raise ConfigError(str(exc)) from None
+    api_base = (_env(env, "DISCORD_API_BASE") or DEFAULT_API_BASE).rstrip("/")
+    if not api_base.startswith(("http://", "https://")):
+        raise ConfigError(f"DISCORD_API_BASE must be an http(s) URL, got {_show(api_base)}")
+    action_log = _env(env, "PICORTEX_ACTION_LOG")
+    cache_dir = _env(env, "PICORTEX_CACHE_DIR")
+    settings = attrs.evolve(
+        settings,
+        discord_token=_env(env, "DISCORD_BOT_TOKEN"),
+        api_base=api_base,
+        anthropic_api_key=_env(env, "ANTHROPIC_API_KEY"),
+        anthropic_base_url=_env(env, "ANTHROPIC_BASE_URL"),
+        action_log_path=Path(action_log).expanduser() if action_log else home / "actions.jsonl",
+        cache_dir=Path(cache_dir).expanduser() if cache_dir else home / "cache",
+        fault_inject=env.get("PICORTEX_FAULT_INJECT", "").strip(),
+    )
+    return settings.with_runtime(overrides) if overrides else settings

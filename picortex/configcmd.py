@@ -1,0 +1,137 @@
+"""`picortex config get [KEY]` and `config set KEY VALUE`: runtime config kept in `picortex.db`."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Final, TextIO
+
+from picortex.config import (
+    ATTENTION_MODES,
+    NO_OVERRIDE,
+    OVERRIDES_PREFIX,
+    RUNTIME_KEYS,
+    Settings,
+    format_value,
+    parse_runtime_value,
+    runtime_key,
+)
+from picortex.errors import ConfigError
+from picortex.store import Store
+
+CHAT_ATTENTION_KEY: Final = re.compile(r"attention\.(\d+)")
+"""`attention.<chat_id>`: one chat's own attention mode, kept in `chat_config`."""
+
+ChatModeSetter = Callable[[int, str], str]
+"""Sets one chat's attention mode: (chat_id, mode text) -> the line to print.
+
+Raises ConfigError (one sentence) for a bad mode. The default only writes `chat_config`;
+the app may pass one that also prepares the chat home and its discriminator prompt.
+"""
+
+
+def _shown(value: object) -> str:
+    text = format_value(value)
+    return text if text else "(none)"
+
+
+def _chat_id(key: str) -> int | None:
+    match = CHAT_ATTENTION_KEY.fullmatch(key.strip().lower())
+    return int(match.group(1)) if match else None
+
+
+def run_config_get(
+    store: Store, settings: Settings, key: str | None, out: TextIO, *, err: TextIO | None = None
+) -> int:
+    """Print one key (any key of `picortex.toml`) or every runtime key with its value.
+
+    `settings` may come with or without the stored overrides: they are applied here.
+    Values set at runtime are marked `(runtime)`. Returns 0, or 2 for an unknown key.
+    """
+    err = sys.stderr if err is None else err
+    stored = store.runtime_config()
+    try:
+        effective = settings.with_runtime(stored)
+    except ConfigError as exc:
+        err.write(f"{exc}\n")
+        return 2
+    if key is None:
+        for name in RUNTIME_KEYS:
+            mark = "  (runtime)" if name in stored else ""
+            out.write(f"{name} = {_shown(effective.value_of(name))}{mark}\n")
+        for command, mode in sorted(effective.response_policy.overrides.items()):
+            name = OVERRIDES_PREFIX + command
+            mark = "  (runtime)" if name in stored else ""
+            out.write(f"{name} = {mode}{mark}\n")
+        return 0
+    chat_id = _chat_id(key)
+    if chat_id is not None:
+        chat = store.get_chat_config(chat_id)
+        if chat is None:
+            out.write(f"attention.{chat_id} = (not set: attention.dm or attention.group applies)\n")
+        else:
+            out.write(f"attention.{chat_id} = {chat.attention_mode}\n")
+        return 0
+    name = key.strip().lower()
+    try:
+        value = effective.value_of(name)
+    except ConfigError as exc:
+        err.write(f"{exc}\n")
+        return 2
+    mark = "  (runtime)" if name in stored else ""
+    out.write(f"{name} = {_shown(value)}{mark}\n")
+    return 0
+
+
+def _store_chat_mode(store: Store, now: float) -> ChatModeSetter:
+    def set_mode(chat_id: int, text: str) -> str:
+        mode = text.strip().lower()
+        if mode not in ATTENTION_MODES:
+            raise ConfigError(
+                f"attention.{chat_id} must be one of {', '.join(ATTENTION_MODES)}, got {text!r}"
+            )
+        store.set_attention_mode(chat_id, mode, now)
+        return f"attention.{chat_id} = {mode}"
+
+    return set_mode
+
+
+def run_config_set(
+    store: Store,
+    settings: Settings,
+    key: str,
+    value: str,
+    out: TextIO,
+    *,
+    err: TextIO | None = None,
+    now: float | None = None,
+    chat_mode_setter: ChatModeSetter | None = None,
+) -> int:
+    """Validate and store one runtime value, then print `key = value`.
+
+    `attention.<chat_id>` sets that chat's mode through `chat_mode_setter` (default: write
+    `chat_config` only). Returns 0, or 2 with one sentence on `err` for an unknown key or
+    a bad value.
+    """
+    err = sys.stderr if err is None else err
+    chat_id = _chat_id(key)
+    try:
+        if chat_id is not None:
+            setter = chat_mode_setter or _store_chat_mode(
+                store, time.time() if now is None else now
+            )
+            out.write(setter(chat_id, value) + "\n")
+            return 0
+        name = runtime_key(key)
+        parsed = parse_runtime_value(name, value)
+        text = NO_OVERRIDE if parsed is None else format_value(parsed)
+        # What is stored must load again at start-up: check the round trip before writing.
+        settings.with_runtime({name: text})
+    except ConfigError as exc:
+        err.write(f"{exc}\n")
+        return 2
+    store.set_runtime_config(name, text)
+    out.write(f"{name} = {text}\n")
+    return 0

@@ -1,0 +1,741 @@
+"""Chat commands (SPEC 5 step 3, SPEC 6): detect them, parse them, and decide their effect.
+
+Nothing here raises on user input: every text becomes a command value, and executing one
+returns the reply text plus the state changes the channel actor applies (store writes,
+polls to start). Use: `find_command_text` (or `detect_command`) -> `parse_command` ->
+`execute`, then post `CommandResult.reply` through the response policy.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import ClassVar, Final
+
+import attrs
+
+from picortex.core import poll as polls
+from picortex.core.trust import Tier, may_run, required_tier
+from picortex.errors import ConfigError
+from picortex.types import Message, Snowflake
+
+SLASH_PREFIX: Final = "/picortex"
+ATTENTION_MODES: Final[tuple[str, ...]] = (
+    "always",
+    "mentions-only",
+    "discriminate",
+    "discriminate-quiet",
+    "silent",
+)
+# Snowflakes are unsigned 64-bit in Discord but stored in SQLite's signed INTEGER; real ids
+# are far below this bound, so anything above it is a typo, not a user.
+_MAX_USER_ID: Final = 2**63 - 1
+# How much of a user's word we echo back in an error: enough to recognise, never a wall.
+_ECHO_CHARS: Final = 40
+
+_LEADING_MENTION: Final = re.compile(r"<@!?([0-9]{1,20})>\s*")
+_MENTIONS: Final = re.compile(r"(?:<@!?[0-9]{1,20}>)+")
+_MENTION_ID: Final = re.compile(r"<@!?([0-9]{1,20})>")
+_RAW_ID: Final = re.compile(r"[0-9]{1,20}")
+_ARG_SPLIT: Final = re.compile(r"[\s,]+")
+_WORD: Final = re.compile(r"\s*(\S*)\s*(.*)", re.DOTALL)
+_POLLS_OFF: Final = "Polls are turned off here (`poll_enabled` is false)."
+
+
+# --- command values ------------------------------------------------------------------
+
+
+@attrs.frozen
+class WhitelistList:
+    """`whitelist list`: show the owner and the trust list."""
+
+    NAME: ClassVar[str] = "whitelist"
+
+
+@attrs.frozen
+class WhitelistAdd:
+    """`whitelist add @user.. [tier]`: give users a tier (default `user`)."""
+
+    NAME: ClassVar[str] = "whitelist"
+    user_ids: tuple[Snowflake, ...]
+    tier: Tier = Tier.USER
+
+
+@attrs.frozen
+class WhitelistRemove:
+    """`whitelist remove @user..`: take users off the trust list."""
+
+    NAME: ClassVar[str] = "whitelist"
+    user_ids: tuple[Snowflake, ...]
+
+
+@attrs.frozen
+class WhitelistHelp:
+    """A bare `whitelist` or `whitelist help`."""
+
+    NAME: ClassVar[str] = "whitelist"
+
+
+@attrs.frozen
+class AttentionSet:
+    """`attention MODE`: change the chat's attention mode."""
+
+    NAME: ClassVar[str] = "attention"
+    mode: str
+
+
+@attrs.frozen
+class AttentionShow:
+    """`attention show` (or a bare `attention`): the mode and the discriminator prompt path."""
+
+    NAME: ClassVar[str] = "attention"
+
+
+@attrs.frozen
+class ConfigGet:
+    """`config get [KEY]`: one runtime setting, or all of them."""
+
+    NAME: ClassVar[str] = "config"
+    key: str | None = None
+
+
+@attrs.frozen
+class ConfigSet:
+    """`config set KEY VALUE`: change a runtime setting (validated when executed)."""
+
+    NAME: ClassVar[str] = "config"
+    key: str
+    value: str
+
+
+@attrs.frozen
+class PollStart:
+    """`poll ...` with a valid question and 2-4 options."""
+
+    NAME: ClassVar[str] = "poll"
+    question: str
+    options: tuple[str, ...]
+
+
+@attrs.frozen
+class PollHelp:
+    """A bare `poll` or `poll help`."""
+
+    NAME: ClassVar[str] = "poll"
+
+
+@attrs.frozen
+class Speak:
+    """`speak ...`: voice is not available, so the answer says so."""
+
+    NAME: ClassVar[str] = "speak"
+    text: str = ""
+
+
+@attrs.frozen
+class Stay:
+    """`stay ...`: voice is not available, so the answer says so."""
+
+    NAME: ClassVar[str] = "stay"
+    text: str = ""
+
+
+@attrs.frozen
+class Help:
+    """`help [TOPIC]`, or the wakeword alone."""
+
+    NAME: ClassVar[str] = "help"
+    topic: str | None = None
+
+
+@attrs.frozen
+class Unknown:
+    """A command word we do not know; answered with a short help."""
+
+    NAME: ClassVar[str] = "unknown"
+    word: str
+
+
+@attrs.frozen
+class Invalid:
+    """A known command used wrongly; `error` is one sentence for the user."""
+
+    NAME: ClassVar[str] = "invalid"
+    command: str
+    error: str
+
+
+Command = (
+    WhitelistList
+    | WhitelistAdd
+    | WhitelistRemove
+    | WhitelistHelp
+    | AttentionSet
+    | AttentionShow
+    | ConfigGet
+    | ConfigSet
+    | PollStart
+    | PollHelp
+    | Speak
+    | Stay
+    | Help
+    | Unknown
+    | Invalid
+)
+
+
+def command_name(command: Command) -> str:
+    """The command's name for permissions, the response policy and the log (`whitelist`...)."""
+    if isinstance(command, Invalid):
+        return command.command
+    return command.NAME
+
+
+# --- detection -----------------------------------------------------------------------
+
+
+def _after_bot_mention(content: str, bot_user_id: Snowflake | None) -> str | None:
+    """The text after a leading mention of the bot and any spaces; None without one."""
+    if bot_user_id is None:
+        return None
+    match = _LEADING_MENTION.match(content)
+    if match is None or int(match.group(1)) != bot_user_id:
+        return None
+    return content[match.end() :]
+
+
+def _after_prefix(text: str, prefix: str) -> str | None:
+    """The text after `prefix` and at least one whitespace character, matched case-free."""
+    n = len(prefix)
+    if n == 0 or len(text) <= n or not text[n].isspace():
+        return None
+    if text[:n].lower() != prefix.lower():
+        return None
+    return text[n + 1 :].strip()
+
+
+def find_command_text(
+    content: str, *, wakeword: str, bot_user_id: Snowflake | None, require_mention: bool
+) -> str | None:
+    """The command text of a message (after the prefix, stripped), or None if not a command.
+
+    A command starts with the wakeword or `/picortex`, then whitespace (the prefix matches
+    case-insensitively). When `require_mention` (guild channels and group DMs) the message
+    must start with a mention of the bot (`<@ID>` or `<@!ID>`, optional spaces) first; in a
+    1:1 DM such a mention is allowed but not needed. `!s` alone is the help command (`""`).
+    """
+    text = content
+    rest = _after_bot_mention(content, bot_user_id)
+    if rest is not None:
+        text = rest
+    elif require_mention:
+        return None
+    for prefix in (wakeword, SLASH_PREFIX):
+        found = _after_prefix(text, prefix)
+        if found is not None:
+            return found
+    return None
+
+
+def detect_command(
+    message: Message,
+    *,
+    wakeword: str,
+    bot_user_id: Snowflake | None,
+    group_dm: bool = False,
+) -> str | None:
+    """`find_command_text` for a message; a mention is required outside 1:1 DMs."""
+    return find_command_text(
+        message.content,
+        wakeword=wakeword,
+        bot_user_id=bot_user_id,
+        require_mention=message.guild_id is not None or group_dm,
+    )
+
+
+def strip_mention(content: str, bot_user_id: Snowflake | None) -> str:
+    """The content without a leading mention of the bot (and the spaces after it)."""
+    rest = _after_bot_mention(content, bot_user_id)
+    return content if rest is None else rest
+
+
+# --- parsing -------------------------------------------------------------------------
+
+
+def _take_word(text: str) -> tuple[str, str]:
+    """The first whitespace-delimited word and the rest (leading spaces removed)."""
+    match = _WORD.match(text)
+    if match is None:  # pragma: no cover - the pattern matches every string
+        return "", ""
+    return match.group(1), match.group(2)
+
+
+def _echo(word: str) -> str:
+    """A user's word, safe to put inside inline code in a reply."""
+    clean = word.replace("`", "'")
+    if len(clean) > _ECHO_CHARS:
+        clean = clean[: _ECHO_CHARS - 1] + "\u2026"
+    return clean
+
+
+def parse_user_ids(token: str) -> tuple[Snowflake, ...] | None:
+    """The user ids in one token: `<@id>`, `<@!id>` (several may touch) or a raw id."""
+    ids: list[int]
+    if _MENTIONS.fullmatch(token):
+        ids = [int(m) for m in _MENTION_ID.findall(token)]
+    elif _RAW_ID.fullmatch(token):
+        ids = [int(token)]
+    else:
+        return None
+    if not all(0 < i <= _MAX_USER_ID for i in ids):
+        return None
+    return tuple(ids)
+
+
+def _dedupe(ids: Sequence[Snowflake]) -> tuple[Snowflake, ...]:
+    return tuple(dict.fromkeys(ids))
+
+
+def parse_command(text: str) -> Command:
+    """Parse command text (what follows the prefix); never raises."""
+    word, rest = _take_word(text)
+    name = word.lower()
+    if name == "":
+        return Help()
+    if name == "whitelist":
+        return _parse_whitelist(rest)
+    if name == "attention":
+        return _parse_attention(rest)
+    if name == "config":
+        return _parse_config(rest)
+    if name == "poll":
+        parsed = polls.parse_poll(rest)
+        if isinstance(parsed, polls.Poll):
+            return PollStart(parsed.question, parsed.options)
+        if isinstance(parsed, polls.PollHelp):
+            return PollHelp()
+        return Invalid("poll", parsed.message)
+    if name == "speak":
+        return Speak(rest.strip())
+    if name == "stay":
+        return Stay(rest.strip())
+    if name == "help":
+        topic, _ = _take_word(rest)
+        return Help(topic.lower() or None)
+    return Unknown(word)
+
+
+def _parse_whitelist(rest: str) -> Command:
+    sub, args = _take_word(rest)
+    sub = sub.lower()
+    if sub in ("", "help"):
+        return WhitelistHelp()
+    if sub == "list":
+        return WhitelistList()
+    if sub not in ("add", "remove"):
+        return Invalid(
+            "whitelist", f"Unknown whitelist command `{_echo(sub)}`: use list, add, remove or help."
+        )
+    tokens = [t for t in _ARG_SPLIT.split(args) if t]
+    ids: list[Snowflake] = []
+    tier = Tier.USER
+    for i, token in enumerate(tokens):
+        found = parse_user_ids(token)
+        if found is not None:
+            ids.extend(found)
+            continue
+        last = i == len(tokens) - 1
+        if sub == "add" and last:
+            parsed = Tier.parse(token)
+            if parsed is not None:
+                tier = parsed
+                continue
+            if ids:
+                return Invalid(
+                    "whitelist", f"Unknown tier `{_echo(token)}`: use user, trusted or admin."
+                )
+        return Invalid("whitelist", f"`{_echo(token)}` is not a user mention or a user id.")
+    if not ids:
+        usage = (
+            "whitelist add @user [user|trusted|admin]"
+            if sub == "add"
+            else ("whitelist remove @user")
+        )
+        return Invalid("whitelist", f"Name at least one user, by mention or id: `{usage}`.")
+    if sub == "add":
+        return WhitelistAdd(_dedupe(ids), tier)
+    return WhitelistRemove(_dedupe(ids))
+
+
+def _parse_attention(rest: str) -> Command:
+    mode, _ = _take_word(rest)
+    mode = mode.lower()
+    if mode in ("", "show"):
+        return AttentionShow()
+    if mode in ATTENTION_MODES:
+        return AttentionSet(mode)
+    return Invalid(
+        "attention",
+        f"Unknown attention mode `{_echo(mode)}`: use {', '.join(ATTENTION_MODES)} or show.",
+    )
+
+
+def _unquote(value: str) -> str:
+    """Drop one pair of matching quotes around a value (`"!x"` -> `!x`)."""
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+def _parse_config(rest: str) -> Command:
+    sub, args = _take_word(rest)
+    sub = sub.lower()
+    if sub in ("", "get"):
+        key, _ = _take_word(args)
+        return ConfigGet(key.lower() or None)
+    if sub == "set":
+        key, value = _take_word(args)
+        value = value.strip()
+        if not key or not value:
+            return Invalid("config", "Give a key and a value: `config set KEY VALUE`.")
+        return ConfigSet(key.lower(), _unquote(value))
+    return Invalid("config", f"Unknown config command `{_echo(sub)}`: use get or set.")
+
+
+def render_command(command: Command) -> str:
+    """Command text that `parse_command` reads back as `command` (for valid commands)."""
+    if isinstance(command, WhitelistList):
+        return "whitelist list"
+    if isinstance(command, WhitelistAdd):
+        users = " ".join(f"<@{i}>" for i in command.user_ids)
+        return f"whitelist add {users} {command.tier.label}"
+    if isinstance(command, WhitelistRemove):
+        return "whitelist remove " + " ".join(f"<@{i}>" for i in command.user_ids)
+    if isinstance(command, WhitelistHelp):
+        return "whitelist help"
+    if isinstance(command, AttentionSet):
+        return f"attention {command.mode}"
+    if isinstance(command, AttentionShow):
+        return "attention show"
+    if isinstance(command, ConfigGet):
+        return "config get" + (f" {command.key}" if command.key else "")
+    if isinstance(command, ConfigSet):
+        value = command.value
+        if _unquote(value) != value:
+            value = f'"{value}"'
+        return f"config set {command.key} {value}"
+    if isinstance(command, PollStart):
+        return f'poll "{command.question}" ' + " // ".join(command.options)
+    if isinstance(command, PollHelp):
+        return "poll"
+    if isinstance(command, Speak | Stay):
+        return f"{command.NAME} {command.text}".strip()
+    if isinstance(command, Help):
+        return "help" + (f" {command.topic}" if command.topic else "")
+    if isinstance(command, Unknown):
+        return command.word
+    return command.command
+
+
+# --- execution -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class TrustChange:
+    """Set `user_id`'s tier, or remove them from the trust list when `tier` is None."""
+
+    user_id: Snowflake
+    tier: Tier | None
+
+
+@attrs.frozen
+class ConfigChange:
+    """Persist runtime setting `key` as `value` (canonical text), then reload the settings."""
+
+    key: str
+    value: str
+
+
+@attrs.frozen
+class AttentionChange:
+    """Set the chat's attention mode."""
+
+    mode: str
+
+
+@attrs.frozen
+class StartPoll:
+    """Seed one number reaction per option on the posted reply, tally after `poll_seconds`."""
+
+    question: str
+    options: tuple[str, ...]
+
+
+Change = TrustChange | ConfigChange | AttentionChange | StartPoll
+
+
+@attrs.frozen
+class CommandResult:
+    """What a command does: the reply to post, the changes to apply, and whether it worked.
+
+    `outcome` is `ok`, `error` (bad input or nothing to do) or `denied` (tier too low).
+    """
+
+    reply: str
+    changes: tuple[Change, ...] = ()
+    outcome: str = "ok"
+
+    @property
+    def ok(self) -> bool:
+        """True when the command did what was asked."""
+        return self.outcome == "ok"
+
+
+def _error(text: str) -> CommandResult:
+    return CommandResult(text, (), "error")
+
+
+def help_text(wakeword: str, topic: str | None = None) -> str:
+    """The short help, or the help for one command when `topic` names one."""
+    if topic == "whitelist":
+        return whitelist_help(wakeword)
+    if topic == "poll":
+        return polls.POLL_HELP
+    if topic == "attention":
+        modes = "|".join(ATTENTION_MODES)
+        return (
+            f"`{wakeword} attention {modes}` sets this chat's mode; "
+            f"`{wakeword} attention show` shows it."
+        )
+    if topic == "config":
+        return (
+            f"`{wakeword} config get [KEY]` reads settings; "
+            f"`{wakeword} config set KEY VALUE` changes one."
+        )
+    return (
+        f"Commands (start with `{wakeword} `): whitelist list|add|remove|help, "
+        "attention MODE|show, config get|set, poll, speak, stay, help."
+    )
+
+
+def whitelist_help(wakeword: str) -> str:
+    """Usage of the whitelist command."""
+    return "\n".join(
+        (
+            f"`{wakeword} whitelist list`: show the owner and the trusted users.",
+            f"`{wakeword} whitelist add @user.. [user|trusted|admin]`: add users "
+            "(default tier: user).",
+            f"`{wakeword} whitelist remove @user..`: remove users (the owner always stays).",
+            "Mentions and raw user ids both work.",
+        )
+    )
+
+
+def _users(ids: Sequence[Snowflake]) -> str:
+    return ", ".join(f"<@{i}>" for i in ids)
+
+
+def execute_whitelist(
+    command: WhitelistList | WhitelistAdd | WhitelistRemove | WhitelistHelp,
+    *,
+    trust: Mapping[int, str],
+    owner_id: Snowflake | None,
+    wakeword: str,
+) -> CommandResult:
+    """Run a whitelist command against the current trust list (`user id -> tier name`)."""
+    if isinstance(command, WhitelistHelp):
+        return CommandResult(whitelist_help(wakeword))
+    if isinstance(command, WhitelistList):
+        return CommandResult(_format_trust_list(trust, owner_id))
+    if isinstance(command, WhitelistAdd):
+        return _add(command, trust, owner_id)
+    return _remove(command, trust, owner_id)
+
+
+def _format_trust_list(trust: Mapping[int, str], owner_id: Snowflake | None) -> str:
+    lines = ["Trust list:"]
+    if owner_id is not None:
+        lines.append(f"- <@{owner_id}>: admin (owner)")
+    listed = sorted(
+        ((uid, Tier.parse(label)) for uid, label in trust.items() if uid != owner_id),
+        key=lambda item: (-(item[1] or 0), item[0]),
+    )
+    lines += [f"- <@{uid}>: {tier.label if tier else 'unknown tier'}" for uid, tier in listed]
+    if len(lines) == 1:
+        return "The trust list is empty and no owner is set."
+    if not listed:
+        lines.append("No one else is on the list yet.")
+    return "\n".join(lines)
+
+
+def _add(
+    command: WhitelistAdd, trust: Mapping[int, str], owner_id: Snowflake | None
+) -> CommandResult:
+    label = command.tier.label
+    changes: list[Change] = []
+    changed: list[Snowflake] = []
+    unchanged: list[Snowflake] = []
+    sentences: list[str] = []
+    for uid in command.user_ids:
+        if uid == owner_id:
+            sentences.append(f"<@{uid}> is the owner and always admin.")
+        elif Tier.parse(trust.get(uid)) == command.tier:
+            unchanged.append(uid)
+        else:
+            changed.append(uid)
+            changes.append(TrustChange(uid, command.tier))
+    if changed:
+        sentences.insert(0, f"Now {label}: {_users(changed)}.")
+    if unchanged:
+        sentences.append(f"Already {label}: {_users(unchanged)}.")
+    outcome = "ok" if changed or unchanged else "error"
+    return CommandResult(" ".join(sentences), tuple(changes), outcome)
+
+
+def _remove(
+    command: WhitelistRemove, trust: Mapping[int, str], owner_id: Snowflake | None
+) -> CommandResult:
+    removed: list[Snowflake] = []
+    missing: list[Snowflake] = []
+    sentences: list[str] = []
+    for uid in command.user_ids:
+        if uid == owner_id:
+            sentences.append("The owner cannot be removed.")
+        elif uid in trust:
+            removed.append(uid)
+        else:
+            missing.append(uid)
+    if missing:
+        sentences.insert(0, f"Not on the list: {_users(missing)}.")
+    if removed:
+        sentences.insert(0, f"Removed {_users(removed)}.")
+    changes = tuple(TrustChange(uid, None) for uid in removed)
+    return CommandResult(" ".join(sentences), changes, "ok" if removed else "error")
+
+
+def execute_attention(
+    command: AttentionSet | AttentionShow, *, current_mode: str, prompt_path: str
+) -> CommandResult:
+    """Show or change the chat's attention mode."""
+    if isinstance(command, AttentionShow):
+        return CommandResult(
+            f"Attention mode: `{current_mode}`. Discriminator prompt: `{prompt_path}`."
+        )
+    if command.mode == current_mode:
+        return CommandResult(f"Attention mode is already `{command.mode}`.")
+    return CommandResult(
+        f"Attention mode is now `{command.mode}` (was `{current_mode}`).",
+        (AttentionChange(command.mode),),
+    )
+
+
+def execute_config(
+    command: ConfigGet | ConfigSet,
+    *,
+    values: Mapping[str, str],
+    parse_value: Callable[[str, str], object],
+    format_value: Callable[[object], str],
+) -> CommandResult:
+    """Read or change runtime settings.
+
+    Args:
+        values: every runtime key -> its current value as text (the keys settable at runtime).
+        parse_value: validates a new value (`config.parse_runtime_value`; raises ConfigError).
+        format_value: renders a parsed value as the canonical text to store.
+    """
+    if isinstance(command, ConfigGet):
+        if command.key is None:
+            body = "\n".join(f"{key} = {values[key]}" for key in sorted(values))
+            return CommandResult(f"```\n{body}\n```" if body else "No runtime settings.")
+        if command.key not in values:
+            return _error(f"Unknown config key `{_echo(command.key)}`; `config get` lists them.")
+        return CommandResult(f"`{command.key}` = `{values[command.key]}`")
+    if command.key not in values:
+        return _error(f"Unknown config key `{_echo(command.key)}`; `config get` lists them.")
+    try:
+        text = format_value(parse_value(command.key, command.value))
+    except (ConfigError, ValueError, TypeError) as exc:
+        reason = str(exc).strip() or "that value is not valid"
+        return _error(f"Could not set `{command.key}`: {reason}")
+    return CommandResult(f"`{command.key}` is now `{text}`.", (ConfigChange(command.key, text),))
+
+
+def execute_poll(
+    command: PollStart | PollHelp, *, poll_enabled: bool, poll_seconds: float
+) -> CommandResult:
+    """Start a poll (the reply is the poll message) when polls are enabled."""
+    if isinstance(command, PollHelp):
+        return CommandResult(polls.POLL_HELP)
+    if not poll_enabled:
+        return _error(_POLLS_OFF)
+    return CommandResult(
+        polls.format_poll(command.question, command.options, poll_seconds),
+        (StartPoll(command.question, command.options),),
+    )
+
+
+@attrs.frozen
+class CommandState:
+    """Everything a command may read; built by the channel actor from settings and store.
+
+    `config_values` maps each runtime key to its current value as text; `parse_config_value`
+    and `format_config_value` are `config.parse_runtime_value` and `config.format_value`.
+    """
+
+    owner_id: Snowflake | None
+    trust: Mapping[int, str]
+    wakeword: str
+    attention_mode: str
+    prompt_path: str
+    poll_enabled: bool
+    poll_seconds: float
+    config_values: Mapping[str, str]
+    parse_config_value: Callable[[str, str], object]
+    format_config_value: Callable[[object], str]
+
+
+def denied_text(command: Command) -> str:
+    """The reply when the requester's tier is too low for `command`."""
+    need = required_tier(command_name(command))
+    article = "an" if need.label[0] in "aeiou" else "a"
+    return f"`{command_name(command)}` needs {article} {need.label} or higher."
+
+
+def execute(command: Command, tier: Tier, state: CommandState) -> CommandResult:
+    """Check the requester's tier, then run `command` against `state`; never raises."""
+    if not may_run(command_name(command), tier):
+        return CommandResult(denied_text(command), (), "denied")
+    wakeword = state.wakeword
+    if isinstance(command, WhitelistList | WhitelistAdd | WhitelistRemove | WhitelistHelp):
+        return execute_whitelist(
+            command, trust=state.trust, owner_id=state.owner_id, wakeword=wakeword
+        )
+    if isinstance(command, AttentionSet | AttentionShow):
+        return execute_attention(
+            command, current_mode=state.attention_mode, prompt_path=state.prompt_path
+        )
+    if isinstance(command, ConfigGet | ConfigSet):
+        return execute_config(
+            command,
+            values=state.config_values,
+            parse_value=state.parse_config_value,
+            format_value=state.format_config_value,
+        )
+    if isinstance(command, PollStart | PollHelp):
+        return execute_poll(
+            command, poll_enabled=state.poll_enabled, poll_seconds=state.poll_seconds
+        )
+    if isinstance(command, Speak):
+        return CommandResult("I can't speak: voice is not available here.")
+    if isinstance(command, Stay):
+        return CommandResult("I can't stay in a voice channel: voice is not available here.")
+    if isinstance(command, Help):
+        return CommandResult(help_text(wakeword, command.topic))
+    if isinstance(command, Unknown):
+        return _error(f"I don't know `{_echo(command.word)}`. {help_text(wakeword)}")
+    if command.command == "poll" and not state.poll_enabled:
+        return _error(_POLLS_OFF)
+    topic_help = help_text(wakeword, command.command)
+    if command.command in ("whitelist", "poll", "attention", "config"):
+        return _error(f"{command.error}\n{topic_help}")
+    return _error(command.error)

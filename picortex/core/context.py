@@ -1,0 +1,137 @@
+"""Pure decisions of the context cache: merging channel history, capping it, choosing which
+channel files to evict, and turning cached messages into the context lines the model reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Final
+
+from picortex.types import Message, Snowflake
+
+# Discord snowflakes count milliseconds from this instant (2015-01-01T00:00:00Z).
+DISCORD_EPOCH_MS: Final = 1_420_070_400_000
+# Marks a line cut short because even the newest message alone exceeds the character limit.
+ELLIPSIS: Final = "…"
+
+
+def merge_messages(cached: Iterable[Message], incoming: Iterable[Message]) -> list[Message]:
+    """Union of two message lists by id, in id order; on the same id `incoming` wins."""
+    by_id = {m.id: m for m in cached}
+    for m in incoming:
+        by_id[m.id] = m
+    return [by_id[i] for i in sorted(by_id)]
+
+
+def cap_messages(messages: Sequence[Message], cap: int) -> list[Message]:
+    """The newest `cap` messages of an id-ordered list (all of them when it is short enough)."""
+    if cap <= 0:
+        return []
+    return list(messages[-cap:])
+
+
+def newest_id(messages: Sequence[Message]) -> Snowflake | None:
+    """The id of the newest message in an id-ordered list, or None when it is empty."""
+    return messages[-1].id if messages else None
+
+
+def plan_eviction(
+    files: Iterable[tuple[Snowflake, int]],
+    max_bytes: int,
+    *,
+    pinned: frozenset[Snowflake] = frozenset(),
+) -> list[Snowflake]:
+    """Which channel files to delete so the cache fits in `max_bytes`.
+
+    Args:
+        files: (channel id, file size) pairs, least recently written first.
+        max_bytes: the size limit of the whole cache directory.
+        pinned: channels about to be rewritten; they are never chosen.
+
+    Returns:
+        The channels to evict, least recently written first; as few as the order allows.
+    """
+    entries = list(files)
+    total = sum(size for _, size in entries)
+    victims: list[Snowflake] = []
+    for channel_id, size in entries:
+        if total <= max_bytes:
+            break
+        if channel_id in pinned:
+            continue
+        victims.append(channel_id)
+        total -= size
+    return victims
+
+
+def snowflake_time(snowflake: Snowflake) -> datetime:
+    """The creation time encoded in a Discord snowflake, in UTC."""
+    return datetime.fromtimestamp(((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000, tz=UTC)
+
+
+def format_time(timestamp: str, message_id: Snowflake) -> str:
+    """`YYYY-MM-DD HH:MM` in UTC from Discord's ISO 8601 timestamp (or, failing that, the id)."""
+    try:
+        when = datetime.fromisoformat(timestamp)
+    except ValueError:
+        when = snowflake_time(message_id)
+    if when.tzinfo is None:
+        # Discord always sends an offset; a naive value is taken as UTC rather than local time.
+        when = when.replace(tzinfo=UTC)
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def format_line(message: Message) -> str:
+    """One context line: `[time UTC] display name: text [attachments: a.png, b.txt]`.
+
+    The text is kept verbatim (newlines included) so the model reads what people wrote.
+    """
+    parts = [f"[{format_time(message.timestamp, message.id)} UTC] {message.author.display_name}:"]
+    if message.content:
+        parts.append(message.content)
+    if message.attachments:
+        parts.append("[attachments: " + ", ".join(a.filename for a in message.attachments) + "]")
+    return " ".join(parts)
+
+
+def assemble_context(
+    messages: Sequence[Message], trigger_id: Snowflake, *, max_messages: int, max_chars: int
+) -> tuple[str, ...]:
+    """The context lines for a trigger, oldest first.
+
+    Walks back from the newest message before the trigger, keeping lines until either
+    `max_messages` lines are kept or the next line would push the newline-joined text past
+    `max_chars`, whichever comes first. The trigger and anything after it are left out, as are
+    messages with neither text nor attachments (joins, pins). When even the newest line alone
+    is too long it is cut to fit and ends with an ellipsis, so a long question just before a
+    mention is not lost entirely.
+
+    Args:
+        messages: cached messages of one channel, in id order.
+        trigger_id: the message the context is for.
+        max_messages: the most lines to return.
+        max_chars: the most characters of `"\\n".join(lines)`.
+
+    Returns:
+        The lines, oldest first.
+    """
+    if max_messages <= 0 or max_chars <= 0:
+        return ()
+    kept: list[str] = []
+    used = 0
+    for message in reversed(messages):
+        if len(kept) >= max_messages:
+            break
+        if message.id >= trigger_id or not (message.content or message.attachments):
+            continue
+        line = format_line(message)
+        cost = len(line) + (1 if kept else 0)
+        if used + cost > max_chars:
+            if not kept:
+                kept.append(line[: max_chars - len(ELLIPSIS)] + ELLIPSIS)
+            break
+        kept.append(line)
+        used += cost
+    kept.reverse()
+    return tuple(kept)

@@ -1,0 +1,110 @@
+"""Redaction of secrets: Discord token shapes, `mfa.` tokens and `sk-ant-` keys become `[redacted]`.
+
+Pure: works on text, on nested values, and on JSON text (keeping it valid JSON).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final, TypeVar, cast
+
+_T = TypeVar("_T")
+
+REDACTED: Final = "[redacted]"
+
+# The base64url alphabet Discord tokens, `mfa.` tokens and Anthropic keys are made of.
+_C: Final = r"A-Za-z0-9_\-"
+
+# A Discord token: base64 of the user id, `.`, a timestamp, `.`, an HMAC; newer tokens have a
+# longer last part, so the lengths are lower bounds only. Any further dotted segments are
+# swallowed too, so text glued in front of a token can never shift the match off its secret
+# part. The look-behind only makes the search start at the beginning of a run (speed).
+_DISCORD: Final = rf"(?<![{_C}])[{_C}]{{20,}}\.[{_C}]{{6,}}\.[{_C}]{{27,}}(?:\.[{_C}]+)*"
+_MFA: Final = rf"mfa\.[{_C}]{{20,}}"
+_ANTHROPIC: Final = rf"sk-ant-[{_C}]+"
+
+_SECRET_TEXT: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}")
+_SECRET_BYTES: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}".encode())
+
+# Cheap necessary conditions, checked before the full pattern: a regex that starts with a
+# literal `.` scans at C speed, and most text has no token at all.
+_DOTTED_TEXT: Final = re.compile(rf"\.[{_C}]{{6,}}\.")
+_DOTTED_BYTES: Final = re.compile(rf"\.[{_C}]{{6,}}\.".encode())
+
+_REDACTED_BYTES: Final = REDACTED.encode()
+_BACKSLASH: Final = ord("\\")
+_NEWLINE: Final = b"\n"
+
+
+def redact(text: str) -> str:
+    """Return `text` with every secret shape replaced by `[redacted]`."""
+    if "sk-ant-" in text or "mfa." in text or _DOTTED_TEXT.search(text) is not None:
+        return _SECRET_TEXT.sub(REDACTED, text)
+    return text
+
+
+def redact_obj(obj: _T) -> _T:
+    """Redact every string inside `obj` (dict keys and values, lists, tuples); keep the rest."""
+    return cast(_T, _redact_value(obj))
+
+
+def _redact_value(obj: object) -> object:
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {_redact_value(k): _redact_value(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redact_value(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_redact_value(v) for v in obj)
+    return obj
+
+
+def redact_json_bytes(data: bytes) -> bytes:
+    """Redact secrets in JSON text (one document or many lines); the result stays valid JSON.
+
+    Only lines that may hold a secret are searched with the full pattern, so a batch of
+    ordinary log lines costs three fast scans.
+    """
+    if b"sk-ant-" not in data and b"mfa." not in data and _DOTTED_BYTES.search(data) is None:
+        return data
+    out: list[bytes] = []
+    pos = 0
+    for start in _candidate_lines(data):
+        if start < pos:
+            continue
+        end = data.find(_NEWLINE, start)
+        if end < 0:
+            end = len(data)
+        out.append(data[pos:start])
+        out.append(_SECRET_BYTES.sub(_replace_in_json, data[start:end]))
+        pos = end
+    out.append(data[pos:])
+    return b"".join(out)
+
+
+def _candidate_lines(data: bytes) -> list[int]:
+    """Start offsets of the lines that contain a necessary condition for a secret."""
+    hits: set[int] = set()
+    for needle in (b"sk-ant-", b"mfa."):
+        i = data.find(needle)
+        while i >= 0:
+            hits.add(data.rfind(_NEWLINE, 0, i) + 1)
+            i = data.find(needle, i + 1)
+    for m in _DOTTED_BYTES.finditer(data):
+        hits.add(data.rfind(_NEWLINE, 0, m.start()) + 1)
+    return sorted(hits)
+
+
+def _replace_in_json(m: re.Match[bytes]) -> bytes:
+    # A match may begin on the letter of a JSON escape (`\n`, `\u001b`): keep the escape
+    # whole so the line stays valid JSON. An odd run of backslashes means a real escape.
+    start = m.start()
+    text = m.string
+    slashes = 0
+    while start - slashes - 1 >= 0 and text[start - slashes - 1] == _BACKSLASH:
+        slashes += 1
+    if slashes % 2:
+        keep = 5 if text[start : start + 1] == b"u" else 1
+        return bytes(text[start : start + keep]) + _REDACTED_BYTES
+    return _REDACTED_BYTES

@@ -1,0 +1,520 @@
+"""The gateway actor: drives `GatewayProtocol` over trio-websocket with transport compression.
+
+It owns the one websocket, hands every DISPATCH to `on_dispatch` synchronously, writes
+`gateway` events to the action log and raises FatalDiscordError when Discord refuses us.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import random
+import zlib
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any, Final, Literal, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import attrs
+import orjson
+import trio
+from trio_websocket import (
+    ConnectionClosed,
+    HandshakeError,
+    WebSocketConnection,
+    open_websocket_url,
+)
+
+from picortex.discord.protocol import (
+    Action,
+    Close,
+    Dispatch,
+    Fatal,
+    GatewayProtocol,
+    GatewayStatus,
+    GatewayTimings,
+    Notify,
+    Reconnect,
+    Report,
+    Send,
+)
+from picortex.errors import FatalDiscordError, PicortexError
+from picortex.types import EventSink
+
+_zstd: ModuleType | None
+try:  # zstd-stream is used when the optional zstandard module is there.
+    import zstandard as _zstd
+except ImportError:  # pragma: no cover - exercised only where zstandard is missing
+    _zstd = None
+
+__all__ = [
+    "GatewayActor",
+    "GatewayBotSource",
+    "GatewayStatus",
+    "ZlibStream",
+    "ZstdStream",
+    "build_gateway_url",
+    "default_compression",
+]
+
+log = logging.getLogger(__name__)
+
+Compression = Literal["zlib-stream", "zstd-stream"]
+
+API_VERSION: Final = 10
+# zlib-stream marks the end of each gateway message with this Z_SYNC_FLUSH trailer.
+ZLIB_SUFFIX: Final = b"\x00\x00\xff\xff"
+# Seconds for the TCP + TLS + websocket handshake before we call the attempt failed.
+CONNECT_TIMEOUT: Final = 30.0
+# Seconds a single send may take before the connection counts as stalled.
+SEND_TIMEOUT: Final = 10.0
+# Seconds we wait for the peer to answer our close frame before dropping the socket.
+CLOSE_TIMEOUT: Final = 5.0
+# Seconds for GET /gateway/bot (the REST client retries inside this).
+REST_TIMEOUT: Final = 60.0
+# A GUILD_CREATE of a big guild is large; a message beyond this is refused by the socket.
+MAX_MESSAGE_BYTES: Final = 16 * 2**20
+# Frames buffered between the socket reader and us: enough to batch, small enough to
+# push back on Discord through TCP when we fall behind.
+MESSAGE_QUEUE: Final = 64
+# Bytes per socket read: a bigger read means fewer wakeups on a busy gateway.
+RECEIVE_BYTES: Final = 64 * 2**10
+
+
+class GatewayBotSource(Protocol):
+    """What the actor needs from the REST client: GET /gateway/bot."""
+
+    async def get_gateway_bot(self) -> Mapping[str, Any]:
+        """The gateway URL and session start limit."""
+        ...
+
+
+def default_compression() -> Compression:
+    """zstd-stream when zstandard is importable, else zlib-stream."""
+    return "zstd-stream" if _zstd is not None else "zlib-stream"
+
+
+def build_gateway_url(base: str, compress: Compression | None) -> str:
+    """`base` with `v`, `encoding` and `compress` query parameters set."""
+    parts = urlsplit(base)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k not in {"v", "encoding", "compress"}]
+    query += [("v", str(API_VERSION)), ("encoding", "json")]
+    if compress is not None:
+        query.append(("compress", compress))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path or "/", urlencode(query), ""))
+
+
+class ZlibStream:
+    """One connection's zlib-stream context: buffer until Z_SYNC_FLUSH, then inflate."""
+
+    errors: Final = (zlib.error,)
+
+    def __init__(self) -> None:
+        self._inflate = zlib.decompressobj()
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> bytes | None:
+        """Add one websocket message; the inflated gateway message once it is complete."""
+        if chunk[-4:] != ZLIB_SUFFIX:
+            self._buffer += chunk
+            return None
+        if self._buffer:
+            self._buffer += chunk
+            chunk = bytes(self._buffer)
+            self._buffer.clear()
+        return self._inflate.decompress(chunk)
+
+
+class ZstdStream:
+    """One connection's zstd-stream context: each websocket message is one gateway message."""
+
+    errors: Final[tuple[type[Exception], ...]] = (_zstd.ZstdError,) if _zstd is not None else ()
+
+    def __init__(self) -> None:
+        if _zstd is None:  # pragma: no cover - guarded by default_compression()
+            raise PicortexError("zstd-stream needs the zstandard module")
+        self._decompress = _zstd.ZstdDecompressor().decompressobj().decompress
+
+    def feed(self, chunk: bytes) -> bytes | None:
+        """Decompress one websocket message into one gateway message."""
+        return self._decompress(chunk) or None
+
+
+Inflater = ZlibStream | ZstdStream
+
+
+@attrs.define
+class _Connection:
+    """One open socket and how it ended."""
+
+    ws: WebSocketConnection
+    close_code: int | None = None
+    close_reason: str = ""
+    closed_by_us: bool = False
+
+
+class GatewayActor:
+    """Holds the bot's gateway session and keeps it alive until cancelled or refused."""
+
+    def __init__(
+        self,
+        token: str,
+        rest: GatewayBotSource,
+        events: EventSink,
+        on_dispatch: Callable[[str, Any], None],
+        *,
+        shard: tuple[int, int] = (0, 1),
+        compress: Compression | Literal["auto"] | None = "auto",
+        timings: GatewayTimings | None = None,
+        rng: random.Random | None = None,
+        connect_timeout: float = CONNECT_TIMEOUT,
+        send_timeout: float = SEND_TIMEOUT,
+        close_timeout: float = CLOSE_TIMEOUT,
+    ) -> None:
+        shard_id, shard_count = shard
+        if not 0 <= shard_id < shard_count:
+            raise PicortexError(f"shard {shard_id}/{shard_count} is not a valid shard")
+        self._rest = rest
+        self._events = events
+        self._on_dispatch = on_dispatch
+        self._compress: Compression | None = (
+            default_compression() if compress == "auto" else compress
+        )
+        if self._compress == "zstd-stream" and _zstd is None:
+            raise PicortexError("zstd-stream compression needs the zstandard module")
+        self._connect_timeout = connect_timeout
+        self._send_timeout = send_timeout
+        self._close_timeout = close_timeout
+        self._proto = GatewayProtocol(token, shard=shard, timings=timings, rng=rng)
+        self._base_url: str | None = None
+        self._timer_scope: trio.CancelScope | None = None
+        self._task_status: trio.TaskStatus[None] | None = None
+        self._conn: _Connection | None = None
+        self.dispatched = 0
+
+    @property
+    def compression(self) -> Compression | None:
+        """The transport compression asked of Discord."""
+        return self._compress
+
+    def status(self) -> GatewayStatus:
+        """Connection state, session, last seq, heartbeat latency, resume URL, reconnects."""
+        return self._proto.status()
+
+    async def send_command(self, op: int, data: object) -> None:
+        """Send an app command (e.g. op 3 presence) within the gateway send limit.
+
+        Commands wait in the protocol's bounded queue while the session is not ready or the
+        limit is reached, and go out as soon as they may.
+        """
+        actions = self._proto.send(op, data, trio.current_time())
+        conn = self._conn
+        if conn is None:
+            self._perform_now_all([a for a in actions if not isinstance(a, Send | Close)])
+            return
+        await self._perform(conn, actions)
+        self._reschedule()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Connect, stay connected, reconnect; `started()` once the first READY/RESUMED arrives.
+
+        Raises:
+            FatalDiscordError: a fatal close code (4004, 4010-4014), or a 401 from REST.
+        """
+        self._task_status = task_status
+        proto = self._proto
+        fetched = False
+        while True:
+            if not fetched or not proto.will_resume:
+                # Discord: fetch the URL first, and again when a fresh session is needed.
+                fetched = await self._fetch_gateway(required=not fetched) or fetched
+            wait = proto.identify_delay(trio.current_time())
+            if wait > 0:
+                self._events.emit(
+                    "gateway",
+                    action="identify_wait",
+                    seconds=round(wait, 3),
+                    remaining=proto.pacer.remaining,
+                )
+                await trio.sleep(wait)
+            resume = proto.will_resume
+            assert self._base_url is not None
+            target = proto.resume_gateway_url if resume and proto.resume_gateway_url else None
+            url = build_gateway_url(target or self._base_url, self._compress)
+            self._events.emit(
+                "gateway", action="connect", url=url, resume=resume, shard=list(proto.shard)
+            )
+            decision = await self._attempt(url)
+            for action in decision:
+                if isinstance(action, Fatal):
+                    self._events.emit(
+                        "gateway", action="fatal", code=action.code, reason=action.reason
+                    )
+                    raise FatalDiscordError(action.reason, close_code=action.code)
+                if isinstance(action, Reconnect):
+                    self._events.emit(
+                        "gateway",
+                        action="reconnect",
+                        reason=action.reason,
+                        resume=action.resume,
+                        delay=round(action.delay, 3),
+                    )
+                    await trio.sleep(action.delay)
+                else:
+                    self._perform_now(action)
+
+    # -- one connection --------------------------------------------------------------------
+
+    async def _fetch_gateway(self, *, required: bool) -> bool:
+        """GET /gateway/bot; a failure is fatal only when we have no URL yet."""
+        try:
+            with trio.fail_after(REST_TIMEOUT):
+                info = await self._rest.get_gateway_bot()
+        except FatalDiscordError:
+            raise
+        except Exception as exc:
+            if required:
+                raise
+            log.warning("GET /gateway/bot failed, keeping the cached URL: %r", exc)
+            return False
+        url = info.get("url") if isinstance(info, Mapping) else None
+        if not isinstance(url, str) or not url.startswith(("ws://", "wss://")):
+            if required:
+                raise PicortexError("GET /gateway/bot returned no usable websocket url")
+            return False
+        self._base_url = url
+        now = trio.current_time()
+        for action in self._proto.set_session_start_limit(info.get("session_start_limit"), now):
+            self._perform_now(action)
+        shards = info.get("shards")
+        if isinstance(shards, int) and shards > self._proto.shard[1]:
+            log.warning(
+                "Discord recommends %d shards; this process runs shard %d/%d",
+                shards,
+                *self._proto.shard,
+            )
+        return True
+
+    async def _attempt(self, url: str) -> list[Action]:
+        """Open one connection, run it until it ends, and return the protocol's decision."""
+        proto = self._proto
+        code: int | None = None
+        reason = ""
+        opened = False
+        try:
+            async with open_websocket_url(
+                url,
+                message_queue_size=MESSAGE_QUEUE,
+                max_message_size=MAX_MESSAGE_BYTES,
+                receive_buffer_size=RECEIVE_BYTES,
+                connect_timeout=self._connect_timeout,
+                disconnect_timeout=self._close_timeout,
+            ) as ws:
+                opened = True
+                conn = _Connection(ws)
+                try:
+                    await self._session(conn)
+                except BaseException as exc:
+                    await self._abandon(conn, exc)
+                    raise
+                finally:
+                    await _release_socket(ws)
+                code, reason = conn.close_code, conn.close_reason
+        except (HandshakeError, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
+            if opened:
+                raise
+            reason = _describe(exc)
+        return proto.closed(code, trio.current_time(), reason)
+
+    async def _abandon(self, conn: _Connection, exc: BaseException) -> None:
+        """Leave a connection on cancellation (close 1000: shutdown) or on a bug of ours."""
+        proto = self._proto
+        now = trio.current_time()
+        if _only_cancelled(exc):
+            await self._close_shielded(conn, proto.shutdown())
+        else:
+            # Keep the session resumable for the actor's next run.
+            await self._close_shielded(conn, proto.transport_error(f"actor failed: {exc!r}", now))
+        self._perform_now_all(
+            [a for a in proto.closed(conn.close_code, now, "left") if isinstance(a, Notify)]
+        )
+
+    async def _session(self, conn: _Connection) -> None:
+        self._perform_now_all(self._proto.connected(trio.current_time()))
+        self._conn = conn
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._heartbeat_loop, conn)
+                await self._read_loop(conn)
+                nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # Surface a lone error as itself, so a supervisor logs what actually failed.
+            if len(group.exceptions) == 1 and not _only_cancelled(group):
+                raise group.exceptions[0] from None
+            raise
+        finally:
+            self._conn = None
+
+    def _reschedule(self) -> None:
+        """Move the heartbeat loop's wake-up to the protocol's next deadline."""
+        scope = self._timer_scope
+        if scope is not None:
+            deadline = self._proto.next_deadline()
+            scope.deadline = math.inf if deadline is None else deadline
+
+    async def _read_loop(self, conn: _Connection) -> None:
+        """The hot path: receive, inflate, parse, hand on. Returns when the socket closes."""
+        proto = self._proto
+        received = proto.received
+        clock = trio.current_time
+        get_message = conn.ws.get_message
+        on_dispatch = self._on_dispatch
+        inflater: Inflater | None = None
+        if self._compress == "zlib-stream":
+            inflater = ZlibStream()
+        elif self._compress == "zstd-stream":
+            inflater = ZstdStream()
+        feed = inflater.feed if inflater is not None else None
+        errors = inflater.errors if inflater is not None else ()
+        while True:
+            try:
+                message = await get_message()
+            except ConnectionClosed as exc:
+                if not conn.closed_by_us:
+                    conn.close_code = int(exc.reason.code) if exc.reason is not None else None
+                    conn.close_reason = (exc.reason.reason or "") if exc.reason else ""
+                return
+            data: str | bytes | None = message
+            if feed is not None and type(message) is bytes:
+                try:
+                    data = feed(message)
+                except errors as exc:
+                    await self._perform(
+                        conn, proto.transport_error(f"{self._compress} stream broke: {exc}", 0.0)
+                    )
+                    continue
+                if data is None:
+                    continue
+            actions = received(data, clock())
+            if len(actions) == 1:
+                action = actions[0]
+                if type(action) is Dispatch:
+                    # Fast path: one plain event, nothing else to do.
+                    self.dispatched += 1
+                    try:
+                        on_dispatch(action.name, action.data)
+                    except Exception:
+                        self._dispatch_failed(action.name)
+                    continue
+            await self._perform(conn, actions)
+            self._reschedule()
+
+    async def _heartbeat_loop(self, conn: _Connection) -> None:
+        proto = self._proto
+        while True:
+            deadline = proto.next_deadline()
+            with trio.move_on_at(math.inf if deadline is None else deadline) as scope:
+                self._timer_scope = scope
+                await trio.sleep_forever()
+            self._timer_scope = None
+            await self._perform(conn, proto.tick(trio.current_time()))
+
+    # -- performing actions ----------------------------------------------------------------
+
+    async def _perform(self, conn: _Connection, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                await self._send(conn, action)
+            elif isinstance(action, Close):
+                await self._close(conn, action)
+            else:
+                self._perform_now(action)
+
+    def _perform_now_all(self, actions: list[Action]) -> None:
+        for action in actions:
+            self._perform_now(action)
+
+    def _perform_now(self, action: Action) -> None:
+        """Actions that need no socket."""
+        if isinstance(action, Dispatch):
+            self.dispatched += 1
+            try:
+                self._on_dispatch(action.name, action.data)
+            except Exception:
+                self._dispatch_failed(action.name)
+        elif isinstance(action, Notify):
+            self._events.emit("gateway", action=action.action, **action.fields)
+            if action.action in ("ready", "resumed") and self._task_status is not None:
+                status, self._task_status = self._task_status, None
+                status.started()
+        elif isinstance(action, Report):
+            log.warning("gateway: %s", action.problem)
+            self._events.emit(
+                "gateway", action="problem", problem=action.problem, excerpt=action.excerpt
+            )
+        else:  # pragma: no cover - Send/Close need the socket; Reconnect/Fatal end `run`
+            log.error("gateway: %r cannot be performed here", action)
+
+    def _dispatch_failed(self, name: str) -> None:
+        log.exception("on_dispatch failed for %s", name)
+        self._events.emit("gateway", action="dispatch_error", name=name)
+
+    async def _send(self, conn: _Connection, action: Send) -> None:
+        text = orjson.dumps(action.payload).decode()
+        try:
+            with trio.fail_after(self._send_timeout):
+                await conn.ws.send_message(text)
+        except ConnectionClosed:
+            return  # the reader sees the close and ends the connection
+        except trio.TooSlowError:
+            problem = f"{action.kind} send stalled for {self._send_timeout:g} s"
+            await self._perform(conn, self._proto.transport_error(problem, trio.current_time()))
+
+    async def _close(self, conn: _Connection, action: Close) -> None:
+        conn.closed_by_us = True
+        conn.close_code = action.code
+        conn.close_reason = action.reason
+        with trio.move_on_after(self._close_timeout):
+            await conn.ws.aclose(action.code, action.reason)
+
+    async def _close_shielded(self, conn: _Connection, actions: list[Action]) -> None:
+        with trio.CancelScope(shield=True):
+            for action in actions:
+                if isinstance(action, Close):
+                    await self._close(conn, action)
+                elif not isinstance(action, Send):
+                    self._perform_now(action)
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
+
+
+async def _release_socket(ws: WebSocketConnection) -> None:
+    """Close the TCP stream under `ws`.
+
+    trio-websocket's client leaves its socket open when the peer closed or dropped first
+    (its `aclose()` returns early once a close reason is known), which would leave the socket
+    to the garbage collector.
+    """
+    stream = getattr(ws, "_stream", None)
+    if isinstance(stream, trio.abc.AsyncResource):
+        quiet = contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+        with trio.CancelScope(shield=True), quiet:
+            await stream.aclose()
+
+
+def _describe(exc: BaseException) -> str:
+    """A short reason for a failed connect, for the log."""
+    if isinstance(exc, trio.TooSlowError):
+        return "connect timed out"
+    cause = exc.__cause__
+    text = type(exc).__name__
+    if cause is not None:
+        text += f" ({type(cause).__name__}: {cause})"
+    elif str(exc):
+        text += f": {exc}"
+    return text[:200]

@@ -1,0 +1,778 @@
+"""The simulated Discord gateway: sessions, sequence numbers, resume with replay, faults.
+
+Served with trio-websocket. Outgoing frames are queued per connection and written by one
+writer task, which compresses them (`zlib-stream`: one zlib context per connection, every
+message ending in a Z_SYNC_FLUSH; `zstd-stream`: one zstd stream, a block flush per
+message) and frames them itself so that a burst goes out in a few large socket writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import struct
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlsplit
+
+import attrs
+import orjson
+import trio
+import trio_websocket
+
+from picortex.sim.world import (
+    INTENT_MESSAGE_CONTENT,
+    PRIVILEGED_INTENTS,
+    VALID_INTENTS,
+    Dispatch,
+    Json,
+    World,
+)
+
+try:  # zstd-stream is offered only where the zstandard module is importable.
+    import zstandard
+except ImportError:  # pragma: no cover - zstandard is a test dependency
+    zstandard = None
+
+log = logging.getLogger(__name__)
+
+# Discord's default heartbeat interval, in milliseconds.
+DEFAULT_HEARTBEAT_MS: Final = 41_250
+# A client that sends no heartbeat for this many intervals is dropped (resumable), as Discord does.
+HEARTBEAT_GRACE_INTERVALS: Final = 1.5
+# Discord closes with 4002 on a payload over 4096 bytes.
+MAX_PAYLOAD_BYTES: Final = 4096
+# Discord's send limit: 120 payloads per connection per 60 seconds, else close 4008.
+SEND_LIMIT: Final = 120
+SEND_WINDOW_SECONDS: Final = 60.0
+# Dispatches kept per session for replay on resume; an older seq gets op 9 d=false.
+REPLAY_LIMIT: Final = 250_000
+# Discord closes the socket a few seconds after an op 7 if the client has not.
+RECONNECT_CLOSE_AFTER: Final = 5.0
+# Seconds to wait for the client's half of a closing handshake.
+CLOSE_HANDSHAKE_TIMEOUT: Final = 2.0
+# Identify is limited per 5 seconds by session_start_limit.max_concurrency.
+IDENTIFY_WINDOW_SECONDS: Final = 5.0
+SESSION_START_TOTAL: Final = 1000
+SESSION_START_RESET_MS: Final = 86_400_000
+# Writer batching: frames are coalesced into socket writes of up to this many bytes.
+WRITE_BATCH_BYTES: Final = 256 * 1024
+# A blast waits for a connection's queue to fall under this many frames before adding more.
+QUEUE_HIGH_WATER: Final = 4096
+
+# Close codes after which Discord will not resume the session (its close-code table).
+NON_RESUMABLE_CLOSE_CODES: Final = frozenset(
+    {4001, 4003, 4004, 4005, 4007, 4009, 4010, 4011, 4012, 4013, 4014}
+)
+_CLOSE_REASONS: Final = {
+    4000: "Unknown error.",
+    4001: "Unknown opcode.",
+    4002: "Decode error.",
+    4003: "Not authenticated.",
+    4004: "Authentication failed.",
+    4005: "Already authenticated.",
+    4007: "Invalid seq.",
+    4008: "Rate limited.",
+    4009: "Session timed out.",
+    4010: "Invalid shard.",
+    4011: "Sharding required.",
+    4012: "Invalid API version.",
+    4013: "Invalid intent(s).",
+    4014: "Disallowed intent(s).",
+}
+
+_TRACE: Final = ['["picortex-sim",{"micros":0}]']
+_RESUMED_BODY: Final = orjson.dumps({"_trace": _TRACE})
+
+
+@attrs.frozen
+class GatewayStats:
+    """A snapshot of the gateway's counters."""
+
+    connections: int
+    identifies: int
+    resumes: int
+    heartbeats: int
+    last_identify: Json | None
+    active_connections: int
+    ready_sessions: int
+    resume_failures: int
+    heartbeat_timeouts: int
+    client_close_codes: tuple[int, ...]
+    last_connect_path: str | None
+    resume_url_connections: int
+
+
+@attrs.define(eq=False)
+class Session:
+    """A gateway session: survives its connections until invalidated."""
+
+    id: str
+    intents: int
+    shard: tuple[int, int] | None
+    seq: int = 0
+    buffer: deque[tuple[int, bytes, bytes]] = attrs.Factory(lambda: deque(maxlen=REPLAY_LIMIT))
+    connection: GatewayConnection | None = None
+    valid: bool = True
+
+    def wants(self, intent: int | None, guild_id: int | None) -> bool:
+        """True when this session receives a dispatch with this intent and guild."""
+        if intent is not None and not self.intents & intent:
+            return False
+        if self.shard is not None:
+            shard_id, count = self.shard
+            if guild_id is None:
+                return shard_id == 0
+            return (guild_id >> 22) % count == shard_id
+        return True
+
+
+@attrs.frozen
+class _Close:
+    code: int
+    reason: str
+
+
+@attrs.frozen
+class _Drop:
+    pass
+
+
+def _dispatch_frame(name: bytes, seq: int, body: bytes) -> bytes:
+    return b'{"t":"' + name + b'","s":' + str(seq).encode() + b',"op":0,"d":' + body + b"}"
+
+
+class GatewayConnection:
+    """One websocket client: an outgoing queue drained by a writer task."""
+
+    def __init__(self, ws: Any, compress: str | None, path: str, now: float) -> None:
+        self.ws = ws
+        self.path = path
+        self.compress = compress
+        self.session: Session | None = None
+        self.delivered = 0
+        self.last_beat = now
+        self.received: deque[float] = deque()
+        self.server_closing = False
+        self.finished = False
+        self._out: deque[bytes | _Close | _Drop] = deque()
+        self._wake = trio.Event()
+        self._drained = trio.Event()
+        self._zlib = zlib.compressobj() if compress == "zlib-stream" else None
+        self._zstd = (
+            zstandard.ZstdCompressor().compressobj()
+            if compress == "zstd-stream" and zstandard is not None
+            else None
+        )
+
+    @property
+    def pending(self) -> int:
+        """Frames queued and not yet written."""
+        return len(self._out)
+
+    def push(self, payload: bytes) -> None:
+        """Queue one JSON payload."""
+        if self.server_closing:
+            return
+        self._out.append(payload)
+        self._wake.set()
+
+    def push_op(self, op: int, d: object) -> None:
+        """Queue one non-dispatch payload."""
+        self.push(orjson.dumps({"op": op, "d": d, "s": None, "t": None}))
+
+    def close(self, code: int, reason: str | None = None) -> None:
+        """Queue a close frame with `code` after what is already queued."""
+        if self.server_closing:
+            return
+        self._out.append(_Close(code, reason if reason is not None else _CLOSE_REASONS.get(code, "")))
+        self.server_closing = True
+        self._wake.set()
+
+    def drop(self) -> None:
+        """Queue an abrupt TCP close (no close frame) after what is already queued."""
+        if self.server_closing:
+            return
+        self._out.append(_Drop())
+        self.server_closing = True
+        self._wake.set()
+
+    async def wait_drained(self) -> None:
+        """Wait until the queue is under the high-water mark (or the connection is gone)."""
+        while len(self._out) > QUEUE_HIGH_WATER and not self.finished:
+            self._drained = trio.Event()
+            await self._drained.wait()
+
+    async def run_writer(self) -> None:
+        """Write queued frames until a close or drop, or until the socket breaks."""
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self._out:
+                    if await self._write_some():
+                        return
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio_websocket.ConnectionClosed):
+            return
+        finally:
+            self.finished = True
+            self._drained.set()
+
+    async def _write_some(self) -> bool:
+        """Write one batch; True when the connection is finished."""
+        batch = bytearray()
+        while self._out and len(batch) < WRITE_BATCH_BYTES:
+            item = self._out[0]
+            if isinstance(item, bytes):
+                self._out.popleft()
+                batch += self._frame(item)
+                continue
+            if batch:
+                break
+            self._out.popleft()
+            await self._finish(item)
+            return True
+        if batch:
+            await self._send_raw(bytes(batch))
+        if len(self._out) <= QUEUE_HIGH_WATER:
+            self._drained.set()
+        return False
+
+    async def _finish(self, item: _Close | _Drop) -> None:
+        if isinstance(item, _Drop):
+            # Close the TCP stream under the websocket: the client sees no close frame (1006).
+            await self.ws._stream.aclose()
+            return
+        with trio.move_on_after(CLOSE_HANDSHAKE_TIMEOUT):
+            await self.ws.aclose(item.code, item.reason)
+        await self.ws._stream.aclose()
+
+    async def _send_raw(self, data: bytes) -> None:
+        # trio-websocket serializes its own writes (pongs, close frames) with this lock, and
+        # negotiates no extensions, so whole unfragmented frames can be written beside it.
+        async with self.ws._stream_lock:
+            await self.ws._stream.send_all(data)
+
+    def _frame(self, payload: bytes) -> bytes:
+        if self._zlib is not None:
+            data = self._zlib.compress(payload) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
+            first = 0x82
+        elif self._zstd is not None:
+            data = self._zstd.compress(payload) + self._zstd.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+            first = 0x82
+        else:
+            data = payload
+            first = 0x81
+        size = len(data)
+        if size < 126:
+            return bytes((first, size)) + data
+        if size < 65536:
+            return struct.pack("!BBH", first, 126, size) + data
+        return struct.pack("!BBQ", first, 127, size) + data
+
+
+@attrs.define
+class _Counters:
+    connections: int = 0
+    identifies: int = 0
+    resumes: int = 0
+    heartbeats: int = 0
+    resume_failures: int = 0
+    heartbeat_timeouts: int = 0
+    resume_url_connections: int = 0
+    last_identify: Json | None = None
+    last_connect_path: str | None = None
+    client_close_codes: list[int] = attrs.Factory(list)
+
+
+class GatewayHub:
+    """All gateway sessions and connections, and the faults that act on them."""
+
+    def __init__(
+        self,
+        world: World,
+        token: str,
+        *,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_MS,
+        enforce_heartbeat: bool = True,
+        allowed_privileged_intents: int = PRIVILEGED_INTENTS,
+        required_shards: int | None = None,
+        limit_identify_concurrency: bool = False,
+        notify: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.world = world
+        self.token = token
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.enforce_heartbeat = enforce_heartbeat
+        self.allowed_privileged_intents = allowed_privileged_intents
+        self.required_shards = required_shards
+        self.limit_identify_concurrency = limit_identify_concurrency
+        self.heartbeat_ack = True
+        self.hold = False
+        self.url = ""
+        self.resume_url = ""
+        self.sessions: dict[str, Session] = {}
+        self.connections: set[GatewayConnection] = set()
+        self.session_starts_remaining = SESSION_START_TOTAL
+        self.counters = _Counters()
+        self._notify = notify
+        self._last_identify_at: float | None = None
+        self._nursery: trio.Nursery | None = None
+
+    # ------------------------------------------------------------------ serving
+
+    async def serve(
+        self,
+        host: str,
+        port: int,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve the gateway on host:port until cancelled; reports the bound port."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            server = await nursery.start(
+                trio_websocket.serve_websocket, self._handle, host, port, None
+            )
+            task_status.started(server.port)
+
+    async def _handle(self, request: Any) -> None:
+        split = urlsplit(request.path)
+        query = dict(parse_qsl(split.query))
+        compress = query.get("compress")
+        ws = await request.accept()
+        conn = GatewayConnection(ws, compress, request.path, trio.current_time())
+        self.connections.add(conn)
+        self.counters.connections += 1
+        self.counters.last_connect_path = request.path
+        if split.path.startswith("/resume"):
+            self.counters.resume_url_connections += 1
+        self._notify()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(conn.run_writer)
+                problem = _check_query(query)
+                if problem is not None:
+                    conn.close(*problem)
+                else:
+                    conn.push_op(10, {"heartbeat_interval": self.heartbeat_interval_ms})
+                    if self.enforce_heartbeat:
+                        nursery.start_soon(self._watch_heartbeats, conn)
+                await self._read_loop(conn)
+                nursery.cancel_scope.cancel()
+        finally:
+            self._detach(conn)
+            self.connections.discard(conn)
+            self._notify()
+
+    async def _read_loop(self, conn: GatewayConnection) -> None:
+        while True:
+            try:
+                message = await conn.ws.get_message()
+            except trio_websocket.ConnectionClosed as exc:
+                if not conn.server_closing and exc.reason is not None:
+                    code = exc.reason.code
+                    self.counters.client_close_codes.append(code)
+                    # A client closing with 1000/1001 ends its session (Discord's rule).
+                    if code in (1000, 1001) and conn.session is not None:
+                        self._invalidate(conn.session)
+                return
+            if conn.server_closing:
+                continue
+            self._on_payload(conn, message)
+
+    def _on_payload(self, conn: GatewayConnection, message: str | bytes) -> None:
+        now = trio.current_time()
+        conn.received.append(now)
+        while conn.received and conn.received[0] <= now - SEND_WINDOW_SECONDS:
+            conn.received.popleft()
+        if len(conn.received) > SEND_LIMIT:
+            conn.close(4008)
+            return
+        raw = message.encode() if isinstance(message, str) else message
+        if len(raw) > MAX_PAYLOAD_BYTES:
+            conn.close(4002)
+            return
+        try:
+            payload = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            conn.close(4002)
+            return
+        if not isinstance(payload, dict) or not isinstance(payload.get("op"), int):
+            conn.close(4002)
+            return
+        op = payload["op"]
+        data = payload.get("d")
+        if op == 1:
+            self._on_heartbeat(conn, now)
+        elif op == 2:
+            self._on_identify(conn, data, now)
+        elif op == 6:
+            self._on_resume(conn, data)
+        elif op in (3, 4, 8, 31):
+            if conn.session is None:
+                conn.close(4003)
+            elif op == 8:
+                self._on_request_members(conn, data)
+        else:
+            conn.close(4001)
+
+    def _on_heartbeat(self, conn: GatewayConnection, now: float) -> None:
+        self.counters.heartbeats += 1
+        conn.last_beat = now
+        if self.heartbeat_ack:
+            conn.push(b'{"op":11,"d":null,"s":null,"t":null}')
+        self._notify()
+
+    def _on_identify(self, conn: GatewayConnection, data: Any, now: float) -> None:
+        if conn.session is not None:
+            conn.close(4005)
+            return
+        if not isinstance(data, dict) or not isinstance(data.get("properties"), dict):
+            conn.close(4001)
+            return
+        if data.get("token") != self.token:
+            conn.close(4004)
+            return
+        intents = data.get("intents")
+        if not isinstance(intents, int) or isinstance(intents, bool):
+            conn.close(4013)
+            return
+        shard = _parse_shard(data.get("shard"))
+        if shard is False:
+            conn.close(4010)
+            return
+        if self.required_shards is not None and (shard is None or shard[1] < self.required_shards):
+            conn.close(4011)
+            return
+        if intents & ~VALID_INTENTS:
+            conn.close(4013)
+            return
+        if intents & PRIVILEGED_INTENTS & ~self.allowed_privileged_intents:
+            conn.close(4014)
+            return
+        too_soon = (
+            self._last_identify_at is not None
+            and now - self._last_identify_at < IDENTIFY_WINDOW_SECONDS
+        )
+        if (self.limit_identify_concurrency and too_soon) or self.session_starts_remaining <= 0:
+            conn.push_op(9, False)
+            return
+        self._last_identify_at = now
+        self.session_starts_remaining -= 1
+        recorded = dict(data)
+        recorded["token"] = "[redacted]"
+        self.counters.identifies += 1
+        self.counters.last_identify = recorded
+        session = Session(secrets.token_hex(16), intents, shard if shard else None)
+        self.sessions[session.id] = session
+        conn.session = session
+        session.connection = conn
+        self._send_ready(session, data.get("shard") is not None)
+        self._notify()
+
+    def _send_ready(self, session: Session, shard_sent: bool) -> None:
+        world = self.world
+        guild_ids = [g for g in world.guilds if session.wants(None, g)]
+        ready: Json = {
+            "v": 10,
+            "user": world.bot_user_payload(),
+            "guilds": [{"id": str(g), "unavailable": True} for g in guild_ids],
+            "session_id": session.id,
+            "resume_gateway_url": self.resume_url,
+            "session_type": "normal",
+            "private_channels": [],
+            "presences": [],
+            "relationships": [],
+            "user_settings": {},
+            "guild_join_requests": [],
+            "geo_ordered_rtc_regions": ["simulated"],
+            "application": {"id": str(world.application_id), "flags": (1 << 12) | (1 << 14) | (1 << 18)},
+            "_trace": _TRACE,
+        }
+        if shard_sent and session.shard is not None:
+            ready["shard"] = list(session.shard)
+        self._append(session, b"READY", orjson.dumps(ready))
+        for guild_id in guild_ids:
+            self._append(session, b"GUILD_CREATE", orjson.dumps(world.guild_create_payload(guild_id)))
+
+    def _on_resume(self, conn: GatewayConnection, data: Any) -> None:
+        if conn.session is not None:
+            conn.close(4005)
+            return
+        if not isinstance(data, dict) or not isinstance(data.get("session_id"), str):
+            conn.close(4001)
+            return
+        if data.get("token") != self.token:
+            conn.close(4004)
+            return
+        session = self.sessions.get(data["session_id"])
+        seq = data.get("seq")
+        if seq is None:
+            seq = 0
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            conn.close(4001)
+            return
+        oldest = session.buffer[0][0] if session is not None and session.buffer else None
+        if session is None or not session.valid or (oldest is not None and seq < oldest - 1):
+            self.counters.resume_failures += 1
+            conn.push_op(9, False)
+            self._notify()
+            return
+        if seq > session.seq:
+            conn.close(4007)
+            return
+        old = session.connection
+        if old is not None and old is not conn:
+            old.session = None
+            old.drop()
+        conn.session = session
+        session.connection = conn
+        for entry_seq, name, body in session.buffer:
+            if entry_seq > seq:
+                conn.push(_dispatch_frame(name, entry_seq, body))
+        conn.delivered = session.seq
+        self.counters.resumes += 1
+        self._append(session, b"RESUMED", _RESUMED_BODY)
+        self._notify()
+
+    def _on_request_members(self, conn: GatewayConnection, data: Any) -> None:
+        if not isinstance(data, dict) or conn.session is None:
+            return
+        raw_guild = data.get("guild_id")
+        guild_id = int(raw_guild) if isinstance(raw_guild, (str, int)) and str(raw_guild).isdigit() else None
+        if guild_id is None or guild_id not in self.world.guilds:
+            return
+        chunk: Json = {
+            "guild_id": str(guild_id),
+            "members": [self.world.member_payload(u, with_user=True) for u in self.world.users],
+            "chunk_index": 0,
+            "chunk_count": 1,
+        }
+        if data.get("nonce") is not None:
+            chunk["nonce"] = data["nonce"]
+        self._append(conn.session, b"GUILD_MEMBERS_CHUNK", orjson.dumps(chunk))
+
+    async def _watch_heartbeats(self, conn: GatewayConnection) -> None:
+        grace = self.heartbeat_interval_ms / 1000 * HEARTBEAT_GRACE_INTERVALS
+        while not conn.server_closing:
+            wait = conn.last_beat + grace - trio.current_time()
+            if wait <= 0:
+                # Discord forces a late heartbeater to resume: drop the socket, keep the session.
+                self.counters.heartbeat_timeouts += 1
+                self._detach(conn)
+                conn.drop()
+                self._notify()
+                return
+            await trio.sleep(wait)
+
+    # ---------------------------------------------------------------- dispatching
+
+    def dispatch(self, event: Dispatch) -> None:
+        """Send one world event to every session that may see it."""
+        full: bytes | None = None
+        stripped: bytes | None = None
+        name = event.name.encode()
+        for session in list(self.sessions.values()):
+            if not session.wants(event.intent, event.guild_id):
+                continue
+            if event.strippable and not session.intents & INTENT_MESSAGE_CONTENT:
+                if stripped is None:
+                    stripped = orjson.dumps(_strip_content(event.data))
+                self._append(session, name, stripped)
+            else:
+                if full is None:
+                    full = orjson.dumps(event.data)
+                self._append(session, name, full)
+
+    def _append(self, session: Session, name: bytes, body: bytes) -> None:
+        session.seq += 1
+        seq = session.seq
+        session.buffer.append((seq, name, body))
+        conn = session.connection
+        if conn is not None and not self.hold:
+            conn.push(_dispatch_frame(name, seq, body))
+            conn.delivered = seq
+
+    async def blast(self, bodies: list[bytes], *, guild_id: int, intent: int) -> int:
+        """Send pre-serialized MESSAGE_CREATE bodies to every live session; frames sent."""
+        targets = [
+            s for s in self.sessions.values() if s.connection is not None and s.wants(intent, guild_id)
+        ]
+        sent = 0
+        async with trio.open_nursery() as nursery:
+            for session in targets:
+                nursery.start_soon(self._blast_one, session, bodies)
+                sent += len(bodies)
+        return sent
+
+    async def _blast_one(self, session: Session, bodies: list[bytes]) -> None:
+        step = QUEUE_HIGH_WATER // 2
+        for start in range(0, len(bodies), step):
+            conn = session.connection
+            if conn is None:
+                return
+            for body in bodies[start : start + step]:
+                self._append(session, b"MESSAGE_CREATE", body)
+            await conn.wait_drained()
+            await trio.lowlevel.checkpoint()
+
+    # --------------------------------------------------------------------- faults
+
+    def drop_connections(self) -> None:
+        """Close every client's TCP connection abruptly; sessions stay resumable."""
+        for conn in list(self.connections):
+            self._detach(conn)
+            conn.drop()
+        self._notify()
+
+    def send_reconnect(self, *, close_after: float | None = RECONNECT_CLOSE_AFTER) -> None:
+        """Send op 7 to every client; drop the socket `close_after` seconds later if still open."""
+        for conn in list(self.connections):
+            conn.push_op(7, None)
+            if close_after is not None and self._nursery is not None:
+                self._nursery.start_soon(self._drop_later, conn, close_after)
+
+    async def _drop_later(self, conn: GatewayConnection, delay: float) -> None:
+        await trio.sleep(delay)
+        if conn in self.connections and not conn.server_closing:
+            self._detach(conn)
+            conn.drop()
+            self._notify()
+
+    def invalidate_session(self, resumable: bool) -> None:
+        """Send op 9 with d=`resumable` to every identified client; d=false ends the sessions."""
+        for conn in list(self.connections):
+            session = conn.session
+            if session is None:
+                continue
+            conn.push_op(9, resumable)
+            if not resumable:
+                self._invalidate(session)
+        self._notify()
+
+    def close_connections(self, code: int, reason: str | None = None) -> None:
+        """Close every client with `code`; codes Discord will not resume end the sessions."""
+        for conn in list(self.connections):
+            session = conn.session
+            if session is not None and code in NON_RESUMABLE_CLOSE_CODES:
+                self._invalidate(session)
+            else:
+                self._detach(conn)
+            conn.close(code, reason)
+        self._notify()
+
+    def request_heartbeat(self) -> None:
+        """Send op 1 to every client: each must heartbeat at once."""
+        for conn in list(self.connections):
+            conn.push_op(1, None)
+
+    def release_held(self) -> None:
+        """Deliver every dispatch held back while `hold` was set to the attached connections."""
+        self.hold = False
+        for session in self.sessions.values():
+            conn = session.connection
+            if conn is None:
+                continue
+            for seq, name, body in session.buffer:
+                if seq > conn.delivered:
+                    conn.push(_dispatch_frame(name, seq, body))
+            conn.delivered = session.seq
+
+    # -------------------------------------------------------------------- queries
+
+    def stats(self) -> GatewayStats:
+        """A snapshot of the counters."""
+        c = self.counters
+        return GatewayStats(
+            connections=c.connections,
+            identifies=c.identifies,
+            resumes=c.resumes,
+            heartbeats=c.heartbeats,
+            last_identify=c.last_identify,
+            active_connections=len(self.connections),
+            ready_sessions=sum(
+                1 for s in self.sessions.values() if s.valid and s.connection is not None
+            ),
+            resume_failures=c.resume_failures,
+            heartbeat_timeouts=c.heartbeat_timeouts,
+            client_close_codes=tuple(c.client_close_codes),
+            last_connect_path=c.last_connect_path,
+            resume_url_connections=c.resume_url_connections,
+        )
+
+    def gateway_bot(self) -> Json:
+        """The body of GET /gateway/bot."""
+        return {
+            "url": self.url,
+            "shards": 1,
+            "session_start_limit": {
+                "total": SESSION_START_TOTAL,
+                "remaining": self.session_starts_remaining,
+                "reset_after": SESSION_START_RESET_MS,
+                "max_concurrency": 1,
+            },
+        }
+
+    def live_sessions(self) -> Iterable[Session]:
+        """Sessions with a connection attached."""
+        return [s for s in self.sessions.values() if s.connection is not None]
+
+    # ------------------------------------------------------------------ internals
+
+    def _detach(self, conn: GatewayConnection) -> None:
+        session = conn.session
+        if session is not None and session.connection is conn:
+            session.connection = None
+
+    def _invalidate(self, session: Session) -> None:
+        session.valid = False
+        self.sessions.pop(session.id, None)
+        conn = session.connection
+        if conn is not None:
+            conn.session = None
+        session.connection = None
+
+
+def _check_query(query: dict[str, str]) -> tuple[int, str] | None:
+    version = query.get("v")
+    if version is not None and version not in ("9", "10"):
+        return 4012, "Invalid API version."
+    encoding = query.get("encoding", "json")
+    if encoding != "json":
+        return 4002, "The simulator speaks encoding=json only."
+    compress = query.get("compress")
+    if compress not in (None, "zlib-stream", "zstd-stream"):
+        return 4002, f"Unknown transport compression {compress!r}."
+    if compress == "zstd-stream" and zstandard is None:
+        return 4002, "zstd-stream needs the zstandard module."
+    return None
+
+
+def _parse_shard(raw: Any) -> tuple[int, int] | None | bool:
+    """(id, count), None when absent, False when invalid."""
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, list)
+        or len(raw) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in raw)
+    ):
+        return False
+    shard_id, count = raw
+    if count < 1 or not 0 <= shard_id < count:
+        return False
+    return shard_id, count
+
+
+def _strip_content(data: Json) -> Json:
+    """A message payload as a session without MESSAGE_CONTENT sees it."""
+    out = dict(data)
+    out["content"] = ""
+    out["embeds"] = []
+    out["attachments"] = []
+    out["components"] = []
+    out.pop("poll", None)
+    return out

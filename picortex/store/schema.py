@@ -1,0 +1,142 @@
+"""The database schema as ordered migrations; `schema_version` records which have run.
+
+Append new migrations at the end; never edit one that has shipped. Times are Unix seconds
+(REAL, UTC); Discord ids are INTEGER.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version    INTEGER PRIMARY KEY,
+    applied_at REAL NOT NULL DEFAULT (unixepoch('subsec'))
+) STRICT;
+"""
+
+_V1_CORE: Final = """
+CREATE TABLE trust (
+    user_id    INTEGER PRIMARY KEY,
+    tier       TEXT NOT NULL CHECK (tier IN ('user', 'trusted', 'admin')),
+    updated_at REAL NOT NULL DEFAULT (unixepoch('subsec'))
+) STRICT;
+
+CREATE TABLE runtime_config (
+    key        TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,
+    updated_at REAL NOT NULL DEFAULT (unixepoch('subsec'))
+) STRICT;
+
+CREATE TABLE chat_config (
+    chat_id                 INTEGER PRIMARY KEY,
+    attention_mode          TEXT NOT NULL CHECK (attention_mode IN
+        ('always', 'mentions-only', 'discriminate', 'discriminate-quiet', 'silent')),
+    discriminator_model     TEXT,
+    discriminator_threshold REAL,
+    updated_at              REAL NOT NULL
+) STRICT;
+
+CREATE TABLE invocation_errors (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    workspace_id  TEXT NOT NULL,
+    persona       TEXT NOT NULL,
+    signal_id     TEXT NOT NULL,
+    stage         TEXT NOT NULL CHECK (stage IN ('discriminate', 'tiebreak', 'generate', 'post')),
+    error_message TEXT NOT NULL,
+    stack_trace   TEXT,
+    created_at    REAL NOT NULL,
+    resolved_at   REAL,
+    resolution    TEXT CHECK (resolution IN ('fixed', 'dismissed', 'composted'))
+) STRICT;
+CREATE INDEX invocation_errors_workspace ON invocation_errors (workspace_id, persona);
+CREATE INDEX invocation_errors_resolved ON invocation_errors (resolved_at);
+
+CREATE TABLE budget_ledger (
+    id         INTEGER PRIMARY KEY,
+    workspace  TEXT NOT NULL,
+    period_key TEXT NOT NULL,
+    cost_usd   REAL NOT NULL CHECK (cost_usd >= 0),
+    at         REAL NOT NULL
+) STRICT;
+CREATE INDEX budget_ledger_period ON budget_ledger (period_key, workspace);
+
+CREATE TABLE seen_events (
+    message_id INTEGER PRIMARY KEY,
+    seen_at    REAL NOT NULL
+) STRICT;
+CREATE INDEX seen_events_seen_at ON seen_events (seen_at);
+"""
+
+# Memory: rows live in ordinary tables; external-content FTS5 indexes mirror them through
+# triggers, so the index can never drift from the rows inside one transaction.
+_V2_MEMORY: Final = """
+CREATE TABLE memory_messages (
+    message_id  INTEGER PRIMARY KEY,
+    channel_id  INTEGER NOT NULL,
+    guild_id    INTEGER,
+    author_id   INTEGER NOT NULL,
+    author_name TEXT NOT NULL,
+    content     TEXT NOT NULL,
+    created_at  REAL NOT NULL
+) STRICT;
+CREATE INDEX memory_messages_created ON memory_messages (created_at);
+
+CREATE TABLE memory_observations (
+    id         INTEGER PRIMARY KEY,
+    persona    TEXT NOT NULL,
+    message_id INTEGER NOT NULL,
+    channel_id INTEGER NOT NULL,
+    guild_id   INTEGER,
+    trigger    TEXT NOT NULL,
+    content    TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (persona, message_id, trigger)
+) STRICT;
+CREATE INDEX memory_observations_created ON memory_observations (created_at);
+
+CREATE VIRTUAL TABLE memory_messages_fts USING fts5 (
+    content, author_name,
+    content = 'memory_messages', content_rowid = 'message_id',
+    tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER memory_messages_ai AFTER INSERT ON memory_messages BEGIN
+    INSERT INTO memory_messages_fts (rowid, content, author_name)
+    VALUES (new.message_id, new.content, new.author_name);
+END;
+CREATE TRIGGER memory_messages_ad AFTER DELETE ON memory_messages BEGIN
+    INSERT INTO memory_messages_fts (memory_messages_fts, rowid, content, author_name)
+    VALUES ('delete', old.message_id, old.content, old.author_name);
+END;
+CREATE TRIGGER memory_messages_au AFTER UPDATE ON memory_messages BEGIN
+    INSERT INTO memory_messages_fts (memory_messages_fts, rowid, content, author_name)
+    VALUES ('delete', old.message_id, old.content, old.author_name);
+    INSERT INTO memory_messages_fts (rowid, content, author_name)
+    VALUES (new.message_id, new.content, new.author_name);
+END;
+
+CREATE VIRTUAL TABLE memory_observations_fts USING fts5 (
+    content, trigger,
+    content = 'memory_observations', content_rowid = 'id',
+    tokenize = 'unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER memory_observations_ai AFTER INSERT ON memory_observations BEGIN
+    INSERT INTO memory_observations_fts (rowid, content, trigger)
+    VALUES (new.id, new.content, new.trigger);
+END;
+CREATE TRIGGER memory_observations_ad AFTER DELETE ON memory_observations BEGIN
+    INSERT INTO memory_observations_fts (memory_observations_fts, rowid, content, trigger)
+    VALUES ('delete', old.id, old.content, old.trigger);
+END;
+CREATE TRIGGER memory_observations_au AFTER UPDATE ON memory_observations BEGIN
+    INSERT INTO memory_observations_fts (memory_observations_fts, rowid, content, trigger)
+    VALUES ('delete', old.id, old.content, old.trigger);
+    INSERT INTO memory_observations_fts (rowid, content, trigger)
+    VALUES (new.id, new.content, new.trigger);
+END;
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY)
+"""Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
+
+LATEST_VERSION: Final = len(MIGRATIONS)

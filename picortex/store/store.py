@@ -1,0 +1,586 @@
+"""The SQLite store (`picortex.db`): one apsw connection, WAL, every write in a transaction.
+
+Trust list, runtime config, per-chat config, invocation errors, the budget ledger, memory
+(messages and observations with FTS5 search) and seen events. All methods are synchronous
+and thread-safe; times are Unix seconds (UTC).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final, Self, cast
+
+import apsw
+import attrs
+
+from picortex.config import ATTENTION_MODES
+from picortex.errors import StoreError
+from picortex.store.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
+
+TIERS: Final = ("user", "trusted", "admin")
+STAGES: Final = ("discriminate", "tiebreak", "generate", "post")
+RESOLUTIONS: Final = ("fixed", "dismissed", "composted")
+DM_WORKSPACE: Final = "dm"  # the workspace of every DM; guild channels use the guild id
+BUSY_TIMEOUT_MS: Final = 5_000  # a CLI command and the bot may write at once; wait, don't fail
+# WAL with synchronous=NORMAL: a commit is in the WAL file before COMMIT returns, so a killed
+# process loses nothing committed; only a power cut may lose the newest commits (never corrupt).
+SYNCHRONOUS: Final = "NORMAL"
+MAX_QUERY_TERMS: Final = 32  # recall needs the gist of a message, not every word of a long one
+
+_TERM: Final = re.compile(r"\w+")
+_PRAGMA_NAME: Final = re.compile(r"[a-z_]+")
+
+
+@attrs.frozen
+class ChatConfig:
+    """One row of `chat_config`: a chat's own attention settings."""
+
+    chat_id: int
+    attention_mode: str
+    discriminator_model: str | None
+    discriminator_threshold: float | None
+    updated_at: float
+
+
+@attrs.frozen
+class InvocationError:
+    """One row of `invocation_errors`: a failed model call or post, kept as data."""
+
+    id: int
+    workspace_id: str
+    persona: str
+    signal_id: str
+    stage: str
+    error_message: str
+    stack_trace: str | None
+    created_at: float
+    resolved_at: float | None
+    resolution: str | None
+
+
+@attrs.frozen
+class MemoryHit:
+    """A stored message or observation that matched a memory search."""
+
+    kind: str  # "message" or "observation"
+    message_id: int
+    channel_id: int
+    guild_id: int | None
+    content: str
+    created_at: float
+    author_name: str | None = None  # messages only
+    persona: str | None = None  # observations only
+    trigger: str | None = None  # observations only
+    score: float = 0.0  # bm25: lower is a better match
+
+
+def fts_query(text: str) -> str | None:
+    """An FTS5 query matching any word of `text`, or None when it has no words.
+
+    Each word is quoted as an FTS5 string, so no user text is read as query syntax.
+    """
+    # No case folding here: the FTS5 tokenizer folds query and text alike.
+    terms = list(dict.fromkeys(_TERM.findall(text)))[:MAX_QUERY_TERMS]
+    if not terms:
+        return None
+    return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+
+
+def _open_reason(exc: apsw.Error) -> str:
+    if isinstance(exc, apsw.NotADBError):
+        return "is not a SQLite database"
+    if isinstance(exc, apsw.CantOpenError):
+        return "cannot be opened (check that the path is a file you may write)"
+    if isinstance(exc, apsw.ReadOnlyError | apsw.PermissionsError):
+        return "is read-only"
+    if isinstance(exc, apsw.BusyError):
+        return "is locked by another process"
+    return f"cannot be opened ({exc})"
+
+
+class Store:
+    """The picortex database. Open with `Store.open(path)`; close with `close()`."""
+
+    def __init__(self, conn: apsw.Connection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+        # apsw serialises single calls, but a transaction spans several; keep them whole.
+        self._lock = threading.RLock()
+        self._depth = 0
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path) -> Store:
+        """Open (creating if needed) and migrate the database at `path`.
+
+        Raises:
+            StoreError: one sentence when the file cannot be opened or migrated.
+        """
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{path}: its folder cannot be created ({exc.strerror})") from None
+        conn: apsw.Connection | None = None
+        try:
+            conn = apsw.Connection(str(path))
+            conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+            mode = conn.execute("PRAGMA journal_mode = WAL").get
+            if str(mode).lower() != "wal":
+                raise StoreError(f"{path}: cannot use write-ahead logging (got {mode})")
+            conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except apsw.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise StoreError(f"{path} {_open_reason(exc)}") from None
+        store = cls(conn, path)
+        try:
+            store._migrate()
+        except BaseException:
+            conn.close()
+            raise
+        return store
+
+    def close(self) -> None:
+        """Close the connection (idempotent)."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        while True:
+            with self.transaction():
+                self._conn.execute(SCHEMA_VERSION_TABLE)
+                current = self.schema_version()
+                if current > LATEST_VERSION:
+                    raise StoreError(
+                        f"{self.path} was written by a newer picortex "
+                        f"(schema {current}, this one knows up to {LATEST_VERSION})"
+                    )
+                if current == LATEST_VERSION:
+                    return
+                try:
+                    self._conn.execute(MIGRATIONS[current])
+                except apsw.Error as exc:
+                    raise StoreError(
+                        f"{self.path}: migration {current + 1} failed ({exc})"
+                    ) from None
+                self._conn.execute(
+                    "INSERT INTO schema_version (version) VALUES (?)", (current + 1,)
+                )
+
+    def schema_version(self) -> int:
+        """The number of migrations applied."""
+        value = self._one("SELECT coalesce(max(version), 0) FROM schema_version")
+        return cast(int, value)
+
+    def pragma(self, name: str) -> object:
+        """The value of one PRAGMA on this connection (e.g. `journal_mode`, `foreign_keys`)."""
+        if not _PRAGMA_NAME.fullmatch(name):
+            raise ValueError(f"not a pragma name: {name!r}")
+        return self._one(f"PRAGMA {name}")
+
+    def integrity_check(self) -> str:
+        """SQLite's `PRAGMA integrity_check` result: "ok" when the file is sound."""
+        rows = self._all("PRAGMA integrity_check")
+        return "\n".join(str(row[0]) for row in rows)
+
+    # ---- transactions --------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One write transaction; nested uses become savepoints.
+
+        Raises:
+            StoreError: when SQLite refuses the write (disk full, locked too long, ...).
+        """
+        with self._lock:
+            depth = self._depth
+            begin, commit, rollback = (
+                ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
+                if depth == 0
+                else (f"SAVEPOINT s{depth}", f"RELEASE s{depth}", f"ROLLBACK TO s{depth}")
+            )
+            self._run(begin)
+            self._depth = depth + 1
+            try:
+                yield
+            except BaseException:
+                self._depth = depth
+                with contextlib.suppress(apsw.Error):
+                    self._conn.execute(rollback)
+                    if depth:
+                        self._conn.execute(commit)  # a savepoint stays open after ROLLBACK TO
+                raise
+            self._depth = depth
+            try:
+                self._run(commit)
+            except BaseException:
+                if depth == 0:
+                    with contextlib.suppress(apsw.Error):
+                        self._conn.execute("ROLLBACK")
+                raise
+
+    def _run(self, sql: str, bindings: tuple[object, ...] = ()) -> apsw.Cursor:
+        try:
+            return self._conn.execute(sql, cast("apsw.Bindings", bindings))
+        except apsw.Error as exc:
+            raise StoreError(f"{self.path}: database error ({exc})") from exc
+
+    def _all(self, sql: str, bindings: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+        with self._lock:
+            try:
+                return list(self._run(sql, bindings))
+            except apsw.Error as exc:
+                raise StoreError(f"{self.path}: database error ({exc})") from exc
+
+    def _one(self, sql: str, bindings: tuple[object, ...] = ()) -> object:
+        rows = self._all(sql, bindings)
+        return rows[0][0] if rows else None
+
+    def _write(self, sql: str, bindings: tuple[object, ...] = ()) -> int:
+        """Run one statement in its own transaction; returns the rows it changed."""
+        with self.transaction():
+            self._run(sql, bindings)
+            return self._conn.changes()
+
+    # ---- trust list ----------------------------------------------------------------------
+
+    def get_tier(self, user_id: int) -> str | None:
+        """The user's trust tier, or None when not on the list."""
+        return cast("str | None", self._one("SELECT tier FROM trust WHERE user_id = ?", (user_id,)))
+
+    def set_tier(self, user_id: int, tier: str) -> None:
+        """Add the user to the trust list, or change their tier."""
+        if tier not in TIERS:
+            raise ValueError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        self._write(
+            "INSERT INTO trust (user_id, tier) VALUES (?, ?) ON CONFLICT (user_id) DO UPDATE"
+            " SET tier = excluded.tier, updated_at = unixepoch('subsec')",
+            (user_id, tier),
+        )
+
+    def remove_trust(self, user_id: int) -> bool:
+        """Remove the user from the trust list; False when they were not on it."""
+        return self._write("DELETE FROM trust WHERE user_id = ?", (user_id,)) > 0
+
+    def trust_list(self) -> list[tuple[int, str]]:
+        """Every (user_id, tier) on the trust list, by user id."""
+        rows = self._all("SELECT user_id, tier FROM trust ORDER BY user_id")
+        return [(cast(int, uid), cast(str, tier)) for uid, tier in rows]
+
+    # ---- runtime config ------------------------------------------------------------------
+
+    def runtime_config(self) -> dict[str, str]:
+        """Every runtime config override: dotted key -> text value."""
+        rows = self._all("SELECT key, value FROM runtime_config ORDER BY key")
+        return {cast(str, key): cast(str, value) for key, value in rows}
+
+    def set_runtime_config(self, key: str, value: str) -> None:
+        """Store one runtime override (already validated by the caller)."""
+        self._write(
+            "INSERT INTO runtime_config (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE"
+            " SET value = excluded.value, updated_at = unixepoch('subsec')",
+            (key, value),
+        )
+
+    def delete_runtime_config(self, key: str) -> bool:
+        """Drop one runtime override, so the file's value applies again."""
+        return self._write("DELETE FROM runtime_config WHERE key = ?", (key,)) > 0
+
+    # ---- chat config ---------------------------------------------------------------------
+
+    def get_chat_config(self, chat_id: int) -> ChatConfig | None:
+        """The chat's own settings, or None when it uses the defaults."""
+        rows = self._all(
+            "SELECT chat_id, attention_mode, discriminator_model, discriminator_threshold,"
+            " updated_at FROM chat_config WHERE chat_id = ?",
+            (chat_id,),
+        )
+        return _chat_config(rows[0]) if rows else None
+
+    def chat_configs(self) -> list[ChatConfig]:
+        """Every chat with its own settings, by chat id."""
+        rows = self._all(
+            "SELECT chat_id, attention_mode, discriminator_model, discriminator_threshold,"
+            " updated_at FROM chat_config ORDER BY chat_id"
+        )
+        return [_chat_config(row) for row in rows]
+
+    def set_attention_mode(self, chat_id: int, mode: str, now: float) -> None:
+        """Set the chat's attention mode, keeping its other settings."""
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention mode must be one of {', '.join(ATTENTION_MODES)}")
+        self._write(
+            "INSERT INTO chat_config (chat_id, attention_mode, updated_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (chat_id) DO UPDATE"
+            " SET attention_mode = excluded.attention_mode, updated_at = excluded.updated_at",
+            (chat_id, mode, now),
+        )
+
+    def delete_chat_config(self, chat_id: int) -> bool:
+        """Forget the chat's own settings, so the defaults apply again."""
+        return self._write("DELETE FROM chat_config WHERE chat_id = ?", (chat_id,)) > 0
+
+    # ---- invocation errors ---------------------------------------------------------------
+
+    def add_invocation_error(
+        self,
+        workspace_id: str,
+        persona: str,
+        signal_id: str | int,
+        stage: str,
+        error_message: str,
+        stack_trace: str | None,
+        created_at: float,
+    ) -> int:
+        """Record a failed invocation (secrets already redacted by the caller); returns its id."""
+        if stage not in STAGES:
+            raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+        with self.transaction():
+            self._run(
+                "INSERT INTO invocation_errors (workspace_id, persona, signal_id, stage,"
+                " error_message, stack_trace, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    workspace_id,
+                    persona,
+                    str(signal_id),
+                    stage,
+                    error_message,
+                    stack_trace,
+                    created_at,
+                ),
+            )
+            return self._conn.last_insert_rowid()
+
+    def invocation_errors(self, unresolved_only: bool = False) -> list[InvocationError]:
+        """Invocation errors, oldest first; only unresolved ones when asked."""
+        where = " WHERE resolved_at IS NULL" if unresolved_only else ""
+        rows = self._all(_ERROR_COLUMNS + where + " ORDER BY id")
+        return [_invocation_error(row) for row in rows]
+
+    def invocation_error(self, error_id: int) -> InvocationError | None:
+        """One invocation error by id, or None."""
+        rows = self._all(_ERROR_COLUMNS + " WHERE id = ?", (error_id,))
+        return _invocation_error(rows[0]) if rows else None
+
+    def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
+        """Mark an error resolved; False when no error has that id."""
+        if resolution not in RESOLUTIONS:
+            raise ValueError(f"resolution must be one of {', '.join(RESOLUTIONS)}")
+        changed = self._write(
+            "UPDATE invocation_errors SET resolution = ?, resolved_at = ? WHERE id = ?",
+            (resolution, resolved_at, error_id),
+        )
+        return changed > 0
+
+    # ---- budget ledger -------------------------------------------------------------------
+
+    def add_spend(self, workspace: str, period_key: str, cost_usd: float, at: float) -> None:
+        """Record the cost of one model call against a workspace and period."""
+        if not cost_usd >= 0:
+            raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
+        self._write(
+            "INSERT INTO budget_ledger (workspace, period_key, cost_usd, at) VALUES (?, ?, ?, ?)",
+            (workspace, period_key, cost_usd, at),
+        )
+
+    def spend(self, workspace: str, period_key: str) -> float:
+        """USD spent by the workspace in the period."""
+        value = self._one(
+            "SELECT coalesce(sum(cost_usd), 0.0) FROM budget_ledger"
+            " WHERE period_key = ? AND workspace = ?",
+            (period_key, workspace),
+        )
+        return float(cast(float, value))
+
+    def spend_by_workspace(self, period_key: str) -> dict[str, float]:
+        """USD spent in the period, per workspace."""
+        rows = self._all(
+            "SELECT workspace, sum(cost_usd) FROM budget_ledger WHERE period_key = ?"
+            " GROUP BY workspace ORDER BY workspace",
+            (period_key,),
+        )
+        return {cast(str, ws): float(cast(float, total)) for ws, total in rows}
+
+    # ---- memory --------------------------------------------------------------------------
+
+    def add_memory_message(
+        self,
+        message_id: int,
+        channel_id: int,
+        guild_id: int | None,
+        author_id: int,
+        author_name: str,
+        content: str,
+        created_at: float,
+    ) -> None:
+        """Store a message for recall; storing it again updates an edited text."""
+        self._write(
+            "INSERT INTO memory_messages (message_id, channel_id, guild_id, author_id,"
+            " author_name, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (message_id) DO UPDATE SET content = excluded.content,"
+            " author_name = excluded.author_name"
+            " WHERE content IS NOT excluded.content OR author_name IS NOT excluded.author_name",
+            (message_id, channel_id, guild_id, author_id, author_name, content, created_at),
+        )
+
+    def delete_memory_message(self, message_id: int) -> bool:
+        """Forget a message (deleted on Discord); False when it was not stored."""
+        return self._write("DELETE FROM memory_messages WHERE message_id = ?", (message_id,)) > 0
+
+    def add_observation(
+        self,
+        persona: str,
+        message_id: int,
+        channel_id: int,
+        guild_id: int | None,
+        trigger: str,
+        content: str,
+        created_at: float,
+    ) -> bool:
+        """Record that a persona's trigger matched a message; False if already recorded."""
+        changed = self._write(
+            "INSERT INTO memory_observations (persona, message_id, channel_id, guild_id,"
+            " trigger, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (persona, message_id, trigger) DO NOTHING",
+            (persona, message_id, channel_id, guild_id, trigger, content, created_at),
+        )
+        return changed > 0
+
+    def search_memory(
+        self,
+        query: str,
+        since: float,
+        workspace: str | None,
+        limit: int = 10,
+        *,
+        channel_id: int | None = None,
+    ) -> list[MemoryHit]:
+        """Messages and observations since `since` matching any word of `query`, best first.
+
+        Args:
+            query: any user text; punctuation and FTS5 syntax are treated as plain text.
+            since: the oldest `created_at` to include (Unix seconds).
+            workspace: a guild id as text, `"dm"` for direct messages, or None for all.
+            limit: the most hits to return.
+            channel_id: when given, only hits from that channel.
+        """
+        match = fts_query(query)
+        if match is None or limit <= 0:
+            return []
+        guild: int | None = None
+        if workspace is not None and workspace != DM_WORKSPACE:
+            if not workspace.isdigit():
+                return []
+            guild = int(workspace)
+        params = (match, since, workspace is None, workspace == DM_WORKSPACE, guild, channel_id)
+        rows = self._all(_SEARCH_SQL, (*params, limit))
+        return [
+            MemoryHit(
+                kind=cast(str, kind),
+                message_id=cast(int, message_id),
+                channel_id=cast(int, chan),
+                guild_id=cast("int | None", guild_id),
+                content=cast(str, content),
+                created_at=cast(float, created_at),
+                author_name=cast("str | None", author_name),
+                persona=cast("str | None", persona),
+                trigger=cast("str | None", trigger),
+                score=cast(float, score),
+            )
+            for (
+                kind,
+                message_id,
+                chan,
+                guild_id,
+                author_name,
+                persona,
+                trigger,
+                content,
+                created_at,
+                score,
+            ) in rows
+        ]
+
+    # ---- seen events ---------------------------------------------------------------------
+
+    def mark_seen(self, message_id: int, at: float) -> bool:
+        """Remember a handled message id; True when it was new."""
+        changed = self._write(
+            "INSERT INTO seen_events (message_id, seen_at) VALUES (?, ?)"
+            " ON CONFLICT (message_id) DO NOTHING",
+            (message_id, at),
+        )
+        return changed > 0
+
+    def is_seen(self, message_id: int) -> bool:
+        """Whether the message id was handled before."""
+        return self._one("SELECT 1 FROM seen_events WHERE message_id = ?", (message_id,)) == 1
+
+    def prune_seen(self, older_than: float) -> int:
+        """Forget ids seen before `older_than`; returns how many were dropped."""
+        return self._write("DELETE FROM seen_events WHERE seen_at < ?", (older_than,))
+
+
+_ERROR_COLUMNS: Final = (
+    "SELECT id, workspace_id, persona, signal_id, stage, error_message, stack_trace,"
+    " created_at, resolved_at, resolution FROM invocation_errors"
+)
+
+# One fixed statement; filters switch on through parameters, so no text is ever spliced in.
+# Parameters: 1 match, 2 since, 3 all workspaces, 4 DMs only, 5 guild id, 6 channel id, 7 limit.
+_SEARCH_SQL: Final = """
+SELECT 'message', t.message_id, t.channel_id, t.guild_id, t.author_name, NULL, NULL,
+       t.content, t.created_at, bm25(memory_messages_fts) AS score
+FROM memory_messages_fts JOIN memory_messages AS t ON t.message_id = memory_messages_fts.rowid
+WHERE memory_messages_fts MATCH ?1 AND t.created_at >= ?2
+  AND (?3 OR (?4 AND t.guild_id IS NULL) OR t.guild_id = ?5)
+  AND (?6 IS NULL OR t.channel_id = ?6)
+UNION ALL
+SELECT 'observation', t.message_id, t.channel_id, t.guild_id, NULL, t.persona, t.trigger,
+       t.content, t.created_at, bm25(memory_observations_fts) AS score
+FROM memory_observations_fts JOIN memory_observations AS t ON t.id = memory_observations_fts.rowid
+WHERE memory_observations_fts MATCH ?1 AND t.created_at >= ?2
+  AND (?3 OR (?4 AND t.guild_id IS NULL) OR t.guild_id = ?5)
+  AND (?6 IS NULL OR t.channel_id = ?6)
+ORDER BY score, 9 DESC
+LIMIT ?7
+"""
+
+
+def _chat_config(row: tuple[object, ...]) -> ChatConfig:
+    chat_id, mode, model, threshold, updated_at = row
+    return ChatConfig(
+        chat_id=cast(int, chat_id),
+        attention_mode=cast(str, mode),
+        discriminator_model=cast("str | None", model),
+        discriminator_threshold=cast("float | None", threshold),
+        updated_at=cast(float, updated_at),
+    )
+
+
+def _invocation_error(row: tuple[object, ...]) -> InvocationError:
+    (eid, workspace, persona, signal, stage, message, trace, created, resolved, resolution) = row
+    return InvocationError(
+        id=cast(int, eid),
+        workspace_id=cast(str, workspace),
+        persona=cast(str, persona),
+        signal_id=cast(str, signal),
+        stage=cast(str, stage),
+        error_message=cast(str, message),
+        stack_trace=cast("str | None", trace),
+        created_at=cast(float, created),
+        resolved_at=cast("float | None", resolved),
+        resolution=cast("str | None", resolution),
+    )

@@ -1,0 +1,364 @@
+"""The LLM actor against a scripted model endpoint (a mock transport under the SDK)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from picortex.actors.llm import (
+    FALLBACK_PRICE,
+    ChatTurn,
+    LLMActor,
+    LLMRequest,
+    price_of,
+)
+from picortex.config import BUILTIN_PRICES, ModelTiers, Price
+from picortex.runtime.faults import FaultPoints
+from tests.helpers import RecordingSink
+
+try:  # the HTTP library the installed SDK is built on
+    import httpx2 as sdk_http
+except ImportError:  # pragma: no cover - older SDKs use httpx itself
+    import httpx as sdk_http  # type: ignore[no-redef]
+
+KEY = "sk-ant-api03-test-key-abcdef"
+MODELS = ModelTiers(
+    triage="claude-haiku-5-5", general="claude-sonnet-5-5", complex="claude-opus-5-5"
+)
+
+Answer = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class FakeModel:
+    """A Messages API endpoint: records requests and answers as `answer` says."""
+
+    def __init__(self, answer: Answer | None = None) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[Any] = []
+        self.answer = answer or reply("hello", 1000, 500)
+
+    async def __call__(self, request: Any) -> Any:
+        body = orjson.loads(request.content)
+        self.requests.append(body)
+        self.headers.append(request.headers)
+        result = await self.answer(body)
+        if isinstance(result, sdk_http.Response):
+            return result
+        return sdk_http.Response(200, json=result)
+
+
+def reply(
+    text: str, input_tokens: int, output_tokens: int, *, delay: float = 0.0, **usage: int
+) -> Answer:
+    async def answer(body: dict[str, Any]) -> Any:
+        if delay:
+            await trio.sleep(delay)
+        return {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": body["model"],
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens, **usage},
+        }
+
+    return answer
+
+
+def failure(status: int, message: str) -> Answer:
+    async def answer(body: dict[str, Any]) -> Any:
+        error = {"type": "error", "error": {"type": "api_error", "message": message}}
+        return sdk_http.Response(status, json=error)
+
+    return answer
+
+
+class FakeBudget:
+    def __init__(self, allowed: bool = True) -> None:
+        self.allowed = allowed
+        self.checked: list[str] = []
+        self.recorded: list[tuple[str, float]] = []
+
+    def check(self, workspace: str) -> bool:
+        self.checked.append(workspace)
+        return self.allowed
+
+    def record(self, workspace: str, cost_usd: float) -> None:
+        self.recorded.append((workspace, cost_usd))
+
+
+def make_actor(
+    model: FakeModel | None,
+    sink: RecordingSink,
+    *,
+    api_key: str | None = KEY,
+    budget: FakeBudget | None = None,
+    prices: dict[str, Price] | None = None,
+    faults: FaultPoints | None = None,
+) -> LLMActor:
+    client = None
+    if model is not None:
+        client = sdk_http.AsyncClient(transport=sdk_http.MockTransport(model))
+    return LLMActor(
+        api_key=api_key,
+        base_url="http://model.test",
+        models=MODELS,
+        prices=BUILTIN_PRICES if prices is None else prices,
+        events=sink,
+        budget=budget,
+        faults=faults,
+        http_client=client,
+    )
+
+
+@asynccontextmanager
+async def running(actor: LLMActor) -> AsyncIterator[LLMActor]:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run)
+        yield actor
+        nursery.cancel_scope.cancel()
+
+
+def request(**changes: Any) -> LLMRequest:
+    fields: dict[str, Any] = {
+        "stage": "generate",
+        "system": "You are helpful.",
+        "messages": (ChatTurn("user", "hi there"),),
+        "workspace": "81384788765712384",
+    }
+    fields.update(changes)
+    return LLMRequest(**fields)
+
+
+async def test_ok_call_is_priced_from_usage_and_logged() -> None:
+    sink = RecordingSink()
+    model = FakeModel(reply("hello", 1000, 500))
+    budget = FakeBudget()
+    async with running(make_actor(model, sink, budget=budget)) as llm:
+        result = await llm.complete(request(persona="bard", signal_id="42"))
+    assert result.ok
+    assert result.text == "hello"
+    assert result.model == "claude-sonnet-5-5"
+    assert (result.input_tokens, result.output_tokens) == (1000, 500)
+    # Sonnet 5.5: $2 in, $10 out per million tokens.
+    assert result.cost_usd == pytest.approx(1000 * 2 / 1e6 + 500 * 10 / 1e6)
+    (sent,) = model.requests
+    assert sent["model"] == "claude-sonnet-5-5"
+    assert sent["system"] == "You are helpful."
+    assert sent["messages"] == [{"role": "user", "content": "hi there"}]
+    assert sent["max_tokens"] == 1024
+    assert model.headers[0]["x-api-key"] == KEY
+    (event,) = sink.of("llm")
+    assert event == {
+        "event": "llm",
+        "model": "claude-sonnet-5-5",
+        "stage": "generate",
+        "input_tokens": 1000,
+        "output_tokens": 500,
+        "cost_usd": pytest.approx(0.007),
+        "latency_ms": result.latency_ms,
+        "outcome": "ok",
+        "workspace": "81384788765712384",
+        "persona": "bard",
+        "signal_id": "42",
+    }
+    assert budget.checked == ["81384788765712384"]
+    assert budget.recorded == [("81384788765712384", pytest.approx(0.007))]
+
+
+async def test_tiers_route_to_models_and_an_explicit_model_wins() -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    async with running(make_actor(model, sink)) as llm:
+        await llm.complete(request(tier="triage", stage="discriminate", system=""))
+        await llm.complete(request(tier="complex"))
+        await llm.complete(request(model="claude-custom-1"))
+    assert [r["model"] for r in model.requests] == [
+        "claude-haiku-5-5",
+        "claude-opus-5-5",
+        "claude-custom-1",
+    ]
+    assert "system" not in model.requests[0]
+    with pytest.raises(ValueError, match="unknown model tier"):
+        request(tier="huge")
+
+
+async def test_unknown_model_costs_as_the_dearest_known_one() -> None:
+    sink = RecordingSink()
+    async with running(make_actor(FakeModel(reply("x", 1_000_000, 1_000_000)), sink)) as llm:
+        result = await llm.complete(request(model="claude-mystery"))
+    # Opus 5.5 is the dearest built-in: $4 + $20 for a million tokens each way.
+    assert result.cost_usd == pytest.approx(24.0)
+    assert price_of("claude-mystery", {}) == FALLBACK_PRICE
+    assert price_of("a", {"a": Price(1, 1), "b": Price(3, 3)}) == Price(1, 1)
+
+
+async def test_cache_tokens_are_charged_as_input() -> None:
+    sink = RecordingSink()
+    answer = reply("x", 100, 10, cache_creation_input_tokens=50, cache_read_input_tokens=25)
+    async with running(make_actor(FakeModel(answer), sink)) as llm:
+        result = await llm.complete(request(tier="triage"))
+    assert result.input_tokens == 175
+    assert result.cost_usd == pytest.approx((175 * 0.10 + 10 * 0.50) / 1e6)
+
+
+async def test_timeout_is_a_deadline_and_is_not_retried(autojump_clock: trio.abc.Clock) -> None:
+    sink = RecordingSink()
+    model = FakeModel(reply("late", 1, 1, delay=100.0))
+    async with running(make_actor(model, sink)) as llm:
+        result = await llm.complete(request(timeout=5.0))
+    assert result.outcome == "timeout"
+    assert result.text == ""
+    assert result.latency_ms == 5000
+    assert result.cost_usd == 0.0
+    assert result.error == "no answer within 5 s"
+    assert len(model.requests) == 1
+    assert sink.of("llm")[0]["outcome"] == "timeout"
+
+
+async def test_api_error_is_reported_redacted_and_not_retried() -> None:
+    sink = RecordingSink()
+    budget = FakeBudget()
+    model = FakeModel(failure(500, f"internal error for key {KEY}"))
+    async with running(make_actor(model, sink, budget=budget)) as llm:
+        result = await llm.complete(request())
+    assert result.outcome == "error"
+    assert len(model.requests) == 1
+    assert result.error is not None
+    assert "InternalServerError" in result.error
+    assert KEY not in result.error
+    assert result.stack_trace is not None
+    assert KEY not in result.stack_trace
+    (event,) = sink.of("llm")
+    assert event["outcome"] == "error"
+    assert KEY not in event["error"]
+    assert budget.recorded == []
+
+
+async def test_without_a_key_nothing_is_called_and_one_warning_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    actor = make_actor(model, sink, api_key=None)
+    assert not actor.available
+    with caplog.at_level(logging.WARNING, logger="picortex.actors.llm"):
+        async with running(actor) as llm:
+            first = await llm.complete(request())
+            second = await llm.complete(request(tier="triage"))
+        async with running(actor):  # a restart does not warn again
+            pass
+    assert (first.outcome, second.outcome) == ("no_key", "no_key")
+    assert model.requests == []
+    warnings = [r for r in caplog.records if "ANTHROPIC_API_KEY" in r.getMessage()]
+    assert len(warnings) == 1
+    assert [e["outcome"] for e in sink.of("llm")] == ["no_key", "no_key"]
+
+
+async def test_budget_at_ceiling_makes_no_call() -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    budget = FakeBudget(allowed=False)
+    async with running(make_actor(model, sink, budget=budget)) as llm:
+        result = await llm.complete(request(workspace="dm"))
+    assert result.outcome == "budget"
+    assert model.requests == []
+    assert budget.checked == ["dm"]
+    assert budget.recorded == []
+    (event,) = sink.of("llm")
+    assert (event["outcome"], event["workspace"], event["cost_usd"]) == ("budget", "dm", 0.0)
+
+
+async def test_broken_budget_check_fails_closed() -> None:
+    class Broken(FakeBudget):
+        def check(self, workspace: str) -> bool:
+            raise RuntimeError("ledger unavailable")
+
+    sink = RecordingSink()
+    model = FakeModel()
+    async with running(make_actor(model, sink, budget=Broken())) as llm:
+        result = await llm.complete(request())
+    assert result.outcome == "error"
+    assert model.requests == []
+
+
+async def test_calls_from_many_channels_run_concurrently(autojump_clock: trio.abc.Clock) -> None:
+    sink = RecordingSink()
+    model = FakeModel(reply("ok", 1, 1, delay=2.0))
+    finished: list[float] = []
+
+    async def one(llm: LLMActor, n: int) -> None:
+        result = await llm.complete(request(workspace=str(n)))
+        assert result.ok
+        finished.append(trio.current_time())
+
+    async with running(make_actor(model, sink)) as llm, trio.open_nursery() as nursery:
+        start = trio.current_time()
+        for n in range(5):
+            nursery.start_soon(one, llm, n)
+    assert len(model.requests) == 5
+    assert [t - start for t in finished] == [pytest.approx(2.0)] * 5
+
+
+async def test_a_call_before_the_actor_is_ready_waits_for_it(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    actor = make_actor(model, sink)
+    results = []
+    async with trio.open_nursery() as nursery:
+
+        async def call() -> None:
+            results.append(await actor.complete(request(timeout=10.0)))
+
+        nursery.start_soon(call)
+        await trio.sleep(1.0)
+        await nursery.start(actor.run)
+        await trio.sleep(1.0)
+        nursery.cancel_scope.cancel()
+    assert [r.outcome for r in results] == ["ok"]
+
+
+async def test_cancelled_caller_aborts_its_call(autojump_clock: trio.abc.Clock) -> None:
+    sink = RecordingSink()
+    model = FakeModel(reply("slow", 1, 1, delay=30.0))
+    async with running(make_actor(model, sink)) as llm:
+        with trio.move_on_after(1.0) as scope:
+            await llm.complete(request())
+        assert scope.cancelled_caught
+        after = await llm.complete(request(timeout=60.0))
+    assert after.ok
+    assert len(model.requests) == 2
+
+
+async def test_injected_fault_fails_the_call() -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    faults = FaultPoints.parse("llm:explode")
+    async with running(make_actor(model, sink, faults=faults)) as llm:
+        failed = await llm.complete(request(messages=(ChatTurn("user", "please explode"),)))
+        fine = await llm.complete(request())
+    assert failed.outcome == "error"
+    assert failed.error is not None
+    assert "FaultInjected" in failed.error
+    assert fine.ok
+    assert len(model.requests) == 1
+
+
+async def test_reconfigure_changes_later_routing() -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    async with running(make_actor(model, sink)) as llm:
+        llm.reconfigure(models=ModelTiers(general="claude-haiku-5-5"))
+        result = await llm.complete(request())
+    assert result.model == "claude-haiku-5-5"
+    assert model.requests[0]["model"] == "claude-haiku-5-5"

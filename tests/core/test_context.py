@@ -1,0 +1,201 @@
+"""Tests for picortex.core.context: merging, capping, eviction planning and context lines."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from picortex.core.context import (
+    ELLIPSIS,
+    assemble_context,
+    cap_messages,
+    format_line,
+    format_time,
+    merge_messages,
+    newest_id,
+    plan_eviction,
+    snowflake_time,
+)
+from picortex.types import Attachment, Message, User
+
+ALICE = User(id=1, username="alice", global_name="Alice A.")
+BOB = User(id=2, username="bob")
+
+
+def msg(
+    i: int,
+    content: str = "",
+    *,
+    author: User = ALICE,
+    ts: str = "2024-05-01T12:34:56.789000+00:00",
+    files: tuple[str, ...] = (),
+) -> Message:
+    return Message(
+        id=i,
+        channel_id=10,
+        author=author,
+        content=content if content or files else f"text {i}",
+        timestamp=ts,
+        guild_id=20,
+        attachments=tuple(Attachment(id=1000 + n, filename=f) for n, f in enumerate(files)),
+    )
+
+
+# ----- merge / cap / newest ---------------------------------------------------------------
+
+
+def test_merge_dedupes_orders_and_prefers_incoming() -> None:
+    old = [msg(1, "a"), msg(3, "old three")]
+    new = [msg(5, "e"), msg(3, "new three"), msg(2, "b")]
+    merged = merge_messages(old, new)
+    assert [m.id for m in merged] == [1, 2, 3, 5]
+    assert merged[2].content == "new three"
+
+
+@given(st.lists(st.integers(1, 50)), st.lists(st.integers(1, 50)))
+def test_merge_is_a_sorted_union(a: list[int], b: list[int]) -> None:
+    merged = merge_messages([msg(i) for i in a], [msg(i) for i in b])
+    assert [m.id for m in merged] == sorted(set(a) | set(b))
+
+
+def test_cap_keeps_newest() -> None:
+    messages = [msg(i) for i in range(1, 11)]
+    assert [m.id for m in cap_messages(messages, 3)] == [8, 9, 10]
+    assert cap_messages(messages, 50) == messages
+    assert cap_messages(messages, 0) == []
+
+
+def test_newest_id() -> None:
+    assert newest_id([]) is None
+    assert newest_id([msg(4), msg(9)]) == 9
+
+
+# ----- eviction plan ----------------------------------------------------------------------
+
+
+def test_plan_eviction_takes_least_recently_written_first() -> None:
+    files = [(1, 40), (2, 30), (3, 20), (4, 10)]
+    assert plan_eviction(files, 100) == []
+    assert plan_eviction(files, 99) == [1]
+    assert plan_eviction(files, 30) == [1, 2]
+    assert plan_eviction(files, 5) == [1, 2, 3, 4]
+    assert plan_eviction(files, 50, pinned=frozenset({1})) == [2, 3]
+    assert plan_eviction(files, 30, pinned=frozenset({1})) == [2, 3, 4]
+
+
+@given(
+    st.lists(st.integers(0, 500), max_size=30),
+    st.integers(0, 5000),
+)
+def test_plan_eviction_leaves_the_longest_fitting_suffix(sizes: list[int], limit: int) -> None:
+    files = list(enumerate(sizes))
+    victims = plan_eviction(files, limit)
+    kept = [(c, s) for c, s in files if c not in victims]
+    assert sum(s for _, s in kept) <= limit
+    # Victims are a prefix of the write order, and no shorter prefix would do.
+    assert victims == [c for c, _ in files[: len(victims)]]
+    if victims:
+        assert sum(s for _, s in files[len(victims) - 1 :]) > limit
+
+
+# ----- time and line format ---------------------------------------------------------------
+
+
+def test_format_time_is_utc_minutes() -> None:
+    assert format_time("2024-05-01T12:34:56.789000+00:00", 0) == "2024-05-01 12:34"
+    assert format_time("2024-05-01T12:34:56Z", 0) == "2024-05-01 12:34"
+    assert format_time("2024-05-01T01:05:00+02:00", 0) == "2024-04-30 23:05"
+
+
+def test_format_time_falls_back_to_the_snowflake() -> None:
+    # 175928847299117063 is Discord's documented example snowflake: 2016-04-30 11:18:25.796 UTC.
+    assert snowflake_time(175928847299117063).isoformat().startswith("2016-04-30T11:18:25")
+    assert format_time("not a time", 175928847299117063) == "2016-04-30 11:18"
+
+
+def test_format_line_holds_time_name_text_and_file_names() -> None:
+    line = format_line(msg(1, "look at these", files=("cat.png", "notes.txt")))
+    assert (
+        line == "[2024-05-01 12:34 UTC] Alice A.: look at these [attachments: cat.png, notes.txt]"
+    )
+    assert format_line(msg(2, "hi", author=BOB)) == "[2024-05-01 12:34 UTC] bob: hi"
+    only_file = Message(
+        id=3,
+        channel_id=10,
+        author=BOB,
+        content="",
+        timestamp="2024-05-01T12:34:00+00:00",
+        attachments=(Attachment(id=9, filename="a.pdf"),),
+    )
+    assert format_line(only_file) == "[2024-05-01 12:34 UTC] bob: [attachments: a.pdf]"
+
+
+# ----- assembly ---------------------------------------------------------------------------
+
+
+def test_trigger_and_later_messages_are_excluded() -> None:
+    messages = [msg(i, f"m{i}") for i in range(1, 8)]
+    lines = assemble_context(messages, 5, max_messages=15, max_chars=4000)
+    assert [line.rsplit(" ", 1)[1] for line in lines] == ["m1", "m2", "m3", "m4"]
+
+
+def test_message_limit_keeps_the_newest_oldest_first() -> None:
+    messages = [msg(i, f"m{i}") for i in range(1, 21)]
+    lines = assemble_context(messages, 21, max_messages=3, max_chars=4000)
+    assert [line.rsplit(" ", 1)[1] for line in lines] == ["m18", "m19", "m20"]
+
+
+def test_char_limit_stops_first_when_lower() -> None:
+    messages = [msg(i, "x" * 50) for i in range(1, 21)]
+    one = len(format_line(messages[0]))
+    lines = assemble_context(messages, 99, max_messages=15, max_chars=3 * one + 2)
+    assert len(lines) == 3
+    assert len("\n".join(lines)) == 3 * one + 2
+    # One character less and the third line no longer fits.
+    assert len(assemble_context(messages, 99, max_messages=15, max_chars=3 * one + 1)) == 2
+
+
+def test_collection_stops_at_the_first_line_that_does_not_fit() -> None:
+    messages = [msg(1, "short"), msg(2, "y" * 500), msg(3, "newest")]
+    lines = assemble_context(messages, 4, max_messages=15, max_chars=200)
+    assert len(lines) == 1
+    assert lines[0].endswith("newest")
+
+
+def test_a_too_long_newest_line_is_cut_to_fit() -> None:
+    lines = assemble_context([msg(1, "z" * 5000)], 2, max_messages=15, max_chars=100)
+    assert len(lines) == 1
+    assert len(lines[0]) == 100
+    assert lines[0].endswith(ELLIPSIS)
+
+
+def test_empty_system_messages_are_skipped_and_zero_limits_give_nothing() -> None:
+    empty = Message(id=2, channel_id=10, author=BOB, content="", timestamp="2024-05-01T00:00Z")
+    lines = assemble_context([msg(1, "a"), empty, msg(3, "c")], 9, max_messages=5, max_chars=999)
+    assert len(lines) == 2
+    assert assemble_context([msg(1)], 9, max_messages=0, max_chars=999) == ()
+    assert assemble_context([msg(1)], 9, max_messages=5, max_chars=0) == ()
+
+
+@given(
+    st.lists(st.text(max_size=80), max_size=40),
+    st.integers(1, 45),
+    st.integers(0, 20),
+    st.integers(0, 2000),
+)
+def test_assembly_respects_both_limits(
+    texts: list[str], trigger_at: int, max_messages: int, max_chars: int
+) -> None:
+    messages = [msg(i + 1, t or "-") for i, t in enumerate(texts)]
+    lines = assemble_context(messages, trigger_at, max_messages=max_messages, max_chars=max_chars)
+    assert len(lines) <= max_messages
+    assert len("\n".join(lines)) <= max_chars
+    eligible = [format_line(m) for m in messages if m.id < trigger_at]
+    if not eligible or max_messages == 0 or max_chars == 0:
+        assert lines == ()
+    elif len(eligible[-1]) > max_chars:
+        assert lines == (eligible[-1][: max_chars - 1] + ELLIPSIS,)
+    else:
+        # Exactly the newest eligible lines, oldest first, and at least the newest one.
+        assert lines
+        assert list(lines) == eligible[len(eligible) - len(lines) :]

@@ -1,0 +1,457 @@
+"""Gateway and REST payloads into picortex's value types; junk into NormalizeError."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from picortex.discord.normalize import HANDLED_EVENTS, message_from_payload, normalize
+from picortex.types import (
+    Attachment,
+    ChannelCreate,
+    ChannelType,
+    GuildCreate,
+    Message,
+    MessageDelete,
+    MessageReference,
+    MessageUpdate,
+    NormalizeError,
+    ReactionEvent,
+    Ready,
+    User,
+)
+
+GUILD = "81384788765712384"
+CHANNEL = "290926798999357250"
+ALICE = {
+    "id": "53908232506183680",
+    "username": "alice",
+    "global_name": "Alice A.",
+    "discriminator": "0",
+    "avatar": None,
+}
+BOT = {"id": "1000000000000000001", "username": "picortex", "bot": True, "global_name": None}
+
+
+def guild_message(**extra: Any) -> dict[str, Any]:
+    """A MESSAGE_CREATE payload as Discord sends it in a guild channel."""
+    payload: dict[str, Any] = {
+        "id": "1100000000000000000",
+        "channel_id": CHANNEL,
+        "guild_id": GUILD,
+        "author": ALICE,
+        "member": {"roles": [], "joined_at": "2024-01-01T00:00:00+00:00"},
+        "content": "hello <@1000000000000000001>",
+        "timestamp": "2024-05-01T12:00:00.000000+00:00",
+        "edited_timestamp": None,
+        "tts": False,
+        "mention_everyone": False,
+        "mentions": [{**BOT, "member": {"roles": []}}],
+        "mention_roles": [],
+        "attachments": [],
+        "embeds": [],
+        "pinned": False,
+        "type": 0,
+        "flags": 0,
+    }
+    payload.update(extra)
+    return payload
+
+
+# ---- messages ---------------------------------------------------------------------------------
+
+
+def test_guild_message() -> None:
+    message = normalize("MESSAGE_CREATE", guild_message())
+    assert isinstance(message, Message)
+    assert message.id == 1100000000000000000
+    assert message.channel_id == int(CHANNEL)
+    assert message.guild_id == int(GUILD)
+    assert not message.is_dm
+    assert message.author == User(53908232506183680, "alice", "Alice A.", False)
+    assert message.author.display_name == "Alice A."
+    assert message.content == "hello <@1000000000000000001>"
+    assert message.timestamp == "2024-05-01T12:00:00.000000+00:00"
+    assert message.mentions == (User(1000000000000000001, "picortex", None, True),)
+    assert message.mentions_user(1000000000000000001)
+    assert message.message_reference is None
+    assert message.referenced_author is None
+    assert message.type == 0
+
+
+def test_dm_has_no_guild() -> None:
+    payload = guild_message(mentions=[])
+    del payload["guild_id"], payload["member"]
+    message = normalize("MESSAGE_CREATE", payload)
+    assert isinstance(message, Message)
+    assert message.guild_id is None
+    assert message.is_dm
+    assert message.mentions == ()
+
+
+def test_reply_carries_reference_and_replied_to_author() -> None:
+    replied = guild_message(id="1099999999999999999", author=BOT, content="earlier")
+    payload = guild_message(
+        type=19,
+        message_reference={
+            "type": 0,
+            "message_id": "1099999999999999999",
+            "channel_id": CHANNEL,
+            "guild_id": GUILD,
+        },
+        referenced_message=replied,
+    )
+    message = normalize("MESSAGE_CREATE", payload)
+    assert isinstance(message, Message)
+    assert message.type == 19
+    assert message.message_reference == MessageReference(
+        1099999999999999999, int(CHANNEL), int(GUILD)
+    )
+    assert message.referenced_author == User(1000000000000000001, "picortex", None, True)
+
+
+def test_reply_to_a_deleted_message() -> None:
+    payload = guild_message(type=19, message_reference={"message_id": "5"}, referenced_message=None)
+    message = normalize("MESSAGE_CREATE", payload)
+    assert isinstance(message, Message)
+    assert message.message_reference == MessageReference(5)
+    assert message.referenced_author is None
+
+
+def test_attachments_roles_everyone_edits_and_webhooks() -> None:
+    payload = guild_message(
+        attachments=[
+            {
+                "id": "7",
+                "filename": "cat.png",
+                "size": 1234,
+                "url": "https://cdn.example/cat.png",
+                "proxy_url": "https://media.example/cat.png",
+                "content_type": "image/png",
+            }
+        ],
+        mention_roles=["42", "43"],
+        mention_everyone=True,
+        edited_timestamp="2024-05-01T12:01:00+00:00",
+        webhook_id="99",
+    )
+    message = normalize("MESSAGE_CREATE", payload)
+    assert isinstance(message, Message)
+    assert message.attachments == (
+        Attachment(7, "cat.png", 1234, "https://cdn.example/cat.png", "image/png"),
+    )
+    assert message.mention_roles == (42, 43)
+    assert message.mention_everyone
+    assert message.edited_timestamp == "2024-05-01T12:01:00+00:00"
+    assert message.webhook_id == 99
+
+
+def test_message_in_a_thread_keeps_the_thread_as_channel() -> None:
+    message = normalize("MESSAGE_CREATE", guild_message(channel_id="1200000000000000000"))
+    assert isinstance(message, Message)
+    assert message.channel_id == 1200000000000000000
+
+
+def test_history_message_takes_the_channels_guild() -> None:
+    payload = guild_message()
+    del payload["guild_id"]
+    in_guild = message_from_payload(payload, guild_id=int(GUILD))
+    assert isinstance(in_guild, Message)
+    assert in_guild.guild_id == int(GUILD)
+    dm = message_from_payload(payload)
+    assert isinstance(dm, Message)
+    assert dm.is_dm
+    assert isinstance(message_from_payload({"id": "x"}), NormalizeError)
+
+
+def test_message_update_keeps_only_what_was_sent() -> None:
+    partial = {
+        "id": "5",
+        "channel_id": CHANNEL,
+        "guild_id": GUILD,
+        "content": "edited",
+        "edited_timestamp": "t",
+    }
+    update = normalize("MESSAGE_UPDATE", partial)
+    assert update == MessageUpdate(5, int(CHANNEL), int(GUILD), "edited", "t", None, None)
+    full = normalize("MESSAGE_UPDATE", guild_message(content="new"))
+    assert isinstance(full, MessageUpdate)
+    assert full.content == "new"
+    assert full.author == User(53908232506183680, "alice", "Alice A.", False)
+    assert full.attachments == ()
+    embed_only = normalize("MESSAGE_UPDATE", {"id": "5", "channel_id": CHANNEL})
+    assert embed_only == MessageUpdate(5, int(CHANNEL))
+
+
+def test_message_delete() -> None:
+    assert normalize(
+        "MESSAGE_DELETE", {"id": "5", "channel_id": "6", "guild_id": "7"}
+    ) == MessageDelete(5, 6, 7)
+    assert normalize("MESSAGE_DELETE", {"id": "5", "channel_id": "6"}) == MessageDelete(5, 6, None)
+
+
+# ---- reactions --------------------------------------------------------------------------------
+
+
+def test_reaction_add_with_unicode_emoji() -> None:
+    payload = {
+        "user_id": "11",
+        "channel_id": "12",
+        "message_id": "13",
+        "guild_id": "14",
+        "member": {"roles": []},
+        "emoji": {"id": None, "name": "👍"},
+        "burst": False,
+        "type": 0,
+    }
+    assert normalize("MESSAGE_REACTION_ADD", payload) == ReactionEvent(True, 11, 12, 13, "👍", 14)
+
+
+def test_reaction_remove_with_custom_emoji_in_a_dm() -> None:
+    payload = {
+        "user_id": "11",
+        "channel_id": "12",
+        "message_id": "13",
+        "emoji": {"id": "77", "name": "blob"},
+    }
+    assert normalize("MESSAGE_REACTION_REMOVE", payload) == ReactionEvent(
+        False, 11, 12, 13, "blob:77", None
+    )
+
+
+def test_reaction_without_any_emoji_name_is_junk() -> None:
+    payload = {
+        "user_id": "11",
+        "channel_id": "12",
+        "message_id": "13",
+        "emoji": {"id": None, "name": None},
+    }
+    result = normalize("MESSAGE_REACTION_ADD", payload)
+    assert isinstance(result, NormalizeError)
+    assert "emoji" in result.reason
+
+
+# ---- session and channels ---------------------------------------------------------------------
+
+
+def test_ready() -> None:
+    payload = {
+        "v": 10,
+        "user": BOT,
+        "guilds": [{"id": GUILD, "unavailable": True}, {"id": "2", "unavailable": True}],
+        "session_id": "abc123",
+        "resume_gateway_url": "wss://gateway-resume.example",
+        "shard": [0, 1],
+        "application": {"id": "1", "flags": 0},
+    }
+    ready = normalize("READY", payload)
+    assert ready == Ready(
+        "abc123",
+        "wss://gateway-resume.example",
+        User(1000000000000000001, "picortex", None, True),
+        (int(GUILD), 2),
+        (0, 1),
+    )
+
+
+def test_guild_create_fills_in_guild_ids_of_channels_and_threads() -> None:
+    payload = {
+        "id": GUILD,
+        "name": "Friends",
+        "unavailable": False,
+        "member_count": 3,
+        "channels": [
+            {"id": "20", "type": 0, "name": "general", "parent_id": "19"},
+            {"id": "19", "type": 4, "name": "Text", "parent_id": None},
+        ],
+        "threads": [
+            {"id": "30", "type": 11, "guild_id": GUILD, "parent_id": "20", "name": "topic"}
+        ],
+    }
+    guild = normalize("GUILD_CREATE", payload)
+    assert isinstance(guild, GuildCreate)
+    assert (guild.id, guild.name, guild.unavailable) == (int(GUILD), "Friends", False)
+    general, category = guild.channels
+    assert (general.id, general.guild_id, general.parent_id, general.name) == (
+        20,
+        int(GUILD),
+        19,
+        "general",
+    )
+    assert category.type == ChannelType.GUILD_CATEGORY
+    (thread,) = guild.threads
+    assert thread.is_thread
+    assert (thread.id, thread.parent_id, thread.guild_id) == (30, 20, int(GUILD))
+
+
+def test_unavailable_guild_create() -> None:
+    assert normalize("GUILD_CREATE", {"id": "5", "unavailable": True}) == GuildCreate(
+        5, "", unavailable=True
+    )
+
+
+def test_thread_create_and_channel_create() -> None:
+    thread = normalize(
+        "THREAD_CREATE",
+        {
+            "id": "30",
+            "type": 11,
+            "guild_id": GUILD,
+            "parent_id": "20",
+            "name": "topic",
+            "newly_created": True,
+        },
+    )
+    assert isinstance(thread, ChannelCreate)
+    assert thread.channel.is_thread
+    assert (thread.channel.id, thread.channel.parent_id, thread.channel.guild_id) == (
+        30,
+        20,
+        int(GUILD),
+    )
+    channel = normalize("CHANNEL_CREATE", {"id": "21", "type": 0, "guild_id": GUILD, "name": "new"})
+    assert isinstance(channel, ChannelCreate)
+    assert not channel.channel.is_thread
+    assert channel.channel.name == "new"
+
+
+def test_unhandled_events_are_ignored() -> None:
+    assert normalize("TYPING_START", {"channel_id": "1"}) is None
+    assert normalize("PRESENCE_UPDATE", "junk") is None
+
+
+# ---- junk -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("event", "payload", "reason"),
+    [
+        ("MESSAGE_CREATE", None, "not an object"),
+        ("MESSAGE_CREATE", [], "not an object"),
+        ("MESSAGE_CREATE", {**guild_message(), "id": None}, "id"),
+        (
+            "MESSAGE_CREATE",
+            {k: v for k, v in guild_message().items() if k != "channel_id"},
+            "channel_id",
+        ),
+        ("MESSAGE_CREATE", guild_message(id="12ab"), "snowflake"),
+        ("MESSAGE_CREATE", guild_message(id="-5"), "snowflake"),
+        ("MESSAGE_CREATE", guild_message(id=True), "snowflake"),
+        ("MESSAGE_CREATE", guild_message(id="9" * 30), "snowflake"),
+        ("MESSAGE_CREATE", guild_message(content=5), "content"),
+        ("MESSAGE_CREATE", guild_message(author="alice"), "author"),
+        ("MESSAGE_CREATE", guild_message(author={"id": "1"}), "username"),
+        ("MESSAGE_CREATE", guild_message(mentions="everyone"), "mentions"),
+        ("MESSAGE_CREATE", guild_message(mentions=[None]), "mention"),
+        ("MESSAGE_CREATE", guild_message(attachments=[{"filename": "x"}]), "id"),
+        ("MESSAGE_CREATE", guild_message(referenced_message=[1]), "referenced_message"),
+        ("MESSAGE_DELETE", {"id": "1"}, "channel_id"),
+        (
+            "MESSAGE_REACTION_ADD",
+            {"user_id": "1", "channel_id": "2", "message_id": "3", "emoji": "x"},
+            "emoji",
+        ),
+        ("READY", {"session_id": 5}, "session_id"),
+        ("GUILD_CREATE", {"id": "1", "channels": {"a": 1}}, "channels"),
+        ("THREAD_CREATE", {"id": "1", "type": "11"}, "type"),
+    ],
+)
+def test_junk_becomes_a_normalize_error(event: str, payload: object, reason: str) -> None:
+    result = normalize(event, payload)
+    assert isinstance(result, NormalizeError)
+    assert result.event == event
+    assert reason in result.reason
+    assert len(result.excerpt) < 400
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(event=st.sampled_from(sorted(HANDLED_EVENTS)), data=json_values)
+def test_arbitrary_payloads_never_raise(event: str, data: object) -> None:
+    result = normalize(event, data)
+    assert result is not None
+
+
+VALID: dict[str, Any] = {
+    "MESSAGE_CREATE": guild_message(
+        message_reference={"message_id": "5"},
+        referenced_message=guild_message(id="5"),
+        attachments=[{"id": "7", "filename": "a", "size": 1, "url": "u"}],
+        mention_roles=["1"],
+    ),
+    "MESSAGE_UPDATE": guild_message(),
+    "MESSAGE_DELETE": {"id": "1", "channel_id": "2", "guild_id": "3"},
+    "MESSAGE_REACTION_ADD": {
+        "user_id": "1",
+        "channel_id": "2",
+        "message_id": "3",
+        "emoji": {"id": "4", "name": "x"},
+    },
+    "READY": {
+        "user": BOT,
+        "guilds": [{"id": "1"}],
+        "session_id": "s",
+        "resume_gateway_url": "u",
+        "shard": [0, 1],
+    },
+    "GUILD_CREATE": {"id": "1", "name": "g", "channels": [{"id": "2", "type": 0}], "threads": []},
+    "THREAD_CREATE": {"id": "1", "type": 11, "parent_id": "2", "guild_id": "3"},
+}
+
+
+def _paths(value: object, prefix: tuple[object, ...] = ()) -> list[tuple[object, ...]]:
+    """Every key path into a JSON value."""
+    found = [prefix] if prefix else []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            found += _paths(child, (*prefix, key))
+    elif isinstance(value, list):
+        for index, child in enumerate(value):
+            found += _paths(child, (*prefix, index))
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), junk=json_values)
+def test_corrupting_any_field_of_a_valid_payload_never_raises(
+    data: st.DataObject, junk: object
+) -> None:
+    event = data.draw(st.sampled_from(sorted(VALID)))
+    payload = copy.deepcopy(VALID[event])
+    path = data.draw(st.sampled_from(_paths(payload)))
+    target: Any = payload
+    for step in path[:-1]:
+        target = target[step]
+    if data.draw(st.booleans(), label="delete") and isinstance(target, dict):
+        del target[path[-1]]
+    else:
+        target[path[-1]] = junk
+    result = normalize(event, payload)
+    assert result is not None
+    if not isinstance(result, NormalizeError):
+        assert type(result).__name__ in {
+            "Message",
+            "MessageUpdate",
+            "MessageDelete",
+            "ReactionEvent",
+            "Ready",
+            "GuildCreate",
+            "ChannelCreate",
+        }
+
+
+@pytest.mark.parametrize("event", sorted(VALID))
+def test_valid_fixtures_normalize(event: str) -> None:
+    assert not isinstance(normalize(event, VALID[event]), NormalizeError)

@@ -1,0 +1,99 @@
+"""Memory search takes any user text as a query: no FTS5 syntax error, ever."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from picortex.store import Store, fts_query
+
+
+@pytest.fixture(scope="module")
+def store() -> Iterator[Store]:
+    with tempfile.TemporaryDirectory() as tmp, Store.open(Path(tmp) / "picortex.db") as opened:
+        opened.add_memory_message(1, 10, None, 7, "ann", 'he said "NEAR(a b)" AND -x*', 5.0)
+        opened.add_observation("arnold", 1, 10, None, "near", "quoted: \"'", 5.0)
+        yield opened
+
+
+ODD_QUERIES = [
+    '"',
+    '""',
+    "*",
+    "NEAR(",
+    "a:b",
+    "-x",
+    "^start",
+    "AND",
+    "OR OR NOT",
+    "()",
+    "{col}: x",
+    "\x00",
+    "a\x00b",
+    "😀🔥",
+    "déjà vu",
+    "ﬁ ligature",
+    "İstanbul",
+    "東京タワー",
+    "x" * 5000,
+    " ".join(f"w{i}" for i in range(200)),
+]
+
+
+@settings(max_examples=150, deadline=None)
+@given(query=st.text())
+@example(query=ODD_QUERIES[0])
+def test_any_query_never_raises(store: Store, query: str) -> None:
+    hits = store.search_memory(query, 0.0, None)
+    assert isinstance(hits, list)
+
+
+@pytest.mark.parametrize("query", ODD_QUERIES)
+def test_odd_queries(store: Store, query: str) -> None:
+    assert isinstance(store.search_memory(query, 0.0, "dm"), list)
+
+
+def test_syntax_words_are_plain_words(store: Store) -> None:
+    hits = store.search_memory("near", 0.0, None)
+    assert {h.kind for h in hits} == {"message", "observation"}
+
+
+def test_fts_query_quotes_every_term() -> None:
+    assert fts_query('say "hi" or NEAR(x)') == '"say" OR "hi" OR "or" OR "NEAR" OR "x"'
+    assert fts_query("?!* ()") is None
+    assert fts_query("a a a") == '"a"'
+
+
+_words = st.lists(
+    st.text(st.characters(categories=("Lu", "Ll", "Nd")), min_size=1, max_size=10),
+    min_size=1,
+    max_size=6,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(words=_words, sep=st.sampled_from([" ", ", ", "! ", " -- ", "\n", ' "']), data=st.data())
+def test_a_stored_message_is_found_by_any_of_its_words(
+    store: Store, words: list[str], sep: str, data: st.DataObject
+) -> None:
+    # Each example gets its own channel, so earlier examples cannot crowd it out.
+    channel = data.draw(st.integers(10**6, 10**12))
+    message_id = channel
+    store.add_memory_message(message_id, channel, None, 7, "ann", sep.join(words), 100.0)
+    word = data.draw(st.sampled_from(words))
+    hits = store.search_memory(f"what about {word}?", 0.0, "dm", channel_id=channel)
+    assert [h.message_id for h in hits] == [message_id]
+
+
+@settings(max_examples=60, deadline=None)
+@given(content=st.text(), query=st.text())
+def test_any_stored_text_and_query_never_raise(store: Store, content: str, query: str) -> None:
+    store.add_memory_message(2, 20, 5, 7, "bob", content, 1.0)
+    store.add_observation("p", 2, 20, 5, query[:20], content, 1.0)
+    assert isinstance(store.search_memory(query, 0.0, "5"), list)
+    assert isinstance(store.search_memory(content, 0.0, None), list)
