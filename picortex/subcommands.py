@@ -74,7 +74,9 @@ def _errors(args: argparse.Namespace) -> int:
     store = _open_store(settings)
     try:
         if args.errors_command == "resolve":
-            return run_resolve(store, args.id, args.resolution, sys.stdout, time.time())
+            return run_resolve(
+                store, args.id, args.resolution, sys.stdout, time.time(), err=sys.stderr
+            )
         return run_errors(
             store,
             unresolved=args.unresolved,
@@ -93,8 +95,10 @@ def _config(args: argparse.Namespace) -> int:
     store = _open_store(settings)
     try:
         if args.config_command == "get":
-            return run_config_get(store, settings, args.key, sys.stdout)
-        return run_config_set(store, settings, args.key, args.value, sys.stdout)
+            return run_config_get(store, settings, args.key, sys.stdout, err=sys.stderr)
+        return run_config_set(
+            store, settings, args.key, args.value, sys.stdout, err=sys.stderr, now=time.time()
+        )
     finally:
         store.close()
 

@@ -206,3 +206,10 @@ class EventSink(Protocol):
     def emit(self, event: str, /, **fields: object) -> None:
         """Queue one event; never blocks and never raises."""
         ...
+
+
+class NullSink:
+    """An EventSink that drops every event (one-shot commands that keep no log)."""
+
+    def emit(self, event: str, /, **fields: object) -> None:
+        """Drop the event."""

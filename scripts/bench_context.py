@@ -72,35 +72,47 @@ class CountingSink:
 
 
 class Ids:
-    """Strictly increasing snowflakes, one millisecond apart."""
+    """Strictly increasing snowflakes, one millisecond apart, with Discord-style timestamps."""
 
     def __init__(self) -> None:
         self.n = 0
+        self.second = -1
+        self.prefix = ""
 
     def next(self) -> tuple[int, str]:
         self.n += 1
         ms = BASE_MS + self.n
-        stamp = datetime.fromtimestamp((ms + DISCORD_EPOCH_MS) / 1000, UTC).isoformat()
-        return ms << 22, stamp
+        second, milli = divmod(ms + DISCORD_EPOCH_MS, 1000)
+        if second != self.second:  # formatting a datetime per message would dominate the fill
+            self.second = second
+            self.prefix = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        return ms << 22, f"{self.prefix}.{milli:03d}000+00:00"
 
 
-def make_message(ids: Ids, rng: random.Random, channel_id: int) -> Message:
-    snowflake, stamp = ids.next()
-    text = " ".join(rng.choices(WORDS, k=rng.randint(3, 20)))
-    files = (
-        (Attachment(id=snowflake + 1, filename="photo.png", size=1234),)
-        if rng.random() < 0.05
-        else ()
-    )
-    return Message(
-        id=snowflake,
-        channel_id=channel_id,
-        author=rng.choice(AUTHORS),
-        content=text,
-        timestamp=stamp,
-        guild_id=1,
-        attachments=files,
-    )
+class Generator:
+    """Plausible chat messages, cheap to make (texts come from a fixed pool)."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self.rng = rng
+        self.ids = Ids()
+        self.texts = [" ".join(rng.choices(WORDS, k=rng.randint(3, 20))) for _ in range(997)]
+        self.n = 0
+
+    def message(self, channel_id: int) -> Message:
+        snowflake, stamp = self.ids.next()
+        self.n += 1
+        files: tuple[Attachment, ...] = ()
+        if self.n % 20 == 0:
+            files = (Attachment(id=snowflake + 1, filename="photo.png", size=1234),)
+        return Message(
+            id=snowflake,
+            channel_id=channel_id,
+            author=AUTHORS[self.n * 7 % len(AUTHORS)],
+            content=self.texts[self.n % len(self.texts)],
+            timestamp=stamp,
+            guild_id=1,
+            attachments=files,
+        )
 
 
 async def ask(actor: ContextCache, trigger: Message) -> None:
@@ -134,7 +146,7 @@ def report(name: str, seconds: list[float]) -> None:
 
 async def bench(args: argparse.Namespace, folder: Path) -> int:
     rng = random.Random(4)
-    ids = Ids()
+    gen = Generator(rng)
     channels = [100_000 + c for c in range(args.channels)]
     cap = args.messages
     rest = CountingHistory()
@@ -160,7 +172,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         for i in range(0, len(channels), per_batch):
             for channel_id in channels[i : i + per_batch]:
                 for _ in range(cap):
-                    filler.on_message(make_message(ids, rng, channel_id))
+                    filler.on_message(gen.message(channel_id))
             await filler.flush()
         stats = filler.statistics()
         nursery.cancel_scope.cancel()
@@ -183,7 +195,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         print(f"context per trigger ({args.triggers} triggers, 15 lines / 4000 chars):")
         cold: list[float] = []
         for channel_id in rng.sample(channels, args.triggers):
-            trigger = make_message(ids, rng, channel_id)
+            trigger = gen.message(channel_id)
             t0 = time.perf_counter()
             lines = await actor.context_for(trigger, max_messages=15, max_chars=4000)
             cold.append(time.perf_counter() - t0)
@@ -192,11 +204,9 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
         warm: list[float] = []
         hot = channels[:20]
         for channel_id in hot:  # load them and spend their first fetch
-            await actor.context_for(
-                make_message(ids, rng, channel_id), max_messages=15, max_chars=4000
-            )
+            await actor.context_for(gen.message(channel_id), max_messages=15, max_chars=4000)
         for k in range(args.triggers):
-            trigger = make_message(ids, rng, hot[k % len(hot)])
+            trigger = gen.message(hot[k % len(hot)])
             t0 = time.perf_counter()
             await actor.context_for(trigger, max_messages=15, max_chars=4000)
             warm.append(time.perf_counter() - t0)
@@ -215,7 +225,7 @@ async def bench(args: argparse.Namespace, folder: Path) -> int:
     burst_channels = channels[-20:]
     rest = CountingHistory(delay=0.05)
     actor = cache(max_bytes, rest)
-    triggers = [make_message(ids, rng, burst_channels[k % 20]) for k in range(args.burst)]
+    triggers = [gen.message(burst_channels[k % 20]) for k in range(args.burst)]
     async with trio.open_nursery() as nursery:
         await nursery.start(actor.run)
         start = time.perf_counter()

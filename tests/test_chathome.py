@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from picortex import chathome
 from picortex.chathome import (
     HAND_EDIT_MESSAGE,
     RESTORE_MESSAGE,
@@ -146,7 +145,7 @@ def test_git_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     def hang(*args: Any, **kwargs: Any) -> None:
         raise subprocess.TimeoutExpired(cmd="git", timeout=kwargs["timeout"])
 
-    monkeypatch.setattr(chathome.subprocess, "run", hang)
+    monkeypatch.setattr(subprocess, "run", hang)
     with pytest.raises(ChatHomeError, match=r"^git init in .* took longer than 15 s$"):
         ChatHome(tmp_path, "5").ensure()
 

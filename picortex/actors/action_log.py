@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
@@ -24,9 +23,9 @@ from picortex.runtime.faults import FaultPoints
 
 logger = logging.getLogger(__name__)
 
-# Events held for the writer before new ones are dropped (and counted): minutes of peak
-# traffic, about 15 MB of typical lines, so memory stays bounded if the disk stalls.
-PENDING_CAPACITY: Final = 50_000
+# Bytes of serialized events held for the writer before new ones are dropped (and counted):
+# tens of thousands of typical lines, so memory stays bounded if the disk stalls.
+PENDING_MAX_BYTES: Final = 16 * 1024 * 1024
 # How many rotated files to keep by default (`actions.jsonl.1` ... `.5`, SPEC 11).
 DEFAULT_KEEP: Final = 5
 # Where a torn last line found at start-up is moved, next to the log.
@@ -48,7 +47,7 @@ class ActionLog:
         max_bytes: rotate before a file would grow past this size.
         keep: rotated files to keep.
         faults: fault points; the `log` actor raises on a line containing a `log:` substring.
-        capacity: events queued before further ones are dropped and counted.
+        max_pending_bytes: queued bytes before further events are dropped and counted.
         clock: wall-clock seconds for `ts` (tests pass a fixed one).
     """
 
@@ -59,42 +58,44 @@ class ActionLog:
         keep: int = DEFAULT_KEEP,
         faults: FaultPoints | None = None,
         *,
-        capacity: int = PENDING_CAPACITY,
+        max_pending_bytes: int = PENDING_MAX_BYTES,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if max_bytes < 1 or keep < 1 or capacity < 1:
-            raise ValueError("max_bytes, keep and capacity must be positive")
+        if max_bytes < 1 or keep < 1 or max_pending_bytes < 1:
+            raise ValueError("max_bytes, keep and max_pending_bytes must be positive")
         self.path = Path(path)
         self.max_bytes = max_bytes
         self.keep = keep
         self._faults = faults if faults else None
-        self._capacity = capacity
+        self._max_pending = max_pending_bytes
         self._clock = clock
-        self._pending: deque[bytes] = deque()
+        # Serialized lines, back to back: one growing buffer instead of one object per event
+        # keeps `emit` cheap (many small retained objects cost more than the serializing).
+        self._pending = bytearray()
+        self._pending_lines = 0
         self._wake = trio.Event()
         self._dropped = 0
         self._dropped_total = 0
         self._written = 0
         self._fd: int | None = None
         self._size = 0
-        self._ts_second = -1
-        self._ts_prefix = ""
+        self._ts_ms = -1
+        self._ts = ""
 
     # -- EventSink ----------------------------------------------------------------------
 
     def emit(self, event: str, /, **fields: object) -> None:
         """Queue one event with `ts` added; never blocks, never raises (drops are counted)."""
         try:
-            if len(self._pending) >= self._capacity:
+            if len(self._pending) >= self._max_pending:
                 self._dropped += 1
                 self._dropped_total += 1
                 return
-            now = self._clock()
-            second = int(now)
-            if second != self._ts_second:
-                self._ts_second = second
-                self._ts_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            ts = f"{self._ts_prefix}.{int((now - second) * 1000):03d}Z"
+            ms = int(self._clock() * 1000)
+            if ms != self._ts_ms:
+                self._ts_ms = ms
+                self._ts = _rfc3339(ms)
+            ts = self._ts
             record = {"ts": ts, "event": event, **fields}
             if len(record) != len(fields) + 2:
                 record = _rename_clashes(ts, event, fields)
@@ -102,7 +103,8 @@ class ActionLog:
                 line = orjson.dumps(record, default=_to_json, option=_DUMPS_OPTIONS)
             except TypeError:
                 line = _dumps_lenient(record)
-            self._pending.append(line)
+            self._pending += line
+            self._pending_lines += 1
             if not self._wake.is_set():
                 self._wake.set()
         except Exception:
@@ -129,7 +131,9 @@ class ActionLog:
             try:
                 self._write_pending(check_faults=False)
             except OSError:
-                logger.exception("action log could not write its last %d lines", len(self._pending))
+                logger.exception(
+                    "action log could not write its last %d lines", self._pending_lines
+                )
             finally:
                 self._close()
 
@@ -147,7 +151,7 @@ class ActionLog:
     def statistics(self) -> LogStatistics:
         """Queued, written and dropped event counts, for `picortex status`."""
         return LogStatistics(
-            pending=len(self._pending),
+            pending=self._pending_lines,
             written=self._written,
             dropped=self._dropped_total,
             file_bytes=self._size,
@@ -158,17 +162,20 @@ class ActionLog:
     def _write_pending(self, *, check_faults: bool) -> None:
         if not self._pending and not self._dropped:
             return
-        lines = list(self._pending)
-        self._pending.clear()
+        data = bytes(self._pending)
+        count = self._pending_lines
+        self._pending = bytearray()
+        self._pending_lines = 0
         if self._dropped:
-            lines.append(self._internal_line(_dropped_fields(self._dropped)))
+            data += self._internal_line(_dropped_fields(self._dropped))
+            count += 1
             self._dropped = 0
         if self._faults is not None:
+            lines = data.splitlines(keepends=True)
             self._apply_faults(lines, raise_fault=check_faults)
-        if not lines:
-            return
-        self._write(redact_json_bytes(b"".join(lines)))
-        self._written += len(lines)
+            data, count = b"".join(lines), len(lines)
+        self._write(redact_json_bytes(data))
+        self._written += count
 
     def _apply_faults(self, lines: list[bytes], *, raise_fault: bool) -> None:
         """Drop (and report) a line that trips a `log:` fault; raise unless draining at exit."""
@@ -189,7 +196,9 @@ class ActionLog:
                     continue
                 # Keep the order: lines before the bad one are written now, the rest after
                 # the restart; the bad one is never retried.
-                self._pending.extendleft(reversed([note, *lines[i + 1 :]]))
+                rest = lines[i + 1 :]
+                self._pending[:0] = b"".join([note, *rest])
+                self._pending_lines += 1 + len(rest)
                 del lines[i:]
                 if lines:
                     self._write(redact_json_bytes(b"".join(lines)))
@@ -291,10 +300,7 @@ class ActionLog:
         return cut
 
     def _internal_line(self, fields: dict[str, object]) -> bytes:
-        now = self._clock()
-        second = int(now)
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        ts = f"{ts}.{int((now - second) * 1000):03d}Z"
+        ts = _rfc3339(int(self._clock() * 1000))
         return orjson.dumps({"ts": ts, **fields}, option=_DUMPS_OPTIONS)
 
 
@@ -306,6 +312,12 @@ class LogStatistics:
     written: int
     dropped: int
     file_bytes: int
+
+
+def _rfc3339(ms: int) -> str:
+    """RFC 3339 UTC with milliseconds: `2025-06-01T12:00:00.123Z`."""
+    seconds, millis = divmod(ms, 1000)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
 
 
 def _dropped_fields(count: int) -> dict[str, object]:

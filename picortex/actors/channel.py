@@ -15,7 +15,7 @@ import attrs
 import trio
 
 from picortex import config as config_mod
-from picortex.actors import persona_answer
+from picortex.actors import discriminate, persona_answer
 from picortex.actors.llm import ChatTurn, LLMRequest
 from picortex.actors.pipeline import Pipeline, failure_text, lines_text
 from picortex.chathome import ChatHome, default_prompt_template
@@ -313,8 +313,6 @@ class ChannelActor:
             for m in pipe.cache.recent(msg.channel_id, settings.discriminator.history + 1)
             if m.id != msg.id and m.id < msg.id
         ][-settings.discriminator.history :]
-        price = settings.price_for(settings.discriminator.model)
-        max_chars = disc.max_prompt_chars(price.input, price.output, disc.MAX_OUTPUT_TOKENS)
         chat = disc.ChatMeta(
             chat_id=str(msg.channel_id),
             kind="dm"
@@ -323,28 +321,14 @@ class ChannelActor:
             name=_channel_name(pipe, msg.channel_id),
             bot_name=pipe.bot.username,
         )
-        prompt = disc.render_prompt(
-            template,
-            history=history,
-            message=(msg.author.display_name, msg.content),
-            chat=chat,
-            max_chars=max_chars,
-        )
-        request = LLMRequest(
-            stage="discriminate",
-            system="",
-            messages=(ChatTurn("user", prompt),),
-            workspace=pipe.workspace_of(msg),
-            tier=None,
-            model=settings.discriminator.model,
-            max_tokens=disc.MAX_OUTPUT_TOKENS,
-            timeout=settings.discriminator.timeout_seconds,
-            signal_id=str(msg.id),
-        )
+        try:
+            request = discriminate.build_request(
+                settings, template, msg, history, chat, pipe.workspace_of(msg)
+            )
+        except disc.PromptTooLarge as exc:
+            return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
         async with pipe.typing(msg.channel_id, enabled=rule.show_typing):
             result = await pipe.llm.complete(request)
-        if result.ok:
-            return disc.decide_from_text(result.text, is_dm=msg.is_dm)
         if result.outcome in ("error", "timeout"):
             pipe.record_failure(
                 stage="discriminate",
@@ -354,12 +338,9 @@ class ChannelActor:
                 error=result.error or result.outcome,
                 stack_trace=result.stack_trace,
             )
-        why = {
-            "timeout": f"no answer within {settings.discriminator.timeout_seconds:g} s",
-            "budget": "budget ceiling reached",
-            "no_key": "no model key (ANTHROPIC_API_KEY is not set)",
-        }.get(result.outcome, result.error or result.outcome)
-        return disc.fail_decision(msg.is_dm, f"discriminator unavailable: {why}")
+        return discriminate.interpret(
+            result, is_dm=msg.is_dm, timeout_seconds=settings.discriminator.timeout_seconds
+        )
 
     # ----- continuation and generation ---------------------------------------------------------
 

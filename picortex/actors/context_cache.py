@@ -56,6 +56,9 @@ LOADED_CHANNELS: Final = 256
 LIVE_QUEUE: Final = 4096
 # Gateway events applied in one go before other tasks get a turn (bounds the latency).
 LIVE_BATCH: Final = 512
+# Concurrent file writes (always of different channels): a lone writer is bound by fsync
+# latency, while the file system commits concurrent fsyncs together.
+WRITERS: Final = 4
 # Context requests waiting for the actor; callers wait for room rather than lose a request.
 REQUEST_QUEUE: Final = 256
 # Version of the channel file layout; a file of another version is treated as corrupt.
@@ -193,7 +196,7 @@ class ContextCache:
         self._loaded: OrderedDict[Snowflake, _Channel] = OrderedDict()
         # Channels changed since their last write, oldest change first.
         self._dirty: dict[Snowflake, None] = {}
-        self._writing: Snowflake | None = None
+        self._writing: set[Snowflake] = set()
         self._wake = trio.Event()
         self._quiet = trio.lowlevel.ParkingLot()
 
@@ -204,7 +207,8 @@ class ContextCache:
         self._load_index()
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._write_loop)
+                for _ in range(WRITERS):
+                    nursery.start_soon(self._write_loop)
                 nursery.start_soon(self._live_loop)
                 task_status.started()
                 async for request in self._requests_rx:
@@ -259,7 +263,7 @@ class ContextCache:
 
         Only returns while `run` is running.
         """
-        while self._live_pending or self._dirty or self._writing is not None:
+        while self._live_pending or self._dirty or self._writing:
             await self._quiet.park()
 
     def statistics(self) -> CacheStatistics:
@@ -546,7 +550,7 @@ class ContextCache:
         for channel_id in list(self._loaded):
             if excess <= 0:
                 break
-            if channel_id in self._dirty or channel_id in (self._writing, keep):
+            if channel_id in self._dirty or channel_id in self._writing or channel_id == keep:
                 continue
             del self._loaded[channel_id]
             excess -= 1
@@ -600,7 +604,7 @@ class ContextCache:
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._loaded.clear()
         self._dirty.clear()
-        self._writing = None
+        self._writing.clear()
         found: list[tuple[int, Snowflake, int]] = []
         with os.scandir(self._dir) as entries:
             for entry in entries:
@@ -622,18 +626,28 @@ class ContextCache:
         self._total_bytes = sum(self._files.values())
         self._evict()
 
+    def _next_dirty(self) -> Snowflake | None:
+        """The oldest changed channel not being written right now (writes of one channel
+        never overlap, so they land in order)."""
+        for channel_id in self._dirty:
+            if channel_id not in self._writing:
+                del self._dirty[channel_id]
+                return channel_id
+        return None
+
     async def _write_loop(self) -> None:
         while True:
-            while not self._dirty:
-                self._wake = trio.Event()
+            channel_id = self._next_dirty()
+            if channel_id is None:
+                if self._wake.is_set():
+                    self._wake = trio.Event()
                 await self._wake.wait()
-            channel_id = next(iter(self._dirty))
-            del self._dirty[channel_id]
+                continue
             channel = self._loaded.get(channel_id)
             if channel is None:  # evicted meanwhile
                 continue
             data = encode_channel(channel)
-            self._writing = channel_id
+            self._writing.add(channel_id)
             try:
                 await trio.to_thread.run_sync(write_atomic, self._path(channel_id), data)
             except OSError as exc:
@@ -641,7 +655,9 @@ class ContextCache:
             else:
                 self._written(channel_id, len(data))
             finally:
-                self._writing = None
+                self._writing.discard(channel_id)
+                if self._dirty:
+                    self._wake.set()  # it may have changed again while being written
                 self._quiet.unpark_all()
 
     def _write_all_now(self) -> None:
@@ -673,15 +689,18 @@ class ContextCache:
         self._forget_file(channel_id)
         self._files[channel_id] = size
         self._total_bytes += size
-        self._evict()
+        self._evict(just_written=channel_id)
         if len(self._loaded) > LOADED_CHANNELS:
             self._unload_some()  # channels pinned while dirty may leave memory now
 
-    def _evict(self) -> None:
-        """Delete the least recently written files until the cache fits in `max_bytes`."""
+    def _evict(self, just_written: Snowflake | None = None) -> None:
+        """Delete the least recently written files until the cache fits in `max_bytes`.
+
+        Files being written by other writers are left alone (their size is about to change).
+        """
         if self._total_bytes <= self._max_bytes:
             return
-        pinned = frozenset(self._dirty)
+        pinned = frozenset(self._dirty).union(self._writing - {just_written})
         for channel_id in plan_eviction(self._files.items(), self._max_bytes, pinned=pinned):
             with contextlib.suppress(FileNotFoundError):
                 self._path(channel_id).unlink()

@@ -13,7 +13,7 @@ import secrets
 import struct
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlsplit
 
@@ -31,12 +31,16 @@ from picortex.sim.world import (
     World,
 )
 
+zstandard: Any
 try:  # zstd-stream is offered only where the zstandard module is importable.
     import zstandard
 except ImportError:  # pragma: no cover - zstandard is a test dependency
     zstandard = None
 
 log = logging.getLogger(__name__)
+
+# What the recorded IDENTIFY shows instead of the token.
+REDACTED: Final = "[redacted]"
 
 # Discord's default heartbeat interval, in milliseconds.
 DEFAULT_HEARTBEAT_MS: Final = 41_250
@@ -187,7 +191,9 @@ class GatewayConnection:
         """Queue a close frame with `code` after what is already queued."""
         if self.server_closing:
             return
-        self._out.append(_Close(code, reason if reason is not None else _CLOSE_REASONS.get(code, "")))
+        self._out.append(
+            _Close(code, reason if reason is not None else _CLOSE_REASONS.get(code, ""))
+        )
         self.server_closing = True
         self._wake.set()
 
@@ -199,9 +205,9 @@ class GatewayConnection:
         self.server_closing = True
         self._wake.set()
 
-    async def wait_drained(self) -> None:
-        """Wait until the queue is under the high-water mark (or the connection is gone)."""
-        while len(self._out) > QUEUE_HIGH_WATER and not self.finished:
+    async def wait_drained(self, limit: int = QUEUE_HIGH_WATER) -> None:
+        """Wait until at most `limit` frames are queued (or the connection is gone)."""
+        while len(self._out) > limit and not self.finished:
             self._drained = trio.Event()
             await self._drained.wait()
 
@@ -214,7 +220,11 @@ class GatewayConnection:
                 while self._out:
                     if await self._write_some():
                         return
-        except (trio.BrokenResourceError, trio.ClosedResourceError, trio_websocket.ConnectionClosed):
+        except (
+            trio.BrokenResourceError,
+            trio.ClosedResourceError,
+            trio_websocket.ConnectionClosed,
+        ):
             return
         finally:
             self.finished = True
@@ -236,8 +246,7 @@ class GatewayConnection:
             return True
         if batch:
             await self._send_raw(bytes(batch))
-        if len(self._out) <= QUEUE_HIGH_WATER:
-            self._drained.set()
+        self._drained.set()
         return False
 
     async def _finish(self, item: _Close | _Drop) -> None:
@@ -260,7 +269,9 @@ class GatewayConnection:
             data = self._zlib.compress(payload) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
             first = 0x82
         elif self._zstd is not None:
-            data = self._zstd.compress(payload) + self._zstd.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK)
+            data = self._zstd.compress(payload) + self._zstd.flush(
+                zstandard.COMPRESSOBJ_FLUSH_BLOCK
+            )
             first = 0x82
         else:
             data = payload
@@ -440,8 +451,8 @@ class GatewayHub:
         if not isinstance(intents, int) or isinstance(intents, bool):
             conn.close(4013)
             return
-        shard = _parse_shard(data.get("shard"))
-        if shard is False:
+        shard_ok, shard = _parse_shard(data.get("shard"))
+        if not shard_ok:
             conn.close(4010)
             return
         if self.required_shards is not None and (shard is None or shard[1] < self.required_shards):
@@ -463,10 +474,10 @@ class GatewayHub:
         self._last_identify_at = now
         self.session_starts_remaining -= 1
         recorded = dict(data)
-        recorded["token"] = "[redacted]"
+        recorded["token"] = REDACTED
         self.counters.identifies += 1
         self.counters.last_identify = recorded
-        session = Session(secrets.token_hex(16), intents, shard if shard else None)
+        session = Session(secrets.token_hex(16), intents, shard)
         self.sessions[session.id] = session
         conn.session = session
         session.connection = conn
@@ -489,14 +500,19 @@ class GatewayHub:
             "user_settings": {},
             "guild_join_requests": [],
             "geo_ordered_rtc_regions": ["simulated"],
-            "application": {"id": str(world.application_id), "flags": (1 << 12) | (1 << 14) | (1 << 18)},
+            "application": {
+                "id": str(world.application_id),
+                "flags": (1 << 12) | (1 << 14) | (1 << 18),
+            },
             "_trace": _TRACE,
         }
         if shard_sent and session.shard is not None:
             ready["shard"] = list(session.shard)
         self._append(session, b"READY", orjson.dumps(ready))
         for guild_id in guild_ids:
-            self._append(session, b"GUILD_CREATE", orjson.dumps(world.guild_create_payload(guild_id)))
+            self._append(
+                session, b"GUILD_CREATE", orjson.dumps(world.guild_create_payload(guild_id))
+            )
 
     def _on_resume(self, conn: GatewayConnection, data: Any) -> None:
         if conn.session is not None:
@@ -542,7 +558,11 @@ class GatewayHub:
         if not isinstance(data, dict) or conn.session is None:
             return
         raw_guild = data.get("guild_id")
-        guild_id = int(raw_guild) if isinstance(raw_guild, (str, int)) and str(raw_guild).isdigit() else None
+        guild_id = (
+            int(raw_guild)
+            if isinstance(raw_guild, (str, int)) and str(raw_guild).isdigit()
+            else None
+        )
         if guild_id is None or guild_id not in self.world.guilds:
             return
         chunk: Json = {
@@ -599,7 +619,9 @@ class GatewayHub:
     async def blast(self, bodies: list[bytes], *, guild_id: int, intent: int) -> int:
         """Send pre-serialized MESSAGE_CREATE bodies to every live session; frames sent."""
         targets = [
-            s for s in self.sessions.values() if s.connection is not None and s.wants(intent, guild_id)
+            s
+            for s in self.sessions.values()
+            if s.connection is not None and s.wants(intent, guild_id)
         ]
         sent = 0
         async with trio.open_nursery() as nursery:
@@ -618,6 +640,10 @@ class GatewayHub:
                 self._append(session, b"MESSAGE_CREATE", body)
             await conn.wait_drained()
             await trio.lowlevel.checkpoint()
+        conn = session.connection
+        if conn is not None:
+            # "Sent" means handed to the socket, so a caller can time the client's side.
+            await conn.wait_drained(0)
 
     # --------------------------------------------------------------------- faults
 
@@ -716,7 +742,7 @@ class GatewayHub:
             },
         }
 
-    def live_sessions(self) -> Iterable[Session]:
+    def live_sessions(self) -> list[Session]:
         """Sessions with a connection attached."""
         return [s for s in self.sessions.values() if s.connection is not None]
 
@@ -751,20 +777,20 @@ def _check_query(query: dict[str, str]) -> tuple[int, str] | None:
     return None
 
 
-def _parse_shard(raw: Any) -> tuple[int, int] | None | bool:
-    """(id, count), None when absent, False when invalid."""
+def _parse_shard(raw: Any) -> tuple[bool, tuple[int, int] | None]:
+    """(valid, (id, count)); the shard is None when IDENTIFY had none."""
     if raw is None:
-        return None
+        return True, None
     if (
         not isinstance(raw, list)
         or len(raw) != 2
         or not all(isinstance(x, int) and not isinstance(x, bool) for x in raw)
     ):
-        return False
+        return False, None
     shard_id, count = raw
     if count < 1 or not 0 <= shard_id < count:
-        return False
-    return shard_id, count
+        return False, None
+    return True, (shard_id, count)
 
 
 def _strip_content(data: Json) -> Json:

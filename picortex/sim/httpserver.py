@@ -92,7 +92,9 @@ async def _serve_connection(handler: Handler, stream: trio.SocketStream) -> None
                 response = await handler(request)
             except Exception:
                 log.exception("simulator handler failed on %s %s", request.method, request.path)
-                response = HttpResponse.json(500, {"message": "500: Internal Server Error", "code": 0})
+                response = HttpResponse.json(
+                    500, {"message": "500: Internal Server Error", "code": 0}
+                )
             await _send_response(conn, stream, response)
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return

@@ -50,7 +50,9 @@ _ERROR_TYPES: Final = {
 }
 _NEW_MESSAGE_LABEL = re.compile(r"new message\s*:?", re.IGNORECASE)
 _BOT_WORD = re.compile(r"\bbot\b", re.IGNORECASE)
-_CANDIDATES_LINE = re.compile(r"candidates?\s*(?:ids?)?\s*:\s*(\S.*)$", re.IGNORECASE | re.MULTILINE)
+_CANDIDATES_LINE = re.compile(
+    r"candidates?\s*(?:ids?)?\s*:\s*(\S.*)$", re.IGNORECASE | re.MULTILINE
+)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+(\S.*)$", re.MULTILINE)
 _ID_EDGES = "`'\"*,:;.()[]{}<>"
 
@@ -115,7 +117,9 @@ class OfflineModel:
         self._count += 1
         request_id = "req_" + _digest(f"req{self._count}", 12)
         if request.method != "POST":
-            return _error(405, "not_found_error", "Only POST is served on /v1/messages.", request_id)
+            return _error(
+                405, "not_found_error", "Only POST is served on /v1/messages.", request_id
+            )
         key = request.headers.get("x-api-key") or request.headers.get("authorization", "")
         if not key.strip():
             return _error(401, "authentication_error", "x-api-key header is required", request_id)
@@ -126,7 +130,9 @@ class OfflineModel:
         try:
             body = orjson.loads(request.body)
         except orjson.JSONDecodeError:
-            return _error(400, "invalid_request_error", "Request body is not valid JSON.", request_id)
+            return _error(
+                400, "invalid_request_error", "Request body is not valid JSON.", request_id
+            )
         problem = _validate(body)
         if problem is not None:
             return _error(400, "invalid_request_error", problem, request_id)
@@ -147,9 +153,13 @@ class OfflineModel:
             await trio.sleep(reply.delay)
         if reply.status != 200:
             error_type = reply.error_type or _ERROR_TYPES.get(reply.status, "api_error")
-            message = reply.error_message or f"Simulated {error_type}."
-            return _error(reply.status, error_type, message, request_id)
-        text = reply.text if reply.text is not None else default_answer(body.get("system"), body["messages"])
+            detail = reply.error_message or f"Simulated {error_type}."
+            return _error(reply.status, error_type, detail, request_id)
+        text = (
+            reply.text
+            if reply.text is not None
+            else default_answer(body.get("system"), body["messages"])
+        )
         prompt_chars = len(_text_of(body.get("system"))) + sum(
             len(_text_of(m.get("content"))) for m in body["messages"] if isinstance(m, dict)
         )
@@ -159,7 +169,7 @@ class OfflineModel:
         output_tokens = reply.output_tokens
         if output_tokens is None:
             output_tokens = max(1, len(text) // CHARS_PER_TOKEN)
-        message = {
+        answer = {
             "id": "msg_" + _digest(f"msg{self._count}", 12),
             "type": "message",
             "role": "assistant",
@@ -175,7 +185,7 @@ class OfflineModel:
                 "service_tier": "standard",
             },
         }
-        return HttpResponse.json(200, message, (("request-id", request_id),))
+        return HttpResponse.json(200, answer, (("request-id", request_id),))
 
 
 def default_answer(system: Any, messages: list[Any]) -> str:
@@ -184,7 +194,9 @@ def default_answer(system: Any, messages: list[Any]) -> str:
     for message in messages:
         if isinstance(message, dict) and message.get("role") == "user":
             last_user = _text_of(message.get("content"))
-    everything = "\n".join([_text_of(system), *(_text_of(m.get("content")) for m in messages if isinstance(m, dict))])
+    everything = "\n".join(
+        [_text_of(system), *(_text_of(m.get("content")) for m in messages if isinstance(m, dict))]
+    )
     lowered = everything.lower()
     if "should_respond" in lowered:
         new = _new_message(last_user)
@@ -271,7 +283,11 @@ def _validate(body: Any) -> str | None:
 
 
 def _error(status: int, error_type: str, message: str, request_id: str) -> HttpResponse:
-    body = {"type": "error", "error": {"type": error_type, "message": message}, "request_id": request_id}
+    body = {
+        "type": "error",
+        "error": {"type": error_type, "message": message},
+        "request_id": request_id,
+    }
     headers: tuple[tuple[str, str], ...] = (("request-id", request_id),)
     if status in (429, 529):
         headers = (*headers, ("retry-after", "1"))

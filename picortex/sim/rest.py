@@ -95,9 +95,15 @@ _ROUTES: Final = (
     _Route("POST", ("users", "@me", "channels"), "users/@me/channels", WRITE_LIMIT, "create_dm"),
     _Route("GET", ("channels", "{channel}"), "channels", READ_LIMIT, "get_channel"),
     _Route("POST", ("channels", "{channel}", "typing"), "typing", WRITE_LIMIT, "typing"),
-    _Route("GET", ("channels", "{channel}", "messages"), "messages.get", READ_LIMIT, "get_messages"),
     _Route(
-        "POST", ("channels", "{channel}", "messages"), "messages.post", WRITE_LIMIT, "create_message"
+        "GET", ("channels", "{channel}", "messages"), "messages.get", READ_LIMIT, "get_messages"
+    ),
+    _Route(
+        "POST",
+        ("channels", "{channel}", "messages"),
+        "messages.post",
+        WRITE_LIMIT,
+        "create_message",
     ),
     _Route(
         "GET",
@@ -248,7 +254,13 @@ class DiscordRest:
     ) -> HttpResponse:
         self.requests.append(
             RecordedRequest(
-                request.method, rel, dict(request.query), body, request.headers, response.status, now
+                request.method,
+                rel,
+                dict(request.query),
+                body,
+                request.headers,
+                response.status,
+                now,
             )
         )
         return response
@@ -270,7 +282,9 @@ class DiscordRest:
             message = fault.message or f"{fault.status}: {_phrase(fault.status)}"
             peek = self.limiter.peek(bucket, major, limit, now)
             return HttpResponse.json(
-                fault.status, {"message": message, "code": fault.code or 0}, self._limit_headers(peek)
+                fault.status,
+                {"message": message, "code": fault.code or 0},
+                self._limit_headers(peek),
             )
         wait = fault.retry_after if fault.retry_after is not None else 1.0
         scope = fault.scope or ("global" if fault.global_ else "user")
@@ -287,7 +301,9 @@ class DiscordRest:
         else:
             verdict = Verdict(False, bucket, limit.limit, 0, wait, wait, scope, fault.global_)
         message = fault.message or (
-            "The resource is being rate limited." if scope == "shared" else "You are being rate limited."
+            "The resource is being rate limited."
+            if scope == "shared"
+            else "You are being rate limited."
         )
         return self._too_many(verdict, message)
 
@@ -432,7 +448,9 @@ class DiscordRest:
             return target
         if ref.get("fail_if_not_exists", True) is False:
             return None
-        raise form_error("message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message")
+        raise form_error(
+            "message_reference", "MESSAGE_REFERENCE_UNKNOWN_MESSAGE", "Unknown message"
+        )
 
     def _get_message(self, call: _Call) -> tuple[int, Any]:
         message = self.world.message(call.params["channel"], call.params["message"])
@@ -586,7 +604,9 @@ def _int_param(query: Mapping[str, str], key: str, default: int, low: int, high:
             key, "NUMBER_TYPE_MIN", f"int value should be greater than or equal to {low}."
         )
     if value > high:
-        raise form_error(key, "NUMBER_TYPE_MAX", f"int value should be less than or equal to {high}.")
+        raise form_error(
+            key, "NUMBER_TYPE_MAX", f"int value should be less than or equal to {high}."
+        )
     return value
 
 

@@ -237,10 +237,12 @@ class World:
         owner = owner_id if owner_id is not None else self.bot_user_id
         self.user(owner)
         self.guilds[guild_id] = SimGuild(guild_id, name, owner)
-        self.outbox.append(Dispatch("GUILD_CREATE", self.guild_create_payload(guild_id), guild_id, None))
+        self.outbox.append(
+            Dispatch("GUILD_CREATE", self.guild_create_payload(guild_id), guild_id, None)
+        )
         return guild_id
 
-    def add_channel(self, guild_id: int, name: str, *, type: int = GUILD_TEXT) -> int:  # noqa: A002
+    def add_channel(self, guild_id: int, name: str, *, type: int = GUILD_TEXT) -> int:
         """Create a text (or announcement) channel; announces it with CHANNEL_CREATE."""
         guild = self.guild(guild_id)
         if type not in (GUILD_TEXT, GUILD_ANNOUNCEMENT):
@@ -385,12 +387,18 @@ class World:
             self.user(extra)
             if extra not in user_ids:
                 user_ids.append(extra)
-        ping_reply = reply_ping if allowed_mentions is None else bool(
-            allowed_mentions.get("replied_user", False)
+        ping_reply = (
+            reply_ping
+            if allowed_mentions is None
+            else bool(allowed_mentions.get("replied_user", False))
         )
-        if replied_author is not None and ping_reply and replied_author != author_id:
-            if replied_author not in user_ids:
-                user_ids.append(replied_author)
+        if (
+            replied_author is not None
+            and ping_reply
+            and replied_author != author_id
+            and replied_author not in user_ids
+        ):
+            user_ids.append(replied_author)
         message_id = self.snowflakes.next()
         message = SimMessage(
             id=message_id,
@@ -690,7 +698,9 @@ class World:
                 self.channel_payload(self.channels[c], in_guild_create=True) for c in text_ids
             ],
             "threads": [
-                self.channel_payload(self.channels[t]) for t in guild.thread_ids if t in self.channels
+                self.channel_payload(self.channels[t])
+                for t in guild.thread_ids
+                if t in self.channels
             ],
             "presences": [],
             "stage_instances": [],

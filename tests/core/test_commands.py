@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import string
+from typing import Any
 
 import attrs
 import pytest
@@ -51,9 +52,7 @@ WW = "!s"
 
 
 def find(content: str, *, guild: bool, wakeword: str = WW, bot: int | None = BOT) -> str | None:
-    return find_command_text(
-        content, wakeword=wakeword, bot_user_id=bot, require_mention=guild
-    )
+    return find_command_text(content, wakeword=wakeword, bot_user_id=bot, require_mention=guild)
 
 
 # --- detection -----------------------------------------------------------------------
@@ -141,9 +140,7 @@ def test_detect_command_uses_the_guild_and_group_dm() -> None:
         detect_command(_message("!s help", None), wakeword=WW, bot_user_id=BOT, group_dm=True)
         is None
     )
-    assert (
-        detect_command(_message("<@4242> !s help", 77), wakeword=WW, bot_user_id=BOT) == "help"
-    )
+    assert detect_command(_message("<@4242> !s help", 77), wakeword=WW, bot_user_id=BOT) == "help"
 
 
 @pytest.mark.parametrize(
@@ -193,7 +190,10 @@ def test_strip_mention_without_bot_id_keeps_text() -> None:
         ("config get Wakeword", ConfigGet("wakeword")),
         ("config set wakeword ?x", ConfigSet("wakeword", "?x")),
         ('config set wakeword "!x"', ConfigSet("wakeword", "!x")),
-        ("config set attention.group  mentions-only ", ConfigSet("attention.group", "mentions-only")),
+        (
+            "config set attention.group  mentions-only ",
+            ConfigSet("attention.group", "mentions-only"),
+        ),
         (
             "config set response_policy.sensitive_commands whitelist, config",
             ConfigSet("response_policy.sensitive_commands", "whitelist, config"),
@@ -340,9 +340,7 @@ def test_round_trip(command: Command) -> None:
 def test_round_trip_through_detection_with_any_wakeword_case(
     command: Command, wakeword: str, data: st.DataObject
 ) -> None:
-    typed = "".join(
-        data.draw(st.sampled_from([c.lower(), c.upper()])) for c in wakeword
-    )
+    typed = "".join(data.draw(st.sampled_from([c.lower(), c.upper()])) for c in wakeword)
     text = f"{typed} {render_command(command)}"
     found = find(text, guild=False, wakeword=wakeword)
     assert found is not None
@@ -394,7 +392,7 @@ def format_value(value: object) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def state(**changes: object) -> CommandState:
+def state(**changes: Any) -> CommandState:
     base = CommandState(
         owner_id=OWNER,
         trust={2: "user", 3: "trusted", 4: "admin"},
@@ -407,10 +405,10 @@ def state(**changes: object) -> CommandState:
         parse_config_value=parse_value,
         format_config_value=format_value,
     )
-    return attrs.evolve(base, **changes)  # type: ignore[misc]
+    return attrs.evolve(base, **changes)
 
 
-def run(text: str, tier: Tier = Tier.ADMIN, **changes: object) -> tuple[str, tuple[object, ...], str]:
+def run(text: str, tier: Tier = Tier.ADMIN, **changes: Any) -> tuple[str, tuple[object, ...], str]:
     result = execute(parse_command(text), tier, state(**changes))
     return result.reply, result.changes, result.outcome
 

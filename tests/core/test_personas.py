@@ -109,7 +109,8 @@ ENTRY = "  - id: sleep\n    name: Arnold\n    description: d\n"
             'agents.yaml: persona #1 ("x") has a name that is not text',
         ),
         (
-            "personas:\n  - id: ../etc\n    name: n\n    description: d\n    domain_triggers: [a]\n",
+            "personas:\n  - id: ../etc\n    name: n\n    description: d\n"
+            "    domain_triggers: [a]\n",
             'agents.yaml: persona #1 ("../etc") has an id with characters other than',
         ),
     ],
@@ -157,7 +158,7 @@ def test_whole_words_only() -> None:
 
 
 def test_case_and_spacing_and_curly_quotes() -> None:
-    assert ids("I CAN’T   SLEEP at all") == ["sleep"]
+    assert ids("I CAN\u2019T   SLEEP at all") == ["sleep"]
     assert ids("LEG\nDAY!") == ["fitness"]
 
 
@@ -182,7 +183,8 @@ def test_unicode_triggers() -> None:
     decomposed = "cre\u0300me bru\u0302le\u0301e"
     assert [m.persona.id for m in match(ps, decomposed)] == ["cook"]
     assert [m.persona.id for m in match(ps, "die STRASSE")] == ["cook"]
-    assert [m.persona.id for m in match(ps, "Плохой СОН")] == ["ru"]
+    shouted = "\u0421\u041e\u041d"  # the trigger in capitals
+    assert [m.persona.id for m in match(ps, f"Плохой {shouted}")] == ["ru"]
     assert match(ps, "сонный") == []
     assert [m.persona.id for m in match(ps, "मुझे नींद नहीं आती")] == ["hi"]
     assert match(ps, "cafe") == []
@@ -190,7 +192,7 @@ def test_unicode_triggers() -> None:
 
 # Turkish dotless i uppercases to I, which Unicode's default case folding maps to i: the one
 # letter whose case cannot round-trip without knowing the language.
-letters = st.characters(categories=["Lu", "Ll", "Lt", "Lm", "Lo"], exclude_characters="ı")
+letters = st.characters(categories=["Lu", "Ll", "Lt", "Lm", "Lo"], exclude_characters="\u0131")
 words = st.text(letters, min_size=1, max_size=8)
 
 

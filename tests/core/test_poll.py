@@ -27,8 +27,10 @@ BOT = 99
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ('"What country is best" Sweden // Denmark // Madagaskar',
-         Poll("What country is best", ("Sweden", "Denmark", "Madagaskar"))),
+        (
+            '"What country is best" Sweden // Denmark // Madagaskar',
+            Poll("What country is best", ("Sweden", "Denmark", "Madagaskar")),
+        ),
         ("Lunch? | Pizza | Sushi", Poll("Lunch?", ("Pizza", "Sushi"))),
         ("Lunch?|Pizza|Sushi", Poll("Lunch?", ("Pizza", "Sushi"))),
         ("Lunch? // Pizza // Sushi", Poll("Lunch?", ("Pizza", "Sushi"))),
@@ -107,10 +109,8 @@ piece = st.text(
 
 @given(piece, st.lists(piece, min_size=2, max_size=4), st.booleans())
 def test_round_trip_both_forms(question: str, options: list[str], quoted: bool) -> None:
-    if quoted:
-        text = f'"{question}" ' + " // ".join(options)
-    else:
-        text = " | ".join([question, *options])
+    quoted_form = f'"{question}" ' + " // ".join(options)
+    text = quoted_form if quoted else " | ".join([question, *options])
     assert parse_poll(text) == Poll(question, tuple(options))
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -141,7 +143,7 @@ def test_properties(text: str, limit: int) -> None:
     if text:
         assert chunks
     # The added fences sit exactly where a block crosses a cut.
-    for before, after in zip(chunks, chunks[1:], strict=False):
+    for before, after in itertools.pairwise(chunks):
         assert bool(before.close) == bool(after.reopen)
 
 

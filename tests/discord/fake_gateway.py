@@ -7,6 +7,7 @@ heartbeats, zlib-stream and zstd-stream) and offers the same fault controls as
 
 from __future__ import annotations
 
+import contextlib
 import zlib
 from collections.abc import Mapping
 from itertools import count
@@ -132,9 +133,9 @@ class FakeGateway:
 
     async def _on_payload(self, conn: _Conn, payload: dict[str, Any]) -> None:
         self.received.append(payload)
-        op = payload.get("op")
+        op: Any = payload.get("op")
         self.payload_times.append((trio.current_time(), op))
-        d = payload.get("d")
+        d: Any = payload.get("d")
         if op == 1:
             self.stats["heartbeats"] += 1
             if self.ack:
@@ -160,25 +161,23 @@ class FakeGateway:
             await self._dispatch(session, "READY", ready)
         elif op == 6:
             self.stats["resumes"] += 1
-            session = self.sessions.get(d.get("session_id"))
+            found = self.sessions.get(d.get("session_id"))
             seq = d.get("seq")
-            if session is None or not isinstance(seq, int) or seq > session.seq:
+            if found is None or not isinstance(seq, int) or seq > found.seq:
                 await conn.send({"op": 9, "d": False})
                 return
-            conn.session = session
-            for frame in session.events[seq:]:
+            conn.session = found
+            for frame in found.events[seq:]:
                 await conn.send(frame)
-            await self._dispatch(session, "RESUMED", None)
+            await self._dispatch(found, "RESUMED", None)
 
     async def _dispatch(self, session: Session, name: str, data: object) -> None:
         frame = {"op": 0, "t": name, "s": session.seq + 1, "d": data}
         session.events.append(frame)
         for conn in list(self.conns):
             if conn.session is session:
-                try:
+                with contextlib.suppress(ConnectionClosed):
                     await conn.send(frame)
-                except ConnectionClosed:
-                    pass
 
     def _spawn(self, fn: Any, *args: Any) -> None:
         assert self._nursery is not None
@@ -211,7 +210,7 @@ class FakeGateway:
     async def drop_connections(self) -> None:
         """Cut every socket without a close frame."""
         for conn in list(self.conns):
-            await conn.ws._stream.aclose()  # noqa: SLF001 - a test fake simulating a network cut
+            await conn.ws._stream.aclose()  # a network cut: no close frame
 
     async def send_reconnect(self) -> None:
         for conn in list(self.conns):

@@ -285,7 +285,7 @@ def test_missing_ack_is_a_zombie_closed_with_a_resume_code_then_resumed() -> Non
         "op": 6,
         "d": {"token": TOKEN, "session_id": "session-1", "seq": 1},
     }
-    assert h.proto.state is GatewayState.READY
+    assert h.proto.status().state == "ready"
 
 
 def test_an_acked_beat_is_not_a_zombie() -> None:
@@ -387,7 +387,7 @@ def test_fatal_close_codes_stop_with_a_sentence(code: int) -> None:
 
 
 def test_fatal_codes_are_exactly_the_spec_list() -> None:
-    assert FATAL_CLOSE_CODES == {4004, 4010, 4011, 4012, 4013, 4014}
+    assert {4004, 4010, 4011, 4012, 4013, 4014} == FATAL_CLOSE_CODES
 
 
 def test_fatal_messages_say_which_and_why() -> None:
@@ -589,7 +589,6 @@ def test_protocol_applies_the_session_start_limit_only_to_identify() -> None:
     h.proto.set_session_start_limit(
         {"total": 5, "remaining": 0, "reset_after": 30_000, "max_concurrency": 1}, h.now
     )
-    assert h.proto.identify_delay(h.now) == 0.0 or h.proto.will_resume is False
     h.close(None)
     assert h.proto.will_resume
     assert h.proto.identify_delay(h.now) == 0.0

@@ -1,0 +1,502 @@
+"""The Discord simulator: REST and gateway on loopback, an offline model, and a control API.
+
+`await nursery.start(sim.serve)` returns the URLs; the methods below build the world, act as
+users, read what the bot did, and inject faults. Call them from the trio run that serves.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import orjson
+import trio
+
+from picortex.sim.gateway import DEFAULT_HEARTBEAT_MS, GatewayHub, GatewayStats
+from picortex.sim.httpserver import HttpRequest, HttpResponse, serve_http
+from picortex.sim.model import OfflineModel
+from picortex.sim.ratelimit import RateLimiter
+from picortex.sim.rest import API_PREFIX, DiscordRest, InjectedError, RecordedRequest
+from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.world import (
+    GUILD_TEXT,
+    INTENT_GUILD_MESSAGES,
+    PRIVILEGED_INTENTS,
+    Json,
+    SimError,
+    World,
+)
+
+# The bot token a simulator accepts unless told otherwise (a fake, not a secret).
+DEFAULT_TOKEN: Final = "sim-token"  # noqa: S105 - a fake the simulator accepts, not a secret
+# Name of the user that blasted benchmark messages come from.
+BENCH_AUTHOR: Final = "bench-user"
+# Words the blast pads message content with (realistic text compresses realistically).
+_FILLER: Final = (
+    "the quick brown fox jumps over the lazy dog while the bot reads every message "
+    "and decides whether it deserves an answer before the channel moves on "
+)
+
+
+@attrs.frozen
+class SimURLs:
+    """Where the simulator listens."""
+
+    api_base: str
+    gateway_url: str
+    anthropic_base_url: str
+    control_url: str = ""
+
+
+@attrs.frozen
+class DefaultWorld:
+    """The ids of the small world `add_default_world` builds."""
+
+    guild_id: int
+    general_id: int
+    random_id: int
+    alice_id: int
+    bob_id: int
+
+
+@attrs.frozen
+class BlastResult:
+    """What a blast sent: frames over all connections, connections reached, seconds taken."""
+
+    frames: int
+    connections: int
+    seconds: float
+
+
+class Simulator:
+    """A faithful Discord (REST v10 + gateway) and an offline model endpoint, on loopback.
+
+    Args:
+        token: the bot token the simulator accepts (REST `Bot <token>` and IDENTIFY).
+        bot_username: the bot user's name.
+        heartbeat_interval_ms: the interval HELLO announces.
+        enforce_heartbeat: drop a connection that misses heartbeats (session kept).
+        allowed_privileged_intents: privileged intents the app may use (else close 4014).
+        required_shards: a minimum shard count (else close 4011); None: any.
+        limit_identify_concurrency: answer a second IDENTIFY within 5 s with op 9.
+        rate_limits: enforce REST per-route and global limits with real 429s.
+    """
+
+    def __init__(
+        self,
+        token: str = DEFAULT_TOKEN,
+        *,
+        bot_username: str = "picortex",
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_MS,
+        enforce_heartbeat: bool = True,
+        allowed_privileged_intents: int = PRIVILEGED_INTENTS,
+        required_shards: int | None = None,
+        limit_identify_concurrency: bool = False,
+        rate_limits: bool = True,
+    ) -> None:
+        self.token = token
+        self.world = World(SnowflakeFactory(), bot_username=bot_username)
+        self._changed = trio.Event()
+        self.gateway = GatewayHub(
+            self.world,
+            token,
+            heartbeat_interval_ms=heartbeat_interval_ms,
+            enforce_heartbeat=enforce_heartbeat,
+            allowed_privileged_intents=allowed_privileged_intents,
+            required_shards=required_shards,
+            limit_identify_concurrency=limit_identify_concurrency,
+            notify=self._notify,
+        )
+        self.limiter = RateLimiter(enabled=rate_limits)
+        self.rest = DiscordRest(
+            self.world,
+            token,
+            limiter=self.limiter,
+            clock=trio.current_time,
+            gateway_url=lambda: self.gateway.url,
+            gateway_bot=self.gateway.gateway_bot,
+        )
+        self.model = OfflineModel(notify=self._notify)
+        self.urls: SimURLs | None = None
+
+    # ------------------------------------------------------------------ serving
+
+    async def serve(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        gateway_port: int = 0,
+        task_status: trio.TaskStatus[SimURLs] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Serve REST, model and control on one port and the gateway on another, until cancelled."""
+        async with trio.open_nursery() as nursery:
+            ws_port = await nursery.start(self.gateway.serve, host, gateway_port)
+            http_port = await nursery.start(serve_http, self._handle_http, host, port)
+            where = f"[{host}]" if ":" in host else host
+            base = f"http://{where}:{http_port}"
+            self.gateway.url = f"ws://{where}:{ws_port}"
+            # A distinct path, so tests can see which URL a client reconnects to.
+            self.gateway.resume_url = f"ws://{where}:{ws_port}/resume"
+            self.urls = SimURLs(
+                api_base=base + API_PREFIX,
+                gateway_url=self.gateway.url,
+                anthropic_base_url=base,
+                control_url=base + "/_sim",
+            )
+            task_status.started(self.urls)
+
+    async def _handle_http(self, request: HttpRequest) -> HttpResponse:
+        path = request.path
+        if path == API_PREFIX or path.startswith(API_PREFIX + "/"):
+            response = self.rest.handle(request)
+            self._flush()
+            return response
+        if path == "/v1/messages":
+            return await self.model.handle(request)
+        if path == "/_sim" or path.startswith("/_sim/"):
+            from picortex.sim.control import handle_control
+
+            return await handle_control(self, request)
+        return HttpResponse.json(404, {"message": "404: Not Found", "code": 0})
+
+    # -------------------------------------------------------------- world building
+
+    @property
+    def bot_user_id(self) -> int:
+        """The bot's user id."""
+        return self.world.bot_user_id
+
+    def add_user(self, username: str, *, bot: bool = False, global_name: str | None = None) -> int:
+        """Create a user (a member of every guild); returns its id."""
+        return self.world.add_user(username, bot=bot, global_name=global_name)
+
+    def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
+        """Create a guild with the bot in it (GUILD_CREATE to connected sessions)."""
+        guild_id = self.world.add_guild(name, owner_id=owner_id)
+        self._flush()
+        return guild_id
+
+    def add_channel(self, guild_id: int, name: str, *, type: int = GUILD_TEXT) -> int:
+        """Create a text channel (CHANNEL_CREATE to connected sessions)."""
+        channel_id = self.world.add_channel(guild_id, name, type=type)
+        self._flush()
+        return channel_id
+
+    def open_dm(self, user_id: int) -> int:
+        """The DM channel between `user_id` and the bot."""
+        return self.world.open_dm(user_id)
+
+    def add_thread(
+        self, channel_id: int, name: str, *, owner_id: int, message_id: int | None = None
+    ) -> int:
+        """A user starts a public thread (from `message_id` if given); returns the thread id."""
+        thread = self.world.start_thread(channel_id, name, owner_id=owner_id, message_id=message_id)
+        self._flush()
+        return thread.id
+
+    def add_default_world(self) -> DefaultWorld:
+        """Guild "picortex-sim" with #general and #random, and users alice and bob."""
+        alice = self.add_user("alice", global_name="Alice")
+        bob = self.add_user("bob", global_name="Bob")
+        guild = self.add_guild("picortex-sim", owner_id=alice)
+        general = self.add_channel(guild, "general")
+        random = self.add_channel(guild, "random")
+        return DefaultWorld(guild, general, random, alice, bob)
+
+    # ----------------------------------------------------------------- users act
+
+    def post_user_message(
+        self,
+        channel_id: int,
+        author_id: int,
+        content: str,
+        *,
+        mentions: Iterable[int] = (),
+        reply_to: int | None = None,
+        attachments: Sequence[str | Mapping[str, Any]] = (),
+        reply_ping: bool = True,
+        embeds: Sequence[Mapping[str, Any]] = (),
+    ) -> Json:
+        """A user posts a message (MESSAGE_CREATE); returns the payload as dispatched.
+
+        `<@id>` tokens in `content` mention users as on Discord; `mentions` adds ids on top.
+        A reply mentions the replied-to author unless `reply_ping` is False.
+        """
+        if author_id == self.world.bot_user_id:
+            raise SimError("the bot posts through the REST API, not post_user_message")
+        message = self.world.create_message(
+            channel_id,
+            author_id,
+            content,
+            mentions=mentions,
+            reply_to=reply_to,
+            reply_ping=reply_ping,
+            attachments=attachments,
+            embeds=embeds,
+        )
+        self._flush()
+        return self.world.message_payload(message, gateway=True)
+
+    def edit_message(self, channel_id: int, message_id: int, content: str) -> Json:
+        """Edit a message's content (MESSAGE_UPDATE); returns the payload as dispatched."""
+        message = self.world.edit_message(channel_id, message_id, content)
+        self._flush()
+        return self.world.message_payload(message, gateway=True)
+
+    def delete_message(self, channel_id: int, message_id: int) -> None:
+        """Delete a message (MESSAGE_DELETE)."""
+        self.world.delete_message(channel_id, message_id)
+        self._flush()
+
+    def add_reaction(self, channel_id: int, message_id: int, user_id: int, emoji: str) -> None:
+        """`user_id` reacts with `emoji` (unicode, or `name:id`) (MESSAGE_REACTION_ADD)."""
+        self.world.add_reaction(channel_id, message_id, user_id, emoji)
+        self._flush()
+
+    def remove_reaction(self, channel_id: int, message_id: int, user_id: int, emoji: str) -> None:
+        """`user_id` removes a reaction (MESSAGE_REACTION_REMOVE)."""
+        self.world.remove_reaction(channel_id, message_id, user_id, emoji)
+        self._flush()
+
+    def user_typing(self, channel_id: int, user_id: int) -> None:
+        """`user_id` starts typing (TYPING_START)."""
+        self.world.typing(channel_id, user_id, int(time.time()))
+        self._flush()
+
+    # ------------------------------------------------------------------- reading
+
+    def messages(self, channel_id: int) -> list[Json]:
+        """Every message in a channel, oldest first (REST shape)."""
+        channel = self.world.channel(channel_id)
+        return [self.world.message_payload(m, gateway=False) for m in channel.messages]
+
+    def bot_messages(self, channel_id: int | None = None) -> list[Json]:
+        """Messages the bot posted (in one channel, or everywhere), oldest first."""
+        bot = self.world.bot_user_id
+        if channel_id is not None:
+            found = [m for m in self.world.channel(channel_id).messages if m.author_id == bot]
+        else:
+            found = [
+                m
+                for channel in self.world.channels.values()
+                for m in channel.messages
+                if m.author_id == bot
+            ]
+            found.sort(key=lambda m: m.id)
+        return [self.world.message_payload(m, gateway=False) for m in found]
+
+    def message(self, channel_id: int, message_id: int) -> Json:
+        """One message (REST shape)."""
+        return self.world.message_payload(self.world.message(channel_id, message_id), gateway=False)
+
+    def channel(self, channel_id: int) -> Json:
+        """One channel object."""
+        return self.world.channel_payload(self.world.channel(channel_id))
+
+    def threads(self) -> list[Json]:
+        """Every thread, oldest first (channel objects)."""
+        found = [c for c in self.world.channels.values() if c.is_thread]
+        found.sort(key=lambda c: c.id)
+        return [self.world.channel_payload(c) for c in found]
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """Every Discord API request received, in order (clear it freely)."""
+        return self.rest.requests
+
+    @property
+    def gateway_stats(self) -> GatewayStats:
+        """A snapshot of gateway counters."""
+        return self.gateway.stats()
+
+    @property
+    def invalid_requests(self) -> int:
+        """Requests that Discord counts as invalid (401, 403, and 429 not of shared scope)."""
+        return self.rest.invalid_requests
+
+    # ---------------------------------------------------------------- waiting
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until `predicate()` is true; it is rechecked after every simulator change."""
+        while not predicate():
+            await self._changed.wait()
+
+    async def wait_ready(self, count: int = 1) -> None:
+        """Wait until `count` sessions have been identified (or resumed) and are connected."""
+        await self.wait_until(lambda: self.gateway.stats().ready_sessions >= count)
+
+    async def wait_bot_messages(self, count: int = 1, channel_id: int | None = None) -> list[Json]:
+        """Wait until the bot has posted `count` messages (there, or anywhere); returns them."""
+        await self.wait_until(lambda: len(self.bot_messages(channel_id)) >= count)
+        return self.bot_messages(channel_id)
+
+    # ------------------------------------------------------------------- faults
+
+    def drop_connections(self) -> None:
+        """Close every gateway TCP connection abruptly; sessions stay resumable."""
+        self.gateway.drop_connections()
+
+    def send_reconnect(self, *, close_after: float | None = 5.0) -> None:
+        """Send op 7 to every client (and drop the socket `close_after` s later if still open)."""
+        self.gateway.send_reconnect(close_after=close_after)
+
+    def invalidate_session(self, resumable: bool) -> None:
+        """Send op 9; `resumable=False` ends the sessions (a resume then gets op 9 d=false)."""
+        self.gateway.invalidate_session(resumable)
+
+    def close_connections(self, code: int, reason: str | None = None) -> None:
+        """Close every gateway connection with `code` (non-resumable codes end the sessions)."""
+        self.gateway.close_connections(code, reason)
+
+    def set_heartbeat_ack(self, enabled: bool) -> None:
+        """Answer heartbeats with op 11 or not (not: a client should see a zombie)."""
+        self.gateway.heartbeat_ack = enabled
+
+    def request_heartbeat(self) -> None:
+        """Send op 1 to every client (each must heartbeat at once)."""
+        self.gateway.request_heartbeat()
+
+    def hold_events(self, enabled: bool) -> None:
+        """While held, dispatches are recorded for replay but not sent; releasing sends them."""
+        if enabled:
+            self.gateway.hold = True
+        else:
+            self.gateway.release_held()
+
+    def inject_rest_error(
+        self,
+        method: str,
+        path_pattern: str,
+        status: int,
+        *,
+        retry_after: float | None = None,
+        global_: bool = False,
+        scope: str | None = None,
+        count: int | None = 1,
+        code: int | None = None,
+        message: str | None = None,
+    ) -> None:
+        """Answer the next `count` matching requests with `status` instead of serving them.
+
+        `method` is an HTTP method or "*"; `path_pattern` a glob on the path relative to the
+        API base (`/channels/*/messages`). A 429 carries Discord's body and headers and holds
+        the bucket (or, with `global_`, every request) for `retry_after` seconds (default 1).
+        `count=None` repeats until `clear_rest_errors`.
+        """
+        self.rest.inject(
+            InjectedError(
+                method, path_pattern, status, retry_after, global_, scope, code, message, count
+            )
+        )
+
+    def clear_rest_errors(self) -> None:
+        """Forget injected REST errors."""
+        self.rest.injected.clear()
+
+    def set_rate_limit(self, bucket: str, limit: int, per: float) -> None:
+        """Change a REST route group's limit (e.g. `messages.post`, `reactions.me`)."""
+        self.rest.set_rate_limit(bucket, limit, per)
+
+    # --------------------------------------------------------------------- bench
+
+    async def blast(
+        self, count: int, channels: int | Sequence[int] = 50, size: int = 1024
+    ) -> BlastResult:
+        """Send `count` MESSAGE_CREATE frames of about `size` bytes to every connected session.
+
+        Spread over `channels` (ids, or a number of `bench-N` channels made in the first guild).
+        Frames are pre-built and go through sequence numbers and the replay buffer like any
+        dispatch, but the messages are not stored in channel history.
+        """
+        channel_ids = self._bench_channels(channels)
+        guild_ids = {self.world.channel(c).guild_id for c in channel_ids}
+        if len(guild_ids) != 1 or None in guild_ids:
+            raise SimError("blast channels must all be text channels of one guild")
+        guild_id = guild_ids.pop()
+        assert guild_id is not None
+        author = self._bench_author()
+        bodies = self._bench_bodies(count, channel_ids, guild_id, author, size)
+        connections = len(self.gateway.live_sessions())
+        started = time.perf_counter()
+        frames = await self.gateway.blast(bodies, guild_id=guild_id, intent=INTENT_GUILD_MESSAGES)
+        self._notify()
+        return BlastResult(frames, connections, time.perf_counter() - started)
+
+    def _bench_channels(self, channels: int | Sequence[int]) -> list[int]:
+        if not isinstance(channels, int):
+            return [int(c) for c in channels]
+        if not self.world.guilds:
+            self.add_guild("bench")
+        guild = next(iter(self.world.guilds.values()))
+        existing = [
+            c for c in guild.channel_ids if (self.world.channels[c].name or "").startswith("bench-")
+        ]
+        while len(existing) < channels:
+            existing.append(self.add_channel(guild.id, f"bench-{len(existing)}"))
+        return existing[:channels]
+
+    def _bench_author(self) -> int:
+        for user in self.world.users.values():
+            if user.username == BENCH_AUTHOR:
+                return user.id
+        return self.add_user(BENCH_AUTHOR, global_name="Bench User")
+
+    def _bench_bodies(
+        self, count: int, channel_ids: list[int], guild_id: int, author: int, size: int
+    ) -> list[bytes]:
+        author_payload = self.world.user_payload(author)
+        member = self.world.member_payload(author, with_user=False)
+        ids = self.world.snowflakes.many(count)
+
+        def build(message_id: int, channel_id: int, content: str) -> bytes:
+            return orjson.dumps(
+                {
+                    "type": 0,
+                    "tts": False,
+                    "timestamp": iso_timestamp(snowflake_ms(message_id)),
+                    "pinned": False,
+                    "mentions": [],
+                    "mention_roles": [],
+                    "mention_everyone": False,
+                    "member": member,
+                    "id": str(message_id),
+                    "flags": 0,
+                    "embeds": [],
+                    "edited_timestamp": None,
+                    "content": content,
+                    "components": [],
+                    "channel_id": str(channel_id),
+                    "author": author_payload,
+                    "attachments": [],
+                    "guild_id": str(guild_id),
+                    "nonce": str(message_id),
+                }
+            )
+
+        base = len(build(ids[0] if ids else 0, channel_ids[0], ""))
+        room = max(size - base, 16)
+        filler = _FILLER * (room // len(_FILLER) + 2)
+        bodies = []
+        for index, message_id in enumerate(ids):
+            start = index % len(_FILLER)
+            content = f"#{index} " + filler[start : start + room]
+            content = content[:room]
+            bodies.append(build(message_id, channel_ids[index % len(channel_ids)], content))
+        return bodies
+
+    # ----------------------------------------------------------------- internals
+
+    def _flush(self) -> None:
+        outbox = self.world.outbox
+        if outbox:
+            self.world.outbox = []
+            for event in outbox:
+                self.gateway.dispatch(event)
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
