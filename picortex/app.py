@@ -1,8 +1,16 @@
 """Builds the supervision tree from Settings and runs it (`picortex run`).
 
     root (rest_for_one, in start order)
-      action_log -> context_cache -> llm -> polls -> channels (dynamic one_for_one)
-        -> router -> gateway -> control -> watchdog
+      action_log
+      services (one_for_one): context_cache, llm, polls, control
+      channels (dynamic one_for_one, one transient actor per channel)
+      router
+      gateway
+      watchdog (turns a REST 401 into exit code 3)
+
+The services sit under their own one_for_one supervisor rather than in the root's
+rest_for_one chain: a crashed LLM or cache actor is restarted alone, so it never
+reconnects the gateway (which would lose events and a resumable session).
 
 The store is opened before the tree starts and closed after it stops: SQLite calls are
 short and synchronous, so every actor uses the one connection directly from trio's thread.
@@ -40,7 +48,6 @@ from picortex.runtime.faults import FaultPoints
 from picortex.runtime.supervisor import (
     ChildSpec,
     DynamicSupervisor,
-    Restart,
     Strategy,
     Supervisor,
     run_root,
@@ -61,7 +68,7 @@ class Bot:
         *,
         shard: tuple[int, int] = (0, 1),
         gateway_timings: GatewayTimings | None = None,
-        llm_http_client: Any = None,
+        llm_http_client_factory: Any = None,
         rest_client: httpx.AsyncClient | None = None,
     ) -> None:
         if not settings.discord_token:
@@ -96,7 +103,7 @@ class Bot:
             events=self.events,
             budget=self.budget,
             faults=self.faults,
-            http_client=llm_http_client,
+            http_client_factory=llm_http_client_factory,
         )
         personas = PersonaLoader(settings.home)
         personas.load()  # bad persona files stop the start with exit code 2
@@ -127,18 +134,27 @@ class Bot:
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         self._fatal: FatalDiscordError | None = None
         self._fatal_event = trio.Event()
+        # Services that fail alone: a crashed LLM actor must not reconnect the gateway.
+        self.services = Supervisor(
+            "services",
+            Strategy.ONE_FOR_ONE,
+            [
+                ChildSpec("context_cache", self.cache.run),
+                ChildSpec("llm", self.llm.run),
+                ChildSpec("polls", self._polls),
+                ChildSpec("control", self.control.run),
+            ],
+            events=self.events,
+        )
         self.root = Supervisor(
             "root",
             Strategy.REST_FOR_ONE,
             [
                 ChildSpec("action_log", self.events.run, grace=10.0),
-                ChildSpec("context_cache", self.cache.run),
-                ChildSpec("llm", self.llm.run),
-                ChildSpec("polls", self._polls),
+                ChildSpec("services", self.services.run, grace=15.0),
                 ChildSpec("channels", self.channels.run),
                 ChildSpec("router", self.router.run, mailbox=self.router.inbox),
                 ChildSpec("gateway", self.gateway.run),
-                ChildSpec("control", self.control.run, restart=Restart.TRANSIENT),
                 ChildSpec("watchdog", self._watchdog),
             ],
             events=self.events,
@@ -170,6 +186,7 @@ class Bot:
         """What `picortex status` shows."""
         gw = self.gateway.status()
         restarts = {k: v for k, v in self.root.restart_counts().items() if v}
+        restarts.update({k: v for k, v in self.services.restart_counts().items() if v})
         restarts.update({k: v for k, v in self.channels.restart_counts().items() if v})
         return {
             "gateway": {

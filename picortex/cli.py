@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_http(record: logging.LogRecord) -> bool:
+    """Drop httpx's line per request: noise for a bot owner (picortex logs failures itself)."""
+    return not (record.name.startswith("httpx") and record.levelno < logging.WARNING)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `picortex` console script."""
     parser = build_parser()
@@ -98,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     logging.basicConfig(level=logging.INFO, format="picortex: %(levelname)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_quiet_http)
     try:
         from picortex import subcommands
 

@@ -38,7 +38,7 @@ def _cached_messages(settings: Settings, chat_id: int) -> list[Message]:
 
 
 def run_discriminator_test(
-    settings: Settings, chat: str, n: int, *, out: TextIO, llm_http_client: Any = None
+    settings: Settings, chat: str, n: int, *, out: TextIO, llm_http_client_factory: Any = None
 ) -> int:
     """Run the chat's discriminator on its last `n` cached messages; print each decision."""
     chat_id = _chat_id(chat)
@@ -71,7 +71,7 @@ def run_discriminator_test(
         models=settings.models,
         prices=settings.prices,
         events=NullSink(),
-        http_client=llm_http_client,
+        http_client_factory=llm_http_client_factory,
     )
     if not llm.available:
         print("(no ANTHROPIC_API_KEY: no call is made; each decision shows the fallback)", file=out)

@@ -114,7 +114,9 @@ class ChannelActor:
 
         if command_text is None:
             window = cont.window_for(self._cont, msg.channel_id, msg.author.id, now)
-            if window is not None:
+            # Once the answer is posted, a message that calls the bot again (a mention or a
+            # reply to it) is a new request, not more of the old one.
+            if window is not None and not (not window.generating and self._calls_bot(msg)):
                 self._cont, outcome = cont.on_message(self._cont, msg, now, True, text=text)
                 if not isinstance(outcome, cont.NotInWindow):
                     await self._follow_up(msg, outcome, nursery)
@@ -204,7 +206,8 @@ class ChannelActor:
             result=result.outcome,
         )
         pipe.triggers.add(entry_from_message(msg, trusted=True, command=command_text))
-        self._decision(msg, "command", f"{name} command from a {tier.label}")
+        article = "an" if tier.label[0] in "aeiou" else "a"
+        self._decision(msg, "command", f"{name} command from {article} {tier.label}")
         if poll_to_start is not None and pipe.spawn is not None:
             from picortex.actors.polls import run_poll
 
@@ -283,6 +286,10 @@ class ChannelActor:
         )
         pipe.triggers.add(entry_from_message(msg, trusted=True))
         self._start(new.request, msg, nursery, typing=decision.show_typing)
+
+    def _calls_bot(self, msg: Message) -> bool:
+        bot_id = self._pipe.bot.user_id
+        return bot_id is not None and (msg.mentions_user(bot_id) or self._replied_to_bot(msg))
 
     def _replied_to_bot(self, msg: Message) -> bool:
         ref = msg.message_reference

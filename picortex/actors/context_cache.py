@@ -1,16 +1,5 @@
-"""The context-cache actor: owns the per-channel message cache directory, keeps it current from
-gateway events and incremental history fetches, and builds the context a trigger is answered with.
-
-Design notes:
-- All cache state is changed synchronously inside the trio thread, so a read-modify-write of a
-  channel never interleaves with another task; the only awaits are REST calls and file writes.
-- One writer task persists changed channels in order, each write in a worker thread
-  (`trio.to_thread.run_sync`) so an fsync never stalls the gateway reader or heartbeats;
-  a channel changed several times while a write is in progress is written once more, not
-  once per change. Reads stay synchronous: files are small and usually in the page cache.
-- Context requests are served by the actor's own tasks, so a fault while building a context
-  crashes this actor (and its supervisor restarts it), not the caller; queued requests and
-  queued gateway events live on this object and survive a restart.
+"""The context-cache actor: owns the per-channel message cache directory, keeps it current
+from gateway events and incremental history fetches, and builds the context for a trigger.
 """
 
 from __future__ import annotations
@@ -151,6 +140,15 @@ LiveEvent = Message | MessageUpdate | MessageDelete
 class ContextCache:
     """Per-channel message cache with incremental history fetch, a fetch cooldown and LRU
     eviction by total size.
+
+    Cache state is only changed synchronously in the trio thread, so a read-modify-write of a
+    channel never interleaves with another task; the awaits are REST calls and file writes.
+    Writes run in worker threads (an fsync must not stall the gateway reader), a few at a time
+    but never two for one channel, and a channel changed again while being written is written
+    once more, not once per change. Reads are synchronous: the files are small and usually in
+    the page cache. Context requests are served by the actor's own tasks, so a fault while
+    building a context crashes this actor, not the caller; queued requests and gateway events
+    live on this object and survive a restart.
 
     Args:
         cache_dir: the directory this actor owns (created when missing).
@@ -483,8 +481,9 @@ class ContextCache:
     def _apply_update(self, update: MessageUpdate) -> None:
         channel = self._channel(update.channel_id)
         i = channel.index_of(update.id)
-        cached = channel.messages[i] if i is not None else None
-        if i is not None and cached is not None:
+        cached: Message | None = None
+        if i is not None:
+            cached = channel.messages[i]
             edited = attrs.evolve(
                 cached,
                 content=cached.content if update.content is None else update.content,

@@ -54,7 +54,7 @@ class LedgerBudget:
         warn, self._warned = budget.should_warn(self._warned, workspace, key)
         if warn:
             logger.warning(
-                "budget for workspace %s is spent for %s (%.4f of %.4f USD): no more model "
+                "budget for workspace %s is spent for %s (%.6g of %.6g USD): no more model "
                 "calls there until the next period",
                 workspace,
                 key,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import anthropic
@@ -17,6 +17,7 @@ import trio
 
 from picortex.config import ModelTiers, Price
 from picortex.core.redact import redact
+from picortex.errors import FaultInjected
 from picortex.types import EventSink
 
 if TYPE_CHECKING:
@@ -158,7 +159,8 @@ class LLMActor:
 
     Calls run in the caller's task, concurrently, over the shared client: a caller that
     is cancelled (a follow-up restarting generation) aborts its own HTTP request and
-    nothing else. `complete` never raises except for cancellation.
+    nothing else. `complete` never raises except for cancellation. A call made while the
+    actor restarts waits for it, within the call's deadline.
     """
 
     def __init__(
@@ -171,11 +173,15 @@ class LLMActor:
         events: EventSink,
         budget: Budget | None = None,
         faults: FaultCheck | None = None,
-        http_client: Any = None,
+        http_client_factory: Callable[[], Any] | None = None,
     ) -> None:
-        """Args:
-        http_client: an httpx-style AsyncClient handed to AsyncAnthropic (tests pass one
-            with a mock transport); None lets the SDK make its own.
+        """Set the actor up; nothing is opened before `run`.
+
+        Args:
+            http_client_factory: makes the AsyncClient handed to AsyncAnthropic as its
+                `http_client` on each run (tests pass one with a mock transport); None lets
+                the SDK make its own. A factory, because closing the SDK client closes its
+                HTTP client, and a restarted actor needs a fresh one.
         """
         self._api_key = api_key or None
         self._base_url = base_url
@@ -184,10 +190,14 @@ class LLMActor:
         self._events = events
         self._budget = budget
         self._faults = faults
-        self._http_client = http_client
+        self._http_client_factory = http_client_factory
         self._client: anthropic.AsyncAnthropic | None = None
         self._ready = trio.Event()
         self._warned_no_key = False
+        # An injected fault fails its call and then crashes run(), as a real bug in the
+        # actor would, so the supervisor's handling of it can be tested (SPEC 12).
+        self._fault: FaultInjected | None = None
+        self._faulted = trio.Event()
 
     @property
     def available(self) -> bool:
@@ -226,13 +236,17 @@ class LLMActor:
             base_url=self._base_url,
             # Failed invocations are never retried (SPEC 9); the deadline is ours (fail_after).
             max_retries=0,
-            http_client=self._http_client,
+            http_client=None if self._http_client_factory is None else self._http_client_factory(),
         ) as client:
             self._client = client
             self._ready.set()
             try:
                 task_status.started()
-                await trio.sleep_forever()
+                await self._faulted.wait()
+                fault, self._fault = self._fault, None
+                self._faulted = trio.Event()
+                assert fault is not None
+                raise fault
             finally:
                 # Calls that arrive while restarting wait (within their deadline) for the next run.
                 self._client = None
@@ -257,6 +271,9 @@ class LLMActor:
         except trio.TooSlowError as exc:
             return self._finish(request, model, start, "timeout", failure=exc)
         except Exception as exc:  # every failure is reported, never retried (SPEC 9)
+            if isinstance(exc, FaultInjected) and self._fault is None:
+                self._fault = exc
+                self._faulted.set()
             return self._finish(request, model, start, "error", failure=exc)
         input_tokens, output_tokens = usage_tokens(getattr(response, "usage", None))
         cost = price_of(model, self._prices).cost(input_tokens, output_tokens)

@@ -7,13 +7,18 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
+import attrs
+import trio
+
 from picortex.actors.llm import ChatTurn, LLMRequest
 from picortex.actors.pipeline import Pipeline, failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
 from picortex.core.continuation import Request
-from picortex.errors import ConfigError
-from picortex.types import Message
+from picortex.discord.normalize import normalize
+from picortex.discord.rest import DiscordHTTPError
+from picortex.errors import ConfigError, FatalDiscordError
+from picortex.types import ChannelCreate, Message, Snowflake
 
 if TYPE_CHECKING:
     from picortex.core.personas import PersonaMatch, PersonaSet
@@ -21,10 +26,30 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RECALL_HORIZON_SECONDS: Final = 7 * 24 * 3600  # SPEC 8: the last 7 days
-RECALL_LIMIT: Final = 8
+RECALL_LIMIT: Final = pcore.RECALL_MAX_EXCERPTS
+# Extra hits fetched so that dropping duplicates and the request's own messages still
+# leaves RECALL_LIMIT excerpts (a message and its observations share a text).
+RECALL_FETCH: Final = 3 * RECALL_LIMIT
+# A triage call answers a few tokens; this is generous and still keeps a channel moving.
 TIEBREAK_TIMEOUT_SECONDS: Final = 15.0
-TIEBREAK_MAX_TOKENS: Final = 20
+TIEBREAK_MAX_TOKENS: Final = 20  # a persona id, with room for stray quotes or a full stop
 THREAD_NAME_MAX: Final = 100  # Discord's limit for a thread name
+THREAD_EXISTS_CODE: Final = 160004  # "A thread has already been created for this message"
+TIEBREAK_TEXT_IN_LOG: Final = 40  # how much of an unusable tiebreak answer the log keeps
+
+
+@attrs.frozen
+class Placement:
+    """Where a persona answer goes.
+
+    `how` is one of `new thread` (start one from the trigger), `existing thread` (post in
+    `channel_id`, a thread), `dm reply` (a reply in the 1:1 DM) or `dm` (the response
+    policy sends answers to the author's DM).
+    """
+
+    how: str
+    channel_id: Snowflake | None
+    reply_to: Snowflake | None = None
 
 
 def current_personas(pipe: Pipeline) -> PersonaSet | None:
@@ -33,8 +58,10 @@ def current_personas(pipe: Pipeline) -> PersonaSet | None:
     if loader is None:
         return None
     try:
-        loader.reload_if_changed()
+        if loader.reload_if_changed() is not None:
+            pipe.events.emit("personas", action="reloaded", count=len(loader.current))
     except ConfigError as exc:
+        # The loader reports one bad edit once; the previous personas stay in use.
         pipe.events.emit("error", scope="personas", message=str(exc))
         logger.error("%s (keeping the previous personas)", exc)
     found = loader.current
@@ -81,25 +108,39 @@ async def _tiebreak(
             signal_id=str(trigger.id),
         )
     )
+    strongest = matches[0]
     if result.ok:
         chosen = pcore.parse_tiebreak(result.text, [c.id for c in candidates])
         if chosen is not None:
             return next(m for m in matches if m.persona.id == chosen), "model picked"
-        return matches[0], f"answer {result.text[:40]!r} is not a candidate: strongest match"
+        said = result.text.strip()[:TIEBREAK_TEXT_IN_LOG]
+        logger.info(
+            "tiebreak for message %s answered %r, not a candidate: %s answers (strongest match)",
+            trigger.id,
+            said,
+            strongest.persona.id,
+        )
+        return strongest, f"answer {said!r} is not a candidate: strongest match"
     if result.outcome in ("error", "timeout"):
         pipe.record_failure(
             stage="tiebreak",
             workspace=pipe.workspace_of(trigger),
-            persona=None,
+            persona=strongest.persona.id,
             signal_id=trigger.id,
             error=result.error or result.outcome,
             stack_trace=result.stack_trace,
         )
-    return matches[0], f"tiebreak {result.outcome}: strongest match"
+    return strongest, f"tiebreak {result.outcome}: strongest match"
 
 
-def _recall(pipe: Pipeline, trigger: Message, text: str) -> list[str]:
-    terms = pcore.salient_terms(text)
+def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
+    """Short excerpts of what was said about the request's subject in the last 7 days.
+
+    Searches the stored messages and observations of the trigger's workspace; in a DM only
+    that DM's own, so one person's direct messages never reach another's answer. The
+    request's own messages are left out, and so are repeats of the same text.
+    """
+    terms = pcore.salient_terms(request.text)
     if not terms:
         return []
     try:
@@ -107,18 +148,48 @@ def _recall(pipe: Pipeline, trigger: Message, text: str) -> list[str]:
             " ".join(terms),
             since=time.time() - RECALL_HORIZON_SECONDS,
             workspace=pipe.workspace_of(trigger),
-            limit=RECALL_LIMIT + 1,
+            limit=RECALL_FETCH,
+            channel_id=trigger.channel_id if trigger.guild_id is None else None,
         )
     except Exception:
         logger.exception("memory recall failed")
         return []
-    excerpts = []
+    own = set(request.message_ids) | {trigger.id}
+    seen: set[str] = set()
+    excerpts: list[str] = []
     for hit in hits:
-        if hit.message_id == trigger.id:
+        text = " ".join(hit.content.split())
+        if hit.message_id in own or not text or text.casefold() in seen:
             continue
+        seen.add(text.casefold())
         who = hit.author_name or (f"{hit.persona} observation" if hit.persona else "someone")
-        excerpts.append(f"{who}: {hit.content}")
-    return excerpts[:RECALL_LIMIT]
+        excerpts.append(f"{who}: {text}")
+        if len(excerpts) >= RECALL_LIMIT:
+            break
+    return excerpts
+
+
+def placement(pipe: Pipeline, request: Request, trigger: Message) -> Placement:
+    """Where the answer to `trigger` goes (SPEC 8), honouring a response policy of `dm`."""
+    settings = pipe.settings()
+    target = policy.decide_target(
+        None,
+        settings.response_policy.default_mode,
+        settings.response_policy.sensitive_commands,
+        settings.response_policy.overrides,
+    )
+    if trigger.guild_id is None:
+        return Placement("dm reply", trigger.channel_id, trigger.id)
+    if target == "dm":
+        return Placement("dm", None)
+    if pipe.registry.is_thread(trigger.channel_id):
+        return Placement("existing thread", trigger.channel_id, trigger.id)
+    # A follow-up joins the answer already given: the thread started from the request's
+    # first message has that message's id (Discord's rule).
+    parent = pipe.registry.get(request.parent_id)
+    if parent is not None and parent.is_thread and parent.parent_id == trigger.channel_id:
+        return Placement("existing thread", parent.id, None)
+    return Placement("new thread", trigger.channel_id)
 
 
 async def maybe_answer(
@@ -136,13 +207,11 @@ async def maybe_answer(
     if len(matches) > 1:
         chosen, tiebreak = await _tiebreak(pipe, request, trigger, matches)
     persona = chosen.persona
-    excerpts = _recall(pipe, trigger, request.text)
+    excerpts = recall(pipe, request, trigger)
     system, messages = pcore.persona_prompt(
         persona, excerpts, list(lines)[-pcore.RECENT_LINES :], request.text
     )
-    in_guild = trigger.guild_id is not None
-    in_thread = pipe.registry.is_thread(trigger.channel_id)
-    thread_plan = "dm reply" if not in_guild else ("existing thread" if in_thread else "new thread")
+    where = placement(pipe, request, trigger)
     pipe.events.emit(
         "persona",
         message_id=trigger.id,
@@ -152,7 +221,7 @@ async def maybe_answer(
         ],
         tiebreak=tiebreak,
         selected=persona.id,
-        thread=thread_plan,
+        thread=where.how,
         recall=len(excerpts),
     )
     result = await pipe.llm.complete(
@@ -177,51 +246,81 @@ async def maybe_answer(
                 stack_trace=result.stack_trace,
             )
         else:
+            reason = {
+                "no_key": "ANTHROPIC_API_KEY is not set",
+                "budget": "the workspace's budget ceiling is reached",
+            }.get(result.outcome, result.outcome)
             pipe.events.emit(
                 "decision",
                 message_id=trigger.id,
                 channel_id=trigger.channel_id,
+                guild_id=trigger.guild_id,
+                author_id=trigger.author.id,
                 outcome="skip",
-                reason=f"persona {persona.id} selected, no answer: {result.outcome}",
+                reason=f"persona {persona.id} selected, no answer: {reason}",
             )
         return True
-    await _post(pipe, trigger, persona.id, persona.name, result.text, in_guild, in_thread)
+    await _post(pipe, trigger, persona, result.text, where)
     return True
 
 
-async def _post(
-    pipe: Pipeline,
-    trigger: Message,
-    persona_id: str,
-    persona_name: str,
-    text: str,
-    in_guild: bool,
-    in_thread: bool,
-) -> None:
-    import trio
+def _remember_thread(pipe: Pipeline, data: dict[str, object]) -> Snowflake:
+    """The new thread's id; the registry learns it now rather than at THREAD_CREATE."""
+    event = normalize("THREAD_CREATE", data)
+    if isinstance(event, ChannelCreate):
+        pipe.registry.add(event.channel)
+    return int(str(data["id"]))
 
+
+async def _open_thread(pipe: Pipeline, trigger: Message, name: str) -> Snowflake | None:
+    """Start the answer's thread from the trigger; None when Discord will not (reply instead)."""
+    try:
+        data = await pipe.rest.start_thread_from_message(trigger.channel_id, trigger.id, name)
+    except FatalDiscordError:
+        raise
+    except DiscordHTTPError as exc:
+        if exc.code == THREAD_EXISTS_CODE:
+            return trigger.id  # someone started one already: it has the message's id
+        if exc.status == 0 or exc.status >= 500:
+            raise
+        # No permission, a channel type without threads...: the answer still goes out.
+        logger.warning("no thread for message %s (%s): replying in the channel", trigger.id, exc)
+        pipe.events.emit(
+            "error", scope="thread", message_id=trigger.id, message=failure_text(exc)[0]
+        )
+        return None
+    return _remember_thread(pipe, data)
+
+
+async def _post(
+    pipe: Pipeline, trigger: Message, persona: pcore.Persona, text: str, where: Placement
+) -> None:
+    thread_id: Snowflake | None = None
+    # Shielded: an answer that is paid for is posted even if a follow-up arrives now.
     with trio.CancelScope(shield=True):
         try:
-            if in_guild and not in_thread:
-                name = f"{persona_name} responding"[:THREAD_NAME_MAX]
-                thread = await pipe.rest.start_thread_from_message(
-                    trigger.channel_id, trigger.id, name
-                )
-                thread_id = int(thread["id"])
-                plan = policy.PostPlan("channel", thread_id, None, None)
-            elif in_guild:
-                thread_id = trigger.channel_id
-                plan = policy.PostPlan("channel", thread_id, None, trigger.id)
+            if where.how == "dm":
+                plan = policy.PostPlan("dm", None, trigger.author.id, None)
+            elif where.how == "new thread":
+                name = f"{persona.name} responding"[:THREAD_NAME_MAX]
+                thread_id = await _open_thread(pipe, trigger, name)
+                if thread_id is None:
+                    plan = policy.PostPlan("channel", trigger.channel_id, None, trigger.id)
+                else:
+                    plan = policy.PostPlan("channel", thread_id, None, None)
             else:
-                thread_id = None
-                plan = policy.PostPlan("channel", trigger.channel_id, None, trigger.id)
+                if where.how == "existing thread":
+                    thread_id = where.channel_id
+                plan = policy.PostPlan("channel", where.channel_id, None, where.reply_to)
             posted = await pipe.post(plan, text, command=None, trigger_id=trigger.id)
         except Exception as exc:
+            if isinstance(exc, FatalDiscordError) and pipe.fatal is not None:
+                pipe.fatal(exc)
             message, trace = failure_text(exc)
             pipe.record_failure(
                 stage="post",
                 workspace=pipe.workspace_of(trigger),
-                persona=persona_id,
+                persona=persona.id,
                 signal_id=trigger.id,
                 error=message,
                 stack_trace=trace,
@@ -230,7 +329,8 @@ async def _post(
     pipe.events.emit(
         "persona.responded",
         message_id=trigger.id,
-        persona=persona_id,
+        channel_id=trigger.channel_id,
+        persona=persona.id,
         thread_id=thread_id,
         posted=posted,
     )

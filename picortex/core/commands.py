@@ -1,9 +1,6 @@
-"""Chat commands (SPEC 5 step 3, SPEC 6): detect them, parse them, and decide their effect.
+"""Chat commands (SPEC 5 step 3, SPEC 6): detect, parse and execute them; never raise on input.
 
-Nothing here raises on user input: every text becomes a command value, and executing one
-returns the reply text plus the state changes the channel actor applies (store writes,
-polls to start). Use: `find_command_text` (or `detect_command`) -> `parse_command` ->
-`execute`, then post `CommandResult.reply` through the response policy.
+Flow: `find_command_text` -> `parse_command` -> `execute` -> post the reply, apply `changes`.
 """
 
 from __future__ import annotations
@@ -39,6 +36,7 @@ _MENTION_ID: Final = re.compile(r"<@!?([0-9]{1,20})>")
 _RAW_ID: Final = re.compile(r"[0-9]{1,20}")
 _ARG_SPLIT: Final = re.compile(r"[\s,]+")
 _WORD: Final = re.compile(r"\s*(\S*)\s*(.*)", re.DOTALL)
+_ADD_USAGE: Final = "whitelist add @user.. [user|trusted|admin]"
 _POLLS_OFF: Final = "Polls are turned off here (`poll_enabled` is false)."
 
 
@@ -354,13 +352,11 @@ def _parse_whitelist(rest: str) -> Command:
                 return Invalid(
                     "whitelist", f"Unknown tier `{_echo(token)}`: use user, trusted or admin."
                 )
+        if sub == "add" and Tier.parse(token) is not None:
+            return Invalid("whitelist", f"Put the tier last: `{_ADD_USAGE}`.")
         return Invalid("whitelist", f"`{_echo(token)}` is not a user mention or a user id.")
     if not ids:
-        usage = (
-            "whitelist add @user [user|trusted|admin]"
-            if sub == "add"
-            else ("whitelist remove @user")
-        )
+        usage = _ADD_USAGE if sub == "add" else "whitelist remove @user.."
         return Invalid("whitelist", f"Name at least one user, by mention or id: `{usage}`.")
     if sub == "add":
         return WhitelistAdd(_dedupe(ids), tier)
@@ -572,24 +568,33 @@ def _add(
     command: WhitelistAdd, trust: Mapping[int, str], owner_id: Snowflake | None
 ) -> CommandResult:
     label = command.tier.label
-    changes: list[Change] = []
+    added: list[Snowflake] = []
     changed: list[Snowflake] = []
     unchanged: list[Snowflake] = []
-    sentences: list[str] = []
+    owner_note = ""
     for uid in command.user_ids:
         if uid == owner_id:
-            sentences.append(f"<@{uid}> is the owner and always admin.")
-        elif Tier.parse(trust.get(uid)) == command.tier:
+            owner_note = f"<@{uid}> is the owner and always admin."
+        elif uid not in trust:
+            added.append(uid)
+        elif Tier.parse(trust[uid]) == command.tier:
             unchanged.append(uid)
         else:
             changed.append(uid)
-            changes.append(TrustChange(uid, command.tier))
-    if changed:
-        sentences.insert(0, f"Now {label}: {_users(changed)}.")
-    if unchanged:
-        sentences.append(f"Already {label}: {_users(unchanged)}.")
-    outcome = "ok" if changed or unchanged else "error"
-    return CommandResult(" ".join(sentences), tuple(changes), outcome)
+    sentences = [
+        f"{verb} {_users(ids)}."
+        for verb, ids in (
+            (f"Added as {label}:", added),
+            (f"Changed to {label}:", changed),
+            (f"Already {label}:", unchanged),
+        )
+        if ids
+    ]
+    if owner_note:
+        sentences.append(owner_note)
+    changes = tuple(TrustChange(uid, command.tier) for uid in [*added, *changed])
+    outcome = "ok" if added or changed or unchanged else "error"
+    return CommandResult(" ".join(sentences), changes, outcome)
 
 
 def _remove(
@@ -735,7 +740,4 @@ def execute(command: Command, tier: Tier, state: CommandState) -> CommandResult:
         return _error(f"I don't know `{_echo(command.word)}`. {help_text(wakeword)}")
     if command.command == "poll" and not state.poll_enabled:
         return _error(_POLLS_OFF)
-    topic_help = help_text(wakeword, command.command)
-    if command.command in ("whitelist", "poll", "attention", "config"):
-        return _error(f"{command.error}\n{topic_help}")
     return _error(command.error)

@@ -1,10 +1,5 @@
 """The continuation window (SPEC 5 step 4): follow-ups join the request they continue.
 
-A trigger opens a window for its (channel, author) until `now + continuation_seconds`;
-each follow-up from the same trusted author in the same channel joins the request and
-resets the deadline. A request is answered once: a follow-up while its answer is being
-generated restarts generation with the merged request.
-
 Intended use by the channel actor (one `ContinuationState` per channel actor, which is
 harmless to share across channels as keys include the channel)::
 
@@ -71,7 +66,12 @@ class ContinuationWindow:
 
 @attrs.frozen
 class ContinuationState:
-    """All open windows, by (channel, author)."""
+    """All open windows, by (channel, author).
+
+    A trigger opens a window until `now + seconds`; each follow-up from the same trusted
+    author in the same channel joins the request and resets the deadline. A request is
+    answered once: a follow-up during generation restarts it with the merged request.
+    """
 
     seconds: float
     windows: Mapping[WindowKey, ContinuationWindow] = attrs.field(factory=dict)

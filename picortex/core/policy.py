@@ -1,8 +1,6 @@
-"""The response policy (SPEC 6): where a reply goes (the channel or the requester's DM).
+"""The response policy (SPEC 6): whether a reply goes to the channel or the requester's DM.
 
-An override for the command beats the sensitive list, which beats the default mode. A DM
-that cannot be delivered is logged; the reply is never re-posted in the channel, because
-a sensitive answer (a trust list, a setting) must not leak into a shared channel.
+A failed DM is logged and never re-posted in the channel: sensitive answers must not leak.
 """
 
 from __future__ import annotations

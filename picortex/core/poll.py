@@ -1,7 +1,6 @@
-"""Reaction polls (SPEC 6): parse `poll ...`, count number-emoji votes, format both messages.
+"""Reaction polls (SPEC 6): parse `poll ...`, count number-emoji votes, format the messages.
 
-Two forms: `poll "Question" A // B [// C [// D]]` and `poll Question | A | B`. `//` only
-separates when whitespace sits on both sides, so URLs such as `https://x.y` stay whole.
+Forms: `poll "Q" A // B [// C [// D]]` and `poll Q | A | B`; `//` needs whitespace both sides.
 """
 
 from __future__ import annotations

@@ -15,20 +15,23 @@ REDACTED: Final = "[redacted]"
 # The base64url alphabet Discord tokens, `mfa.` tokens and Anthropic keys are made of.
 _C: Final = r"A-Za-z0-9_\-"
 
+# Every match runs on over any further `.segment`s, so text glued to a secret (another
+# token, a `mfa.` prefix, a dotted name) can never make a match stop short of its secret part.
+_TAIL: Final = rf"(?:\.[{_C}]+)*"
 # A Discord token: base64 of the user id, `.`, a timestamp, `.`, an HMAC; newer tokens have a
-# longer last part, so the lengths are lower bounds only. Any further dotted segments are
-# swallowed too, so text glued in front of a token can never shift the match off its secret
-# part. The look-behind only makes the search start at the beginning of a run (speed).
-_DISCORD: Final = rf"(?<![{_C}])[{_C}]{{20,}}\.[{_C}]{{6,}}\.[{_C}]{{27,}}(?:\.[{_C}]+)*"
-_MFA: Final = rf"mfa\.[{_C}]{{20,}}"
-_ANTHROPIC: Final = rf"sk-ant-[{_C}]+"
+# longer last part, so the lengths are lower bounds only. The look-behind only makes the
+# search start at the beginning of a run (speed).
+_DISCORD: Final = rf"(?<![{_C}])[{_C}]{{20,}}\.[{_C}]{{6,}}\.[{_C}]{{27,}}{_TAIL}"
+_MFA: Final = rf"mfa\.[{_C}]{{20,}}{_TAIL}"
+_ANTHROPIC: Final = rf"sk-ant-[{_C}]+{_TAIL}"
 
 _SECRET_TEXT: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}")
 _SECRET_BYTES: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}".encode())
 
-# A cheap necessary condition for a Discord or `mfa.` token, checked before the full pattern:
-# a regex that starts with a literal `.` scans at C speed, and most text has no token at all.
-_HINT: Final = rf"\.(?:[{_C}]{{6,}}\.|[{_C}]{{20}})"
+# Cheap necessary conditions, checked before the full pattern, since most text holds no
+# secret: `sk-ant-` and `mfa.` as literals, and for a Discord token its dotted middle part,
+# a regex that starts with a literal `.` and so scans at C speed.
+_HINT: Final = rf"\.[{_C}]{{6,}}\."
 _HINT_TEXT: Final = re.compile(_HINT)
 _HINT_BYTES: Final = re.compile(_HINT.encode())
 
@@ -39,7 +42,7 @@ _NEWLINE: Final = b"\n"
 
 def redact(text: str) -> str:
     """Return `text` with every secret shape replaced by `[redacted]`."""
-    if "sk-ant-" in text or _HINT_TEXT.search(text) is not None:
+    if "sk-ant-" in text or "mfa." in text or _HINT_TEXT.search(text) is not None:
         return _SECRET_TEXT.sub(REDACTED, text)
     return text
 
@@ -65,9 +68,9 @@ def redact_json_bytes(data: bytes) -> bytes:
     """Redact secrets in JSON text (one document or many lines); the result stays valid JSON.
 
     Only lines that may hold a secret are searched with the full pattern, so a batch of
-    ordinary log lines costs two fast scans.
+    ordinary log lines costs three fast scans.
     """
-    if b"sk-ant-" not in data and _HINT_BYTES.search(data) is None:
+    if b"sk-ant-" not in data and b"mfa." not in data and _HINT_BYTES.search(data) is None:
         return data
     out: list[bytes] = []
     pos = 0
@@ -87,10 +90,11 @@ def redact_json_bytes(data: bytes) -> bytes:
 def _candidate_lines(data: bytes) -> list[int]:
     """Start offsets of the lines that contain a necessary condition for a secret."""
     hits: set[int] = set()
-    i = data.find(b"sk-ant-")
-    while i >= 0:
-        hits.add(data.rfind(_NEWLINE, 0, i) + 1)
-        i = data.find(b"sk-ant-", i + 1)
+    for needle in (b"sk-ant-", b"mfa."):
+        i = data.find(needle)
+        while i >= 0:
+            hits.add(data.rfind(_NEWLINE, 0, i) + 1)
+            i = data.find(needle, i + 1)
     for m in _HINT_BYTES.finditer(data):
         hits.add(data.rfind(_NEWLINE, 0, m.start()) + 1)
     return sorted(hits)

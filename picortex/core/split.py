@@ -1,8 +1,6 @@
-"""Reply splitting (SPEC 4): cut long replies into Discord-sized chunks at line boundaries.
+"""Reply splitting (SPEC 4): Discord-sized chunks cut at line boundaries.
 
-A fenced code block that must span chunks is closed at the end of one chunk and reopened,
-with the same language, at the start of the next, so every chunk renders on its own. A
-single line longer than a chunk is cut hard (at a space when one is near).
+A code block spanning a cut is closed and reopened with its language, so each chunk renders.
 """
 
 from __future__ import annotations
@@ -154,7 +152,8 @@ def _cut_point(line: str, room: int) -> int:
 def split_chunks(text: str, limit: int = DISCORD_LIMIT) -> list[Chunk]:
     """Split `text` into chunks whose `text` is at most `limit` characters.
 
-    The bodies joined give back `text` exactly. Empty text gives no chunks.
+    The bodies joined give back `text` exactly; empty text gives no chunks. A single line
+    longer than a chunk is cut hard (at a space when one is near, never inside a fence).
 
     Raises:
         ValueError: `limit` is below MIN_LIMIT.

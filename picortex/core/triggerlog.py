@@ -1,8 +1,6 @@
-"""The in-memory trigger log: the last triggers, for `picortex status` and debugging.
+"""The in-memory trigger log for `picortex status`: 100 trusted, 30 reserved for untrusted.
 
-Two ring buffers: the last 100 triggers from trusted authors, and 30 places reserved for
-untrusted ones (nothing enters that buffer for now). Values are immutable: each change
-returns a new `TriggerLog`, so the holder just rebinds it.
+Immutable: each change returns a new `TriggerLog`, so the holder just rebinds it.
 """
 
 from __future__ import annotations

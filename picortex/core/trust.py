@@ -1,7 +1,6 @@
-"""Trust tiers (SPEC 5 steps 1-2): whose messages count, and which commands each tier may run.
+"""Trust tiers (SPEC 5 steps 1-2): whose messages count and which commands each tier may run.
 
-Tiers are ordered `user < trusted < admin`; the owner is always admin; anyone else is
-untrusted (`None`) unless the trust list names them.
+Tiers are ordered `user < trusted < admin`; the owner is always admin.
 """
 
 from __future__ import annotations

@@ -60,8 +60,8 @@ REQUEST_TIMEOUT: Final = 30.0
 MAX_BUCKETS: Final = 4_096
 # The default for replies (SPEC 4): users may be pinged, the replied-to author too, never
 # @everyone, @here or a role.
-REPLY_ALLOWED_MENTIONS: Final[Mapping[str, Any]] = {"parse": ["users"], "replied_user": True}
-PLAIN_ALLOWED_MENTIONS: Final[Mapping[str, Any]] = {"parse": ["users"]}
+REPLY_ALLOWED_MENTIONS: Final[Mapping[str, Any]] = {"parse": ("users",), "replied_user": True}
+PLAIN_ALLOWED_MENTIONS: Final[Mapping[str, Any]] = {"parse": ("users",)}
 _NEVER_PARSED: Final = frozenset({"everyone", "roles"})
 _MAJOR_PARAMETERS: Final = ("channels", "guilds", "webhooks")
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 import random
 import traceback
 from collections import deque
@@ -161,9 +162,12 @@ class _ChildStatus:
         slot = self._slot
         slot.state = _State.RUNNING
         slot.ready_at = trio.current_time()
-        # From now on only the supervisor stops this child, in its own order.
-        slot.scope.shield = True
         self._real.started(_Ready(value))
+        # From now on only the supervisor stops this child, in its own order. Unless whoever
+        # started it is being cancelled: then trio left the child where it was, and it must
+        # see that cancellation and exit.
+        if trio.current_effective_deadline() != -math.inf:
+            slot.scope.shield = True
 
 
 class Supervisor:
@@ -197,6 +201,7 @@ class Supervisor:
         self._notices: deque[tuple[_Slot, int, Exception | None]] = deque()
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
+        self._run_scope: trio.CancelScope | None = None
         self._closing = False
         self._reset()
 
@@ -211,8 +216,16 @@ class Supervisor:
         slot = self._find(name)
         return slot is not None and slot.state is _State.RUNNING
 
+    def shutdown(self) -> None:
+        """Stop every child in reverse order and make `run` return normally (e.g. on SIGTERM)."""
+        self._closing = True
+        if self._run_scope is not None:
+            self._run_scope.cancel()
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start the children in order, supervise them until cancelled, then stop them in order.
+        """Start the children in order and supervise them until cancelled or `shutdown()`.
+
+        Either way the children are stopped in reverse order before it returns.
 
         Raises:
             SupervisorExhausted: more than `intensity` restarts within `period` seconds.
@@ -226,7 +239,8 @@ class Supervisor:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 try:
-                    await self._supervise(task_status)
+                    with trio.CancelScope() as self._run_scope:
+                        await self._supervise(task_status)
                 except Exception as exc:
                     # Raised bare once the nursery is closed, not wrapped in a group.
                     failure = exc
@@ -236,6 +250,7 @@ class Supervisor:
                         await self._stop_all()
         finally:
             self._nursery = None
+            self._run_scope = None
         if failure is not None:
             raise failure
 
@@ -612,10 +627,10 @@ async def run_root(
 ) -> int:
     """Run the root supervisor; return the process exit code.
 
-    0 when the root returns (or its caller's scope is cancelled, e.g. on SIGINT/SIGTERM, which
-    propagates as usual); `EXIT_SUPERVISOR_EXHAUSTED` (70) when it gave up. By then every
-    child has stopped in reverse order, the action log last, so the log is flushed. Fatal
-    errors (FatalDiscordError: exit 3, ConfigError: exit 2) propagate for the caller to map::
+    0 after `root.shutdown()` (call it from the SIGINT/SIGTERM handler); 70
+    (`EXIT_SUPERVISOR_EXHAUSTED`) when the root gave up. Either way every child has stopped
+    in reverse order by then, the action log last, so the log is flushed. Fatal errors
+    (FatalDiscordError: exit 3, ConfigError: exit 2) propagate for the caller to map::
 
         exit_code = trio.run(run_root, root)
     """

@@ -20,6 +20,7 @@ from picortex.actors.llm import (
     price_of,
 )
 from picortex.config import BUILTIN_PRICES, ModelTiers, Price
+from picortex.errors import FaultInjected
 from picortex.runtime.faults import FaultPoints
 from tests.helpers import RecordingSink
 
@@ -115,9 +116,9 @@ def make_actor(
     prices: dict[str, Price] | None = None,
     faults: FaultPoints | None = None,
 ) -> LLMActor:
-    client = None
-    if model is not None:
-        client = sdk_http.AsyncClient(transport=sdk_http.MockTransport(model))
+    def http_client(endpoint: FakeModel) -> Callable[[], Any]:
+        return lambda: sdk_http.AsyncClient(transport=sdk_http.MockTransport(endpoint))
+
     return LLMActor(
         api_key=api_key,
         base_url="http://model.test",
@@ -126,7 +127,7 @@ def make_actor(
         events=sink,
         budget=budget,
         faults=faults,
-        http_client=client,
+        http_client_factory=None if model is None else http_client(model),
     )
 
 
@@ -183,7 +184,9 @@ async def test_ok_call_is_priced_from_usage_and_logged() -> None:
         "signal_id": "42",
     }
     assert budget.checked == ["81384788765712384"]
-    assert budget.recorded == [("81384788765712384", pytest.approx(0.007))]
+    ((workspace, cost),) = budget.recorded
+    assert workspace == "81384788765712384"
+    assert cost == pytest.approx(0.007)
 
 
 async def test_tiers_route_to_models_and_an_explicit_model_wins() -> None:
@@ -352,18 +355,37 @@ async def test_cancelled_caller_aborts_its_call(jump_clock: MockClock) -> None:
     assert len(model.requests) == 2
 
 
-async def test_injected_fault_fails_the_call() -> None:
+async def test_injected_fault_fails_the_call_and_crashes_the_actor() -> None:
     sink = RecordingSink()
     model = FakeModel()
-    faults = FaultPoints.parse("llm:explode")
-    async with running(make_actor(model, sink, faults=faults)) as llm:
-        failed = await llm.complete(request(messages=(ChatTurn("user", "please explode"),)))
-        fine = await llm.complete(request())
+    actor = make_actor(model, sink, faults=FaultPoints.parse("llm:explode"))
+    results = []
+    with pytest.raises(BaseExceptionGroup) as caught:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(actor.run)
+            results.append(await actor.complete(request(messages=(ChatTurn("user", "explode"),))))
+            await trio.sleep_forever()  # run() raises, and the nursery ends
+    assert caught.group_contains(FaultInjected)
+    (failed,) = results
     assert failed.outcome == "error"
     assert failed.error is not None
     assert "FaultInjected" in failed.error
-    assert fine.ok
+    assert model.requests == []
+    # Restarted (as its supervisor would), the actor serves other messages again.
+    async with running(actor) as llm:
+        assert (await llm.complete(request())).ok
     assert len(model.requests) == 1
+
+
+async def test_a_restarted_actor_serves_again() -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    actor = make_actor(model, sink)
+    async with running(actor) as llm:
+        assert (await llm.complete(request())).ok
+    async with running(actor) as llm:
+        assert (await llm.complete(request())).ok
+    assert len(model.requests) == 2
 
 
 async def test_reconfigure_changes_later_routing() -> None:

@@ -1,4 +1,9 @@
-"""The gateway actor end to end over real loopback sockets, under the autojump clock."""
+"""The gateway actor end to end against the built-in simulator, under the autojump clock.
+
+Real loopback sockets; the simulator and the actor share one trio run, so virtual time
+jumps only when both sides are idle. A few wire-level faults the simulator cannot produce
+(junk frames, a corrupt or split compressed stream) use the small stand-in in fake_gateway.
+"""
 
 from __future__ import annotations
 
@@ -12,22 +17,39 @@ import attrs
 import pytest
 import trio
 
-from picortex.discord.gateway import GatewayActor, build_gateway_url
+from picortex.discord.gateway import GatewayActor, ZlibStream, build_gateway_url
 from picortex.discord.protocol import DEFAULT_INTENTS, FATAL_CLOSE_CODES, RESUME_CLOSE_CODE
+from picortex.discord.rest import RestClient
 from picortex.errors import FatalDiscordError
+from picortex.sim import DefaultWorld, Simulator
 from tests.discord.fake_gateway import FakeGateway, FakeRest
 from tests.helpers import RecordingSink
 
 TOKEN = "sim-token"
 
 
+class SimRest:
+    """GET /gateway/bot answered straight from the simulator, with optional overrides."""
+
+    def __init__(self, sim: Simulator, **limit: int) -> None:
+        self.sim = sim
+        self.limit = limit
+        self.calls = 0
+
+    async def get_gateway_bot(self) -> dict[str, Any]:
+        self.calls += 1
+        body = dict(self.sim.gateway.gateway_bot())
+        body["session_start_limit"] = {**body["session_start_limit"], **self.limit}
+        return body
+
+
 @attrs.define
 class Bot:
-    """A running actor and what it handed on."""
+    """A running actor, its simulator and what it handed on."""
 
     actor: GatewayActor
-    gateway: FakeGateway
-    rest: FakeRest
+    sim: Simulator
+    world: DefaultWorld
     sink: RecordingSink
     dispatched: list[tuple[str, Any]]
     errors: list[BaseException]
@@ -36,11 +58,14 @@ class Bot:
     def names(self) -> list[str]:
         return [name for name, _ in self.dispatched]
 
-    def message_contents(self) -> list[str]:
+    def contents(self) -> list[str]:
         return [d["content"] for name, d in self.dispatched if name == "MESSAGE_CREATE"]
 
-    def gateway_events(self, action: str) -> list[dict[str, Any]]:
+    def events(self, action: str) -> list[dict[str, Any]]:
         return [e for e in self.sink.of("gateway") if e["action"] == action]
+
+    def post(self, content: str) -> None:
+        self.sim.post_user_message(self.world.general_id, self.world.alice_id, content)
 
 
 async def wait_until(check: Callable[[], bool], timeout: float = 600.0) -> None:
@@ -48,43 +73,6 @@ async def wait_until(check: Callable[[], bool], timeout: float = 600.0) -> None:
     with trio.fail_after(timeout):
         while not check():
             await trio.sleep(0.05)
-
-
-@asynccontextmanager
-async def running_bot(
-    *,
-    gateway: FakeGateway | None = None,
-    rest: FakeRest | None = None,
-    token: str = TOKEN,
-    on_dispatch: Callable[[str, Any], None] | None = None,
-    **actor_kwargs: Any,
-) -> AsyncIterator[Bot]:
-    gw = gateway or FakeGateway(token=TOKEN)
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(gw.serve)
-        api = rest or FakeRest(url)
-        api.url = url
-        sink = RecordingSink()
-        got: list[tuple[str, Any]] = []
-
-        def record(name: str, data: Any) -> None:
-            got.append((name, data))
-            if on_dispatch is not None:
-                on_dispatch(name, data)
-
-        actor = GatewayActor(token, api, sink, record, **actor_kwargs)
-        errors: list[BaseException] = []
-
-        async def run_actor(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
-            with trio.CancelScope() as scope:
-                try:
-                    await actor.run(task_status=_Relay(task_status, scope))
-                except FatalDiscordError as exc:
-                    errors.append(exc)
-
-        scope = await nursery.start(run_actor)
-        yield Bot(actor, gw, api, sink, got, errors, scope)
-        nursery.cancel_scope.cancel()
 
 
 class _Relay:
@@ -98,41 +86,99 @@ class _Relay:
         self._status.started(self._scope)
 
 
-def client_payloads(gw: FakeGateway, op: int) -> list[dict[str, Any]]:
-    return [p for p in gw.received if p.get("op") == op]
+@asynccontextmanager
+async def running_bot(
+    *,
+    sim: Simulator | None = None,
+    on_dispatch: Callable[[str, Any], None] | None = None,
+    rest_limit: dict[str, int] | None = None,
+    before_start: Callable[[Simulator], None] | None = None,
+    **actor_kwargs: Any,
+) -> AsyncIterator[Bot]:
+    simulator = sim or Simulator()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(simulator.serve)
+        world = simulator.add_default_world()
+        if before_start is not None:
+            before_start(simulator)
+        sink = RecordingSink()
+        got: list[tuple[str, Any]] = []
+
+        def record(name: str, data: Any) -> None:
+            got.append((name, data))
+            if on_dispatch is not None:
+                on_dispatch(name, data)
+
+        rest = SimRest(simulator, **(rest_limit or {}))
+        actor = GatewayActor(TOKEN, rest, sink, record, **actor_kwargs)
+        errors: list[BaseException] = []
+
+        async def run_actor(*, task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+            with trio.CancelScope() as scope:
+                try:
+                    await actor.run(task_status=_Relay(task_status, scope))
+                except FatalDiscordError as exc:
+                    errors.append(exc)
+
+        scope = await nursery.start(run_actor)
+        yield Bot(actor, simulator, world, sink, got, errors, scope)
+        nursery.cancel_scope.cancel()
 
 
 # -- connect and identify -------------------------------------------------------------------
 
 
 async def test_connects_identifies_with_shard_and_reaches_ready(autojump_clock: Any) -> None:
-    async with running_bot(shard=(1, 3)) as bot:
-        identify = client_payloads(bot.gateway, 2)
-        assert len(identify) == 1
-        d = identify[0]["d"]
-        assert d["shard"] == [1, 3]
-        assert d["intents"] == DEFAULT_INTENTS
-        assert d["compress"] is False
-        assert d["token"] == TOKEN
-        assert set(d["properties"]) == {"os", "browser", "device"}
-        assert bot.names() == ["READY"]
+    async with running_bot(shard=(0, 3)) as bot:
+        stats = bot.sim.gateway_stats
+        assert stats.identifies == 1
+        identify = stats.last_identify
+        assert identify is not None
+        assert identify["shard"] == [0, 3]
+        assert identify["intents"] == DEFAULT_INTENTS
+        assert identify["compress"] is False
+        assert set(identify["properties"]) == {"os", "browser", "device"}
+        assert bot.names()[0] == "READY"
         status = bot.actor.status()
         assert status.state == "ready"
-        assert status.session_id is not None and status.session_id.startswith("session-")
-        assert status.seq == 1
-        assert status.shard == (1, 3)
-        assert status.resume_gateway_url == bot.gateway.url
-        query = dict(parse_qsl(urlsplit(bot.gateway.urls[0]).query))
+        assert status.session_id is not None
+        assert status.shard == (0, 3)
+        assert status.resume_gateway_url == bot.sim.gateway.resume_url
+        assert stats.last_connect_path is not None
+        query = dict(parse_qsl(urlsplit(stats.last_connect_path).query))
         assert query == {"v": "10", "encoding": "json", "compress": "zstd-stream"}
-        assert [e["action"] for e in bot.sink.of("gateway")][:3] == [
-            "connect",
-            "identify",
-            "ready",
-        ]
+        assert [e["action"] for e in bot.sink.of("gateway")][:3] == ["connect", "identify", "ready"]
         assert all(TOKEN not in repr(e) for e in bot.sink.events)
         await trio.sleep(120)
-        assert bot.gateway.gateway_stats["heartbeats"] >= 2
+        assert bot.sim.gateway_stats.heartbeats >= 2
+        assert bot.sim.gateway_stats.heartbeat_timeouts == 0
         assert bot.actor.status().heartbeat_latency_ms is not None
+
+
+async def test_the_gateway_url_comes_from_the_rest_client(autojump_clock: Any) -> None:
+    sim = Simulator()
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(sim.serve)
+        sink = RecordingSink()
+        async with RestClient(urls.api_base, TOKEN) as rest:
+            actor = GatewayActor(TOKEN, rest, sink, lambda n, d: None)
+            await nursery.start(actor.run)
+            connect = sink.of("gateway")[0]
+            assert connect["url"].startswith(urls.gateway_url)
+            assert sim.gateway_stats.ready_sessions == 1
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_401_from_rest_is_fatal(autojump_clock: Any) -> None:
+    sim = Simulator()
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(sim.serve)
+        async with RestClient(urls.api_base, "not-the-token") as rest:
+            actor = GatewayActor("not-the-token", rest, RecordingSink(), lambda n, d: None)
+            with pytest.raises(FatalDiscordError):
+                await actor.run()
+        assert sim.gateway_stats.connections == 0
+        nursery.cancel_scope.cancel()
 
 
 def test_build_gateway_url_sets_version_encoding_and_compression() -> None:
@@ -151,74 +197,80 @@ def test_build_gateway_url_sets_version_encoding_and_compression() -> None:
 
 async def test_drop_resumes_and_replays_every_missed_message_once(autojump_clock: Any) -> None:
     async with running_bot() as bot:
-        gw = bot.gateway
         for i in range(5):
-            await gw.post_user_message(10, 20, f"before {i}")
-        await wait_until(lambda: len(bot.message_contents()) == 5)
-        await gw.drop_connections()
+            bot.post(f"before {i}")
+        await wait_until(lambda: len(bot.contents()) == 5)
+        seq_before = bot.actor.status().seq
+        bot.sim.drop_connections()
         for i in range(5):
-            await gw.post_user_message(10, 20, f"during {i}")
+            bot.post(f"during {i}")
         await wait_until(lambda: "RESUMED" in bot.names())
         for i in range(3):
-            await gw.post_user_message(10, 20, f"after {i}")
-        await wait_until(lambda: len(bot.message_contents()) >= 13)
+            bot.post(f"after {i}")
+        await wait_until(lambda: len(bot.contents()) >= 13)
         await trio.sleep(5)
         expected = (
             [f"before {i}" for i in range(5)]
             + [f"during {i}" for i in range(5)]
             + [f"after {i}" for i in range(3)]
         )
-        assert bot.message_contents() == expected
-        assert gw.gateway_stats["identifies"] == 1
-        assert gw.gateway_stats["resumes"] == 1
-        resume = client_payloads(gw, 6)[0]["d"]
-        assert resume["seq"] == 6 and resume["token"] == TOKEN
-        assert bot.gateway_events("resumed")[0]["replayed"] == 5
-        reconnect = bot.gateway_events("reconnect")[0]
-        assert reconnect["resume"] is True
-        assert bot.gateway_events("close")[0]["code"] == 1006
+        assert bot.contents() == expected
+        stats = bot.sim.gateway_stats
+        assert stats.identifies == 1
+        assert stats.resumes == 1
+        assert stats.resume_url_connections == 1
+        assert bot.events("resume")[0]["seq"] == seq_before
+        assert bot.events("resumed")[0]["replayed"] == 5
+        assert bot.events("reconnect")[0]["resume"] is True
+        assert bot.events("close")[0]["code"] == 1006
         assert bot.actor.status().reconnects == 1
 
 
 async def test_op7_reconnect_closes_with_a_resume_code_and_resumes(autojump_clock: Any) -> None:
     async with running_bot() as bot:
-        gw = bot.gateway
-        await gw.post_user_message(10, 20, "one")
-        await gw.send_reconnect()
-        await gw.post_user_message(10, 20, "two")
+        bot.post("one")
+        bot.sim.send_reconnect(close_after=None)
+        bot.post("two")
         await wait_until(lambda: "RESUMED" in bot.names())
-        await gw.post_user_message(10, 20, "three")
-        await wait_until(lambda: len(bot.message_contents()) == 3)
-        assert bot.message_contents() == ["one", "two", "three"]
-        assert gw.client_close_codes[0] == RESUME_CLOSE_CODE
-        assert gw.gateway_stats["identifies"] == 1
-        assert gw.gateway_stats["resumes"] == 1
-        assert "op 7" in bot.gateway_events("reconnect")[0]["reason"]
-        assert bot.gateway_events("reconnect_requested")
+        bot.post("three")
+        await wait_until(lambda: len(bot.contents()) == 3)
+        assert bot.contents() == ["one", "two", "three"]
+        stats = bot.sim.gateway_stats
+        assert stats.client_close_codes == (RESUME_CLOSE_CODE,)
+        assert stats.identifies == 1
+        assert stats.resumes == 1
+        assert "op 7" in bot.events("reconnect")[0]["reason"]
+        assert bot.events("reconnect_requested")
 
 
 async def test_op9_resumable_resumes(autojump_clock: Any) -> None:
     async with running_bot() as bot:
-        await bot.gateway.invalidate_session(True)
+        bot.sim.invalidate_session(True)
         await wait_until(lambda: "RESUMED" in bot.names())
-        assert bot.gateway.gateway_stats["identifies"] == 1
-        assert bot.gateway_events("invalid_session")[0]["resumable"] is True
+        assert bot.sim.gateway_stats.identifies == 1
+        assert bot.events("invalid_session")[0]["resumable"] is True
 
 
-async def test_op9_not_resumable_identifies_afresh_after_one_to_five_seconds(
+async def test_op9_not_resumable_identifies_afresh_within_the_identify_limit(
     autojump_clock: Any,
 ) -> None:
-    async with running_bot() as bot:
+    sim = Simulator(limit_identify_concurrency=True)  # a 2nd IDENTIFY within 5 s gets op 9
+    async with running_bot(sim=sim) as bot:
         first = bot.actor.status().session_id
-        await bot.gateway.invalidate_session(False)
+        bot.post("lost with the session")
+        bot.sim.invalidate_session(False)
         await wait_until(lambda: bot.names().count("READY") == 2)
-        assert bot.gateway.gateway_stats["identifies"] == 2
-        assert bot.gateway.gateway_stats["resumes"] == 0
+        stats = bot.sim.gateway_stats
+        assert stats.identifies == 2
+        assert stats.resumes == 0
         assert bot.actor.status().session_id not in (None, first)
-        delay = bot.gateway_events("reconnect")[0]["delay"]
+        delay = bot.events("reconnect")[0]["delay"]
         assert 1.0 <= delay <= 5.0
-        times = bot.gateway.identify_times
-        assert times[1] - times[0] >= 5.0  # max_concurrency 1: one identify per 5 s
+        assert bot.events("invalid_session") == [
+            {"event": "gateway", "action": "invalid_session", "resumable": False}
+        ]
+        bot.post("new session")
+        await wait_until(lambda: bot.contents()[-1:] == ["new session"])
 
 
 @pytest.mark.parametrize("code", [4007, 4009])
@@ -226,39 +278,49 @@ async def test_invalid_seq_and_session_timeout_identify_afresh(
     autojump_clock: Any, code: int
 ) -> None:
     async with running_bot() as bot:
-        await bot.gateway.close_connections(code)
+        bot.sim.close_connections(code)
         await wait_until(lambda: bot.names().count("READY") == 2)
-        assert bot.gateway.gateway_stats["resumes"] == 0
-        assert bot.gateway_events("close")[0]["code"] == code
+        assert bot.sim.gateway_stats.resumes == 0
+        assert bot.events("close")[0]["code"] == code
 
 
-async def test_resumable_close_code_resumes(autojump_clock: Any) -> None:
+@pytest.mark.parametrize("code", [4000, 4002, 4008])
+async def test_resumable_close_codes_resume(autojump_clock: Any, code: int) -> None:
     async with running_bot() as bot:
-        await bot.gateway.close_connections(4000)
+        bot.sim.close_connections(code)
         await wait_until(lambda: "RESUMED" in bot.names())
-        assert bot.gateway.gateway_stats["identifies"] == 1
+        assert bot.sim.gateway_stats.identifies == 1
 
 
 async def test_a_failing_resume_url_falls_back_to_identify_on_the_base_url(
     autojump_clock: Any,
 ) -> None:
-    # Port 9 (discard) is closed on loopback: every connect to the resume URL is refused.
-    gw = FakeGateway(token=TOKEN, resume_url="ws://127.0.0.1:9/")
-    async with running_bot(gateway=gw) as bot:
-        await gw.drop_connections()
+    def dead_resume_url(sim: Simulator) -> None:
+        # Port 9 (discard) is closed on loopback: every connect to it is refused.
+        sim.gateway.resume_url = "ws://127.0.0.1:9/resume"
+
+    async with running_bot(before_start=dead_resume_url) as bot:
+        bot.sim.drop_connections()
         await wait_until(lambda: bot.names().count("READY") == 2)
-        reconnects = bot.gateway_events("reconnect")
+        reconnects = bot.events("reconnect")
         assert [r["resume"] for r in reconnects] == [True, True, True, False]
         assert "identifying afresh" in reconnects[-1]["reason"]
-        connects = bot.gateway_events("connect")
-        assert [c["url"].startswith("ws://127.0.0.1:9/") for c in connects] == [
-            False,
-            True,
-            True,
-            True,
-            False,
-        ]
-        assert gw.gateway_stats["identifies"] == 2
+        to_dead = [c["url"].startswith("ws://127.0.0.1:9/") for c in bot.events("connect")]
+        assert to_dead == [False, True, True, True, False]
+        assert bot.sim.gateway_stats.identifies == 2
+
+
+async def test_reconnect_backoff_grows_while_connects_fail(autojump_clock: Any) -> None:
+    def dead_resume_url(sim: Simulator) -> None:
+        sim.gateway.resume_url = "ws://127.0.0.1:9/resume"
+
+    async with running_bot(before_start=dead_resume_url) as bot:
+        bot.sim.drop_connections()
+        await wait_until(lambda: bot.names().count("READY") == 2)
+        delays = [r["delay"] for r in bot.events("reconnect")]
+        # Attempt n waits base * 2**(n-1) times a jitter in [0.5, 1].
+        for n, delay in enumerate(delays[:3]):
+            assert 0.5 * 2**n <= delay <= 2**n
 
 
 # -- fatal --------------------------------------------------------------------------------------
@@ -267,57 +329,61 @@ async def test_a_failing_resume_url_falls_back_to_identify_on_the_base_url(
 @pytest.mark.parametrize("code", sorted(FATAL_CLOSE_CODES))
 async def test_fatal_close_codes_raise_fatal_discord_error(autojump_clock: Any, code: int) -> None:
     async with running_bot() as bot:
-        await bot.gateway.close_connections(code)
+        bot.sim.close_connections(code)
         await wait_until(lambda: bool(bot.errors))
         error = bot.errors[0]
         assert isinstance(error, FatalDiscordError)
         assert error.close_code == code
         assert str(code) in str(error)
-        assert bot.gateway_events("fatal")[0]["code"] == code
+        assert bot.events("fatal")[0]["code"] == code
         await trio.sleep(60)
-        assert bot.gateway.gateway_stats["connections"] == 1  # no reconnect
+        assert bot.sim.gateway_stats.connections == 1  # never reconnects
 
 
-async def test_a_bad_token_stops_before_ready(autojump_clock: Any) -> None:
-    gw = FakeGateway(token="the-right-one")
+@pytest.mark.parametrize(
+    ("sim_kwargs", "token", "code"),
+    [
+        ({}, "a-wrong-token", 4004),
+        ({"allowed_privileged_intents": 0}, TOKEN, 4014),
+        ({"required_shards": 2}, TOKEN, 4011),
+    ],
+)
+async def test_discord_refusing_identify_stops_before_ready(
+    autojump_clock: Any, sim_kwargs: dict[str, Any], token: str, code: int
+) -> None:
+    sim = Simulator(**sim_kwargs)
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(gw.serve)
-        actor = GatewayActor("a-wrong-token", FakeRest(url), RecordingSink(), lambda n, d: None)
-        with pytest.raises(FatalDiscordError, match="4004"):
+        await nursery.start(sim.serve)
+        actor = GatewayActor(token, SimRest(sim), RecordingSink(), lambda n, d: None)
+        with pytest.raises(FatalDiscordError) as info:
             await actor.run()
+        assert info.value.close_code == code
+        assert str(code) in str(info.value)
         nursery.cancel_scope.cancel()
 
 
-async def test_a_401_from_rest_is_fatal(autojump_clock: Any) -> None:
-    rest = FakeRest("ws://127.0.0.1:9/")
-    rest.unauthorized = True
-    actor = GatewayActor(TOKEN, rest, RecordingSink(), lambda n, d: None)
-    with pytest.raises(FatalDiscordError, match="401"):
-        await actor.run()
-
-
-# -- zombie ------------------------------------------------------------------------------------
+# -- zombie and heartbeats -------------------------------------------------------------------
 
 
 async def test_zombie_connection_is_closed_without_1000_and_resumed(autojump_clock: Any) -> None:
     async with running_bot() as bot:
-        gw = bot.gateway
-        gw.set_heartbeat_ack(False)
-        await wait_until(lambda: bool(bot.gateway_events("zombie")))
-        gw.set_heartbeat_ack(True)
-        await gw.post_user_message(10, 20, "while zombie")
+        bot.sim.set_heartbeat_ack(False)
+        await wait_until(lambda: bool(bot.events("zombie")))
+        bot.sim.set_heartbeat_ack(True)
+        bot.post("while zombie")
         await wait_until(lambda: "RESUMED" in bot.names())
-        await wait_until(lambda: bot.message_contents() == ["while zombie"])
-        assert gw.client_close_codes[0] == RESUME_CLOSE_CODE
-        assert gw.client_close_codes[0] not in (1000, 1001)
-        assert gw.gateway_stats["identifies"] == 1
+        await wait_until(lambda: bot.contents() == ["while zombie"])
+        stats = bot.sim.gateway_stats
+        assert stats.client_close_codes == (RESUME_CLOSE_CODE,)
+        assert stats.identifies == 1
+        assert stats.resumes == 1
 
 
-async def test_server_heartbeat_request_is_answered(autojump_clock: Any) -> None:
+async def test_server_heartbeat_request_is_answered_at_once(autojump_clock: Any) -> None:
     async with running_bot() as bot:
-        before = bot.gateway.gateway_stats["heartbeats"]
-        await bot.gateway.request_heartbeat()
-        await wait_until(lambda: bot.gateway.gateway_stats["heartbeats"] == before + 1, 1.0)
+        before = bot.sim.gateway_stats.heartbeats
+        bot.sim.request_heartbeat()
+        await wait_until(lambda: bot.sim.gateway_stats.heartbeats == before + 1, 1.0)
 
 
 # -- compression -------------------------------------------------------------------------------
@@ -325,45 +391,50 @@ async def test_server_heartbeat_request_is_answered(autojump_clock: Any) -> None
 
 @pytest.mark.parametrize("compress", ["zlib-stream", "zstd-stream", None])
 async def test_transport_compression(autojump_clock: Any, compress: str | None) -> None:
-    gw = FakeGateway(token=TOKEN)
-    gw.split_zlib = True  # zlib messages arrive in two pieces: the client must buffer
-    async with running_bot(gateway=gw, compress=compress) as bot:
+    async with running_bot(compress=compress) as bot:
         assert bot.actor.compression == compress
-        query = dict(parse_qsl(urlsplit(gw.urls[0]).query))
-        assert query.get("compress") == compress
+        path = bot.sim.gateway_stats.last_connect_path
+        assert path is not None
+        assert dict(parse_qsl(urlsplit(path).query)).get("compress") == compress
         texts = [f"message {i} " + "x" * (i * 50) for i in range(20)]
         for text in texts:
-            await gw.post_user_message(10, 20, text)
-        await wait_until(lambda: len(bot.message_contents()) == 20)
-        assert bot.message_contents() == texts
-        await gw.drop_connections()  # a new connection needs a new compression context
-        await gw.post_user_message(10, 20, "after")
-        await wait_until(lambda: bot.message_contents()[-1:] == ["after"])
-        assert bot.actor.status().reconnects == 1
+            bot.post(text)
+        await wait_until(lambda: len(bot.contents()) == 20)
+        assert bot.contents() == texts
+        bot.sim.drop_connections()  # a new connection needs a new decompression context
+        bot.post("after")
+        await wait_until(lambda: bot.contents()[-1:] == ["after"])
+        await bot.sim.blast(500, channels=5, size=1024)
+        await wait_until(lambda: len(bot.contents()) == 521)
 
 
-async def test_corrupt_compressed_stream_reconnects_and_resumes(autojump_clock: Any) -> None:
-    async with running_bot(compress="zlib-stream") as bot:
-        await bot.gateway.send_raw(b"garbage!" + b"\x00\x00\xff\xff")
-        await wait_until(lambda: "RESUMED" in bot.names())
-        problems = bot.gateway_events("problem")
-        assert any("zlib-stream" in p["problem"] for p in problems)
-        assert bot.gateway.client_close_codes[0] == RESUME_CLOSE_CODE
+def test_zlib_stream_buffers_until_the_sync_flush_suffix() -> None:
+    import zlib
+
+    packer = zlib.compressobj()
+    stream = ZlibStream()
+    for text in (b'{"op":11}', b'{"op":0,"t":"X","s":1,"d":{"a":"' + b"y" * 3000 + b'"}}'):
+        data = packer.compress(text) + packer.flush(zlib.Z_SYNC_FLUSH)
+        assert stream.feed(data[:3]) is None
+        assert stream.feed(data[3:-4]) is None
+        assert stream.feed(data[-4:]) == text
 
 
-# -- junk, callbacks, send limit, shutdown ---------------------------------------------------
+# -- send limit, callbacks, shutdown, pacing, restarts ----------------------------------------
 
 
-async def test_junk_frames_are_logged_and_the_connection_survives(autojump_clock: Any) -> None:
-    async with running_bot(compress=None) as bot:
-        await bot.gateway.send_raw("this is not json")
-        await bot.gateway.send_raw('{"op": 0, "s": 2}')
-        await bot.gateway.post_user_message(10, 20, "fine")
-        await wait_until(lambda: bot.message_contents() == ["fine"])
-        problems = [p["problem"] for p in bot.gateway_events("problem")]
-        assert "frame is not valid JSON" in problems
-        assert "dispatch without an event name" in problems
-        assert bot.gateway.gateway_stats["connections"] == 1
+async def test_commands_respect_the_send_limit(autojump_clock: Any) -> None:
+    # The simulator closes a connection with 4008 past 120 payloads in 60 s.
+    async with running_bot() as bot:
+        presence = {"since": None, "activities": [], "status": "online", "afk": False}
+        for _ in range(250):
+            await bot.actor.send_command(3, presence)
+        await trio.sleep(200)
+        stats = bot.sim.gateway_stats
+        assert 4008 not in [e["code"] for e in bot.events("close")]
+        assert stats.connections == 1
+        assert stats.heartbeat_timeouts == 0
+        assert bot.actor.status().state == "ready"
 
 
 async def test_a_failing_dispatch_callback_does_not_stop_the_reader(
@@ -375,63 +446,51 @@ async def test_a_failing_dispatch_callback_does_not_stop_the_reader(
 
     with caplog.at_level(logging.ERROR, logger="picortex.discord.gateway"):
         async with running_bot(on_dispatch=explode) as bot:
-            await bot.gateway.post_user_message(10, 20, "boom")
-            await bot.gateway.post_user_message(10, 20, "ok")
-            await wait_until(lambda: len(bot.message_contents()) == 2)
-            assert bot.gateway_events("dispatch_error")[0]["name"] == "MESSAGE_CREATE"
+            bot.post("boom")
+            bot.post("ok")
+            await wait_until(lambda: len(bot.contents()) == 2)
+            assert bot.events("dispatch_error")[0]["name"] == "MESSAGE_CREATE"
     assert "on_dispatch failed" in caplog.text
 
 
-async def test_commands_respect_the_send_limit(autojump_clock: Any) -> None:
-    async with running_bot() as bot:
-        for i in range(250):
-            await bot.actor.send_command(3, {"since": None, "activities": [], "status": "online"})
-            if i % 50 == 0:
-                await trio.sleep(0)
-        await wait_until(lambda: len(client_payloads(bot.gateway, 3)) == 250)
-        times = sorted(t for t, _ in bot.gateway.payload_times)
-        worst = max(sum(1 for u in times if t - 60 < u <= t) for t in times)
-        assert worst <= 120
-        assert bot.gateway.gateway_stats["connections"] == 1
-        assert bot.gateway.gateway_stats["heartbeats"] >= 3
-
-
-async def test_cancel_closes_with_1000(autojump_clock: Any) -> None:
+async def test_cancel_closes_with_1000_which_ends_the_session(autojump_clock: Any) -> None:
     async with running_bot() as bot:
         bot.scope.cancel()
-        await wait_until(lambda: bool(bot.gateway.client_close_codes))
-        assert bot.gateway.client_close_codes == [1000]
+        await wait_until(lambda: bool(bot.sim.gateway_stats.client_close_codes))
+        assert bot.sim.gateway_stats.client_close_codes == (1000,)
         assert bot.actor.status().session_id is None
 
 
 async def test_identify_waits_when_no_session_starts_remain(autojump_clock: Any) -> None:
-    gw = FakeGateway(token=TOKEN)
+    sim = Simulator()
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(gw.serve)
-        rest = FakeRest(url, remaining=0)
+        await nursery.start(sim.serve)
         sink = RecordingSink()
+        rest = SimRest(sim, remaining=0, reset_after=3_600_000)
         actor = GatewayActor(TOKEN, rest, sink, lambda n, d: None)
         start = trio.current_time()
         await nursery.start(actor.run)
         waited = [e for e in sink.of("gateway") if e["action"] == "identify_wait"]
         assert waited and waited[0]["seconds"] == 3600.0
-        assert gw.identify_times[0] - start >= 3600.0
+        assert trio.current_time() - start >= 3600.0
+        assert sim.gateway_stats.identifies == 1
         nursery.cancel_scope.cancel()
 
 
 async def test_a_crashed_actor_keeps_its_session_and_resumes_on_restart(
     autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gw = FakeGateway(token=TOKEN)
+    sim = Simulator()
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(gw.serve)
+        await nursery.start(sim.serve)
+        world = sim.add_default_world()
         got: list[str] = []
-        actor = GatewayActor(TOKEN, FakeRest(url), RecordingSink(), lambda n, d: got.append(n))
+        actor = GatewayActor(TOKEN, SimRest(sim), RecordingSink(), lambda n, d: got.append(n))
         proto = actor._proto
         real_received = proto.received
 
         def broken(payload: object, now: float) -> Any:
-            if b"crash me" in (payload if isinstance(payload, bytes) else b""):
+            if isinstance(payload, bytes) and b"crash me" in payload:
                 raise RuntimeError("a bug in the reader")
             return real_received(payload, now)
 
@@ -443,13 +502,62 @@ async def test_a_crashed_actor_keeps_its_session_and_resumes_on_restart(
 
         nursery.start_soon(first_run)
         await wait_until(lambda: "READY" in got)
-        await gw.post_user_message(10, 20, "crash me")
-        await wait_until(lambda: bool(gw.client_close_codes))
-        assert gw.client_close_codes == [RESUME_CLOSE_CODE]
+        sim.post_user_message(world.general_id, world.alice_id, "crash me")
+        await wait_until(lambda: bool(sim.gateway_stats.client_close_codes))
+        assert sim.gateway_stats.client_close_codes == (RESUME_CLOSE_CODE,)
         monkeypatch.setattr(proto, "received", real_received)
-        await gw.post_user_message(10, 20, "after the crash")
+        sim.post_user_message(world.general_id, world.alice_id, "after the crash")
         await nursery.start(actor.run)  # what a supervisor does
         await wait_until(lambda: got.count("MESSAGE_CREATE") >= 2)
-        assert gw.gateway_stats["identifies"] == 1
-        assert gw.gateway_stats["resumes"] == 1
+        assert sim.gateway_stats.identifies == 1
+        assert sim.gateway_stats.resumes == 1
         nursery.cancel_scope.cancel()
+
+
+# -- wire faults the simulator cannot make (stand-in gateway) ---------------------------------
+
+
+@asynccontextmanager
+async def fake_bot(**actor_kwargs: Any) -> AsyncIterator[tuple[GatewayActor, FakeGateway, Any]]:
+    gw = FakeGateway(token=TOKEN)
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(gw.serve)
+        sink = RecordingSink()
+        got: list[tuple[str, Any]] = []
+        actor = GatewayActor(
+            TOKEN, FakeRest(url), sink, lambda n, d: got.append((n, d)), **actor_kwargs
+        )
+        await nursery.start(actor.run)
+        yield actor, gw, (sink, got)
+        nursery.cancel_scope.cancel()
+
+
+async def test_junk_frames_are_logged_and_the_connection_survives(autojump_clock: Any) -> None:
+    async with fake_bot(compress=None) as (_actor, gw, (sink, got)):
+        await gw.send_raw("this is not json")
+        await gw.send_raw('{"op": 0, "s": 2}')
+        await gw.post_user_message(10, 20, "fine")
+        await wait_until(lambda: any(n == "MESSAGE_CREATE" for n, _ in got))
+        problems = [e["problem"] for e in sink.of("gateway") if e["action"] == "problem"]
+        assert "frame is not valid JSON" in problems
+        assert "dispatch without an event name" in problems
+        assert gw.gateway_stats["connections"] == 1
+
+
+async def test_split_zlib_messages_are_reassembled(autojump_clock: Any) -> None:
+    async with fake_bot(compress="zlib-stream") as (_actor, gw, (_sink, got)):
+        gw.split_zlib = True
+        for i in range(10):
+            await gw.post_user_message(10, 20, f"split {i}" + "z" * 500)
+        await wait_until(lambda: sum(n == "MESSAGE_CREATE" for n, _ in got) == 10)
+        contents = [d["content"][:7] for n, d in got if n == "MESSAGE_CREATE"]
+        assert contents == [f"split {i}" for i in range(10)]
+
+
+async def test_corrupt_compressed_stream_reconnects_and_resumes(autojump_clock: Any) -> None:
+    async with fake_bot(compress="zlib-stream") as (_actor, gw, (sink, got)):
+        await gw.send_raw(b"garbage!" + b"\x00\x00\xff\xff")
+        await wait_until(lambda: any(n == "RESUMED" for n, _ in got))
+        problems = [e["problem"] for e in sink.of("gateway") if e["action"] == "problem"]
+        assert any("zlib-stream" in p for p in problems)
+        assert gw.client_close_codes[0] == RESUME_CLOSE_CODE

@@ -377,7 +377,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(event=st.sampled_from(sorted(HANDLED_EVENTS)), data=json_values)
 def test_arbitrary_payloads_never_raise(event: str, data: object) -> None:
     result = normalize(event, data)
@@ -423,7 +423,7 @@ def _paths(value: object, prefix: tuple[object, ...] = ()) -> list[tuple[object,
     return found
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(data=st.data(), junk=json_values)
 def test_corrupting_any_field_of_a_valid_payload_never_raises(
     data: st.DataObject, junk: object

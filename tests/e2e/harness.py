@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import orjson
@@ -15,6 +18,10 @@ from picortex.app import Bot
 from picortex.config import load_settings
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, Simulator
+
+
+# Route groups whose limits `relaxed_limits` lifts.
+RELAXED_BUCKETS: Final = ("messages.post", "typing", "users/@me/channels", "reactions.me")
 
 
 @attrs.define
@@ -51,6 +58,44 @@ class Running:
         """The bot's mention text."""
         return f"<@{self.sim.bot_user_id}>"
 
+    def dm_id(self, user_id: int) -> int:
+        """The DM channel between a user and the bot."""
+        return self.sim.open_dm(user_id)
+
+    def replies_to(self, message_id: int) -> list[dict[str, Any]]:
+        """The bot's messages that reference `message_id`."""
+        return [
+            m
+            for m in self.sim.bot_messages()
+            if (m.get("message_reference") or {}).get("message_id") == str(message_id)
+        ]
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until `predicate()` holds (checked after each simulator change and the log)."""
+        while not predicate():
+            with trio.move_on_after(0.02):
+                await self.sim.wait_until(predicate)
+
+    async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """Run `python -m picortex ARGS` on this bot's home; never raises on exit codes."""
+        return await run_cli(self.home, *args)
+
+
+async def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`python -m picortex ARGS` with PICORTEX_HOME=home, output captured as text."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PICORTEX_", "DISCORD_"))}
+    env["PICORTEX_HOME"] = str(home)
+    done = await trio.run_process(
+        [sys.executable, "-m", "picortex", *args],
+        env=env,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
+
 
 @asynccontextmanager
 async def running_bot(
@@ -61,9 +106,17 @@ async def running_bot(
     with_key: bool = True,
     sim: Simulator | None = None,
     files: Mapping[str, str] | None = None,
+    relaxed_limits: bool = False,
 ) -> AsyncIterator[Running]:
-    """Start a simulator with its default world and a bot owned by alice; stop both after."""
+    """Start a simulator with its default world and a bot owned by alice; stop both after.
+
+    `relaxed_limits` raises the per-channel write limits (5 per 5 s on Discord), so a test
+    that posts many replies in one channel does not spend its time waiting them out.
+    """
     sim = sim or Simulator(heartbeat_interval_ms=5000)
+    if relaxed_limits:
+        for bucket in RELAXED_BUCKETS:
+            sim.set_rate_limit(bucket, 1000, 1.0)
     world = sim.add_default_world()
     home = tmp_path / "home"
     home.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,421 @@
+"""`picortex demo`: the simulator and the bot in one process, a scripted conversation, a transcript.
+
+Each scene posts messages as simulated users, waits for the bot to decide (and answer), and
+prints what happened with the reasons from the action log, so a newcomer sees every feature
+without a Discord account or an API key.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import textwrap
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, TextIO
+
+import attrs
+import orjson
+import trio
+
+from picortex.app import Bot
+from picortex.config import load_settings
+from picortex.discord.protocol import GatewayTimings
+from picortex.sim import DefaultWorld, ModelReply, Simulator
+
+# How long one scene may wait for the bot before the demo reports it and moves on.
+SCENE_TIMEOUT_SECONDS: Final = 30.0
+POLL_SECONDS: Final = 4.0
+CONTINUATION_SECONDS: Final = 6.0
+FAULT_WORD: Final = "kaboom"
+SNIPPET_CHARS: Final = 160
+
+AGENTS_YAML: Final = """\
+personas:
+  - id: sleep
+    name: Sandman
+    description: Sleep coach with practical advice on rest, routines and insomnia.
+    domain_triggers: [sleep, slept, insomnia, nap, tired]
+  - id: fitness
+    name: Coach
+    description: Fitness coach for workouts, recovery and energy.
+    domain_triggers: [workout, exercise, gym, tired]
+"""
+SANDMAN_PROFILE: Final = """\
+You are Sandman, a calm sleep coach. You give two or three concrete, kind suggestions.
+"""
+
+
+@attrs.define
+class _Demo:
+    sim: Simulator
+    bot: Bot
+    world: DefaultWorld
+    carol: int
+    out: TextIO
+    offline: bool
+    names: dict[int, str] = attrs.field(factory=dict)
+    seen_bot_ids: set[int] = attrs.field(factory=set)
+    seen_log_lines: int = 0
+    scene_no: int = 0
+    problems: list[str] = attrs.field(factory=list)
+
+    # -- output ---------------------------------------------------------------------------
+
+    def p(self, text: str = "") -> None:
+        print(text, file=self.out, flush=True)
+
+    def scene(self, title: str) -> None:
+        self.scene_no += 1
+        self.p()
+        self.p(f"[{self.scene_no}] {title}")
+
+    def where(self, channel_id: int) -> str:
+        if channel_id in self.names:
+            return self.names[channel_id]
+        channel = self.sim.channel(channel_id)
+        if channel.get("type") == 1:
+            return "DM"
+        name = channel.get("name") or str(channel_id)
+        return f"thread '{name}'" if channel.get("type") in (10, 11, 12) else f"#{name}"
+
+    def user(self, user_id: int) -> str:
+        if user_id == self.sim.bot_user_id:
+            return "picortex"
+        return {self.world.alice_id: "alice", self.world.bob_id: "bob", self.carol: "carol"}.get(
+            user_id, str(user_id)
+        )
+
+    # -- acting ---------------------------------------------------------------------------
+
+    def say(self, channel_id: int, author_id: int, content: str) -> dict[str, Any]:
+        shown = content.replace(f"<@{self.sim.bot_user_id}>", "@picortex")
+        self.p(f"  {self.where(channel_id)} {self.user(author_id)}: {shown}")
+        return self.sim.post_user_message(channel_id, author_id, content)
+
+    @property
+    def at(self) -> str:
+        return f"<@{self.sim.bot_user_id}>"
+
+    # -- observing ------------------------------------------------------------------------
+
+    def log(self) -> list[dict[str, Any]]:
+        self.bot.events.flush()
+        path = self.bot.settings.action_log_path
+        if not path.exists():
+            return []
+        rows = []
+        for line in path.read_bytes().splitlines():
+            try:
+                rows.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+        return rows
+
+    async def wait_for(self, what: str, predicate: Callable[[list[dict[str, Any]]], bool]) -> bool:
+        with trio.move_on_after(SCENE_TIMEOUT_SECONDS):
+            while True:
+                if predicate(self.log()):
+                    return True
+                # The log is a file another task appends to: polling it is the simple way.
+                await trio.sleep(0.05)
+        self.problems.append(f"scene {self.scene_no}: no {what} within {SCENE_TIMEOUT_SECONDS:g} s")
+        self.p(f"  !! no {what} within {SCENE_TIMEOUT_SECONDS:g} s")
+        return False
+
+    async def decided(self, message: Mapping[str, Any], count: int = 1) -> bool:
+        mid = int(message["id"])
+
+        def done(rows: list[dict[str, Any]]) -> bool:
+            return (
+                sum(1 for r in rows if r["event"] == "decision" and r.get("message_id") == mid)
+                >= count
+            )
+
+        return await self.wait_for("decision", done)
+
+    async def answered(self, count: int = 1) -> bool:
+        def done(_rows: list[dict[str, Any]]) -> bool:
+            fresh = [m for m in self.sim.bot_messages() if int(m["id"]) not in self.seen_bot_ids]
+            return len(fresh) >= count
+
+        return await self.wait_for("answer", done)
+
+    async def settle(self, seconds: float = 0.3) -> None:
+        await trio.sleep(seconds)
+
+    def report(self) -> None:
+        """Print the log lines and bot messages that appeared since the last report."""
+        rows = self.log()
+        fresh, self.seen_log_lines = rows[self.seen_log_lines :], len(rows)
+        for row in fresh:
+            line = _describe(row, self)
+            if line:
+                self.p(f"    {line}")
+        for message in self.sim.bot_messages():
+            mid = int(message["id"])
+            if mid in self.seen_bot_ids:
+                continue
+            self.seen_bot_ids.add(mid)
+            text = " ".join(str(message.get("content", "")).split())
+            if len(text) > SNIPPET_CHARS:
+                text = text[: SNIPPET_CHARS - 1] + "…"
+            self.p(f"  <- picortex in {self.where(int(message['channel_id']))}: {text}")
+
+
+def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
+    event = row["event"]
+    if event == "decision":
+        return f"decision: {row.get('outcome')} ({row.get('reason')})"
+    if event == "command":
+        return f"command: {row.get('command')} -> {row.get('result')}"
+    if event == "continuation":
+        restart = " (answer in progress restarted)" if row.get("restart") else ""
+        return f"continuation: joins the request of message {row.get('parent_id')}{restart}"
+    if event == "persona":
+        matched = ", ".join(str(m.get("id")) for m in row.get("matches", []))
+        return (
+            f"persona: matched {matched}; {row.get('tiebreak')}; selected {row.get('selected')}"
+            f" ({row.get('thread')})"
+        )
+    if event == "llm":
+        return (
+            f"llm: {row.get('stage')} on {row.get('model')} -> {row.get('outcome')} "
+            f"(${float(row.get('cost_usd') or 0):.6f}, {row.get('latency_ms')} ms)"
+        )
+    if event == "budget":
+        return (
+            f"budget: workspace {row.get('workspace')} spent ${row.get('spent_usd')} of "
+            f"${row.get('ceiling_usd')}: {row.get('action')}"
+        )
+    if event == "cortex.invocation_failed":
+        return (
+            f"invocation failed at stage {row.get('stage')}: {row.get('error')} "
+            f"(error row {row.get('error_id')})"
+        )
+    if event == "gateway":
+        extra = row.get("reason") or row.get("code") or ""
+        return f"gateway: {row.get('action')} {extra}".rstrip()
+    if event == "supervisor":
+        return f"supervisor: {row.get('actor')} restarted after {row.get('error')}"
+    if event == "poll":
+        return f"poll: {row.get('action')} {row.get('votes', '')}".rstrip()
+    if event == "reply" and row.get("result") != "posted":
+        return f"reply failed: {row.get('error')}"
+    del demo
+    return None
+
+
+async def _play(demo: _Demo, speed: float) -> None:
+    w, sim = demo.world, demo.sim
+    general, random_ = w.general_id, w.random_id
+    at = demo.at
+
+    demo.scene("The owner trusts a friend (whitelist replies go by DM)")
+    m = demo.say(general, w.alice_id, f"{at} !s whitelist add <@{w.bob_id}>")
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+
+    demo.scene("An untrusted user is ignored and costs nothing")
+    calls = len(sim.model.calls)
+    m = demo.say(general, demo.carol, f"{at} can you write my homework?")
+    await demo.decided(m)
+    demo.report()
+    demo.p(f"    model calls for it: {len(sim.model.calls) - calls}")
+
+    demo.scene("A mention gets an answer, with the channel's recent messages as context")
+    demo.say(general, w.alice_id, "We are picking a name for the new office cat.")
+    m = demo.say(general, w.bob_id, f"{at} what would be a good name for her?")
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+
+    demo.scene("A follow-up inside the continuation window joins the same request")
+    if demo.offline:
+        sim.model.script(ModelReply(delay=1.5 / speed))
+    m = demo.say(general, w.bob_id, f"{at} suggest a weekend hike")
+    await demo.settle(0.3)
+    f = demo.say(general, w.bob_id, "somewhere near water, under 10 km")
+    await demo.decided(m)
+    await demo.decided(f)
+    await demo.answered()
+    await demo.settle(0.5)
+    demo.report()
+
+    demo.scene("attention discriminate: a classifier decides when nobody mentions the bot")
+    m = demo.say(random_, w.alice_id, f"{at} !s attention discriminate")
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+    m = demo.say(random_, w.bob_id, "the weather is lovely today")
+    await demo.decided(m)
+    demo.report()
+    m = demo.say(random_, w.bob_id, "does anyone know how to fix a squeaky door?")
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+
+    demo.scene("Two personas match: one tiebreak call picks one, which answers in a thread")
+    m = demo.say(general, w.bob_id, f"{at} I slept terribly last night and I'm so tired")
+    await demo.decided(m)
+    await demo.answered()
+    await demo.settle()
+    demo.report()
+
+    demo.scene("A poll: votes are reactions, the result comes after poll_seconds")
+    m = demo.say(general, w.alice_id, f'{at} !s poll "Pizza or tacos on Friday?" pizza // tacos')
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+    poll_msg = sim.bot_messages(general)[-1]
+    sim.add_reaction(
+        general,
+        int(poll_msg["id"]),
+        w.bob_id,
+        "2\N{VARIATION SELECTOR-16}\N{COMBINING ENCLOSING KEYCAP}",
+    )
+    sim.add_reaction(
+        general,
+        int(poll_msg["id"]),
+        w.alice_id,
+        "2\N{VARIATION SELECTOR-16}\N{COMBINING ENCLOSING KEYCAP}",
+    )
+    demo.p("  (bob and alice vote 2, tacos)")
+    await demo.wait_for(
+        "poll result",
+        lambda rows: any(r["event"] == "poll" and r.get("action") == "result" for r in rows),
+    )
+    await demo.answered()
+    demo.report()
+
+    demo.scene("A model failure (injected on purpose) becomes an error row; the bot carries on")
+    dm = sim.open_dm(w.bob_id)
+    m = demo.say(dm, w.bob_id, f"tell me about {FAULT_WORD} physics")
+    await demo.wait_for(
+        "invocation failure",
+        lambda rows: any(r["event"] == "cortex.invocation_failed" for r in rows),
+    )
+    demo.report()
+    del m
+
+    demo.scene("The gateway drops; the bot resumes and misses nothing")
+    sim.hold_events(True)
+    sim.drop_connections()
+    m = demo.say(general, w.bob_id, f"{at} are you still there?")
+    sim.hold_events(False)
+    await demo.wait_for(
+        "resume",
+        lambda rows: any(r["event"] == "gateway" and r.get("action") == "resumed" for r in rows),
+    )
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+
+    demo.scene("A budget ceiling is reached: no more model calls in this workspace")
+    m = demo.say(general, w.alice_id, f"{at} !s config set budget.ceiling_usd 0.000001")
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+    m = demo.say(general, w.bob_id, f"{at} one more question: why is the sky blue?")
+    await demo.wait_for("budget event", lambda rows: any(r["event"] == "budget" for r in rows))
+    await demo.decided(m)
+    demo.report()
+
+
+def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | None = None) -> int:
+    """Play the demo; returns 0 when every scene did what it shows."""
+    if speed <= 0:
+        speed = 1.0
+    environ = dict(os.environ if env is None else env)
+    home = Path(tempfile.mkdtemp(prefix="picortex-demo-"))
+    # The transcript tells the story; warnings and crash tracebacks of the scenes staged on
+    # purpose would only interrupt it (they are all in the action log).
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.CRITICAL)
+    try:
+        code = trio.run(_main, home, speed, out, environ)
+    finally:
+        root.setLevel(level)
+        if not keep:
+            shutil.rmtree(home, ignore_errors=True)
+    if keep:
+        print(f"\nThe demo home is kept: {home}", file=out)
+    return code
+
+
+async def _main(home: Path, speed: float, out: TextIO, environ: Mapping[str, str]) -> int:
+    real_key = environ.get("ANTHROPIC_API_KEY")
+    sim = Simulator(heartbeat_interval_ms=5000)
+    world = sim.add_default_world()
+    carol = sim.add_user("carol", global_name="Carol")
+    (home / "agents.yaml").write_text(AGENTS_YAML, encoding="utf-8")
+    (home / "personas").mkdir()
+    (home / "personas" / "sleep.md").write_text(SANDMAN_PROFILE, encoding="utf-8")
+    (home / "picortex.toml").write_text(
+        textwrap.dedent(
+            f"""\
+            continuation_seconds = {CONTINUATION_SECONDS / speed:g}
+            poll_enabled = true
+            poll_seconds = {POLL_SECONDS / speed:g}
+            """
+        ),
+        encoding="utf-8",
+    )
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(sim.serve)
+        bot_env = {
+            "PICORTEX_HOME": str(home),
+            "DISCORD_BOT_TOKEN": sim.token,
+            "DISCORD_API_BASE": urls.api_base,
+            "PICORTEX_OWNER_ID": str(world.alice_id),
+            "PICORTEX_FAULT_INJECT": f"llm:{FAULT_WORD}",
+        }
+        if real_key:
+            bot_env["ANTHROPIC_API_KEY"] = real_key
+            if environ.get("ANTHROPIC_BASE_URL"):
+                bot_env["ANTHROPIC_BASE_URL"] = environ["ANTHROPIC_BASE_URL"]
+        else:
+            bot_env["ANTHROPIC_API_KEY"] = "offline-demo-key"
+            bot_env["ANTHROPIC_BASE_URL"] = urls.anthropic_base_url
+        bot = Bot(
+            load_settings(bot_env),
+            gateway_timings=GatewayTimings(backoff_base=0.1, backoff_cap=1.0),
+        )
+        demo = _Demo(sim, bot, world, carol, out, offline=not real_key)
+        demo.p("picortex demo")
+        if real_key:
+            demo.p("model: real Claude (ANTHROPIC_API_KEY is set)")
+        else:
+            demo.p(
+                "model: the simulator's OFFLINE model endpoint, a stand-in that echoes and "
+                "follows simple rules (set ANTHROPIC_API_KEY to use real Claude)"
+            )
+        demo.p(f"Discord: the built-in simulator at {urls.api_base}")
+        demo.p("cast: alice (the owner), bob (a friend, not yet trusted), carol (untrusted)")
+        await nursery.start(bot.run)
+        await sim.wait_ready()
+        await demo.wait_for(
+            "gateway ready",
+            lambda rows: any(r["event"] == "gateway" and r.get("action") == "ready" for r in rows),
+        )
+        demo.report()
+        await _play(demo, speed)
+        nursery.cancel_scope.cancel()
+    settings = bot.settings
+    demo.p()
+    demo.p("Done. Everything above is in the action log and the database:")
+    demo.p(f"  action log: {settings.action_log_path}")
+    demo.p(f"  database:   {settings.db_path}")
+    demo.p("Inspect them with (add --keep to keep the demo home):")
+    demo.p(f"  PICORTEX_HOME={settings.home} picortex log -n 30")
+    demo.p(f"  PICORTEX_HOME={settings.home} picortex log --event decision")
+    demo.p(f"  PICORTEX_HOME={settings.home} picortex errors")
+    if demo.problems:
+        demo.p()
+        demo.p("Some scenes did not finish: " + "; ".join(demo.problems))
+        return 1
+    return 0

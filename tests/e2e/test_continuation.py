@@ -1,0 +1,123 @@
+"""Continuation windows end to end (SPEC 5 step 4): follow-ups join the request they continue."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from picortex.sim.model import ModelReply
+from tests.e2e.harness import Running, running_bot
+
+
+def _prompt(run: Running, index: int) -> str:
+    """The text of the model call `index` (its user turns)."""
+    return str(run.sim.model.calls[index].messages)
+
+
+async def test_follow_up_joins_without_a_mention(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, toml="continuation_seconds = 5\n") as run:
+        w = run.world
+        first = run.say(w.general_id, w.alice_id, f"{run.mention()} what is a mailbox")
+        await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
+        follow = run.say(w.general_id, w.alice_id, "in an actor system?")
+        cont = await run.wait_event("continuation")
+        assert cont[0]["message_id"] == int(follow["id"])
+        assert cont[0]["parent_id"] == int(first["id"])
+        assert cont[0]["restart"] is False
+        await run.sim.wait_bot_messages(2, w.general_id)
+        # One more answer, to the merged request, replying to the follow-up.
+        assert len(run.sim.model.calls) == 2
+        assert "what is a mailbox" in _prompt(run, 1)
+        assert "in an actor system?" in _prompt(run, 1)
+        second = run.sim.bot_messages(w.general_id)[1]
+        assert "in an actor system?" in second["content"]
+        assert second["message_reference"]["message_id"] == follow["id"]
+        assert len(run.events("continuation")) == 1
+        assert len(run.events("trigger")) == 1
+
+
+async def test_follow_up_during_generation_restarts_it_and_is_answered_once(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, toml="continuation_seconds = 5\n") as run:
+        w = run.world
+        slow = 1.0
+        run.sim.model.script(ModelReply(text="stale answer to part one", delay=slow))
+        first = run.say(w.general_id, w.alice_id, f"{run.mention()} tell me about trio,")
+        await run.wait_until(lambda: len(run.sim.model.calls) == 1)
+        run.say(w.general_id, w.alice_id, "especially nurseries")
+        replies = await run.sim.wait_bot_messages(1, w.general_id)
+        cont = run.events("continuation")
+        assert len(cont) == 1 and cont[0]["restart"] is True
+        # The cancelled call's answer must never be posted: wait past its scripted delay.
+        await trio.sleep(slow + 0.3)
+        replies = run.sim.bot_messages(w.general_id)
+        assert len(replies) == 1
+        assert "stale" not in replies[0]["content"]
+        assert "especially nurseries" in replies[0]["content"]
+        assert replies[0]["message_reference"]["message_id"] == first["id"]
+        assert len(run.sim.model.calls) == 2
+        assert "tell me about trio," in _prompt(run, 1)
+        assert "especially nurseries" in _prompt(run, 1)
+        assert [e["result"] for e in run.events("reply")] == ["posted"]
+
+
+async def test_window_resets_on_each_follow_up(tmp_path: Path) -> None:
+    window = 1.0
+    toml = f"continuation_seconds = {window}\n"
+    async with running_bot(tmp_path, toml=toml, relaxed_limits=True) as run:
+        w = run.world
+        run.say(w.general_id, w.alice_id, f"{run.mention()} one")
+        await run.wait_event("trigger")
+        # Each follow-up comes within the window of the last one, so together they run
+        # well past the first window, and all of them join.
+        for n, word in enumerate(("two", "three", "four"), start=1):
+            await trio.sleep(window * 0.6)
+            run.say(w.general_id, w.alice_id, word)
+            await run.wait_event("continuation", count=n)
+        # After a silence longer than the window, a plain message is not a follow-up.
+        await trio.sleep(window * 1.5)
+        late = run.say(w.general_id, w.alice_id, "five")
+        decision = await run.wait_event("decision", message_id=int(late["id"]))
+        assert decision[0]["outcome"] == "skip"
+        assert len(run.events("continuation")) == 3
+        assert len(run.events("trigger")) == 1
+        merged = _prompt(run, len(run.sim.model.calls) - 1)
+        assert all(word in merged for word in ("one", "two", "three", "four"))
+        assert "five" not in merged
+
+
+async def test_another_authors_message_is_not_a_follow_up(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, toml="continuation_seconds = 5\n") as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        first = run.say(w.general_id, w.alice_id, f"{run.mention()} question one")
+        await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
+        other = run.say(w.general_id, w.bob_id, "unrelated chatter")
+        decision = await run.wait_event("decision", message_id=int(other["id"]))
+        assert decision[0]["outcome"] == "skip"
+        assert run.events("continuation") == []
+        assert len(run.sim.model.calls) == 1
+        # Nor does alice's window cover another channel.
+        elsewhere = run.say(w.random_id, w.alice_id, "and here?")
+        decision = await run.wait_event("decision", message_id=int(elsewhere["id"]))
+        assert decision[0]["outcome"] == "skip"
+        assert run.events("continuation") == []
+
+
+async def test_untrusted_follow_up_is_ignored(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, toml="continuation_seconds = 5\n") as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        first = run.say(w.general_id, w.bob_id, f"{run.mention()} hi, I am bob")
+        await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
+        # The owner takes bob off the list while his window is still open.
+        run.say(w.general_id, w.alice_id, f"{run.mention()} !s whitelist remove <@{w.bob_id}>")
+        await run.wait_event("command")
+        follow = run.say(w.general_id, w.bob_id, "and one more thing")
+        decision = await run.wait_event("decision", message_id=int(follow["id"]))
+        assert decision[0]["outcome"] == "ignore"
+        assert run.events("continuation") == []
+        assert len(run.sim.model.calls) == 1
+        assert len(run.sim.bot_messages(w.general_id)) == 1
