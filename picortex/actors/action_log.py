@@ -35,6 +35,10 @@ TAIL_CHUNK_BYTES: Final = 65_536
 # Owner-only: events are redacted, but what people said in a chat is still private.
 FILE_MODE: Final = 0o600
 
+# Fallback serialization of odd values: how deep it goes, and how much text it keeps.
+LENIENT_MAX_DEPTH: Final = 50
+LENIENT_REPR_MAX_CHARS: Final = 2_000
+
 _DUMPS_OPTIONS: Final = orjson.OPT_APPEND_NEWLINE
 _NEWLINE: Final = b"\n"
 
@@ -354,14 +358,22 @@ def _to_json(obj: object) -> object:
 def _dumps_lenient(record: dict[str, object]) -> bytes:
     """Serialize what orjson refused (huge ints, odd keys, deep nesting) as text."""
     try:
-        return orjson.dumps(
-            record, default=_to_json, option=_DUMPS_OPTIONS | orjson.OPT_NON_STR_KEYS
-        )
+        return orjson.dumps(_plain(record, 0), default=_to_json, option=_DUMPS_OPTIONS)
     except TypeError:
-        safe: dict[str, object] = {}
-        for key, value in record.items():
-            plain = value is None or isinstance(value, str | bool | float)
-            if isinstance(value, int) and not isinstance(value, bool):
-                plain = -(2**63) <= value < 2**64
-            safe[str(key)] = value if plain else str(value)
-        return orjson.dumps(safe, option=_DUMPS_OPTIONS)
+        head = {k: record[k] for k in ("ts", "event")}
+        text = repr(record)[:LENIENT_REPR_MAX_CHARS]
+        fallback = {**head, "error": "event fields could not be serialized", "repr": text}
+        return orjson.dumps(fallback, option=_DUMPS_OPTIONS)
+
+
+def _plain(obj: object, depth: int) -> object:
+    """`obj` with non-string keys and out-of-range integers turned into strings."""
+    if depth > LENIENT_MAX_DEPTH:
+        return repr(obj)[:LENIENT_REPR_MAX_CHARS]
+    if isinstance(obj, dict):
+        return {k if isinstance(k, str) else str(k): _plain(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v, depth + 1) for v in obj]
+    if isinstance(obj, int) and not isinstance(obj, bool) and not -(2**63) <= obj < 2**64:
+        return str(obj)
+    return obj

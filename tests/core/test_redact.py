@@ -135,9 +135,7 @@ def test_no_secret_survives_in_text(secret: str, before: str, after: str) -> Non
 
 @settings(max_examples=300, deadline=None)
 @given(secret=secrets, before=around, after=around, key=st.booleans())
-def test_no_secret_survives_in_json_lines(
-    secret: str, before: str, after: str, key: bool
-) -> None:
+def test_no_secret_survives_in_json_lines(secret: str, before: str, after: str, key: bool) -> None:
     value = before + secret + after
     record = {"event": "x", value: 1} if key else {"event": "x", "content": value, "n": [value]}
     data = orjson.dumps({"event": "first"}) + b"\n" + orjson.dumps(record) + b"\n"

@@ -111,7 +111,9 @@ def actions(sink: RecordingSink, action: str) -> list[dict[str, object]]:
 async def test_children_start_in_order_each_once_the_previous_is_ready(autojump_clock):
     log: list[str] = []
     a, b, c = Kid("a", log, ready_after=1), Kid("b", log, ready_after=2), Kid("c", log)
-    sup = Supervisor("root", Strategy.ONE_FOR_ONE, [a.spec(), b.spec(), c.spec()], events=RecordingSink())
+    sup = Supervisor(
+        "root", Strategy.ONE_FOR_ONE, [a.spec(), b.spec(), c.spec()], events=RecordingSink()
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.run)
         assert trio.current_time() == pytest.approx(3.0)
@@ -139,7 +141,9 @@ async def test_a_child_failing_before_ready_is_restarted_before_the_next_starts(
 async def test_one_for_one_restarts_only_the_crashed_child(autojump_clock):
     log: list[str] = []
     a, b, c = kids(log, "a", "b", "c")
-    sup = Supervisor("s", Strategy.ONE_FOR_ONE, [a.spec(), b.spec(), c.spec()], events=RecordingSink())
+    sup = Supervisor(
+        "s", Strategy.ONE_FOR_ONE, [a.spec(), b.spec(), c.spec()], events=RecordingSink()
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.run)
         log.clear()
@@ -154,7 +158,9 @@ async def test_one_for_one_restarts_only_the_crashed_child(autojump_clock):
 async def test_one_for_all_stops_the_others_in_reverse_order_and_restarts_all(autojump_clock):
     log: list[str] = []
     a, b, c = kids(log, "a", "b", "c")
-    sup = Supervisor("s", Strategy.ONE_FOR_ALL, [a.spec(), b.spec(), c.spec()], events=RecordingSink())
+    sup = Supervisor(
+        "s", Strategy.ONE_FOR_ALL, [a.spec(), b.spec(), c.spec()], events=RecordingSink()
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.run)
         log.clear()
@@ -178,7 +184,9 @@ async def test_one_for_all_stops_the_others_in_reverse_order_and_restarts_all(au
 async def test_rest_for_one_restarts_the_child_and_those_after_it(autojump_clock):
     log: list[str] = []
     a, b, c = kids(log, "a", "b", "c")
-    sup = Supervisor("s", Strategy.REST_FOR_ONE, [a.spec(), b.spec(), c.spec()], events=RecordingSink())
+    sup = Supervisor(
+        "s", Strategy.REST_FOR_ONE, [a.spec(), b.spec(), c.spec()], events=RecordingSink()
+    )
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.run)
         log.clear()
@@ -352,7 +360,9 @@ async def test_more_than_five_restarts_in_a_minute_gives_up(autojump_clock):
 async def test_restarts_spread_over_more_than_the_period_do_not_give_up(autojump_clock):
     runs: list[float] = []
 
-    async def crashes_after_20s(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def crashes_after_20s(
+        *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         runs.append(trio.current_time())
         task_status.started()
         await trio.sleep(20)
@@ -373,7 +383,9 @@ async def test_an_exhausted_child_supervisor_escalates_to_its_parent(autojump_cl
     worker = Kid("worker", log)
     worker.fail_after_ready = [ValueError("bad") for _ in range(100)]
     inner_sink, outer_sink = RecordingSink(), RecordingSink()
-    inner = Supervisor("inner", Strategy.ONE_FOR_ONE, [worker.spec()], events=inner_sink, intensity=1)
+    inner = Supervisor(
+        "inner", Strategy.ONE_FOR_ONE, [worker.spec()], events=inner_sink, intensity=1
+    )
     outer = Supervisor(
         "outer",
         Strategy.ONE_FOR_ONE,
@@ -400,7 +412,12 @@ async def test_backoff_grows_with_jitter_and_resets_after_a_healthy_run(autojump
     a = Kid("a", log)
     a.fail_after_ready = [ValueError("x")] * 5
     sup = Supervisor(
-        "s", Strategy.ONE_FOR_ONE, [a.spec()], events=RecordingSink(), intensity=100, rng=random.Random(3)
+        "s",
+        Strategy.ONE_FOR_ONE,
+        [a.spec()],
+        events=RecordingSink(),
+        intensity=100,
+        rng=random.Random(3),
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.run)
@@ -410,7 +427,10 @@ async def test_backoff_grows_with_jitter_and_resets_after_a_healthy_run(autojump
         for k, gap in enumerate(gaps):
             full = min(BACKOFF_MAX_SECONDS, BACKOFF_INITIAL_SECONDS * 2**k)
             assert full * (1 - BACKOFF_JITTER) <= gap <= full
-        assert len({round(g / min(BACKOFF_MAX_SECONDS, 0.5 * 2**k), 6) for k, g in enumerate(gaps)}) > 1
+        assert (
+            len({round(g / min(BACKOFF_MAX_SECONDS, 0.5 * 2**k), 6) for k, g in enumerate(gaps)})
+            > 1
+        )
         # Now a healthy run, then a crash: the next restart is quick again.
         await trio.sleep(HEALTHY_RUN_SECONDS)
         crashed_at = trio.current_time()
@@ -619,7 +639,9 @@ async def test_dynamic_start_child_returns_the_started_value_and_reports_early_f
 ):
     dyn = DynamicSupervisor("d", events=RecordingSink())
 
-    async def ready_with_value(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+    async def ready_with_value(
+        *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         task_status.started("hello")
         await trio.sleep_forever()
 
@@ -641,7 +663,9 @@ async def test_transient_child_leaving_with_mail_waiting_is_started_again(autoju
     mailbox: Mailbox[int] = Mailbox(8)
     seen: list[int] = []
 
-    async def one_at_a_time(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async def one_at_a_time(
+        *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         # Handles one message, then leaves as if idle: the race a real idle exit can lose.
         task_status.started()
         seen.append(await mailbox.receive())
@@ -652,7 +676,9 @@ async def test_transient_child_leaving_with_mail_waiting_is_started_again(autoju
         await nursery.start(dyn.run)
         for i in range(3):
             mailbox.send_nowait(i)
-        await dyn.start_child(ChildSpec("c", one_at_a_time, restart=Restart.TRANSIENT, mailbox=mailbox))
+        await dyn.start_child(
+            ChildSpec("c", one_at_a_time, restart=Restart.TRANSIENT, mailbox=mailbox)
+        )
         await trio.sleep(SETTLE)
         assert seen == [0, 1, 2]
         assert dyn.children() == []

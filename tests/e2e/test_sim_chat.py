@@ -1,0 +1,28 @@
+"""`picortex sim --chat`: typed lines reach the bot, replies and reasons come back."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+
+def test_chat_terminal_round_trip() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PICORTEX_"))}
+    script = "@bot ping me back?\n/why\n/as carol\n@bot hello\n/why\n/dm\n/quit\n"
+    done = subprocess.run(
+        [sys.executable, "-m", "picortex", "sim", "--chat"],
+        input=script,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "picortex in #general: (offline model) You said:" in out
+    assert "respond (the message mentions the bot)" in out
+    assert "untrusted author" in out
+    assert "[DM as carol]>" in out
+    assert out.rstrip().endswith("bye")
