@@ -2,10 +2,13 @@
 
 Usage: python scripts/bench_action_log.py [--events N] [--max-bytes B]
 
-Both paths write the same realistic events to a temporary directory in the same run. The
-actor path includes everything `emit` and the writer do: the `ts` stamp, serialization,
-queueing, redaction, batched writes and rotation. The bare loop gets ready-made dicts (with
-`ts`) and a buffered file, so it is the fastest sensible way to write the same lines.
+Both paths write the same realistic events, given as (event type, fields) the way actors
+have them, to a temporary directory in the same run, and produce the same lines. The actor
+path includes everything `emit` and the writer do: the `ts` clock read, serialization,
+queueing, redaction of secrets, batched writes and rotation checks. The bare loop is
+`file.write(orjson.dumps({"ts": ts, "event": name, **fields}))` on a buffered file, with one
+fixed `ts` string. For reference it also prints the bare loop given ready-made dicts, which
+leaves the line's dict out of the timing.
 """
 
 from __future__ import annotations
@@ -24,24 +27,25 @@ import trio
 from picortex.actors.action_log import ActionLog
 
 # Producers yield to the scheduler this often, as real actors do between messages.
-YIELD_EVERY = 500
+YIELD_EVERY = 100
 
-WORDS = (
+CHAT = (
     "the deploy failed again on staging can someone look at the logs before lunch "
     "what does the wakeword do here i think the bot should answer only when mentioned "
     "please summarize the thread about the budget ceiling and the monthly period"
-).split()
+)
 
 
 def realistic_events(count: int, seed: int = 7) -> list[tuple[str, dict[str, Any]]]:
     """A mix of the event types a busy bot writes, with snowflakes, text and numbers."""
     rng = random.Random(seed)
+    words = CHAT.split()
 
     def snowflake() -> int:
         return rng.randrange(10**17, 10**19)
 
     def text() -> str:
-        return " ".join(rng.choices(WORDS, k=rng.randrange(4, 30)))
+        return " ".join(rng.choices(words, k=rng.randrange(4, 30)))
 
     events: list[tuple[str, dict[str, Any]]] = []
     for i in range(count):
@@ -133,12 +137,25 @@ def realistic_events(count: int, seed: int = 7) -> list[tuple[str, dict[str, Any
 def bench_bare(events: list[tuple[str, dict[str, Any]]], path: Path) -> float:
     """Events per second for orjson.dumps + file.write, one line at a time."""
     ts = "2025-06-01T12:00:00.000Z"
+    option = orjson.OPT_APPEND_NEWLINE
+    dumps = orjson.dumps
+    start = time.perf_counter()
+    with open(path, "wb") as f:
+        for name, fields in events:
+            f.write(dumps({"ts": ts, "event": name, **fields}, option=option))
+    return len(events) / (time.perf_counter() - start)
+
+
+def bench_bare_prebuilt(events: list[tuple[str, dict[str, Any]]], path: Path) -> float:
+    """Like `bench_bare`, but the line dicts are built before the clock starts."""
+    ts = "2025-06-01T12:00:00.000Z"
     records = [{"ts": ts, "event": name, **fields} for name, fields in events]
     option = orjson.OPT_APPEND_NEWLINE
+    dumps = orjson.dumps
     start = time.perf_counter()
     with open(path, "wb") as f:
         for record in records:
-            f.write(orjson.dumps(record, option=option))
+            f.write(dumps(record, option=option))
     return len(records) / (time.perf_counter() - start)
 
 
@@ -154,7 +171,7 @@ def bench_actor(events: list[tuple[str, dict[str, Any]]], path: Path, max_bytes:
             for i, (name, fields) in enumerate(events):
                 emit(name, **fields)
                 if i % YIELD_EVERY == 0:
-                    await trio.sleep(0)
+                    await trio.lowlevel.checkpoint()
             nursery.cancel_scope.cancel()
         # The final drain ran in the actor's `finally`: everything is written now.
         return len(events) / (time.perf_counter() - start)
@@ -180,6 +197,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="alternating rounds of both paths; the best round of each counts (default 3)",
+    )
+    parser.add_argument(
         "--max-bytes",
         type=int,
         default=1 << 30,
@@ -187,20 +210,28 @@ def main() -> int:
     )
     args = parser.parse_args()
     events = realistic_events(args.events)
+    bare_rates: list[float] = []
+    prebuilt_rates: list[float] = []
+    actor_rates: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpdir = Path(tmp)
-        # A short warm-up so both paths start with imports and caches in place.
-        bench_bare(events[:5000], tmpdir / "warm-bare.jsonl")
-        bench_actor(events[:5000], tmpdir / "warm" / "actions.jsonl", args.max_bytes)
-        bare = bench_bare(events, tmpdir / "bare.jsonl")
-        actor_path = tmpdir / "actor" / "actions.jsonl"
-        actor = bench_actor(events, actor_path, args.max_bytes)
-        if args.max_bytes >= 1 << 30 and count_lines(actor_path) != len(events):
-            sys.exit("the actor's file does not hold every event")
-    print(f"events:       {len(events):,}")
-    print(f"bare loop:    {bare:,.0f} events/s")
-    print(f"actor path:   {actor:,.0f} events/s")
-    print(f"ratio:        {actor / bare:.0%} of the bare loop (target >= 40%)")
+        for r in range(args.rounds):
+            bare_rates.append(bench_bare(events, tmpdir / f"bare{r}.jsonl"))
+            prebuilt_rates.append(bench_bare_prebuilt(events, tmpdir / f"bare{r}.jsonl"))
+            actor_path = tmpdir / f"actor{r}" / "actions.jsonl"
+            actor_rates.append(bench_actor(events, actor_path, args.max_bytes))
+            if args.max_bytes >= 1 << 30 and count_lines(actor_path) != len(events):
+                sys.exit("the actor's file does not hold every event")
+            (tmpdir / f"bare{r}.jsonl").unlink()
+            for f in actor_path.parent.iterdir():
+                f.unlink()
+    bare, prebuilt, actor = max(bare_rates), max(prebuilt_rates), max(actor_rates)
+    print(f"events:         {len(events):,} per round, best of {args.rounds} rounds")
+    print(f"bare loop:      {bare:,.0f} events/s")
+    print(f"actor path:     {actor:,.0f} events/s")
+    print(f"ratio:          {actor / bare:.0%} of the bare loop (target >= 40%)")
+    print(f"reference:      bare loop on ready-made dicts {prebuilt:,.0f} events/s", end=" ")
+    print(f"(actor path = {actor / prebuilt:.0%} of it)")
     return 0
 
 

@@ -10,9 +10,10 @@ The simulator runs in its own process and blasts N realistic MESSAGE_CREATE fram
   bare        trio-websocket with the same socket settings as picortex, no compression;
               receives and orjson.loads each frame, nothing else (the ceiling of our stack).
 
-Each rate is frames / seconds between a client's first and last MESSAGE_CREATE. Runs are
-repeated and the best of each client is compared (the machine is shared; the best run is
-the least disturbed one).
+Each rate is frames between a client's first and last MESSAGE_CREATE, divided by the wall
+time and, separately, by the CPU time the client process used meanwhile (steadier on a
+shared machine). Runs are repeated and each client's best is compared. Two more picortex
+clients stop after the gateway stage and after normalize, to show where the time goes.
 
 Usage (from the repository root):
     python scripts/bench_gateway.py [--count 50000] [--runs 3] [--profile]
@@ -42,6 +43,12 @@ TOKEN: Final = "sim-token"
 CHANNELS: Final = 50
 SIZE: Final = 1024
 CLIENTS: Final = ("picortex", "discord.py", "bare")
+# The picortex client, and the same client stopped after an earlier stage (for the breakdown).
+STAGES: Final = {
+    "picortex": "full",
+    "picortex-normalize": "normalize",
+    "picortex-gateway": "gateway",
+}
 TARGET_VS_DISCORDPY: Final = 1.5
 TARGET_VS_BARE: Final = 0.7
 
@@ -110,7 +117,8 @@ def serve_sim() -> None:
 # -- the clients ------------------------------------------------------------------------------
 
 
-def run_picortex(api_base: str, count: int, profile: bool) -> None:
+def run_picortex(api_base: str, count: int, profile: bool, stage: str) -> None:
+    """`stage`: "full" (normalize + hand on), "normalize" (no hand-on), "gateway" (neither)."""
     import trio
 
     from picortex.discord.gateway import GatewayActor
@@ -137,12 +145,23 @@ def run_picortex(api_base: str, count: int, profile: bool) -> None:
                     overflow += 1
                 meter.tick()
 
+        def normalize_only(name: str, data: Any) -> None:
+            normalize(name, data)
+            if name == "MESSAGE_CREATE":
+                meter.tick()
+
+        def gateway_only(name: str, data: Any) -> None:
+            if name == "MESSAGE_CREATE":
+                meter.tick()
+
+        callback = {"full": on_dispatch, "normalize": normalize_only, "gateway": gateway_only}
+
         async def consume() -> None:
             async for _ in receive:
                 pass
 
         async with RestClient(api_base, TOKEN) as rest, trio.open_nursery() as nursery:
-            actor = GatewayActor(TOKEN, rest, NoSink(), on_dispatch)
+            actor = GatewayActor(TOKEN, rest, NoSink(), callback[stage])
             nursery.start_soon(consume)
             await nursery.start(actor.run)
             emit({"ready": True, "compress": actor.compression})
@@ -156,7 +175,8 @@ def run_picortex(api_base: str, count: int, profile: bool) -> None:
                 pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
                 sys.stderr.write(out.getvalue())
             nursery.cancel_scope.cancel()
-        return meter.result("picortex", overflow=overflow, compress=actor.compression)
+        label = "picortex" if stage == "full" else f"picortex ({stage} only)"
+        return meter.result(label, overflow=overflow, compress=actor.compression)
 
     emit(trio.run(main))
 
@@ -341,8 +361,8 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the picortex client")
     parser.add_argument(
         "--clients",
-        default=",".join([*CLIENTS, "bare-defaults"]),
-        help="comma-separated: picortex, discord.py, bare, bare-defaults",
+        default=",".join([*CLIENTS, "picortex-gateway", "picortex-normalize", "bare-defaults"]),
+        help="comma-separated: " + ", ".join([*STAGES, "discord.py", "bare", "bare-defaults"]),
     )
     parser.add_argument("--serve-sim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)
@@ -351,8 +371,8 @@ def main() -> int:
     if args.serve_sim:
         serve_sim()
         return 0
-    if args.client == "picortex":
-        run_picortex(args.api_base, args.count, args.profile)
+    if args.client in STAGES:
+        run_picortex(args.api_base, args.count, args.profile, STAGES[args.client])
     elif args.client == "discord.py":
         run_discordpy(args.api_base, args.count)
     elif args.client in ("bare", "bare-defaults"):

@@ -39,7 +39,12 @@ FILE_MODE: Final = 0o600
 LENIENT_MAX_DEPTH: Final = 50
 LENIENT_REPR_MAX_CHARS: Final = 2_000
 
+# Distinct event names remembered as ready-made JSON; there are a few dozen in practice.
+EVENT_NAME_CACHE: Final = 1_024
+
 _DUMPS_OPTIONS: Final = orjson.OPT_APPEND_NEWLINE
+_dumps: Final = orjson.dumps
+_COMMA: Final = ord(",")
 _NEWLINE: Final = b"\n"
 
 
@@ -78,6 +83,7 @@ class ActionLog:
         self._pending = bytearray()
         self._pending_lines = 0
         self._wake = trio.Event()
+        self._writer_idle = False
         self._dropped = 0
         self._dropped_total = 0
         self._written = 0
@@ -85,13 +91,17 @@ class ActionLog:
         self._size = 0
         self._ts_ms = -1
         self._ts = ""
+        # `{"ts":"<this millisecond>","event":"<name>"` per event name, as ready-made JSON.
+        self._prefixes: dict[str, bytes] = {}
 
     # -- EventSink ----------------------------------------------------------------------
 
     def emit(self, event: str, /, **fields: object) -> None:
         """Queue one event with `ts` added; never blocks, never raises (drops are counted)."""
+        # Every caller pays for this on its own time: keep it lean (see bench_action_log.py).
         try:
-            if len(self._pending) >= self._max_pending:
+            pending = self._pending
+            if len(pending) >= self._max_pending:
                 self._dropped += 1
                 self._dropped_total += 1
                 return
@@ -99,22 +109,54 @@ class ActionLog:
             if ms != self._ts_ms:
                 self._ts_ms = ms
                 self._ts = _rfc3339(ms)
-            ts = self._ts
-            record = {"ts": ts, "event": event, **fields}
-            if len(record) != len(fields) + 2:
-                record = _rename_clashes(ts, event, fields)
-            try:
-                line = orjson.dumps(record, default=_to_json, option=_DUMPS_OPTIONS)
-            except TypeError:
-                line = _dumps_lenient(record)
-            self._pending += line
+                self._prefixes = {}
+            prefix = self._prefixes.get(event)
+            if prefix is None:
+                prefix = self._prefix(event)
+            body = None
+            if fields and "ts" not in fields and "event" not in fields:
+                try:
+                    body = _dumps(fields, default=_to_json, option=_DUMPS_OPTIONS)
+                except TypeError:
+                    body = None  # odd values: the slow path below serializes them leniently
+            if body is not None:
+                # `{"ts":..,"event":..` + the fields' own object with its `{` made a `,`:
+                # no second dict, and orjson serializes each field once.
+                pending += prefix
+                brace = len(pending)
+                pending += body
+                pending[brace] = _COMMA
+            elif not fields:
+                pending += prefix
+                pending += b"}\n"
+            else:
+                pending += self._slow_line(event, fields)
             self._pending_lines += 1
-            if not self._wake.is_set():
+            if self._writer_idle:
+                self._writer_idle = False
                 self._wake.set()
         except Exception:
             self._dropped += 1
             self._dropped_total += 1
             logger.exception("action log could not queue a %r event", event)
+
+    def _prefix(self, event: str) -> bytes:
+        if len(self._prefixes) >= EVENT_NAME_CACHE:
+            self._prefixes.clear()
+        prefix = b'{"ts":"' + self._ts.encode() + b'","event":' + _dumps(event, default=str)
+        self._prefixes[event] = prefix
+        return prefix
+
+    def _slow_line(self, event: str, fields: dict[str, object]) -> bytes:
+        """The line for fields that clash with `ts`/`event` or that orjson refused."""
+        if "ts" in fields or "event" in fields:
+            record = _rename_clashes(self._ts, event, fields)
+        else:
+            record = {"ts": self._ts, "event": event, **fields}
+        try:
+            return _dumps(record, default=_to_json, option=_DUMPS_OPTIONS)
+        except TypeError:
+            return _dumps_lenient(record)
 
     # -- actor ----------------------------------------------------------------------------
 
@@ -127,8 +169,10 @@ class ActionLog:
         try:
             task_status.started()
             while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
+                if not self._pending and not self._dropped:
+                    self._wake = trio.Event()
+                    self._writer_idle = True
+                    await self._wake.wait()
                 self._write_pending(check_faults=True)
         finally:
             # Synchronous writes: the final drain needs no checkpoint, so a cancel cannot cut it.

@@ -73,18 +73,25 @@ class ChannelActor:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Handle messages until idle for IDLE_EXIT_SECONDS with nothing queued."""
-        async with trio.open_nursery() as nursery:
-            task_status.started()
-            while True:
-                message: Message | None = None
-                with trio.move_on_after(IDLE_EXIT_SECONDS):
-                    message = await self._inbox.receive()
-                if message is None:
-                    if self._generation is None and self._inbox.depth == 0:
-                        break
-                    continue
-                await self._handle(message, nursery)
-                self._inbox.done()
+        try:
+            async with trio.open_nursery() as nursery:
+                task_status.started()
+                while True:
+                    message: Message | None = None
+                    with trio.move_on_after(IDLE_EXIT_SECONDS):
+                        message = await self._inbox.receive()
+                    if message is None:
+                        if self._generation is None and self._inbox.depth == 0:
+                            break
+                        continue
+                    await self._handle(message, nursery)
+                    self._inbox.done()
+        except BaseExceptionGroup as group:
+            # Surface a lone crash as itself, so the supervisor logs what actually failed.
+            lone = _lone_error(group)
+            if lone is None:
+                raise
+            raise lone from None
 
     # ----- one message ---------------------------------------------------------------------
 
@@ -448,6 +455,7 @@ class ChannelActor:
                     workspace=workspace,
                     tier="general",
                     signal_id=str(trigger.id),
+                    timeout=pipe.answer_timeout,
                 )
             )
         if cont.is_superseded(self._cont, gen.request):
@@ -511,6 +519,24 @@ class ChannelActor:
                     error=message,
                     stack_trace=trace,
                 )
+
+
+def _lone_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
+    """The one real error in a nursery's group (the rest being cancellations), else None."""
+    errors: list[Exception] = []
+    for exc in _leaves(group):
+        if isinstance(exc, trio.Cancelled):
+            continue
+        if not isinstance(exc, Exception):
+            return None
+        errors.append(exc)
+    return errors[0] if len(errors) == 1 else None
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
 
 
 def _channel_name(pipe: Pipeline, channel_id: Snowflake) -> str:

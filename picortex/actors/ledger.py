@@ -67,8 +67,15 @@ class LedgerBudget:
         """Add one call's cost to the ledger."""
         self._store.add_spend(workspace, self.period_key(), cost_usd, self._now().timestamp())
 
-    def summary(self) -> dict[str, dict[str, float]]:
-        """Spend against ceiling per workspace in the current period (for `picortex status`)."""
+    def summary(self) -> dict[str, dict[str, float | str]]:
+        """Spend against ceiling per workspace in the current period (for `picortex status`).
+
+        Only workspaces that spent something this period are listed.
+        """
         ceiling = self._settings().budget.ceiling_usd
-        spent = self._store.spend_by_workspace(self.period_key())
-        return {w: {"spent_usd": round(s, 6), "ceiling_usd": ceiling} for w, s in spent.items()}
+        key = self.period_key()
+        spent = self._store.spend_by_workspace(key)
+        return {
+            w: {"spent_usd": round(s, 6), "ceiling_usd": ceiling, "period": key}
+            for w, s in sorted(spent.items())
+        }

@@ -36,6 +36,8 @@ TYPING_RENEW_SECONDS: Final = 8.0
 # How long one reply post may take before it counts as failed (REST waits out 429s inside).
 POST_TIMEOUT_SECONDS: Final = 60.0
 ERROR_MESSAGE_MAX_CHARS: Final = 500
+# The deadline of one answer's model call: long answers take a while, a hung call must not.
+ANSWER_TIMEOUT_SECONDS: Final = 60.0
 # The persona column of an error row when the default agent (no persona) failed.
 DEFAULT_PERSONA: Final = "default"
 
@@ -180,6 +182,7 @@ class Pipeline:
     dm_channels: dict[Snowflake, Snowflake] = attrs.field(factory=dict)
     # Called when Discord refuses the token (HTTP 401): the app stops with exit code 3.
     fatal: Callable[[FatalDiscordError], None] | None = None
+    answer_timeout: float = ANSWER_TIMEOUT_SECONDS
 
     def workspace_of(self, message: Message) -> str:
         """The budget workspace: the guild id, or `dm`."""

@@ -71,6 +71,8 @@ CONNECT_TIMEOUT: Final = 30.0
 SEND_TIMEOUT: Final = 10.0
 # Seconds we wait for the peer to answer our close frame before dropping the socket.
 CLOSE_TIMEOUT: Final = 5.0
+# When the actor is cancelled or fails, the close frame goes out but nobody can read the reply.
+ABANDON_CLOSE_TIMEOUT: Final = 0.5
 # Seconds for GET /gateway/bot (the REST client retries inside this).
 REST_TIMEOUT: Final = 60.0
 # A GUILD_CREATE of a big guild is large; a message beyond this is refused by the socket.
@@ -471,18 +473,20 @@ class GatewayActor:
             problem = f"{action.kind} send stalled for {self._send_timeout:g} s"
             await self._perform(conn, self._proto.transport_error(problem, trio.current_time()))
 
-    async def _close(self, conn: _Connection, action: Close) -> None:
+    async def _close(self, conn: _Connection, action: Close, timeout: float | None = None) -> None:
         conn.closed_by_us = True
         conn.close_code = action.code
         conn.close_reason = action.reason
-        with trio.move_on_after(self._close_timeout):
+        with trio.move_on_after(self._close_timeout if timeout is None else timeout):
             await conn.ws.aclose(action.code, action.reason)
 
     async def _close_shielded(self, conn: _Connection, actions: list[Action]) -> None:
+        # Cancelled: the socket's reader task is gone, so the peer's close reply can never be
+        # read; send our close frame and give the peer only a moment.
         with trio.CancelScope(shield=True):
             for action in actions:
                 if isinstance(action, Close):
-                    await self._close(conn, action)
+                    await self._close(conn, action, ABANDON_CLOSE_TIMEOUT)
                 elif not isinstance(action, Send):
                     self._perform_now(action)
 

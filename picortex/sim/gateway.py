@@ -66,6 +66,8 @@ WRITE_BATCH_BYTES: Final = 256 * 1024
 # A blast waits for a connection's queue to fall under this many frames before adding more.
 QUEUE_HIGH_WATER: Final = 4096
 
+# What a websocket reports when the peer vanished without a close frame.
+ABNORMAL_CLOSURE: Final = 1006
 # Close codes after which Discord will not resume the session (its close-code table).
 NON_RESUMABLE_CLOSE_CODES: Final = frozenset(
     {4001, 4003, 4004, 4005, 4007, 4009, 4010, 4011, 4012, 4013, 4014}
@@ -105,6 +107,7 @@ class GatewayStats:
     resume_failures: int
     heartbeat_timeouts: int
     client_close_codes: tuple[int, ...]
+    client_drops: int
     last_connect_path: str | None
     resume_url_connections: int
 
@@ -295,6 +298,7 @@ class _Counters:
     resume_url_connections: int = 0
     last_identify: Json | None = None
     last_connect_path: str | None = None
+    client_drops: int = 0
     client_close_codes: list[int] = attrs.Factory(list)
 
 
@@ -384,8 +388,11 @@ class GatewayHub:
                 message = await conn.ws.get_message()
             except trio_websocket.ConnectionClosed as exc:
                 if not conn.server_closing and exc.reason is not None:
-                    code = exc.reason.code
-                    self.counters.client_close_codes.append(code)
+                    code = int(exc.reason.code)
+                    if code == ABNORMAL_CLOSURE:
+                        self.counters.client_drops += 1
+                    else:
+                        self.counters.client_close_codes.append(code)
                     # A client closing with 1000/1001 ends its session (Discord's rule).
                     if code in (1000, 1001) and conn.session is not None:
                         self._invalidate(conn.session)
@@ -725,6 +732,7 @@ class GatewayHub:
             resume_failures=c.resume_failures,
             heartbeat_timeouts=c.heartbeat_timeouts,
             client_close_codes=tuple(c.client_close_codes),
+            client_drops=c.client_drops,
             last_connect_path=c.last_connect_path,
             resume_url_connections=c.resume_url_connections,
         )

@@ -216,7 +216,10 @@ async def test_a_line_longer_than_max_bytes_gets_a_file_of_its_own(tmp_path, aut
 
 async def test_a_torn_last_line_is_moved_aside_at_start(tmp_path, autojump_clock):
     path = tmp_path / "actions.jsonl"
-    whole = b'{"ts":"2025-06-01T12:00:00.000Z","event":"a"}\n{"ts":"2025-06-01T12:00:01.000Z","event":"b"}\n'
+    whole = (
+        b'{"ts":"2025-06-01T12:00:00.000Z","event":"a"}\n'
+        b'{"ts":"2025-06-01T12:00:01.000Z","event":"b"}\n'
+    )
     torn = b'{"ts":"2025-06-01T12:00:02.000Z","event":"rep'
     path.write_bytes(whole + torn)
     log = ActionLog(path, 1_000_000)

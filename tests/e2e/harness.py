@@ -140,11 +140,16 @@ async def running_bot(
         base_env.update(env or {})
         settings = load_settings(base_env)
         bot = Bot(settings, gateway_timings=GatewayTimings(backoff_base=0.05, backoff_cap=0.5))
-        await nursery.start(bot.run)
-        run = Running(sim, bot, world, home)
-        await sim.wait_ready()
-        await run.wait_event("gateway", action="ready")
         try:
-            yield run
+            # The bot stops first, while the simulator still answers its goodbyes.
+            async with trio.open_nursery() as bot_nursery:
+                await bot_nursery.start(bot.run)
+                run = Running(sim, bot, world, home)
+                await sim.wait_ready()
+                await run.wait_event("gateway", action="ready")
+                try:
+                    yield run
+                finally:
+                    bot_nursery.cancel_scope.cancel()
         finally:
             nursery.cancel_scope.cancel()

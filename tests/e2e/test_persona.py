@@ -47,7 +47,9 @@ def user_text(call: Any) -> str:
 
 def observations(run: Running, word: str) -> list[tuple[str, int, str | None]]:
     hits = run.bot.store.search_memory(word, since=0.0, workspace=None, limit=50)
-    return sorted((h.persona or "", h.message_id, h.trigger) for h in hits if h.kind == "observation")
+    return sorted(
+        (h.persona or "", h.message_id, h.trigger) for h in hits if h.kind == "observation"
+    )
 
 
 async def test_sleep_persona_answers_in_a_new_thread_named_after_it(tmp_path: Path) -> None:
@@ -137,7 +139,10 @@ async def test_two_matches_make_one_tiebreak_call_and_one_reply(tmp_path: Path) 
         assert [t["name"] for t in run.sim.threads()] == ["Fitness Coach responding"]
         assert len(run.sim.bot_messages()) == 1
         llm = run.events("llm")
-        assert [(e["stage"], e["model"]) for e in llm] == [("tiebreak", TRIAGE), ("generate", GENERAL)]
+        assert [(e["stage"], e["model"]) for e in llm] == [
+            ("tiebreak", TRIAGE),
+            ("generate", GENERAL),
+        ]
         # Both matches are observations, also the persona that did not answer.
         trigger_id = int(sent["id"])
         assert ("sleep", trigger_id, "sleep") in observations(run, "sleep")
@@ -268,7 +273,10 @@ async def test_exhausted_budget_makes_no_persona_call(tmp_path: Path) -> None:
         assert "budget" in skip[0]["reason"]
         assert len(run.sim.bot_messages()) == 1
         # Routing and observations still happen.
-        assert {o[0] for o in observations(run, "workout")} == {"fitness"}
+        assert {(o[0], o[2]) for o in observations(run, "workout")} == {
+            ("sleep", "tired"),
+            ("fitness", "workout"),
+        }
 
 
 async def test_recall_excerpts_from_earlier_messages_reach_the_prompt(tmp_path: Path) -> None:
@@ -326,7 +334,9 @@ async def test_thread_already_started_by_someone_is_reused(tmp_path: Path) -> No
         run.bot.store.set_tier(w.bob_id, "user")
         sent = run.say(w.general_id, w.bob_id, f"{run.mention()} I slept terribly")
         # alice starts a thread from bob's message before the bot answers.
-        run.sim.add_thread(w.general_id, "bob's night", owner_id=w.alice_id, message_id=int(sent["id"]))
+        run.sim.add_thread(
+            w.general_id, "bob's night", owner_id=w.alice_id, message_id=int(sent["id"])
+        )
         with trio.fail_after(WAIT):
             done = await run.wait_event("persona.responded")
         assert len(run.sim.threads()) == 1
@@ -377,7 +387,9 @@ def test_bad_agents_yaml_stops_start_up_with_exit_2(tmp_path: Path) -> None:
         "  - id: fitness\n    name: Fitness Coach\n    description: d\n"
     )
     env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("PICORTEX_", "ANTHROPIC_", "DISCORD_"))
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PICORTEX_", "ANTHROPIC_", "DISCORD_"))
     }
     env.update(
         PICORTEX_HOME=str(home),

@@ -117,11 +117,24 @@ class RawGateway:
 
 
 @asynccontextmanager
+async def open_ws(url: str) -> AsyncIterator[Any]:
+    """A trio-websocket client connection that is always closed down to the socket."""
+    async with trio_websocket.open_websocket_url(url) as ws:
+        try:
+            yield ws
+        finally:
+            # Leave like a dropped network (no close frame, so the session stays resumable);
+            # this also closes the socket, which trio-websocket leaves open when the server
+            # closes first.
+            await ws._stream.aclose()
+
+
+@asynccontextmanager
 async def raw_gateway(
     url: str, *, compress: str | None = None, path: str = "/"
 ) -> AsyncIterator[RawGateway]:
     query = "?v=10&encoding=json" + (f"&compress={compress}" if compress else "")
-    async with trio_websocket.open_websocket_url(url + path + query) as ws:
+    async with open_ws(url + path + query) as ws:
         gateway = RawGateway(ws, compress)
         hello = await gateway.recv()
         assert hello["op"] == 10

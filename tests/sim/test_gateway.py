@@ -11,13 +11,13 @@ import trio_websocket
 
 from picortex.sim import DefaultWorld, Simulator, SimURLs
 
-from .conftest import BOT_INTENTS, raw_gateway
+from .conftest import BOT_INTENTS, open_ws, raw_gateway
 
 
 async def test_hello_identify_ready_guild_create(
     sim: Simulator, urls: SimURLs, world: DefaultWorld
 ) -> None:
-    async with trio_websocket.open_websocket_url(urls.gateway_url + "/?v=10&encoding=json") as ws:
+    async with open_ws(urls.gateway_url + "/?v=10&encoding=json") as ws:
         hello = orjson.loads(await ws.get_message())
         assert hello == {"op": 10, "d": {"heartbeat_interval": 41250}, "s": None, "t": None}
         identify = {
@@ -53,7 +53,7 @@ async def test_hello_identify_ready_guild_create(
 async def test_heartbeat_interval_is_configurable(nursery: trio.Nursery) -> None:
     sim = Simulator(heartbeat_interval_ms=1234)
     urls = await nursery.start(sim.serve)
-    async with trio_websocket.open_websocket_url(urls.gateway_url) as ws:
+    async with open_ws(urls.gateway_url) as ws:
         assert orjson.loads(await ws.get_message())["d"] == {"heartbeat_interval": 1234}
 
 
@@ -143,7 +143,7 @@ async def test_protocol_errors(sim: Simulator, urls: SimURLs) -> None:
     async with raw_gateway(urls.gateway_url) as gw:
         await gw.ws.send_message(orjson.dumps({"op": 1, "d": "x" * 5000}).decode())
         assert await gw.closed_code() == 4002
-    async with trio_websocket.open_websocket_url(urls.gateway_url + "/?v=6") as ws:
+    async with open_ws(urls.gateway_url + "/?v=6") as ws:
         with pytest.raises(trio_websocket.ConnectionClosed) as info:
             await ws.get_message()
         assert info.value.reason.code == 4012

@@ -1,0 +1,303 @@
+"""Attention gating end to end (SPEC 5 step 5, 7; issue 6): the five modes in a guild
+channel and a DM, the hard rules, mode switching by command and CLI, thread inheritance."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from picortex.chathome import PROMPT_RELPATH
+from picortex.sim.model import ModelReply
+from tests.e2e.harness import Running, running_bot
+
+WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
+SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
+TRUE = '{"should_respond": true, "reason": "bob asks the bot for its view"}'
+FALSE = '{"should_respond": false, "reason": "small talk between people"}'
+
+
+async def decision(run: Running, msg: dict[str, Any]) -> dict[str, Any]:
+    """The `decision` event for a posted message."""
+    with trio.fail_after(WAIT):
+        found = await run.wait_event("decision", message_id=int(msg["id"]))
+    return found[0]
+
+
+async def answered(run: Running, msg: dict[str, Any]) -> dict[str, Any]:
+    """The bot's reply to `msg` (waits for it)."""
+    with trio.fail_after(WAIT):
+        await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
+    return run.replies_to(int(msg["id"]))[0]
+
+
+async def not_answered(run: Running, msg: dict[str, Any]) -> dict[str, Any]:
+    """The decision for `msg`, after checking that no reply came."""
+    found = await decision(run, msg)
+    await trio.sleep(SETTLE)
+    assert run.replies_to(int(msg["id"])) == []
+    return found
+
+
+def typing_in(run: Running, channel_id: int) -> int:
+    return sum(
+        1
+        for r in run.sim.requests
+        if r.method == "POST" and r.path.endswith(f"/channels/{channel_id}/typing")
+    )
+
+
+def stages(run: Running) -> list[str]:
+    return [e["stage"] for e in run.events("llm")]
+
+
+# Each mode, in #general and in bob's DM, for a plain message from a trusted user that
+# neither mentions the bot nor replies to it. Discriminate modes get one scripted verdict.
+MODE_CASES = [
+    ("always", None, "respond", "always mode answers every message"),
+    ("mentions-only", None, "skip", "mentions-only mode: no mention of the bot and not a reply"),
+    ("discriminate", TRUE, "respond", "discriminator: bob asks the bot for its view"),
+    ("discriminate", FALSE, "skip", "discriminator: small talk between people"),
+    ("discriminate-quiet", TRUE, "respond", "discriminator: bob asks the bot for its view"),
+    ("discriminate-quiet", FALSE, "skip", "discriminator: small talk between people"),
+    ("silent", None, "record", "silent mode: recorded, never answered"),
+]
+
+
+@pytest.mark.parametrize("place", ["guild", "dm"])
+@pytest.mark.parametrize(("mode", "verdict", "outcome", "reason"), MODE_CASES)
+async def test_each_mode_for_a_plain_message(
+    tmp_path: Path, place: str, mode: str, verdict: str | None, outcome: str, reason: str
+) -> None:
+    async with running_bot(tmp_path, relaxed_limits=True) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        chat = w.general_id if place == "guild" else run.dm_id(w.bob_id)
+        run.bot.store.set_attention_mode(chat, mode, 0.0)
+        if verdict is not None:
+            run.sim.model.script(verdict)
+        msg = run.say(chat, w.bob_id, "what do you all think about green tea")
+        if outcome == "respond":
+            reply = await answered(run, msg)
+            assert reply["channel_id"] == str(chat)
+            found = await decision(run, msg)
+        else:
+            found = await not_answered(run, msg)
+        assert found["outcome"] == outcome
+        assert found["mode"] == mode
+        assert found["reason"].startswith(reason)
+        expected = (["discriminate"] if verdict else []) + (["generate"] if outcome == "respond" else [])
+        assert stages(run) == expected
+        if mode == "discriminate-quiet" and outcome == "skip":
+            assert typing_in(run, chat) == 0
+
+
+@pytest.mark.parametrize("mode", ["always", "mentions-only", "discriminate", "silent"])
+async def test_a_mention_in_a_guild_channel(tmp_path: Path, mode: str) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        run.bot.store.set_attention_mode(w.general_id, mode, 0.0)
+        msg = run.say(w.general_id, w.bob_id, f"{run.mention()} what about green tea")
+        if mode == "silent":
+            found = await not_answered(run, msg)
+            assert found["outcome"] == "record"
+            assert found["reason"] == "silent mode: a mention of the bot is recorded, never answered"
+            assert run.sim.model.calls == []
+            return
+        await answered(run, msg)
+        found = await decision(run, msg)
+        assert (found["outcome"], found["reason"]) == ("respond", "the message mentions the bot")
+        assert stages(run) == ["generate"]  # a rule fired: the discriminator is not asked
+
+
+async def test_a_reply_to_the_bot_is_answered_without_a_mention(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        first = run.say(w.general_id, w.bob_id, f"{run.mention()} hello")
+        bot_reply = await answered(run, first)
+        await trio.sleep(0.2)
+        follow = run.say(
+            w.general_id, w.alice_id, "and for me?", reply_to=int(bot_reply["id"]), reply_ping=False
+        )
+        assert follow["mentions"] == []
+        await answered(run, follow)
+        found = await decision(run, follow)
+        assert (found["outcome"], found["reason"]) == ("respond", "reply to a message from the bot")
+        # A reply to someone else is not a reply to the bot.
+        other = run.say(w.general_id, w.bob_id, "me too", reply_to=int(follow["id"]))
+        found = await not_answered(run, other)
+        assert found["outcome"] == "skip"
+
+
+async def test_owner_dm_is_answered_even_in_silent_mode(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        alice_dm, bob_dm = run.dm_id(w.alice_id), run.dm_id(w.bob_id)
+        run.bot.store.set_attention_mode(alice_dm, "silent", 0.0)
+        run.bot.store.set_attention_mode(bob_dm, "silent", 0.0)
+        owner = run.say(alice_dm, w.alice_id, "quick one: is the deploy still on Friday")
+        await answered(run, owner)
+        found = await decision(run, owner)
+        assert found["reason"] == "direct message from the owner: answered in every mode"
+        user = run.say(bob_dm, w.bob_id, "are you there")
+        assert (await not_answered(run, user))["outcome"] == "record"
+        # The owner in a guild channel in silent mode is recorded like everyone else.
+        run.bot.store.set_attention_mode(w.general_id, "silent", 0.0)
+        guild = run.say(w.general_id, w.alice_id, f"{run.mention()} hello")
+        assert (await not_answered(run, guild))["outcome"] == "record"
+
+
+@pytest.mark.parametrize(
+    ("mode", "outcome"),
+    [("always", "respond"), ("mentions-only", "skip"), ("discriminate", "skip"), ("silent", "record")],
+)
+async def test_attachment_only_message_is_answered_only_in_always(
+    tmp_path: Path, mode: str, outcome: str
+) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        run.bot.store.set_attention_mode(w.general_id, mode, 0.0)
+        msg = run.say(w.general_id, w.bob_id, "", attachments=["holiday.jpg"])
+        if outcome == "respond":
+            await answered(run, msg)
+            found = await decision(run, msg)
+            assert found["reason"] == "message with attachments only: always mode answers"
+        else:
+            found = await not_answered(run, msg)
+            assert found["outcome"] == outcome
+            assert run.sim.model.calls == []  # never the discriminator
+        if mode in ("mentions-only", "discriminate"):
+            assert found["reason"] == f"message with attachments only: only always mode answers, this chat is {mode}"
+
+
+async def test_attention_commands_switch_and_show_the_mode(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, relaxed_limits=True) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "trusted")
+        chat_home = run.home / "chats" / str(w.general_id)
+        prompt = chat_home / PROMPT_RELPATH
+
+        show = run.say(w.general_id, w.alice_id, f"{run.mention()} !s attention show")
+        text = (await answered(run, show))["content"]
+        assert "`mentions-only`" in text and str(prompt) in text
+
+        # A trusted user who is not an admin is refused and nothing changes.
+        denied = run.say(w.general_id, w.bob_id, f"{run.mention()} !s attention silent")
+        assert "needs an admin" in (await answered(run, denied))["content"]
+        assert run.bot.store.get_chat_config(w.general_id) is None
+        assert run.events("command")[-1]["result"] == "denied"
+
+        switch = run.say(w.general_id, w.alice_id, f"{run.mention()} !s attention discriminate")
+        text = (await answered(run, switch))["content"]
+        assert text == "Attention mode is now `discriminate` (was `mentions-only`)."
+        config = run.bot.store.get_chat_config(w.general_id)
+        assert config is not None and config.attention_mode == "discriminate"
+        # The chat home and its prompt exist from the switch on, as a git repository.
+        assert prompt.is_file() and (chat_home / ".git").is_dir()
+
+        show = run.say(w.general_id, w.alice_id, f"{run.mention()} !s attention show")
+        assert "`discriminate`" in (await answered(run, show))["content"]
+
+        # The new mode applies to the next message at once.
+        run.sim.model.script(FALSE)
+        plain = run.say(w.general_id, w.bob_id, "nice weather")
+        found = await not_answered(run, plain)
+        assert (found["mode"], found["outcome"]) == ("discriminate", "skip")
+        assert stages(run) == ["discriminate"]
+        assert run.sim.model.calls[0].model == "claude-haiku-5-5"
+
+
+async def test_attention_command_in_a_dm_sets_the_dm_mode(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        bob_dm = run.dm_id(w.bob_id)
+        # bob is a user: in his own DM the command is refused too.
+        refused = run.say(bob_dm, w.bob_id, "!s attention silent")
+        assert "needs an admin" in (await answered(run, refused))["content"]
+        assert run.bot.store.get_chat_config(bob_dm) is None
+        alice_dm = run.dm_id(w.alice_id)
+        switch = run.say(alice_dm, w.alice_id, "!s attention mentions-only")
+        assert "now `mentions-only`" in (await answered(run, switch))["content"]
+        config = run.bot.store.get_chat_config(alice_dm)
+        assert config is not None and config.attention_mode == "mentions-only"
+        # The owner's DM is answered in every mode; bob's DM keeps the `always` default.
+        hello = run.say(bob_dm, w.bob_id, "hello")
+        assert (await decision(run, hello))["mode"] == "always"
+        await answered(run, hello)
+
+
+async def test_threads_inherit_the_parent_mode_unless_set(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, relaxed_limits=True) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        set_always = run.say(w.general_id, w.alice_id, f"{run.mention()} !s attention always")
+        await answered(run, set_always)
+        thread = run.sim.add_thread(w.general_id, "tea talk", owner_id=w.bob_id)
+        in_thread = run.say(thread, w.bob_id, "oolong or sencha")
+        reply = await answered(run, in_thread)
+        assert reply["channel_id"] == str(thread)
+        assert (await decision(run, in_thread))["mode"] == "always"
+        # The thread gets its own mode; the parent keeps its own.
+        own = run.say(thread, w.alice_id, f"{run.mention()} !s attention silent")
+        assert "now `silent` (was `always`)" in (await answered(run, own))["content"]
+        quiet = run.say(thread, w.bob_id, "matcha then")
+        assert (await not_answered(run, quiet))["mode"] == "silent"
+        parent = run.say(w.general_id, w.bob_id, "and in here?")
+        assert (await decision(run, parent))["mode"] == "always"
+        await answered(run, parent)
+
+
+async def test_picortex_config_set_attention_for_one_chat(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        done = await run.cli("config", "set", f"attention.{w.random_id}", "always")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"attention.{w.random_id} = always"
+        msg = run.say(w.random_id, w.bob_id, "anyone up for lunch")
+        await answered(run, msg)
+        assert (await decision(run, msg))["mode"] == "always"
+        # Other chats keep the default.
+        other = run.say(w.general_id, w.bob_id, "anyone up for lunch")
+        assert (await not_answered(run, other))["mode"] == "mentions-only"
+        shown = await run.cli("config", "get", f"attention.{w.random_id}")
+        assert shown.stdout.strip() == f"attention.{w.random_id} = always"
+        bad = await run.cli("config", "set", f"attention.{w.random_id}", "sometimes")
+        assert bad.returncode == 2
+        assert "attention." in bad.stderr and "sometimes" in bad.stderr
+
+
+async def test_untrusted_author_never_reaches_the_discriminator(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_attention_mode(w.general_id, "always", 0.0)
+        stranger = run.sim.add_user("mallory")
+        msg = run.say(w.general_id, stranger, "what is the admin password?")
+        found = await not_answered(run, msg)
+        assert found["outcome"] == "ignore"
+        run.bot.store.set_attention_mode(w.general_id, "discriminate", 0.0)
+        msg = run.say(w.general_id, stranger, "hey bot, what time is it?")
+        assert (await not_answered(run, msg))["outcome"] == "ignore"
+        assert run.sim.model.calls == []
+
+
+async def test_discriminate_quiet_shows_typing_only_once_it_will_answer(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        run.bot.store.set_attention_mode(w.general_id, "discriminate-quiet", 0.0)
+        run.sim.model.script(ModelReply(text=TRUE, delay=0.5))
+        msg = run.say(w.general_id, w.bob_id, "which tea has the most caffeine")
+        with trio.fail_after(WAIT):
+            await run.wait_until(lambda: len(run.sim.model.calls) == 1)
+        await trio.sleep(0.3)  # the classification is under way: nothing shows
+        assert typing_in(run, w.general_id) == 0
+        await answered(run, msg)
+        assert typing_in(run, w.general_id) >= 1  # while the answer was written

@@ -1,0 +1,47 @@
+"""Crash safety end to end (SPEC 12): a crashing channel actor loses one message, nothing more."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.e2e.harness import running_bot
+
+
+async def test_mailbox_fault_drops_one_message_and_the_channel_goes_on(tmp_path: Path) -> None:
+    env = {"PICORTEX_FAULT_INJECT": "mailbox:BOOM"}
+    toml = "continuation_seconds = 0\n"
+    async with running_bot(tmp_path, env=env, toml=toml, relaxed_limits=True) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        before = run.say(w.general_id, w.alice_id, f"{run.mention()} first question")
+        await run.wait_until(lambda: bool(run.replies_to(int(before["id"]))))
+        boom = run.say(w.general_id, w.alice_id, f"{run.mention()} this goes BOOM")
+        # Queued behind the poison message: these must survive the crash, in order.
+        after = [
+            run.say(w.general_id, w.alice_id, f"{run.mention()} after the crash {n}")
+            for n in range(3)
+        ]
+        elsewhere = run.say(w.random_id, w.bob_id, f"{run.mention()} meanwhile, in random?")
+        crash = await run.wait_event("supervisor", action="crash")
+        actor = f"channel-{w.general_id}"
+        assert crash[0]["actor"] == actor
+        assert crash[0]["restart"] is True
+        assert "FaultInjected" in crash[0]["error"]
+        dropped = [e for e in run.events("error") if e.get("actor") == actor]
+        assert len(dropped) == 1
+        assert "message dropped" in dropped[0]["error"]
+        assert str(boom["id"]) in dropped[0]["message"]
+        await run.wait_until(lambda: all(run.replies_to(int(m["id"])) for m in after))
+        await run.wait_until(lambda: bool(run.replies_to(int(elsewhere["id"]))))
+        # The poison message was never answered nor retried; the others in arrival order.
+        assert run.replies_to(int(boom["id"])) == []
+        general = [r["message_reference"]["message_id"] for r in run.sim.bot_messages(w.general_id)]
+        assert general == [m["id"] for m in (before, *after)]
+        assert not any("BOOM" in str(c.messages) for c in run.sim.model.calls)
+        # Only #general's actor crashed and restarted.
+        crashes = run.events("supervisor")
+        assert [e["actor"] for e in crashes if e["action"] == "crash"] == [actor]
+        assert run.bot.channels.restart_counts() == {
+            actor: 1,
+            f"channel-{w.random_id}": 0,
+        }

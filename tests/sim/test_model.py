@@ -1,0 +1,157 @@
+"""The offline model endpoint, driven by the official anthropic SDK."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anthropic
+import httpx
+import orjson
+import pytest
+import trio
+
+from picortex.sim import ModelReply, Simulator, SimURLs, default_answer
+
+
+@pytest.fixture
+async def claude(urls: SimURLs) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    async with anthropic.AsyncAnthropic(
+        api_key="sk-test", base_url=urls.anthropic_base_url, max_retries=0
+    ) as client:
+        yield client
+
+
+async def test_default_answer_has_the_messages_api_shape(
+    claude: anthropic.AsyncAnthropic, sim: Simulator
+) -> None:
+    reply = await claude.messages.create(
+        model="claude-sonnet-5-5",
+        max_tokens=300,
+        system="You are helpful.",
+        messages=[{"role": "user", "content": "alice: hello there\nalice: how is the weather"}],
+    )
+    assert reply.type == "message"
+    assert reply.role == "assistant"
+    assert reply.model == "claude-sonnet-5-5"
+    assert reply.stop_reason == "end_turn"
+    assert reply.id.startswith("msg_")
+    block = reply.content[0]
+    assert isinstance(block, anthropic.types.TextBlock)
+    assert block.text == "(offline model) You said: alice: how is the weather"
+    assert reply.usage.input_tokens == (len("You are helpful.") + 44) // 4
+    assert reply.usage.output_tokens == len(block.text) // 4
+    call = sim.model.calls[-1]
+    assert (call.model, call.system, call.max_tokens) == ("claude-sonnet-5-5", "You are helpful.", 300)
+    assert call.messages[0]["role"] == "user"
+
+
+async def test_raw_json_body_is_exactly_anthropics(urls: SimURLs) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            urls.anthropic_base_url + "/v1/messages",
+            headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+            json={"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]},
+        )
+    body = response.json()
+    assert set(body) == {
+        "id",
+        "type",
+        "role",
+        "model",
+        "content",
+        "stop_reason",
+        "stop_sequence",
+        "usage",
+    }
+    assert body["content"] == [{"type": "text", "text": "(offline model) You said: hi"}]
+    assert body["stop_sequence"] is None
+    assert response.headers["request-id"].startswith("req_")
+
+
+@pytest.mark.parametrize(
+    ("new_message", "expected"),
+    [
+        ("bob: is anyone around?", True),
+        ("bob: hey Bot, wake up", True),
+        ("bob: lunch was great", False),
+        ("bob: robots are cool", False),
+    ],
+)
+async def test_discriminator_default(
+    claude: anthropic.AsyncAnthropic, new_message: str, expected: bool
+) -> None:
+    prompt = (
+        "Recent messages, oldest first:\nalice: what? who is the bot?\n\n"
+        f"New message:\n{new_message}\n\n"
+        'Reply with one JSON object and nothing else:\n{"should_respond": true or false, '
+        '"reason": "one short sentence"}'
+    )
+    reply = await claude.messages.create(
+        model="claude-haiku-5-5", max_tokens=100, messages=[{"role": "user", "content": prompt}]
+    )
+    block = reply.content[0]
+    assert isinstance(block, anthropic.types.TextBlock)
+    verdict = orjson.loads(block.text)
+    assert verdict["should_respond"] is expected
+    assert verdict["reason"]
+
+
+def test_persona_pick_default() -> None:
+    listed = "Pick the persona for this message. Answer with the persona id only.\n- chef: food\n- sage: ideas"
+    assert default_answer(None, [{"role": "user", "content": listed}]) == "chef"
+    inline = "Which persona id fits? candidates: `sage`, chef"
+    assert default_answer(None, [{"role": "user", "content": inline}]) == "sage"
+
+
+async def test_scripted_text_errors_and_delays(
+    autojump_clock: trio.testing.MockClock, claude: anthropic.AsyncAnthropic, sim: Simulator
+) -> None:
+    sim.model.script(
+        "scripted",
+        ModelReply(status=529),
+        ModelReply(status=400, error_message="bad prompt"),
+        ModelReply(text="late", delay=30.0),
+    )
+    messages = [{"role": "user", "content": "hi"}]
+
+    async def ask() -> str:
+        reply = await claude.messages.create(model="m", max_tokens=10, messages=messages)
+        block = reply.content[0]
+        assert isinstance(block, anthropic.types.TextBlock)
+        return block.text
+
+    assert await ask() == "scripted"
+    with pytest.raises(anthropic.APIStatusError) as overloaded:
+        await ask()
+    assert overloaded.value.status_code == 529
+    assert overloaded.value.body == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Simulated overloaded_error."},
+        "request_id": overloaded.value.body["request_id"],  # type: ignore[index]
+    }
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        await ask()
+    assert "bad prompt" in str(bad.value)
+    with pytest.raises(trio.TooSlowError):
+        with trio.fail_after(5):
+            await ask()
+    assert await ask() == "(offline model) You said: hi"
+    assert len(sim.model.calls) == 5
+
+
+async def test_bad_requests_get_anthropic_errors(urls: SimURLs) -> None:
+    url = urls.anthropic_base_url + "/v1/messages"
+    async with httpx.AsyncClient() as client:
+        no_key = await client.post(url, json={})
+        missing = await client.post(
+            url,
+            headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+            json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        )
+    assert no_key.status_code == 401
+    assert no_key.json()["error"]["type"] == "authentication_error"
+    assert missing.status_code == 400
+    assert missing.json()["error"] == {
+        "type": "invalid_request_error",
+        "message": "max_tokens: Field required",
+    }
