@@ -223,19 +223,28 @@ def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
 
     async def main() -> int:
         code = 0
+        failure: FatalDiscordError | ConfigError | None = None
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
 
                 async def run_bot() -> None:
-                    nonlocal code
-                    code = await bot.run()
-                    nursery.cancel_scope.cancel()
+                    nonlocal code, failure
+                    try:
+                        code = await bot.run()
+                    except (FatalDiscordError, ConfigError) as exc:
+                        # Raised again outside the nursery, so the CLI sees the error itself
+                        # (not an exception group) and exits 3 or 2 with one line.
+                        failure = exc
+                    finally:
+                        nursery.cancel_scope.cancel()
 
                 nursery.start_soon(run_bot)
                 async for signum in signals:
                     logger.info("received %s: shutting down", signal.Signals(signum).name)
                     nursery.cancel_scope.cancel()
                     break
+        if failure is not None:
+            raise failure
         return code
 
     return trio.run(main)

@@ -1,11 +1,11 @@
 """The error tree of picortex.
 
-    PicortexError
-    +-- ConfigError            bad configuration or usage: one sentence, exit code 2
-    +-- FatalDiscordError      Discord refused us for good (fatal close code, 401): exit code 3
-    +-- SupervisorExhausted    a supervisor gave up after too many restarts: exit code 70 at root
-    +-- StoreError             the database could not be opened or migrated
-    +-- FaultInjected          a fault raised on purpose by PICORTEX_FAULT_INJECT
+PicortexError
++-- ConfigError            bad configuration or usage: one sentence, exit code 2
++-- FatalDiscordError      Discord refused us for good (fatal close code, 401): exit code 3
++-- SupervisorExhausted    a supervisor gave up after too many restarts: exit code 70 at root
++-- StoreError             the database could not be opened or migrated
++-- FaultInjected          a fault raised on purpose by PICORTEX_FAULT_INJECT
 """
 
 from __future__ import annotations

@@ -88,14 +88,14 @@ def format_event(record: dict[str, object]) -> str:
         if key in HIDDEN_FIELDS:
             continue
         parts.append(f"{key}={_format_value(value)}")
-    return " ".join(parts)
+    return " ".join(parts).rstrip()
 
 
 def _format_value(value: object) -> str:
     if isinstance(value, str):
-        text = value.replace("\n", "\\n")
-        if not text or any(c in text for c in " \"'="):
-            text = orjson.dumps(text).decode()
+        text = value
+        if not text or not text.isprintable() or any(c in text for c in " \"'="):
+            text = orjson.dumps(text).decode()  # quoted, newlines escaped: one line per event
     else:
         text = orjson.dumps(value).decode()
     if len(text) > VALUE_MAX_CHARS:

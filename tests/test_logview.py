@@ -94,7 +94,7 @@ def test_readable_format_quotes_text_and_leaves_out_tracebacks() -> None:
     assert text.startswith("2025-06-01 12:00:00.000Z  supervisor   actor=llm ")
     assert 'error="ValueError: bad thing"' in text
     assert "restart=true" in text
-    assert 'content="line one\\\\nline two"' in text
+    assert 'content="line one\\nline two"' in text
     assert "long=" + "z" * 159 + "…" in text
 
 
@@ -185,3 +185,9 @@ def test_follow_waits_for_a_log_that_does_not_exist_yet(tmp_path: Path) -> None:
     assert code == 0
     assert numbers(out.getvalue()) == [0]
     assert "No action log at" in err.getvalue()
+
+
+def test_an_event_without_fields_has_no_trailing_spaces() -> None:
+    assert format_event({"ts": "2025-06-01T12:00:00.000Z", "event": "b"}) == (
+        "2025-06-01 12:00:00.000Z  b"
+    )

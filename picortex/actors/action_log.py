@@ -175,7 +175,10 @@ class ActionLog:
                     await self._wake.wait()
                 self._write_pending(check_faults=True)
         finally:
-            # Synchronous writes: the final drain needs no checkpoint, so a cancel cannot cut it.
+            self._writer_idle = False
+            # Synchronous writes: the final drain needs no checkpoint, so a cancel cannot cut it
+            # (no shielded scope needed). A batch is one write(2) to a regular file, which a
+            # signal, even SIGKILL, does not split: a crash loses queued lines, never tears one.
             try:
                 self._write_pending(check_faults=False)
             except OSError:

@@ -236,6 +236,9 @@ class LLMActor:
             base_url=self._base_url,
             # Failed invocations are never retried (SPEC 9); the deadline is ours (fail_after).
             max_retries=0,
+            # Anthropic's API reference authenticates with x-api-key; send it beside the
+            # SDK's own Authorization header so any endpoint that follows the docs accepts us.
+            default_headers={"x-api-key": self._api_key},
             http_client=None if self._http_client_factory is None else self._http_client_factory(),
         ) as client:
             self._client = client

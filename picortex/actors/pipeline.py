@@ -65,7 +65,7 @@ class Rest(Protocol):
     async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None: ...
 
     async def get_reactions(
-        self, channel_id: int, message_id: int, emoji: str
+        self, channel_id: int, message_id: int, emoji: str, *, after: int | None = None
     ) -> list[dict[str, Any]]: ...
 
     async def get_channel_messages(
@@ -283,7 +283,7 @@ class Pipeline:
                         target_channel,
                         chunk,
                         reply_to=plan.reply_to if index == 0 else None,
-                        allowed_mentions=policy.allowed_mentions(),
+                        allowed_mentions=policy.allowed_mentions(ping_users=False),
                     )
                     posted.append(int(data["id"]))
         except Exception as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 import trio
 
@@ -13,6 +14,8 @@ from picortex.core.commands import StartPoll
 from picortex.types import Message, Snowflake
 
 logger = logging.getLogger(__name__)
+
+REACTIONS_PAGE: Final = 100  # Discord's most users per Get Reactions call
 
 
 async def run_poll(pipe: Pipeline, trigger: Message, poll: StartPoll) -> None:
@@ -44,8 +47,7 @@ async def run_poll(pipe: Pipeline, trigger: Message, poll: StartPoll) -> None:
         await trio.sleep(seconds)
         reactions: dict[str, list[Snowflake]] = {}
         for emoji in emojis:
-            users = await pipe.rest.get_reactions(trigger.channel_id, poll_id, emoji)
-            reactions[emoji] = [int(u["id"]) for u in users if "id" in u]
+            reactions[emoji] = await _voters(pipe, trigger.channel_id, poll_id, emoji)
         result = pcore.tally(reactions, poll.options, pipe.bot.user_id)
         pipe.events.emit(
             "poll",
@@ -64,3 +66,18 @@ async def run_poll(pipe: Pipeline, trigger: Message, poll: StartPoll) -> None:
         message = failure_text(exc)[0]
         pipe.events.emit("error", scope="poll", message_id=trigger.id, message=message)
         logger.warning("poll in channel %s failed: %s", trigger.channel_id, message)
+
+
+async def _voters(
+    pipe: Pipeline, channel_id: Snowflake, message_id: Snowflake, emoji: str
+) -> list[Snowflake]:
+    """Everyone who reacted with `emoji`, page by page (Discord lists 100 users at a time)."""
+    voters: list[Snowflake] = []
+    after: Snowflake | None = None
+    while True:
+        page = await pipe.rest.get_reactions(channel_id, message_id, emoji, after=after)
+        ids = [int(u["id"]) for u in page if "id" in u]
+        voters.extend(ids)
+        if len(page) < REACTIONS_PAGE or not ids:
+            return voters
+        after = max(ids)

@@ -84,6 +84,11 @@ def plan_post(
     return PostPlan(target, channel_id, None, message_id)
 
 
-def allowed_mentions(*, ping_replied_user: bool = True) -> dict[str, object]:
-    """The `allowed_mentions` of every reply: users only, never @everyone, @here or roles."""
-    return {"parse": ["users"], "replied_user": ping_replied_user}
+def allowed_mentions(
+    *, ping_replied_user: bool = True, ping_users: bool = True
+) -> dict[str, object]:
+    """The `allowed_mentions` of every reply: never @everyone, @here or roles.
+
+    `ping_users=False` also keeps `<@id>` in the text from pinging (a trust list, a quote).
+    """
+    return {"parse": ["users"] if ping_users else [], "replied_user": ping_replied_user}

@@ -470,7 +470,7 @@ class RestClient:
             self._count_invalid(trio.current_time())
         if status == 401:
             self._fatal = True
-            logger.error("Discord answered 401 Unauthorized: the bot token is invalid")
+            logger.debug("Discord answered 401 Unauthorized: the bot token is invalid")
             raise FatalDiscordError(
                 "Discord answered 401 Unauthorized: the bot token is invalid or was reset; "
                 "no further requests are sent"

@@ -202,6 +202,7 @@ class Supervisor:
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._run_scope: trio.CancelScope | None = None
+        self._shutdown_requested = False
         self._closing = False
         self._reset()
 
@@ -217,7 +218,11 @@ class Supervisor:
         return slot is not None and slot.state is _State.RUNNING
 
     def shutdown(self) -> None:
-        """Stop every child in reverse order and make `run` return normally (e.g. on SIGTERM)."""
+        """Stop every child in reverse order and make `run` return normally (e.g. on SIGTERM).
+
+        Called before `run`, it makes that `run` return at once.
+        """
+        self._shutdown_requested = True
         self._closing = True
         if self._run_scope is not None:
             self._run_scope.cancel()
@@ -233,6 +238,10 @@ class Supervisor:
         """
         if self._nursery is not None:
             raise RuntimeError(f"supervisor {self.name!r} is already running")
+        if self._shutdown_requested:
+            self._shutdown_requested = False
+            task_status.started()
+            return
         self._reset()
         failure: Exception | None = None
         try:
@@ -251,6 +260,7 @@ class Supervisor:
         finally:
             self._nursery = None
             self._run_scope = None
+            self._shutdown_requested = False
         if failure is not None:
             raise failure
 
@@ -456,14 +466,17 @@ class Supervisor:
     ) -> None:
         """One stdlib logging record and one `supervisor` event for one crash."""
         name = slot.spec.name
-        logger.error(
+        # A fatal error (a refused token, bad configuration) is the user's to fix: the CLI
+        # prints it as one sentence, so no traceback here; it is still in the event below.
+        fatal = isinstance(error, FATAL_ERRORS)
+        (logger.debug if fatal else logger.error)(
             "actor %s crashed (run %d, %d restarts in window, %s): %s",
             name,
             slot.runs,
             in_window,
             "restarting" if restart else "not restarting",
             _describe(error),
-            exc_info=error,
+            exc_info=None if fatal else error,
             extra={
                 "supervisor": self.name,
                 "actor": name,

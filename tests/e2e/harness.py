@@ -19,7 +19,6 @@ from picortex.config import load_settings
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, Simulator
 
-
 # Route groups whose limits `relaxed_limits` lifts.
 RELAXED_BUCKETS: Final = ("messages.post", "typing", "users/@me/channels", "reactions.me")
 

@@ -88,7 +88,9 @@ async def test_each_mode_for_a_plain_message(
         assert found["outcome"] == outcome
         assert found["mode"] == mode
         assert found["reason"].startswith(reason)
-        expected = (["discriminate"] if verdict else []) + (["generate"] if outcome == "respond" else [])
+        expected = (["discriminate"] if verdict else []) + (
+            ["generate"] if outcome == "respond" else []
+        )
         assert stages(run) == expected
         if mode == "discriminate-quiet" and outcome == "skip":
             assert typing_in(run, chat) == 0
@@ -104,7 +106,9 @@ async def test_a_mention_in_a_guild_channel(tmp_path: Path, mode: str) -> None:
         if mode == "silent":
             found = await not_answered(run, msg)
             assert found["outcome"] == "record"
-            assert found["reason"] == "silent mode: a mention of the bot is recorded, never answered"
+            assert (
+                found["reason"] == "silent mode: a mention of the bot is recorded, never answered"
+            )
             assert run.sim.model.calls == []
             return
         await answered(run, msg)
@@ -127,8 +131,10 @@ async def test_a_reply_to_the_bot_is_answered_without_a_mention(tmp_path: Path) 
         await answered(run, follow)
         found = await decision(run, follow)
         assert (found["outcome"], found["reason"]) == ("respond", "reply to a message from the bot")
-        # A reply to someone else is not a reply to the bot.
-        other = run.say(w.general_id, w.bob_id, "me too", reply_to=int(follow["id"]))
+        # A reply to someone else is not a reply to the bot (carol has no open request).
+        carol = run.sim.add_user("carol")
+        run.bot.store.set_tier(carol, "user")
+        other = run.say(w.general_id, carol, "me too", reply_to=int(follow["id"]))
         found = await not_answered(run, other)
         assert found["outcome"] == "skip"
 
@@ -154,7 +160,12 @@ async def test_owner_dm_is_answered_even_in_silent_mode(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("mode", "outcome"),
-    [("always", "respond"), ("mentions-only", "skip"), ("discriminate", "skip"), ("silent", "record")],
+    [
+        ("always", "respond"),
+        ("mentions-only", "skip"),
+        ("discriminate", "skip"),
+        ("silent", "record"),
+    ],
 )
 async def test_attachment_only_message_is_answered_only_in_always(
     tmp_path: Path, mode: str, outcome: str
@@ -173,7 +184,10 @@ async def test_attachment_only_message_is_answered_only_in_always(
             assert found["outcome"] == outcome
             assert run.sim.model.calls == []  # never the discriminator
         if mode in ("mentions-only", "discriminate"):
-            assert found["reason"] == f"message with attachments only: only always mode answers, this chat is {mode}"
+            assert (
+                found["reason"]
+                == f"message with attachments only: only always mode answers, this chat is {mode}"
+            )
 
 
 async def test_attention_commands_switch_and_show_the_mode(tmp_path: Path) -> None:
@@ -247,9 +261,12 @@ async def test_threads_inherit_the_parent_mode_unless_set(tmp_path: Path) -> Non
         # The thread gets its own mode; the parent keeps its own.
         own = run.say(thread, w.alice_id, f"{run.mention()} !s attention silent")
         assert "now `silent` (was `always`)" in (await answered(run, own))["content"]
-        quiet = run.say(thread, w.bob_id, "matcha then")
+        # carol, so that no continuation window of bob's is open.
+        carol = run.sim.add_user("carol")
+        run.bot.store.set_tier(carol, "user")
+        quiet = run.say(thread, carol, "matcha then")
         assert (await not_answered(run, quiet))["mode"] == "silent"
-        parent = run.say(w.general_id, w.bob_id, "and in here?")
+        parent = run.say(w.general_id, carol, "and in here?")
         assert (await decision(run, parent))["mode"] == "always"
         await answered(run, parent)
 

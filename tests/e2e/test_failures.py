@@ -1,4 +1,4 @@
-"""Failed invocations end to end (SPEC 9): logged, stored, redacted, never retried; the bot goes on."""
+"""Failed invocations end to end (SPEC 9): logged, stored, redacted, not retried; bot goes on."""
 
 from __future__ import annotations
 

@@ -45,9 +45,7 @@ async def test_untrusted_author_is_never_answered_and_costs_no_model_call(tmp_pa
 
 
 async def test_whitelist_add_list_remove_by_mention_and_raw_id(tmp_path: Path) -> None:
-    async with running_bot(
-        tmp_path, toml="continuation_seconds = 0\n", relaxed_limits=True
-    ) as run:
+    async with running_bot(tmp_path, toml="continuation_seconds = 0\n", relaxed_limits=True) as run:
         w = run.world
         carol = run.sim.add_user("carol")
         # Bare `whitelist` and `whitelist help` show the help, by DM (sensitive list).

@@ -683,3 +683,60 @@ async def test_transient_child_leaving_with_mail_waiting_is_started_again(autoju
         assert seen == [0, 1, 2]
         assert dyn.children() == []
         dyn.shutdown()
+
+
+async def test_shutdown_before_run_makes_run_return_at_once(autojump_clock):
+    log: list[str] = []
+    (a,) = kids(log, "a")
+    sup = Supervisor("s", Strategy.ONE_FOR_ONE, [a.spec()], events=RecordingSink())
+    sup.shutdown()
+    await sup.run()
+    assert a.runs == 0
+    async with trio.open_nursery() as nursery:  # and it can run normally afterwards
+        await nursery.start(sup.run)
+        assert a.runs == 1
+        sup.shutdown()
+
+
+async def test_a_message_in_hand_at_shutdown_is_logged_as_dropped(autojump_clock):
+    mailbox: Mailbox[str] = Mailbox(4)
+
+    async def slow(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        async for _ in mailbox:
+            await trio.sleep(100)
+
+    sink = RecordingSink()
+    sup = Supervisor("s", Strategy.ONE_FOR_ONE, [ChildSpec("c", slow, mailbox=mailbox)], events=sink)
+    mailbox.send_nowait("half-done")
+    mailbox.send_nowait("queued")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sup.run)
+        await trio.sleep(1)
+        sup.shutdown()
+    (dropped,) = sink.of("error")
+    assert dropped["message"] == "'half-done'"
+    assert "was stopped" in str(dropped["error"])
+    assert mailbox.depth == 1  # still queued for whoever reads next
+
+
+async def test_dynamic_shutdown_while_a_child_is_starting(autojump_clock):
+    log: list[str] = []
+    dyn = DynamicSupervisor("d", events=RecordingSink())
+    slow = Kid("slow", log, ready_after=10)
+    errors: list[BaseException] = []
+
+    async def add() -> None:
+        try:
+            await dyn.start_child(slow.spec())
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(dyn.run)
+        nursery.start_soon(add)
+        await trio.sleep(1)
+        dyn.shutdown()
+    assert trio.current_time() == pytest.approx(1.0)
+    assert [str(e) for e in errors] == ["supervisor 'd' shut down while slow started"]
+    assert log == ["slow:start", "slow:cancelled"]
