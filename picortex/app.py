@@ -19,6 +19,7 @@ short and synchronous, so every actor uses the one connection directly from trio
 from __future__ import annotations
 
 import logging
+import os
 import signal
 from typing import Any, Final
 
@@ -105,6 +106,8 @@ class Bot:
             faults=self.faults,
             http_client_factory=llm_http_client_factory,
         )
+        # `config set models.*` (chat or CLI) reaches the LLM actor on the next message.
+        self.source.subscribe(lambda s: self.llm.reconfigure(models=s.models, prices=s.prices))
         personas = PersonaLoader(settings.home)
         personas.load()  # bad persona files stop the start with exit code 2
         self.pipe = Pipeline(
@@ -133,6 +136,7 @@ class Bot:
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         self._fatal: FatalDiscordError | None = None
+        self._started_at = 0.0
         self._fatal_event = trio.Event()
         # Services that fail alone: a crashed LLM actor must not reconnect the gateway.
         self.services = Supervisor(
@@ -200,16 +204,27 @@ class Bot:
                 "last_close_code": gw.last_close_code,
                 "shard": list(gw.shard),
             },
+            "pid": os.getpid(),
+            "uptime_s": round(trio.current_time() - self._started_at, 1),
+            "channel_actors": len(self.channels.children()),
             "mailboxes": self.router.mailbox_depths(),
             "mailbox_overflows": self.router.mailbox_overflows(),
             "restarts": restarts,
             "budget": self.budget.summary(),
-            "triggers": self.pipe.triggers.log.snapshot(STATUS_TRIGGERS),
+            "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
         }
+
+    def _named(self, trigger: dict[str, object]) -> dict[str, object]:
+        """A trigger-log entry with its channel's name, when known."""
+        channel_id = trigger.get("channel_id")
+        channel = self.pipe.registry.get(channel_id) if isinstance(channel_id, int) else None
+        name = channel.name if channel is not None and channel.name else "dm"
+        return {**trigger, "channel_name": name}
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> int:
         """Run the tree until cancelled (exit 0), refused (FatalDiscordError) or exhausted (70)."""
         self.pipe.fatal = self.on_fatal
+        self._started_at = trio.current_time()
         try:
             async with self.rest:
                 return await run_root(self.root, task_status=task_status)

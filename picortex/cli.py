@@ -8,7 +8,12 @@ import sys
 from collections.abc import Sequence
 
 from picortex import __version__
-from picortex.errors import ConfigError, FatalDiscordError, SupervisorExhausted
+from picortex.errors import (
+    ConfigError,
+    FatalDiscordError,
+    PicortexError,
+    SupervisorExhausted,
+)
 
 EXIT_OK: int = 0
 EXIT_USAGE: int = 2
@@ -33,6 +38,16 @@ def _shard(text: str) -> tuple[int, int]:
     return sid, count
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree of SPEC section 2."""
     p = _Parser(prog="picortex", description="A long-lived Discord bot runtime.")
@@ -51,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--port", type=int, default=0)
 
     log = sub.add_parser("log", help="read actions.jsonl")
-    log.add_argument("-n", type=int, default=None, metavar="N", help="last N lines")
+    log.add_argument("-n", type=_count, default=None, metavar="N", help="last N lines")
     log.add_argument("--follow", "-f", action="store_true")
     log.add_argument("--event", action="append", default=[], metavar="TYPE")
     log.add_argument("--json", action="store_true", help="raw JSON lines")
@@ -71,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     dsub = disc.add_subparsers(dest="disc_command", required=True, parser_class=_Parser)
     dtest = dsub.add_parser("test", help="run it on a chat's last cached messages")
     dtest.add_argument("chat")
-    dtest.add_argument("-n", type=int, default=5)
+    dtest.add_argument("-n", type=_count, default=5)
 
     prompts = sub.add_parser("prompts", help="discriminator prompt versions")
     psub = prompts.add_subparsers(dest="prompts_command", required=True, parser_class=_Parser)
@@ -90,6 +105,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _RedactingFilter(logging.Filter):
+    """Writes tokens and keys as `[redacted]` in every log line, traceback included."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from picortex.core.redact import redact
+
+        text = record.getMessage()
+        if record.exc_info:
+            text = f"{text}\n{logging.Formatter().formatException(record.exc_info)}"
+            record.exc_info = None
+            record.exc_text = None
+        record.msg = redact(text)
+        record.args = None
+        return True
+
+
 def _quiet_http(record: logging.LogRecord) -> bool:
     """Drop httpx's line per request: noise for a bot owner (picortex logs failures itself)."""
     return not (record.name.startswith("httpx") and record.levelno < logging.WARNING)
@@ -105,6 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="picortex: %(levelname)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_quiet_http)
+        handler.addFilter(_RedactingFilter())
     try:
         from picortex import subcommands
 
@@ -118,5 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SupervisorExhausted as e:
         print(f"picortex: giving up: {e}", file=sys.stderr)
         return EXIT_SUPERVISOR_GAVE_UP
+    except PicortexError as e:
+        # A database that cannot be opened, a chat home git cannot write: one sentence.
+        print(f"picortex: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_OK

@@ -337,7 +337,7 @@ def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | 
     level = root.level
     root.setLevel(logging.CRITICAL)
     try:
-        code = trio.run(_main, home, speed, out, environ)
+        code = trio.run(_main, home, speed, out, environ, keep)
     finally:
         root.setLevel(level)
         if not keep:
@@ -347,7 +347,9 @@ def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | 
     return code
 
 
-async def _main(home: Path, speed: float, out: TextIO, environ: Mapping[str, str]) -> int:
+async def _main(
+    home: Path, speed: float, out: TextIO, environ: Mapping[str, str], keep: bool
+) -> int:
     real_key = environ.get("ANTHROPIC_API_KEY")
     sim = Simulator(heartbeat_interval_ms=5000)
     world = sim.add_default_world()
@@ -410,10 +412,15 @@ async def _main(home: Path, speed: float, out: TextIO, environ: Mapping[str, str
     demo.p("Done. Everything above is in the action log and the database:")
     demo.p(f"  action log: {settings.action_log_path}")
     demo.p(f"  database:   {settings.db_path}")
-    demo.p("Inspect them with (add --keep to keep the demo home):")
-    demo.p(f"  PICORTEX_HOME={settings.home} picortex log -n 30")
-    demo.p(f"  PICORTEX_HOME={settings.home} picortex log --event decision")
-    demo.p(f"  PICORTEX_HOME={settings.home} picortex errors")
+    if keep:
+        demo.p("Inspect them with:")
+        demo.p(f"  PICORTEX_HOME={settings.home} picortex log -n 30")
+        demo.p(f"  PICORTEX_HOME={settings.home} picortex log --event decision")
+        demo.p(f"  PICORTEX_HOME={settings.home} picortex errors")
+        demo.p(f"  PICORTEX_HOME={settings.home} picortex prompts history {demo.world.random_id}")
+    else:
+        demo.p("The demo home is deleted on exit; run `picortex demo --keep` to inspect it with")
+        demo.p("`picortex log`, `picortex errors` and `picortex prompts history`.")
     if demo.problems:
         demo.p()
         demo.p("Some scenes did not finish: " + "; ".join(demo.problems))

@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import trio
 
 from picortex.actors.context_cache import decode_channel
-from picortex.actors.discriminate import build_request, interpret
+from picortex.actors.discriminate import (
+    build_request,
+    discriminator_model,
+    history_before,
+    interpret,
+)
+from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import LLMActor
 from picortex.chathome import ChatHome, ChatHomeError
 from picortex.config import Settings
 from picortex.core import discriminator as disc
+from picortex.core.attention import mode_for_chat
 from picortex.errors import ConfigError
+from picortex.store import Store
 from picortex.types import Message, NullSink
 
-logger = logging.getLogger(__name__)
+PREVIEW_CHARS = 60  # of each message, so a decision stays one readable line
 
 
 def _chat_id(chat: str) -> int:
@@ -37,15 +45,37 @@ def _cached_messages(settings: Settings, chat_id: int) -> list[Message]:
         raise ConfigError(f"{path}: the cache file is unreadable ({exc})") from None
 
 
+def _preview(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= PREVIEW_CHARS else flat[: PREVIEW_CHARS - 1] + "…"
+
+
 def run_discriminator_test(
-    settings: Settings, chat: str, n: int, *, out: TextIO, llm_http_client_factory: Any = None
+    settings: Settings,
+    chat: str,
+    n: int,
+    *,
+    out: TextIO,
+    llm_http_client_factory: Callable[[], Any] | None = None,
 ) -> int:
-    """Run the chat's discriminator on its last `n` cached messages; print each decision."""
+    """Run the chat's discriminator on its last `n` cached user messages; print each decision.
+
+    Each message is classified with the messages before it as history, exactly as the
+    running bot would; messages by bots are history only. Calls are priced, recorded in the
+    budget ledger and refused at the ceiling like the bot's own.
+
+    Returns:
+        0, or 1 when the chat has no cached messages.
+
+    Raises:
+        ConfigError: a bad CHAT or `-n`, an unreadable cache file or prompt.
+    """
     chat_id = _chat_id(chat)
     if n < 1:
         raise ConfigError(f"-n must be at least 1, got {n}")
     messages = _cached_messages(settings, chat_id)
-    if not messages:
+    picks = [i for i, m in enumerate(messages) if not m.author.bot][-n:]
+    if not picks:
         print(
             f"No cached messages for chat {chat_id} in {settings.cache_dir}: the cache fills "
             "while `picortex run` sees the chat.",
@@ -57,52 +87,97 @@ def run_discriminator_test(
         template = home.read_prompt()
     except ChatHomeError as exc:
         raise ConfigError(str(exc)) from None
-    is_dm = messages[-1].guild_id is None
+    settings.home.mkdir(parents=True, exist_ok=True)
+    store = Store.open(settings.db_path)
+    try:
+        live = settings.with_runtime(store.runtime_config())
+        own = store.get_chat_config(chat_id)
+        return _classify_all(
+            live,
+            store,
+            messages,
+            picks,
+            template,
+            chat_id=chat_id,
+            own_mode=own.attention_mode if own is not None else None,
+            own_model=own.discriminator_model if own is not None else None,
+            prompt_path=str(home.prompt_path),
+            out=out,
+            llm_http_client_factory=llm_http_client_factory,
+        )
+    finally:
+        store.close()
+
+
+def _classify_all(
+    settings: Settings,
+    store: Store,
+    messages: list[Message],
+    picks: list[int],
+    template: str,
+    *,
+    chat_id: int,
+    own_mode: str | None,
+    own_model: str | None,
+    prompt_path: str,
+    out: TextIO,
+    llm_http_client_factory: Callable[[], Any] | None,
+) -> int:
+    last = messages[-1]
+    is_dm = last.guild_id is None
+    workspace = "dm" if is_dm else str(last.guild_id)
     chat_meta = disc.ChatMeta(
         chat_id=str(chat_id),
         kind="dm" if is_dm else "group",
         name=str(chat_id),
         bot_name="picortex",
     )
-    workspace = "dm" if is_dm else str(messages[-1].guild_id)
+    model = discriminator_model(settings, own_model)
+    mode = mode_for_chat(own_mode, None, is_dm, settings.attention)
     llm = LLMActor(
         api_key=settings.anthropic_api_key,
         base_url=settings.anthropic_base_url,
         models=settings.models,
         prices=settings.prices,
         events=NullSink(),
+        budget=LedgerBudget(store, lambda: settings, NullSink()),
         http_client_factory=llm_http_client_factory,
+    )
+    print(
+        f"Chat {chat_id} ({'direct message' if is_dm else 'group'}, attention mode {mode}); "
+        f"model {model}; prompt {prompt_path}",
+        file=out,
     )
     if not llm.available:
         print("(no ANTHROPIC_API_KEY: no call is made; each decision shows the fallback)", file=out)
     history_n = settings.discriminator.history
     total = 0.0
+    calls = 0
 
     async def main() -> None:
-        nonlocal total
+        nonlocal total, calls
         async with trio.open_nursery() as nursery:
             await nursery.start(llm.run)
-            start = max(0, len(messages) - n)
-            for index in range(start, len(messages)):
+            for index in picks:
                 msg = messages[index]
-                history = [
-                    (m.author.display_name, m.content)
-                    for m in messages[max(0, index - history_n) : index]
-                ]
+                history = history_before(messages[:index], msg, history_n)
+                print(f"{msg.author.display_name}: {_preview(msg.content)}", file=out)
                 try:
-                    request = build_request(settings, template, msg, history, chat_meta, workspace)
+                    request = build_request(
+                        settings, template, msg, history, chat_meta, workspace, model=model
+                    )
                 except disc.PromptTooLarge as exc:
-                    raise ConfigError(f"{home.prompt_path}: {exc}") from None
+                    decision = disc.fail_decision(is_dm, f"discriminator prompt too large: {exc}")
+                    print(f"  -> {_verdict(decision.outcome)}: {decision.reason} ($0)", file=out)
+                    continue
                 result = await llm.complete(request)
                 decision = interpret(
                     result, is_dm=is_dm, timeout_seconds=settings.discriminator.timeout_seconds
                 )
                 total += result.cost_usd
-                verdict = "respond" if decision.outcome == "respond" else "skip"
-                text = msg.content.replace("\n", " ")[:60]
-                print(f"{msg.author.display_name}: {text}", file=out)
+                calls += result.outcome in ("ok", "error", "timeout")
                 print(
-                    f"  -> {verdict}: {decision.reason} "
+                    f"  -> {_verdict(decision.outcome)}: {decision.reason} "
                     f"(${result.cost_usd:.6f}, {result.input_tokens} in / "
                     f"{result.output_tokens} out tokens)",
                     file=out,
@@ -110,12 +185,20 @@ def run_discriminator_test(
             nursery.cancel_scope.cancel()
 
     trio.run(main)
-    print(f"total cost: ${total:.6f}", file=out)
+    print(f"total cost: ${total:.6f} for {calls} model calls", file=out)
     return 0
 
 
+def _verdict(outcome: str) -> str:
+    return "respond" if outcome == "respond" else "skip"
+
+
 def run_prompts_history(settings: Settings, chat: str, *, out: TextIO) -> int:
-    """Print the version history of the chat's discriminator prompt."""
+    """Print the version history of the chat's discriminator prompt, newest first.
+
+    Returns:
+        0, or 1 when the chat has no prompt yet.
+    """
     chat_id = _chat_id(chat)
     home = ChatHome(settings.home, str(chat_id))
     if not home.exists():
@@ -131,5 +214,5 @@ def run_prompts_history(settings: Settings, chat: str, *, out: TextIO) -> int:
         raise ConfigError(str(exc)) from None
     print(f"{home.prompt_path}:", file=out)
     for version in versions:
-        print(f"  {version[0][:10]}  {version[1]}  {version[2]}", file=out)
+        print(f"  {version.commit[:10]}  {version.date}  {version.message}", file=out)
     return 0

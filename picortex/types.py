@@ -180,6 +180,14 @@ class ChannelCreate:
 
 
 @attrs.frozen
+class ThreadListSync:
+    """A normalized THREAD_LIST_SYNC: active threads of channels the bot just gained."""
+
+    guild_id: Snowflake
+    threads: tuple[Channel, ...] = ()
+
+
+@attrs.frozen
 class NormalizeError:
     """A payload that could not be normalized; logged, never raised in the reader."""
 
@@ -196,6 +204,7 @@ Event = (
     | Ready
     | GuildCreate
     | ChannelCreate
+    | ThreadListSync
     | NormalizeError
 )
 

@@ -177,8 +177,8 @@ class ActionLog:
         finally:
             self._writer_idle = False
             # Synchronous writes: the final drain needs no checkpoint, so a cancel cannot cut it
-            # (no shielded scope needed). A batch is one write(2) to a regular file, which a
-            # signal, even SIGKILL, does not split: a crash loses queued lines, never tears one.
+            # (no shielded scope needed). A SIGKILL during a write can leave at most a partial
+            # last line: readers skip it, and the next start moves it aside.
             try:
                 self._write_pending(check_faults=False)
             except OSError:

@@ -17,7 +17,12 @@ import trio
 from picortex import config as config_mod
 from picortex.actors import discriminate, persona_answer
 from picortex.actors.llm import ChatTurn, LLMRequest
-from picortex.actors.pipeline import Pipeline, failure_text, lines_text
+from picortex.actors.pipeline import (
+    ANSWER_TYPING_DELAY_SECONDS,
+    Pipeline,
+    failure_text,
+    lines_text,
+)
 from picortex.chathome import ChatHome, default_prompt_template
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
@@ -107,8 +112,9 @@ class ChannelActor:
         if pipe.faults is not None:
             pipe.faults.check("mailbox", msg.content)
         self._remember(msg)
-        trust = dict(pipe.store.trust_list())
-        tier = tier_of(msg.author.id, settings.owner_id, trust)
+        author = msg.author.id
+        stored = None if author == settings.owner_id else pipe.store.get_tier(author)
+        tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
         command_text = cmds.detect_command(msg, wakeword=settings.wakeword, bot_user_id=bot_id)
         now = trio.current_time()
         self._cont = attrs.evolve(self._cont, seconds=settings.continuation_seconds)
@@ -126,6 +132,7 @@ class ChannelActor:
             if window is not None and not (not window.generating and self._calls_bot(msg)):
                 self._cont, outcome = cont.on_message(self._cont, msg, now, True, text=text)
                 if not isinstance(outcome, cont.NotInWindow):
+                    persona_answer.observe(self._pipe, msg, text)
                     await self._follow_up(msg, outcome, nursery)
                     return
 
@@ -196,7 +203,7 @@ class ChannelActor:
                     pipe.store.set_tier(change.user_id, change.tier.label)
             elif isinstance(change, cmds.ConfigChange):
                 pipe.store.set_runtime_config(change.key, change.value)
-                pipe.settings.refresh()
+                pipe.settings.refresh(force=True)
             elif isinstance(change, cmds.AttentionChange):
                 pipe.store.set_attention_mode(chat_id, change.mode, time.time())
                 await self._ensure_chat_home(chat_id)
@@ -322,11 +329,12 @@ class ChannelActor:
         except Exception as exc:
             logger.warning("discriminator prompt unavailable, using the default: %s", exc)
             template = default_prompt_template()
-        history = [
-            (m.author.display_name, m.content)
-            for m in pipe.cache.recent(msg.channel_id, settings.discriminator.history + 1)
-            if m.id != msg.id and m.id < msg.id
-        ][-settings.discriminator.history :]
+        history = discriminate.history_before(
+            pipe.cache.recent(msg.channel_id, discriminate.HISTORY_SCAN),
+            msg,
+            settings.discriminator.history,
+        )
+        own = pipe.store.get_chat_config(msg.channel_id)
         chat = disc.ChatMeta(
             chat_id=str(msg.channel_id),
             kind="dm"
@@ -337,7 +345,13 @@ class ChannelActor:
         )
         try:
             request = discriminate.build_request(
-                settings, template, msg, history, chat, pipe.workspace_of(msg)
+                settings,
+                template,
+                msg,
+                history,
+                chat,
+                pipe.workspace_of(msg),
+                model=own.discriminator_model if own is not None else None,
             )
         except disc.PromptTooLarge as exc:
             return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
@@ -422,7 +436,9 @@ class ChannelActor:
         settings = pipe.settings()
         trigger = gen.trigger
         workspace = pipe.workspace_of(trigger)
-        async with pipe.typing(trigger.channel_id, enabled=typing):
+        async with pipe.typing(
+            trigger.channel_id, enabled=typing, delay=ANSWER_TYPING_DELAY_SECONDS
+        ):
             try:
                 with trio.fail_after(CONTEXT_TIMEOUT_SECONDS):
                     lines = await pipe.cache.context_for(

@@ -14,6 +14,7 @@ import orjson
 import trio
 
 from picortex.config import Settings
+from picortex.core.redact import redact_obj
 
 logger = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ class ControlServer:
                 with trio.move_on_after(CLIENT_TIMEOUT_SECONDS):
                     request = await stream.receive_some(MAX_REQUEST_BYTES)
                     if request.strip() == b"status":
-                        body = orjson.dumps(self._snapshot(), default=str)
+                        body = orjson.dumps(redact_obj(self._snapshot()), default=str)
                     else:
                         body = orjson.dumps({"error": "unknown request"})
                     await stream.send_all(body + b"\n")
@@ -99,63 +100,112 @@ class ControlServer:
 
 
 def query_status(home: Path, timeout: float = CLIENT_TIMEOUT_SECONDS) -> dict[str, Any] | None:
-    """Ask the running bot for its status; None when no bot is listening."""
+    """Ask the running bot for its status; None when no bot answers."""
+    answer = _ask(home, timeout)
+    return answer if isinstance(answer, dict) else None
+
+
+def _ask(home: Path, timeout: float) -> dict[str, Any] | str:
+    """The bot's status snapshot, or one sentence saying why there is none."""
     path = socket_path(home)
+    not_running = f"picortex is not running (no answer on {path}); start it with `picortex run`."
     if not path.exists():
-        return None
+        return not_running
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.settimeout(timeout)
+    chunks = []
     try:
         with _bindable(path) as name:
             client.connect(name)
         client.sendall(b"status\n")
-        chunks = []
         while True:
             chunk = client.recv(65536)
             if not chunk:
                 break
             chunks.append(chunk)
+    except TimeoutError:
+        return f"picortex did not answer on {path} within {timeout:g} s; it may be overloaded."
     except OSError:
-        return None
+        return not_running  # a socket left behind by a killed bot refuses connections
     finally:
         client.close()
     try:
         data = orjson.loads(b"".join(chunks))
     except orjson.JSONDecodeError:
-        return None
-    return data if isinstance(data, dict) else None
+        return f"picortex sent an unreadable answer on {path}."
+    if not isinstance(data, dict):
+        return f"picortex sent an unreadable answer on {path}."
+    return data
 
 
-def run_status(settings: Settings, *, out: TextIO) -> int:
-    """`picortex status`: print the running bot's state, or say that it is not running."""
-    data = query_status(settings.home)
-    if data is None:
-        print(
-            f"picortex is not running (no answer on {socket_path(settings.home)}); "
-            "start it with `picortex run`.",
-            file=out,
-        )
+def run_status(settings: Settings, *, out: TextIO, timeout: float = CLIENT_TIMEOUT_SECONDS) -> int:
+    """`picortex status`: print the running bot's state, or say that it is not running.
+
+    Returns:
+        0 when the bot answered, 1 when it is not running or did not answer.
+    """
+    data = _ask(settings.home, timeout)
+    if isinstance(data, str):
+        print(data, file=out)
         return 1
+    for line in format_status(data):
+        print(line, file=out)
+    return 0
+
+
+def format_status(data: dict[str, Any]) -> list[str]:
+    """The lines `picortex status` prints for a snapshot."""
     gw = data.get("gateway", {})
-    print(f"connection:        {gw.get('state', '?')}", file=out)
-    print(f"session:           {gw.get('session_id') or '-'}", file=out)
-    print(f"last seq:          {gw.get('seq')}", file=out)
+    shard = gw.get("shard") or [0, 1]
+    lines = [
+        f"picortex is running (pid {data.get('pid', '?')}, up {_duration(data.get('uptime_s'))})",
+        f"connection:        {gw.get('state', '?')} (shard {shard[0]}/{shard[1]})",
+        f"session:           {gw.get('session_id') or '-'}",
+        f"last seq:          {'-' if gw.get('seq') is None else gw.get('seq')}",
+    ]
     latency = gw.get("heartbeat_latency_ms")
-    print(f"heartbeat latency: {'-' if latency is None else f'{latency} ms'}", file=out)
-    print(f"reconnects:        {gw.get('reconnects', 0)}", file=out)
-    depths = data.get("mailboxes", {})
-    print(f"mailboxes:         {depths or 'all empty'}", file=out)
-    print(f"actor restarts:    {data.get('restarts') or 'none'}", file=out)
+    lines.append(f"heartbeat latency: {'-' if latency is None else f'{latency} ms'}")
+    lines.append(f"reconnects:        {gw.get('reconnects', 0)}")
+    mailboxes = data.get("mailboxes", [])
+    queued = sum(int(m.get("depth", 0)) for m in mailboxes)
+    lines.append(
+        f"mailboxes:         {data.get('channel_actors', len(mailboxes))} channel actors, "
+        f"{queued} messages queued, {data.get('mailbox_overflows', 0)} refused (full)"
+    )
+    busiest = sorted(mailboxes, key=lambda m: (-int(m.get("depth", 0)), str(m.get("name"))))
+    for m in busiest[:STATUS_MAILBOXES_SHOWN]:
+        lines.append(f"  #{m.get('name')} ({m.get('channel_id')}): {m.get('depth', 0)} queued")
+    restarts = data.get("restarts") or {}
+    shown = ", ".join(f"{name} {count}" for name, count in sorted(restarts.items()))
+    lines.append(f"actor restarts:    {shown or 'none'}")
     budget = data.get("budget", {})
     if budget:
-        print("budget (this period):", file=out)
+        lines.append("budget (this period):")
         for workspace, b in sorted(budget.items()):
-            print(f"  {workspace}: ${b['spent_usd']:.4f} of ${b['ceiling_usd']:.2f}", file=out)
+            lines.append(f"  {workspace}: ${b['spent_usd']:.4f} of ${b['ceiling_usd']:.6g}")
     else:
-        print("budget (this period): nothing spent", file=out)
+        lines.append("budget (this period): nothing spent")
     triggers = data.get("triggers", [])
-    print(f"last triggers ({len(triggers)}):", file=out)
+    lines.append(f"last triggers ({len(triggers)}):")
     for t in triggers:
         text = str(t.get("content", "")).replace("\n", " ")[:60]
-        print(f"  {t.get('timestamp', '')} {t.get('author_name', '?')}: {text}", file=out)
-    return 0
+        where = t.get("channel_name") or t.get("channel_id", "?")
+        command = str(t.get("command") or "").split()
+        kind = f" [{command[0]}]" if command else ""
+        lines.append(
+            f"  {t.get('timestamp', '')} {t.get('author_name', '?')} in #{where}{kind}: {text}"
+        )
+    return lines
+
+
+def _duration(seconds: object) -> str:
+    if not isinstance(seconds, int | float):
+        return "?"
+    total = int(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes} min"
+    if minutes:
+        return f"{minutes} min {secs} s"
+    return f"{secs} s"

@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult
 from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import AttentionDecision
 from picortex.types import Message
+
+# Cached messages searched for the ones before the message being classified: newer ones may
+# be cached already when the channel is busy, and must not crowd the history out.
+HISTORY_SCAN: Final = 200
+
+
+def history_before(cached: Sequence[Message], message: Message, n: int) -> list[tuple[str, str]]:
+    """The last `n` of `cached` (oldest first) that came before `message`, as (author, text)."""
+    if n <= 0:
+        return []
+    earlier = [m for m in cached if m.id < message.id]
+    return [(m.author.display_name, m.content) for m in earlier[-n:]]
+
+
+def discriminator_model(settings: Settings, chat_model: str | None = None) -> str:
+    """The model that classifies for a chat: its own `discriminator_model`, else the setting."""
+    return chat_model.strip() if chat_model and chat_model.strip() else settings.discriminator.model
 
 
 def build_request(
@@ -18,10 +36,26 @@ def build_request(
     history: Sequence[tuple[str, str]],
     chat: disc.ChatMeta,
     workspace: str,
+    *,
+    model: str | None = None,
 ) -> LLMRequest:
-    """The capped prompt for `message` as an LLM request of stage `discriminate`."""
-    price = settings.price_for(settings.discriminator.model)
+    """The capped prompt for `message` as an LLM request of stage `discriminate`.
+
+    Args:
+        model: the chat's own discriminator model (`chat_config`), if it has one.
+
+    Raises:
+        PromptTooLarge: no prompt fits the $0.001 budget at the model's prices; the caller
+            fails open or closed as for any unavailable model.
+    """
+    model_name = discriminator_model(settings, model)
+    price = settings.price_for(model_name)
     max_chars = disc.max_prompt_chars(price.input, price.output, disc.MAX_OUTPUT_TOKENS)
+    if max_chars == 0:
+        raise disc.PromptTooLarge(
+            f"{model_name} costs more than ${disc.CLASSIFICATION_BUDGET_USD:g} per "
+            "classification at the configured prices; choose a cheaper discriminator model"
+        )
     prompt = disc.render_prompt(
         template,
         history=history,
@@ -35,7 +69,7 @@ def build_request(
         messages=(ChatTurn("user", prompt),),
         workspace=workspace,
         tier=None,
-        model=settings.discriminator.model,
+        model=model_name,
         max_tokens=disc.MAX_OUTPUT_TOKENS,
         timeout=settings.discriminator.timeout_seconds,
         signal_id=str(message.id),

@@ -155,18 +155,22 @@ def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
         logger.exception("memory recall failed")
         return []
     own = set(request.message_ids) | {trigger.id}
-    seen: set[str] = set()
-    excerpts: list[str] = []
+    # Text (folded) -> [who, text]; a message's author beats an observation's persona label.
+    found: dict[str, list[str]] = {}
     for hit in hits:
         text = " ".join(hit.content.split())
-        if hit.message_id in own or not text or text.casefold() in seen:
+        if hit.message_id in own or not text:
             continue
-        seen.add(text.casefold())
+        key = text.casefold()
+        if key in found:
+            if hit.author_name and found[key][0].endswith(" observation"):
+                found[key][0] = hit.author_name
+            continue
+        if len(found) >= RECALL_LIMIT:
+            continue  # keep looking only to name an excerpt's author
         who = hit.author_name or (f"{hit.persona} observation" if hit.persona else "someone")
-        excerpts.append(f"{who}: {text}")
-        if len(excerpts) >= RECALL_LIMIT:
-            break
-    return excerpts
+        found[key] = [who, text]
+    return [f"{who}: {text}" for who, text in found.values()]
 
 
 def placement(pipe: Pipeline, request: Request, trigger: Message) -> Placement:

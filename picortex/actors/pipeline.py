@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 # Discord shows a typing indicator for 10 s; renew it a little sooner.
 TYPING_RENEW_SECONDS: Final = 8.0
+# An answer is typed only when it takes longer than this: a quick reply speaks for itself,
+# and skipping the indicator then halves the REST calls (and rate-limit budget) per answer.
+ANSWER_TYPING_DELAY_SECONDS: Final = 0.5
 # How long one reply post may take before it counts as failed (REST waits out 429s inside).
 POST_TIMEOUT_SECONDS: Final = 60.0
 ERROR_MESSAGE_MAX_CHARS: Final = 500
@@ -121,26 +124,45 @@ class SettingsSource:
     """The current settings: the file and environment, plus runtime config from the store.
 
     Runtime changes made by another process (`picortex config set`) are picked up on the
-    next read, by watching SQLite's data_version.
+    next `refresh`, by watching SQLite's data_version (one cheap pragma per message); this
+    process's own writes are picked up by `refresh(force=True)`.
     """
 
     def __init__(self, base: Settings, store: Store) -> None:
         self._base = base
         self._store = store
         self._version: object = None
+        self._stored: dict[str, str] | None = None
         self._current = base
-        self.refresh()
+        self._listeners: list[Callable[[Settings], None]] = []
+        self.refresh(force=True)
 
-    def refresh(self) -> Settings:
-        """Re-read runtime config when the database changed since the last read."""
-        version = self._store.pragma("data_version"), self._store.runtime_config()
-        if version != self._version:
-            self._version = version
+    def subscribe(self, listener: Callable[[Settings], None]) -> None:
+        """Call `listener(settings)` after each change of the runtime config."""
+        self._listeners.append(listener)
+
+    def refresh(self, *, force: bool = False) -> Settings:
+        """Re-read runtime config when another connection changed the database (or `force`)."""
+        version = self._store.pragma("data_version")
+        if not force and version == self._version:
+            return self._current
+        self._version = version
+        stored = self._store.runtime_config()
+        if stored == self._stored:
+            return self._current
+        try:
+            current = self._base.with_runtime(stored)
+        except Exception as exc:  # a bad stored value keeps the last good settings
+            logger.warning("runtime config not applied: %s", exc)
+            return self._current
+        self._stored = stored
+        self._current = current
+        for listener in self._listeners:
             try:
-                self._current = self._base.with_runtime(self._store.runtime_config())
-            except Exception as exc:  # a bad stored value keeps the last good settings
-                logger.warning("runtime config not applied: %s", exc)
-        return self._current
+                listener(current)
+            except Exception:
+                logger.exception("a runtime config listener failed")
+        return current
 
     def __call__(self) -> Settings:
         return self._current
@@ -225,13 +247,17 @@ class Pipeline:
         )
 
     @asynccontextmanager
-    async def typing(self, channel_id: Snowflake, enabled: bool = True) -> AsyncIterator[None]:
-        """Show the typing indicator in `channel_id` for as long as the block runs."""
+    async def typing(
+        self, channel_id: Snowflake, enabled: bool = True, *, delay: float = 0.0
+    ) -> AsyncIterator[None]:
+        """Show the typing indicator in `channel_id` while the block runs (after `delay` s)."""
         if not enabled:
             yield
             return
 
         async def keep_typing() -> None:
+            if delay > 0:
+                await trio.sleep(delay)
             while True:
                 try:
                     await self.rest.trigger_typing(channel_id)

@@ -30,6 +30,7 @@ from picortex.types import (
     ReactionEvent,
     Ready,
     Snowflake,
+    ThreadListSync,
 )
 
 logger = logging.getLogger(__name__)
@@ -69,9 +70,15 @@ class Router:
                 "error", scope="router", message=f"router queue full: {name} dropped"
             )
 
-    def mailbox_depths(self) -> dict[str, int]:
-        """Queued messages per channel (for `picortex status`)."""
-        return {str(cid): mb.depth for cid, mb in self._mailboxes.items() if mb.depth}
+    def mailbox_depths(self) -> list[dict[str, object]]:
+        """Each channel with a running actor or queued messages, and its depth (for status)."""
+        found: list[dict[str, object]] = []
+        for cid, mb in self._mailboxes.items():
+            if mb.depth or self._channels.get(f"channel-{cid}") is not None:
+                channel = self._pipe.registry.get(cid)
+                name = channel.name if channel is not None and channel.name else "dm"
+                found.append({"channel_id": str(cid), "name": name, "depth": mb.depth})
+        return found
 
     def mailbox_overflows(self) -> int:
         """Messages refused by full channel mailboxes so far."""
@@ -96,6 +103,11 @@ class Router:
             )
             return
         if isinstance(event, Message):
+            if event.author.id == pipe.bot.user_id:
+                # Our own replies only feed the context; the pipeline would ignore them
+                # anyway (SPEC 5 step 1), so they cost no mailbox hop and no database write.
+                pipe.cache.on_message(event)
+                return
             if self._is_replay(event.id):
                 self.replays_dropped += 1
                 return
@@ -115,6 +127,9 @@ class Router:
                 pipe.registry.add(channel)
         elif isinstance(event, ChannelCreate):
             pipe.registry.add(event.channel)
+        elif isinstance(event, ThreadListSync):
+            for thread in event.threads:
+                pipe.registry.add(thread)
 
     def _is_replay(self, message_id: Snowflake) -> bool:
         """True when the message was handled before (in memory, else in the store)."""

@@ -303,7 +303,7 @@ class GatewayActor:
         proto = self._proto
         code: int | None = None
         reason = ""
-        opened = False
+        opened = finished = False
         try:
             async with open_websocket_url(
                 url,
@@ -322,11 +322,13 @@ class GatewayActor:
                     raise
                 finally:
                     await _release_socket(ws)
+                finished = True
                 code, reason = conn.close_code, conn.close_reason
         except (HandshakeError, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
-            if opened:
-                raise
-            reason = _describe(exc)
+            if opened and not finished:
+                raise  # raised by the session itself, already handled by _abandon
+            if not finished:
+                reason = _describe(exc)
         return proto.closed(code, trio.current_time(), reason)
 
     async def _abandon(self, conn: _Connection, exc: BaseException) -> None:
@@ -392,9 +394,8 @@ class GatewayActor:
                 try:
                     data = feed(message)
                 except errors as exc:
-                    await self._perform(
-                        conn, proto.transport_error(f"{self._compress} stream broke: {exc}", 0.0)
-                    )
+                    problem = f"{self._compress} stream broke: {exc}"
+                    await self._perform(conn, proto.transport_error(problem, clock()))
                     continue
                 if data is None:
                     continue

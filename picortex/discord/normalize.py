@@ -24,6 +24,7 @@ from picortex.types import (
     ReactionEvent,
     Ready,
     Snowflake,
+    ThreadListSync,
     User,
 )
 
@@ -305,6 +306,18 @@ def _guild_create(value: object) -> GuildCreate:
     )
 
 
+def _thread_list_sync(value: object) -> ThreadListSync:
+    data = _object(value, "payload")
+    guild_id = _snowflake(data["guild_id"], "guild_id")
+    threads = data.get("threads")
+    return ThreadListSync(
+        guild_id=guild_id,
+        threads=tuple([_channel(t, guild_id) for t in _array(threads, "threads")])
+        if threads is not None
+        else (),
+    )
+
+
 _NORMALIZERS: Final[dict[str, Callable[[object], Event]]] = {
     "MESSAGE_CREATE": _message,
     "MESSAGE_UPDATE": _message_update,
@@ -315,6 +328,10 @@ _NORMALIZERS: Final[dict[str, Callable[[object], Event]]] = {
     "GUILD_CREATE": _guild_create,
     "THREAD_CREATE": _channel_create,
     "CHANNEL_CREATE": _channel_create,
+    # An un-archived thread arrives as THREAD_UPDATE; both updates keep the registry current.
+    "THREAD_UPDATE": _channel_create,
+    "CHANNEL_UPDATE": _channel_create,
+    "THREAD_LIST_SYNC": _thread_list_sync,
 }
 
 HANDLED_EVENTS: Final = frozenset(_NORMALIZERS)

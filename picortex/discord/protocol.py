@@ -226,6 +226,8 @@ class GatewayState(StrEnum):
     FATAL = "fatal"
 
 
+# What `received()` parses as JSON text; anything else must already be parsed.
+_RAW_TYPES: Final = (bytes, str, bytearray, memoryview)
 # States in which a socket is open and heartbeats run.
 _LIVE_STATES: Final = frozenset(
     {GatewayState.IDENTIFYING, GatewayState.RESUMING, GatewayState.READY}
@@ -404,6 +406,11 @@ class GatewayProtocol:
         """True when the next connection will RESUME (so should go to the resume URL)."""
         return self._intent_resume and self._can_resume()
 
+    @property
+    def queued_commands(self) -> int:
+        """App commands waiting for the session or for room in the send limit."""
+        return len(self._commands)
+
     def status(self) -> GatewayStatus:
         """A snapshot for `picortex status`."""
         latency = self.heartbeat_latency
@@ -466,7 +473,7 @@ class GatewayProtocol:
         state = self.state
         if state is GatewayState.CLOSING or state is GatewayState.FATAL:
             return []  # we already decided to leave this connection
-        if isinstance(payload, str | bytes | bytearray | memoryview):
+        if isinstance(payload, _RAW_TYPES):
             try:
                 frame = orjson.loads(payload)
             except orjson.JSONDecodeError:
@@ -790,9 +797,11 @@ class GatewayProtocol:
         self._sent.append(now)
 
     def _prune(self, now: float) -> None:
-        horizon = now - self._t.send_window
+        # `sent + window <= now`, never `sent <= now - window`: the same float expression as
+        # `_free_at`, so a wake-up at exactly that deadline always frees the slot.
+        window = self._t.send_window
         sent = self._sent
-        while sent and sent[0] <= horizon:
+        while sent and sent[0] + window <= now:
             sent.popleft()
 
     def _room(self, heartbeat: bool) -> int:

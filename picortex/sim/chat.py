@@ -19,10 +19,13 @@ from picortex.config import load_settings
 
 HELP: Final = """\
 Type a message and press Enter to post it as the current user in the current channel.
-Mention the bot with @bot (it becomes a real mention). Commands:
+@bot, @alice, @bob and @carol become real mentions (trust bob with: @bot !s whitelist add @bob).
+Commands:
   /dm              switch to your DM with the bot
   /channel NAME    switch to a guild channel (general, random)
   /as NAME         post as another user (alice is the owner, bob and carol are not trusted)
+  /thread          switch to the newest thread (a persona answers in one)
+  /react N         react to the bot's last message here with number N (vote in a poll)
   /why             show the bot's last decisions and their reasons
   /help            this text
   /quit            leave (Ctrl-D works too)"""
@@ -78,6 +81,12 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO) -> int:
         model = "real Claude" if os.environ.get("ANTHROPIC_API_KEY") else "the offline model"
         p(f"picortex chat: simulator at {urls.api_base}, bot using {model}.")
         p(HELP)
+        p(
+            "users: "
+            + ", ".join(
+                f"{n} (id {i}{', the owner' if n == 'alice' else ''})" for n, i in users.items()
+            )
+        )
 
         def where(channel_id: int) -> str:
             data = sim.channel(channel_id)
@@ -120,10 +129,20 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO) -> int:
                     state["author"] = users[name]
                 else:
                     p(f"No user {name!r}; try: {', '.join(users)}.")
+            elif text == "/thread":
+                threads = sim.threads()
+                if threads:
+                    state["channel"] = int(threads[-1]["id"])
+                else:
+                    p("No threads yet.")
+            elif text.startswith("/react"):
+                _react(sim, state, text.partition(" ")[2].strip(), p)
             elif text == "/why":
                 _why(bot.settings.action_log_path, bot, p)
             else:
                 content = text.replace("@bot", f"<@{sim.bot_user_id}>")
+                for name, user_id in users.items():
+                    content = content.replace(f"@{name}", f"<@{user_id}>")
                 sim.post_user_message(state["channel"], state["author"], content)
                 await trio.sleep(WATCH_INTERVAL_SECONDS * 3)
         nursery.cancel_scope.cancel()
@@ -157,3 +176,19 @@ def _why(path: Path, bot: Any, p: Callable[[str], None]) -> None:
         p("No decisions yet.")
     for row in decisions:
         p(f"  message {row.get('message_id')}: {row.get('outcome')} ({row.get('reason')})")
+
+
+def _react(sim: Any, state: dict[str, Any], arg: str, p: Callable[[str], None]) -> None:
+    """React to the bot's newest message in the current channel with a number emoji."""
+    from picortex.core.poll import NUMBER_EMOJI
+
+    if not arg.isdigit() or not 1 <= int(arg) <= len(NUMBER_EMOJI):
+        p(f"Use /react N with N from 1 to {len(NUMBER_EMOJI)}.")
+        return
+    mine = sim.bot_messages(state["channel"])
+    if not mine:
+        p("The bot has not posted here yet.")
+        return
+    emoji = NUMBER_EMOJI[int(arg) - 1]
+    sim.add_reaction(state["channel"], int(mine[-1]["id"]), state["author"], emoji)
+    p(f"  (reacted {emoji})")

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import os
+import random
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +20,7 @@ import trio
 
 from picortex.actors.action_log import ActionLog
 from picortex.errors import FaultInjected
+from picortex.logview import run_log
 from picortex.runtime.faults import FaultPoints
 
 TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.GaBcDe.abcdefghijklmnopqrstuvwxyz0123456789AB"
@@ -272,3 +279,53 @@ async def test_unserializable_fields_still_give_one_whole_line(tmp_path, autojum
     await run_briefly(ActionLog(path, 1_000_000), ("deep", {"v": deep}), ("next", {}))
     first, second = read_lines(path)
     assert first["event"] == "deep" and second["event"] == "next"
+
+
+KILL_ROUNDS = 5
+WRITER = """
+import sys, trio
+from pathlib import Path
+from picortex.actors.action_log import ActionLog
+
+log = ActionLog(Path(sys.argv[1]), 50_000)
+
+async def main():
+    async with trio.open_nursery() as nursery:
+        await nursery.start(log.run)
+        print("ready", flush=True)
+        i = 0
+        while True:
+            log.emit("tick", i=i, text="x" * (i % 300))
+            i += 1
+            if i % 40 == 0:
+                await trio.sleep(0)
+
+trio.run(main)
+"""
+
+
+def test_sigkill_at_any_moment_leaves_a_readable_log(tmp_path):
+    path = tmp_path / "actions.jsonl"
+    rng = random.Random(5)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    for _ in range(KILL_ROUNDS):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, env=env
+        )
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.01, 0.2))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        # Readers never choke: every whole line comes out, a torn tail is skipped.
+        out, err = io.StringIO(), io.StringIO()
+        assert run_log(path, n=None, follow=False, events=(), as_json=True, out=out, err=err) == 0
+        for text in out.getvalue().splitlines():
+            assert orjson.loads(text)["event"] in ("tick", "error")
+    # And the next start leaves only whole lines behind.
+    ActionLog(path, 50_000).flush()
+    for file in [path, *tmp_path.glob("actions.jsonl.[0-9]")]:
+        data = file.read_bytes()
+        assert data == b"" or data.endswith(b"\n")  # empty: killed right after a rotation
+        for raw in data.splitlines():
+            orjson.loads(raw)

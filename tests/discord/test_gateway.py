@@ -426,10 +426,13 @@ def test_zlib_stream_buffers_until_the_sync_flush_suffix() -> None:
 async def test_commands_respect_the_send_limit(autojump_clock: Any) -> None:
     # The simulator closes a connection with 4008 past 120 payloads in 60 s.
     async with running_bot() as bot:
-        presence = {"since": None, "activities": [], "status": "online", "afk": False}
+        presence: dict[str, Any] = {"since": None, "activities": [], "status": "online"}
+        presence["afk"] = False
         for _ in range(250):
             await bot.actor.send_command(3, presence)
+        assert bot.actor._proto.queued_commands > 100  # the rest waits for room
         await trio.sleep(200)
+        assert bot.actor._proto.queued_commands == 0
         stats = bot.sim.gateway_stats
         assert 4008 not in [e["code"] for e in bot.events("close")]
         assert stats.connections == 1

@@ -455,3 +455,21 @@ def test_corrupting_any_field_of_a_valid_payload_never_raises(
 @pytest.mark.parametrize("event", sorted(VALID))
 def test_valid_fixtures_normalize(event: str) -> None:
     assert not isinstance(normalize(event, VALID[event]), NormalizeError)
+
+
+def test_thread_update_and_list_sync_keep_threads_known() -> None:
+    from picortex.types import ChannelCreate, ThreadListSync
+
+    update = normalize(
+        "THREAD_UPDATE",
+        {"id": "30", "type": 11, "guild_id": "1", "parent_id": "2", "name": "t"},
+    )
+    assert isinstance(update, ChannelCreate)
+    assert update.channel.is_thread and update.channel.parent_id == 2
+    sync = normalize(
+        "THREAD_LIST_SYNC",
+        {"guild_id": "1", "threads": [{"id": "31", "type": 11, "parent_id": "2"}], "members": []},
+    )
+    assert isinstance(sync, ThreadListSync)
+    assert sync.threads[0].id == 31 and sync.threads[0].guild_id == 1
+    assert isinstance(normalize("THREAD_LIST_SYNC", {"threads": []}), NormalizeError)

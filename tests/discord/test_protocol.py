@@ -533,6 +533,23 @@ def test_commands_beyond_the_limit_wait_and_heartbeats_keep_their_room() -> None
     assert h.of(Close) == []
 
 
+@pytest.mark.parametrize("start", [0.1, 1 / 3, 0.7, 12345.678, 98765.4321])
+def test_waking_exactly_at_the_deadline_always_makes_progress(start: float) -> None:
+    h = ready_harness()
+    h.advance(start)
+    for i in range(350):  # over the send limit, within the command queue
+        h.feed(h.proto.send(3, {"n": i}, h.now))
+    for _ in range(2000):
+        deadline = h.proto.next_deadline()
+        assert deadline is not None
+        assert deadline > h.now, "the deadline did not move: a driver would spin"
+        h.now = deadline
+        h.feed(h.proto.tick(h.now))
+        if sum(1 for _, s in h.sends if s.kind == "op3") == 350:
+            break
+    assert [s.payload["d"]["n"] for _, s in h.sends if s.kind == "op3"] == list(range(350))
+
+
 def test_server_heartbeat_requests_cannot_push_us_over_the_limit() -> None:
     h = ready_harness()
     for _ in range(300):
@@ -728,6 +745,7 @@ events = st.lists(
         ),
         st.tuples(st.just("tick"), st.floats(0, 200)),
         st.tuples(st.just("send"), st.integers(0, 12)),
+        st.tuples(st.just("burst"), st.integers(1, 300), st.floats(0.001, 0.9)),
         st.tuples(st.just("hello"), st.integers(1, 60_000)),
     ),
     max_size=60,
@@ -768,8 +786,23 @@ def test_any_event_sequence_never_raises_and_keeps_the_invariants(
         elif kind == "tick":
             now += event[1]
             actions = proto.tick(now)
+            deadline = proto.next_deadline()
+            assert deadline is None or deadline > now, "a tick must move the deadline on"
         elif kind == "send":
             actions = proto.send(event[1], {"n": 1}, now)
+        elif kind == "burst":
+            # Many commands at odd float times, then wake-ups exactly at each deadline.
+            actions = []
+            for _ in range(event[1]):
+                actions += proto.send(3, {}, now)
+            for _ in range(400):
+                deadline = proto.next_deadline()
+                if deadline is None:
+                    break
+                now = max(now + event[2] * 1e-3, deadline)
+                actions += proto.tick(now)
+                after = proto.next_deadline()
+                assert after is None or after > now, "a tick must move the deadline on"
         else:
             hello = {"op": 10, "d": {"heartbeat_interval": event[1]}}
             actions = proto.received(orjson.dumps(hello), now)

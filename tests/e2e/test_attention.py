@@ -310,7 +310,10 @@ async def test_discriminate_quiet_shows_typing_only_once_it_will_answer(tmp_path
         w = run.world
         run.bot.store.set_tier(w.bob_id, "user")
         run.bot.store.set_attention_mode(w.general_id, "discriminate-quiet", 0.0)
-        run.sim.model.script(ModelReply(text=TRUE, delay=0.5))
+        # Both calls take a while, so that typing has time to show (or not).
+        run.sim.model.script(
+            ModelReply(text=TRUE, delay=0.5), ModelReply(text="Matcha.", delay=1.5)
+        )
         msg = run.say(w.general_id, w.bob_id, "which tea has the most caffeine")
         with trio.fail_after(WAIT):
             await run.wait_until(lambda: len(run.sim.model.calls) == 1)

@@ -227,9 +227,9 @@ async def test_errors_patterns_groups_by_persona_and_stage(tmp_path: Path) -> No
         run.say(w.general_id, w.alice_id, f"{run.mention()} planning my exercise")
         with trio.fail_after(WAIT):
             await run.wait_event("cortex.invocation_failed", count=3)
-        out = io.StringIO()
-        run_errors(run.bot.store, unresolved=True, as_json=False, patterns=True, out=out)
-        lines = out.getvalue().splitlines()
+        done = await run.cli("errors", "--patterns")
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
         assert lines[0].split()[:3] == ["COUNT", "PERSONA", "STAGE"]
         assert lines[1].split()[:3] == ["2", "sleep", "generate"]
         assert lines[2].split()[:3] == ["1", "fitness", "generate"]
@@ -319,9 +319,12 @@ async def test_follow_up_is_answered_in_the_same_thread(tmp_path: Path) -> None:
         first = run.say(w.general_id, w.alice_id, f"{run.mention()} I slept terribly")
         with trio.fail_after(WAIT):
             await run.wait_event("persona.responded")
-        run.say(w.general_id, w.alice_id, "and the insomnia started last week")
+        follow = run.say(w.general_id, w.alice_id, "and the insomnia started last week")
         with trio.fail_after(WAIT):
             done = await run.wait_event("persona.responded", count=2)
+        assert run.events("continuation")[0]["message_id"] == int(follow["id"])
+        # A follow-up's own match is an observation too.
+        assert ("sleep", int(follow["id"]), "insomnia") in observations(run, "insomnia")
         assert len(run.sim.threads()) == 1
         assert done[1]["thread_id"] == int(first["id"])
         assert len(run.sim.bot_messages(int(first["id"]))) == 2
@@ -409,3 +412,38 @@ def test_bad_agents_yaml_stops_start_up_with_exit_2(tmp_path: Path) -> None:
     assert len(lines) == 1
     assert str(home / "agents.yaml") in lines[0]
     assert 'persona #2 ("fitness") has no domain_triggers' in lines[0]
+
+
+async def test_no_permission_for_threads_still_answers_in_the_channel(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, files=FILES) as run:
+        w = run.world
+        run.sim.inject_rest_error(
+            "POST", "/channels/*/messages/*/threads", 403, code=50013, message="Missing Permissions"
+        )
+        sent = run.say(w.general_id, w.alice_id, f"{run.mention()} I slept terribly last night")
+        with trio.fail_after(WAIT):
+            done = await run.wait_event("persona.responded")
+        assert run.sim.threads() == []
+        answers = run.sim.bot_messages(w.general_id)
+        assert len(answers) == 1
+        assert answers[0]["message_reference"]["message_id"] == sent["id"]
+        assert done[0]["thread_id"] is None
+        errors = run.events("error")
+        assert [e["scope"] for e in errors] == ["thread"]
+        assert "Missing Permissions" in errors[0]["message"]
+        assert run.bot.store.invocation_errors() == []
+
+
+async def test_failed_post_is_an_error_row_at_stage_post(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, files=FILES) as run:
+        w = run.world
+        run.sim.inject_rest_error("POST", "/channels/*/messages", 403, code=50001, count=None)
+        dm = run.dm_id(w.alice_id)
+        run.say(dm, w.alice_id, "I slept terribly last night")
+        with trio.fail_after(WAIT):
+            failed = await run.wait_event("cortex.invocation_failed")
+        assert (failed[0]["stage"], failed[0]["persona"]) == ("post", "sleep")
+        rows = run.bot.store.invocation_errors()
+        assert [(r.stage, r.persona, r.workspace_id) for r in rows] == [("post", "sleep", "dm")]
+        assert run.events("persona.responded") == []
+        assert len(run.sim.model.calls) == 1  # the answer was made once and not retried

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from picortex.actors.pipeline import ANSWER_TYPING_DELAY_SECONDS
+from picortex.sim.model import ModelReply
+from picortex.sim.rest import RecordedRequest
 from tests.e2e.harness import running_bot
 
 DISCORD_LIMIT = 2000
+
+
+def posts_at(requests: list[RecordedRequest], channel_id: int) -> list[float]:
+    """When the bot posted in a channel."""
+    return [r.at for r in requests if r.path == f"/channels/{channel_id}/messages"]
 
 
 def _long_answer() -> str:
@@ -21,7 +29,8 @@ async def test_long_reply_is_split_without_breaking_code_and_pings_nobody(tmp_pa
         w = run.world
         answer = _long_answer()
         assert len(answer) > 2 * DISCORD_LIMIT
-        run.sim.model.script(answer)
+        # A slow answer (longer than the typing delay) shows the typing indicator.
+        run.sim.model.script(ModelReply(text=answer, delay=ANSWER_TYPING_DELAY_SECONDS + 0.3))
         msg = run.say(w.general_id, w.alice_id, f"{run.mention()} explain everything")
         reply = await run.wait_event("reply")
         parts = reply[0]["parts"]
@@ -40,7 +49,8 @@ async def test_long_reply_is_split_without_breaking_code_and_pings_nobody(tmp_pa
         # The first part replies to the trigger; the answer came with a typing indicator.
         assert posted[0]["message_reference"]["message_id"] == msg["id"]
         requests = [r for r in run.sim.requests if r.method == "POST"]
-        assert any(r.path.endswith("/typing") for r in requests)
+        typing = [r for r in requests if r.path == f"/channels/{w.general_id}/typing"]
+        assert typing and typing[0].at < posts_at(requests, w.general_id)[0]
         posts = [r for r in requests if r.path == f"/channels/{w.general_id}/messages"]
         assert len(posts) == parts
         for request in posts:
@@ -63,3 +73,11 @@ async def test_command_replies_never_ping_everyone_either(tmp_path: Path) -> Non
         assert posts and all(
             "everyone" not in r.json["allowed_mentions"].get("parse", []) for r in posts
         )
+
+
+async def test_a_quick_answer_needs_no_typing_indicator(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        msg = run.say(w.general_id, w.alice_id, f"{run.mention()} quick one?")
+        await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
+        assert [r for r in run.sim.requests if r.path.endswith("/typing")] == []

@@ -707,7 +707,9 @@ async def test_a_message_in_hand_at_shutdown_is_logged_as_dropped(autojump_clock
             await trio.sleep(100)
 
     sink = RecordingSink()
-    sup = Supervisor("s", Strategy.ONE_FOR_ONE, [ChildSpec("c", slow, mailbox=mailbox)], events=sink)
+    sup = Supervisor(
+        "s", Strategy.ONE_FOR_ONE, [ChildSpec("c", slow, mailbox=mailbox)], events=sink
+    )
     mailbox.send_nowait("half-done")
     mailbox.send_nowait("queued")
     async with trio.open_nursery() as nursery:

@@ -25,7 +25,11 @@ def test_run_sim_prints_urls_serves_and_exits_0_on_ctrl_c() -> None:
     )
     try:
         assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(9)]
+        lines: list[str] = []
+        while not lines or not lines[-1].strip().startswith("users:"):
+            line = proc.stdout.readline()
+            assert line, "run_sim stopped before printing its URLs"
+            lines.append(line)
         text = "".join(lines)
         api_base = next(line.split()[-1] for line in lines if "DISCORD_API_BASE" in line)
         token = next(line.split()[-1] for line in lines if "DISCORD_BOT_TOKEN" in line)
@@ -38,7 +42,7 @@ def test_run_sim_prints_urls_serves_and_exits_0_on_ctrl_c() -> None:
         assert [c["name"] for c in channels["guilds"][0]["channels"]] == ["general", "random"]
         assert {u["username"] for u in channels["users"]} >= {"alice", "bob"}
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=20)
+        _out, err = proc.communicate(timeout=20)
     finally:
         if proc.poll() is None:
             proc.kill()

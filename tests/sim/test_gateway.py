@@ -198,7 +198,9 @@ async def test_resume_replays_missed_dispatches_then_resumed(
         seen = await gw.recv_dispatch("MESSAGE_CREATE")
         sim.drop_connections()
         assert await gw.closed_code() == 1006  # abrupt: no close frame
-    missed = [sim.post_user_message(world.general_id, world.bob_id, f"missed {n}") for n in range(3)]
+    missed = [
+        sim.post_user_message(world.general_id, world.bob_id, f"missed {n}") for n in range(3)
+    ]
     resume_url = ready["d"]["resume_gateway_url"]
     async with raw_gateway(resume_url) as gw:
         await gw.resume(ready["d"]["session_id"], seen["s"])

@@ -41,7 +41,11 @@ async def test_default_answer_has_the_messages_api_shape(
     assert reply.usage.input_tokens == (len("You are helpful.") + 44) // 4
     assert reply.usage.output_tokens == len(block.text) // 4
     call = sim.model.calls[-1]
-    assert (call.model, call.system, call.max_tokens) == ("claude-sonnet-5-5", "You are helpful.", 300)
+    assert (call.model, call.system, call.max_tokens) == (
+        "claude-sonnet-5-5",
+        "You are helpful.",
+        300,
+    )
     assert call.messages[0]["role"] == "user"
 
 
@@ -97,7 +101,10 @@ async def test_discriminator_default(
 
 
 def test_persona_pick_default() -> None:
-    listed = "Pick the persona for this message. Answer with the persona id only.\n- chef: food\n- sage: ideas"
+    listed = (
+        "Pick the persona for this message. Answer with the persona id only.\n"
+        "- chef: food\n- sage: ideas"
+    )
     assert default_answer(None, [{"role": "user", "content": listed}]) == "chef"
     inline = "Which persona id fits? candidates: `sage`, chef"
     assert default_answer(None, [{"role": "user", "content": inline}]) == "sage"

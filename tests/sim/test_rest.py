@@ -22,7 +22,9 @@ RATE_HEADERS = (
 async def test_requests_need_the_bot_token(urls: SimURLs, sim: Simulator) -> None:
     async with httpx.AsyncClient() as client:
         bare = await client.get(urls.api_base + "/users/@me")
-        wrong = await client.get(urls.api_base + "/users/@me", headers={"Authorization": "sim-token"})
+        wrong = await client.get(
+            urls.api_base + "/users/@me", headers={"Authorization": "sim-token"}
+        )
         gateway = await client.get(urls.api_base + "/gateway")
     assert bare.status_code == 401
     assert bare.json() == {"message": "401: Unauthorized", "code": 0}
@@ -32,14 +34,21 @@ async def test_requests_need_the_bot_token(urls: SimURLs, sim: Simulator) -> Non
     assert sim.invalid_requests == 2
 
 
-async def test_current_user_and_gateway_bot(api: httpx.AsyncClient, sim: Simulator, urls: SimURLs) -> None:
+async def test_current_user_and_gateway_bot(
+    api: httpx.AsyncClient, sim: Simulator, urls: SimURLs
+) -> None:
     me = (await api.get("/users/@me")).json()
     assert me["id"] == str(sim.bot_user_id)
     assert me["bot"] is True
     body = (await api.get("/gateway/bot")).json()
     assert body["url"] == urls.gateway_url
     assert body["shards"] == 1
-    assert set(body["session_start_limit"]) == {"total", "remaining", "reset_after", "max_concurrency"}
+    assert set(body["session_start_limit"]) == {
+        "total",
+        "remaining",
+        "reset_after",
+        "max_concurrency",
+    }
 
 
 async def test_create_message_returns_full_object_stores_and_records(
@@ -47,7 +56,7 @@ async def test_create_message_returns_full_object_stores_and_records(
 ) -> None:
     response = await api.post(
         f"/channels/{world.general_id}/messages",
-        json={"content": "hello <@%d>" % world.alice_id, "allowed_mentions": {"parse": []}},
+        json={"content": f"hello <@{world.alice_id}>", "allowed_mentions": {"parse": []}},
         headers={"User-Agent": "DiscordBot (https://example.org, 1.0)"},
     )
     assert response.status_code == 200
@@ -109,7 +118,9 @@ async def test_unknown_channel_and_message(api: httpx.AsyncClient, world: Defaul
     assert route.status_code == 404
 
 
-async def test_reply_with_reference(api: httpx.AsyncClient, sim: Simulator, world: DefaultWorld) -> None:
+async def test_reply_with_reference(
+    api: httpx.AsyncClient, sim: Simulator, world: DefaultWorld
+) -> None:
     question = sim.post_user_message(world.general_id, world.alice_id, "why?")
     response = await api.post(
         f"/channels/{world.general_id}/messages",
@@ -131,7 +142,10 @@ async def test_reply_with_reference(api: httpx.AsyncClient, sim: Simulator, worl
     assert (missing.status_code, missing.json()["code"]) == (400, 50035)
     lenient = await api.post(
         f"/channels/{world.general_id}/messages",
-        json={"content": "x", "message_reference": {"message_id": "1", "fail_if_not_exists": False}},
+        json={
+            "content": "x",
+            "message_reference": {"message_id": "1", "fail_if_not_exists": False},
+        },
     )
     assert lenient.status_code == 200
     assert lenient.json()["type"] == 0
@@ -218,9 +232,13 @@ async def test_reactions_with_url_encoded_emoji(
     assert [u["id"] for u in (await api.get(base)).json()] == [str(world.bob_id)]
 
 
-async def test_edit_own_message_only(api: httpx.AsyncClient, sim: Simulator, world: DefaultWorld) -> None:
+async def test_edit_own_message_only(
+    api: httpx.AsyncClient, sim: Simulator, world: DefaultWorld
+) -> None:
     mine = (await api.post(f"/channels/{world.general_id}/messages", json={"content": "v1"})).json()
-    edited = await api.patch(f"/channels/{world.general_id}/messages/{mine['id']}", json={"content": "v2"})
+    edited = await api.patch(
+        f"/channels/{world.general_id}/messages/{mine['id']}", json={"content": "v2"}
+    )
     assert edited.status_code == 200
     assert edited.json()["content"] == "v2"
     assert edited.json()["edited_timestamp"] is not None
@@ -270,7 +288,14 @@ async def test_exceeding_a_bucket_gets_a_real_429_then_it_resets(
     assert other_channel.status_code == 200  # buckets are per channel
     await trio.sleep(body["retry_after"])
     assert (await api.post(url, json={"content": "six"})).status_code == 200
-    assert [m["content"] for m in sim.bot_messages(world.general_id)] == ["0", "1", "2", "3", "4", "six"]
+    assert [m["content"] for m in sim.bot_messages(world.general_id)] == [
+        "0",
+        "1",
+        "2",
+        "3",
+        "4",
+        "six",
+    ]
     assert sim.invalid_requests == 1
 
 
@@ -296,7 +321,11 @@ async def test_injected_429_holds_the_bucket_for_retry_after(
     url = f"/channels/{world.general_id}/messages"
     first = await api.post(url, json={"content": "x"})
     assert first.status_code == 429
-    assert first.json() == {"message": "You are being rate limited.", "retry_after": 2.5, "global": False}
+    assert first.json() == {
+        "message": "You are being rate limited.",
+        "retry_after": 2.5,
+        "global": False,
+    }
     assert first.headers["retry-after"] == "3"
     assert first.headers["x-ratelimit-scope"] == "user"
     early = await api.post(url, json={"content": "x"})

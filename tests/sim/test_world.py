@@ -161,7 +161,7 @@ def test_thread_from_message_reuses_the_message_id(world: World) -> None:
 
 
 def test_guild_create_lists_channels_without_guild_id(world: World) -> None:
-    alice, guild, channel, bot = _setup(world)
+    _alice, guild, channel, bot = _setup(world)
     payload = world.guild_create_payload(guild)
     assert payload["channels"][0]["id"] == str(channel)
     assert "guild_id" not in payload["channels"][0]
@@ -171,7 +171,7 @@ def test_guild_create_lists_channels_without_guild_id(world: World) -> None:
 
 
 def test_reactions_add_once_and_remove(world: World) -> None:
-    alice, guild, channel, bot = _setup(world)
+    alice, _guild, channel, bot = _setup(world)
     message = world.create_message(channel, bot, "vote")
     world.outbox.clear()
     assert world.add_reaction(channel, message.id, alice, "👍")

@@ -1,0 +1,291 @@
+"""Benchmark of the message pipeline: trigger-to-reply latency of picortex against a bare echo bot.
+
+Both bots run one after the other against the same simulator (this process) and get the same
+paced stream of triggers (mentions of the bot by its owner) across the same channels. picortex
+answers through its whole pipeline with the simulator's instant model endpoint; the echo bot
+(trio-websocket receive + one httpx post per message) is the floor. Latency is measured on the
+simulator's clock, from posting a trigger to receiving the reply's POST.
+
+By default each bot is its own process (`python -m picortex run`, and this script with
+`--echo-bot`), as a bot and Discord run on different machines: the simulator's work never
+shares a core with the bot's. `--in-process` runs both bots inside this process instead.
+Triggers are paced below Discord's global 50 requests/s, which picortex keeps proactively: a
+burst would measure that limit, not the pipeline.
+
+Usage (from the repository root):
+    python scripts/bench_pipeline.py [--triggers N] [--channels N] [--rate PER_SECOND]
+                                     [--in-process]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import orjson
+import trio
+from trio_websocket import open_websocket_url
+
+# Runnable from a checkout without installing the package.
+ROOT: Final = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from picortex.app import Bot
+from picortex.config import load_settings
+from picortex.sim import Simulator
+from picortex.sim.simulator import SimURLs
+
+# Route groups whose per-channel limits would pace the run rather than the bots.
+RELAXED_BUCKETS: Final = ("messages.post", "typing", "messages.get")
+# Gateway intents: GUILDS, GUILD_MESSAGES, MESSAGE_CONTENT.
+ECHO_INTENTS: Final = (1 << 0) | (1 << 9) | (1 << 15)
+# How long a bot may take to start, and to answer its last trigger before that counts as lost.
+START_SECONDS: Final = 30.0
+DRAIN_SECONDS: Final = 30.0
+# Per bot, not measured: connections, caches and lazy imports warm up first.
+WARMUP_TRIGGERS: Final = 20
+
+Starter = Callable[[trio.Nursery], "AsyncIterator[None]"]
+
+
+# ----- the floor -----------------------------------------------------------------------------
+
+
+async def echo_bot(
+    api_base: str, gateway_url: str, token: str, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    """The floor: receive MESSAGE_CREATE on a bare websocket, post one reply per message."""
+    headers = {"Authorization": f"Bot {token}"}
+    async with (
+        httpx.AsyncClient(base_url=api_base, headers=headers) as http,
+        open_websocket_url(gateway_url + "/?v=10&encoding=json") as ws,
+        trio.open_nursery() as nursery,
+    ):
+        hello = orjson.loads(await ws.get_message())
+        interval = hello["d"]["heartbeat_interval"] / 1000
+        seq: list[int | None] = [None]
+
+        async def heartbeat() -> None:
+            while True:
+                await trio.sleep(interval)
+                await ws.send_message(orjson.dumps({"op": 1, "d": seq[0]}).decode())
+
+        async def reply(channel_id: str, message_id: str) -> None:
+            await http.post(
+                f"/channels/{channel_id}/messages",
+                json={
+                    "content": "echo",
+                    "message_reference": {"message_id": message_id},
+                    "allowed_mentions": {"parse": []},
+                },
+            )
+
+        identify = {
+            "op": 2,
+            "d": {
+                "token": token,
+                "intents": ECHO_INTENTS,
+                "properties": {"os": "linux", "browser": "echo", "device": "echo"},
+            },
+        }
+        await ws.send_message(orjson.dumps(identify).decode())
+        nursery.start_soon(heartbeat)
+        me: str | None = None
+        while True:
+            frame = orjson.loads(await ws.get_message())
+            if frame.get("s") is not None:
+                seq[0] = frame["s"]
+            kind = frame.get("t")
+            if kind == "READY":
+                me = frame["d"]["user"]["id"]
+                task_status.started()
+            elif kind == "MESSAGE_CREATE" and frame["d"]["author"]["id"] != me:
+                data = frame["d"]
+                nursery.start_soon(reply, data["channel_id"], data["id"])
+
+
+# ----- running a bot -------------------------------------------------------------------------
+
+
+def picortex_env(home: Path, sim: Simulator, urls: SimURLs, owner: int) -> dict[str, str]:
+    """The environment `picortex run` gets."""
+    return {
+        "PICORTEX_HOME": str(home),
+        "DISCORD_BOT_TOKEN": sim.token,
+        "DISCORD_API_BASE": urls.api_base,
+        "ANTHROPIC_API_KEY": "sk-ant-bench-0000",
+        "ANTHROPIC_BASE_URL": urls.anthropic_base_url,
+        "PICORTEX_OWNER_ID": str(owner),
+    }
+
+
+@asynccontextmanager
+async def subprocess_bot(sim: Simulator, argv: list[str], env: dict[str, str]) -> AsyncIterator[None]:
+    """A bot process; yields once its gateway session is ready, stops it (SIGTERM) after."""
+    ready = sim.gateway_stats.identifies
+    full_env = {**os.environ, **env}
+    proc = await trio.lowlevel.open_process(
+        argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        with trio.fail_after(START_SECONDS):
+            await sim.wait_until(
+                lambda: sim.gateway_stats.identifies > ready
+                and sim.gateway_stats.ready_sessions >= 1
+            )
+        yield
+    finally:
+        proc.terminate()
+        with trio.move_on_after(START_SECONDS) as waited, trio.CancelScope(shield=True):
+            await proc.wait()
+        if waited.cancelled_caught:
+            proc.kill()
+        with trio.CancelScope(shield=True):
+            await sim.wait_until(lambda: sim.gateway_stats.ready_sessions == 0)
+
+
+@asynccontextmanager
+async def in_process_bot(
+    sim: Simulator, start: Callable[[trio.Nursery], Any]
+) -> AsyncIterator[None]:
+    """A bot in this process; yields once its gateway session is ready."""
+    ready = sim.gateway_stats.identifies
+    async with trio.open_nursery() as nursery:
+        await start(nursery)
+        await sim.wait_until(
+            lambda: sim.gateway_stats.identifies > ready and sim.gateway_stats.ready_sessions >= 1
+        )
+        yield
+        nursery.cancel_scope.cancel()
+    await sim.wait_until(lambda: sim.gateway_stats.ready_sessions == 0)
+
+
+# ----- measuring -----------------------------------------------------------------------------
+
+
+async def feed(
+    sim: Simulator, channels: list[int], author: int, triggers: int, rate: float
+) -> tuple[list[float], int, float]:
+    """Post paced triggers; return (latencies in s, unanswered, this process's CPU s)."""
+    mention = f"<@{sim.bot_user_id}>"
+    sent_at: dict[str, float] = {}
+    seen = len(sim.requests)
+    cpu = time.process_time()
+    t0 = trio.current_time()
+    for i in range(WARMUP_TRIGGERS + triggers):
+        await trio.sleep_until(t0 + i / rate)
+        now = trio.current_time()
+        msg = sim.post_user_message(
+            channels[i % len(channels)], author, f"{mention} trigger {i}: ping?"
+        )
+        if i >= WARMUP_TRIGGERS:
+            sent_at[str(msg["id"])] = now
+
+    answered: dict[str, float] = {}
+    scanned = [seen]
+
+    def all_answered() -> bool:
+        requests = sim.requests
+        for request in requests[scanned[0] :]:
+            body = request.json
+            if request.method == "POST" and isinstance(body, dict):
+                ref = (body.get("message_reference") or {}).get("message_id")
+                if ref in sent_at and ref not in answered:
+                    answered[ref] = request.at
+        scanned[0] = len(requests)
+        return len(answered) >= len(sent_at)
+
+    with trio.move_on_after(DRAIN_SECONDS):
+        await sim.wait_until(all_answered)
+    cpu = time.process_time() - cpu
+    latencies = [answered[mid] - sent_at[mid] for mid in answered]
+    return latencies, len(sent_at) - len(answered), cpu
+
+
+def describe(name: str, latencies: list[float], lost: int, cpu: float) -> float:
+    """Print one line of results; returns the median in milliseconds."""
+    ordered = sorted(latencies)
+    median = statistics.median(ordered) * 1000
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
+    sent = len(ordered) + lost + WARMUP_TRIGGERS
+    print(
+        f"{name:<9} answered {len(ordered):5d}  lost {lost:3d}  median {median:7.2f} ms  "
+        f"p99 {p99:7.2f} ms  max {ordered[-1] * 1000:7.2f} ms  "
+        f"simulator CPU {cpu / sent * 1000:4.2f} ms/trigger"
+    )
+    return median
+
+
+async def bench(args: argparse.Namespace) -> int:
+    sim = Simulator(heartbeat_interval_ms=41_250)
+    for bucket in RELAXED_BUCKETS:
+        sim.set_rate_limit(bucket, 100_000, 1.0)
+    owner = sim.add_user("owner", global_name="Owner")
+    guild = sim.add_guild("bench", owner_id=owner)
+    channels = [sim.add_channel(guild, f"bench-{n}") for n in range(args.channels)]
+    where = "in this process" if args.in_process else "each in its own process"
+    print(
+        f"{args.triggers} triggers across {args.channels} channels at {args.rate:g}/s "
+        f"(+{WARMUP_TRIGGERS} warm-up), instant model endpoint, bots {where}"
+    )
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="picortex-bench-") as tmp:
+        home = Path(tmp)
+        (home / "picortex.toml").write_text("continuation_seconds = 0\n")
+        async with trio.open_nursery() as nursery:
+            urls: SimURLs = await nursery.start(sim.serve)
+            env = picortex_env(home, sim, urls, owner)
+            if args.in_process:
+
+                async def start_echo(n: trio.Nursery) -> None:
+                    await n.start(echo_bot, urls.api_base, urls.gateway_url, sim.token)
+
+                async def start_picortex(n: trio.Nursery) -> None:
+                    await n.start(Bot(load_settings(env)).run)
+
+                echo = in_process_bot(sim, start_echo)
+                ours = in_process_bot(sim, start_picortex)
+            else:
+                script = [sys.executable, str(Path(__file__).resolve()), "--echo-bot"]
+                echo_argv = [*script, urls.api_base, urls.gateway_url, sim.token]
+                echo = subprocess_bot(sim, echo_argv, {})
+                ours = subprocess_bot(sim, [sys.executable, "-m", "picortex", "run"], env)
+            async with echo:
+                floor = await feed(sim, channels, owner, args.triggers, args.rate)
+            async with ours:
+                result = await feed(sim, channels, owner, args.triggers, args.rate)
+            nursery.cancel_scope.cancel()
+    floor_median = describe("echo bot", *floor)
+    median = describe("picortex", *result)
+    ratio = median / floor_median
+    verdict = "within" if ratio <= 3.0 else "NOT within"
+    print(f"ratio     picortex median / echo bot median = {ratio:.2f} ({verdict} the 3x target)")
+    print(f"wall time {time.perf_counter() - started:.1f} s")
+    return 1 if result[1] else 0
+
+
+def main() -> int:
+    if len(sys.argv) == 5 and sys.argv[1] == "--echo-bot":
+        api_base, gateway_url, token = sys.argv[2:]
+        trio.run(echo_bot, api_base, gateway_url, token)
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--triggers", type=int, default=1000)
+    parser.add_argument("--channels", type=int, default=20)
+    parser.add_argument("--rate", type=float, default=20.0, help="triggers per second")
+    parser.add_argument("--in-process", action="store_true", help="run the bots in this process")
+    return trio.run(bench, parser.parse_args())
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,377 @@
+"""Persona answers with fakes for the model and Discord: recall, placement, failures."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import attrs
+import pytest
+
+from picortex.actors import persona_answer
+from picortex.actors.llm import LLMRequest, LLMResult
+from picortex.actors.pipeline import (
+    BotIdentity,
+    ChannelRegistry,
+    Pipeline,
+    SettingsSource,
+    TriggerBook,
+)
+from picortex.config import ResponsePolicySettings, load_settings
+from picortex.core.continuation import Request
+from picortex.core.personas import PersonaLoader
+from picortex.discord.rest import DiscordHTTPError
+from picortex.store import Store
+from picortex.types import Channel, ChannelType, Message, User
+from tests.helpers import RecordingSink
+
+AGENTS = """
+personas:
+  - id: sleep
+    name: Sleep Coach
+    description: Helps people who sleep badly.
+    domain_triggers: [sleep, slept, insomnia, tired]
+  - id: fitness
+    name: Fitness Coach
+    description: Plans workouts and exercise.
+    domain_triggers: [workout, tired, exercise]
+"""
+GUILD, GENERAL, OTHER_GUILD, DM = 10, 100, 20, 300
+ALICE = User(1, "alice", "Alice")
+BOB = User(2, "bob", "Bob")
+
+
+class FakeLLM:
+    """Answers model calls from a script of results; records the requests."""
+
+    def __init__(self, *results: LLMResult) -> None:
+        self.results = list(results)
+        self.requests: list[LLMRequest] = []
+
+    async def complete(self, request: LLMRequest) -> LLMResult:
+        self.requests.append(request)
+        if self.results:
+            return self.results.pop(0)
+        return ok("a fine answer")
+
+
+class FakeRest:
+    """Records posts and threads; `thread_error` makes thread creation fail."""
+
+    def __init__(self, thread_error: Exception | None = None) -> None:
+        self.thread_error = thread_error
+        self.threads: list[tuple[int, int, str]] = []
+        self.posts: list[tuple[int, str, int | None]] = []
+
+    async def start_thread_from_message(
+        self, channel_id: int, message_id: int, name: str
+    ) -> dict[str, Any]:
+        if self.thread_error is not None:
+            raise self.thread_error
+        self.threads.append((channel_id, message_id, name))
+        return {
+            "id": str(message_id),
+            "type": 11,
+            "guild_id": str(GUILD),
+            "parent_id": str(channel_id),
+            "name": name,
+        }
+
+    async def create_message(
+        self,
+        channel_id: int,
+        content: str,
+        *,
+        reply_to: int | None = None,
+        allowed_mentions: Any = None,
+    ) -> dict[str, Any]:
+        self.posts.append((channel_id, content, reply_to))
+        return {"id": str(9000 + len(self.posts))}
+
+    async def trigger_typing(self, channel_id: int) -> None:
+        return None
+
+    async def create_dm(self, user_id: int) -> dict[str, Any]:
+        return {"id": str(DM + user_id), "type": 1}
+
+
+def ok(text: str) -> LLMResult:
+    return LLMResult(text, "m", 10, 5, 0.00001, 3, "ok")
+
+
+def failed(outcome: str = "error") -> LLMResult:
+    return LLMResult("", "m", 0, 0, 0.0, 3, outcome, error="APIStatusError: boom", stack_trace="tb")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    s = Store.open(tmp_path / "picortex.db")
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def make_pipe(
+    tmp_path: Path,
+    store: Store,
+    llm: FakeLLM | None = None,
+    rest: FakeRest | None = None,
+    *,
+    default_mode: str = "channel",
+) -> tuple[Pipeline, RecordingSink]:
+    (tmp_path / "agents.yaml").write_text(AGENTS)
+    base = load_settings({"PICORTEX_HOME": str(tmp_path)})
+    base = attrs.evolve(base, response_policy=ResponsePolicySettings(default_mode=default_mode))
+    loader = PersonaLoader(tmp_path)
+    loader.load()
+    sink = RecordingSink()
+    registry = ChannelRegistry()
+    registry.add(Channel(GENERAL, ChannelType.GUILD_TEXT, GUILD, None, "general"))
+    pipe = Pipeline(
+        settings=SettingsSource(base, store),
+        store=store,
+        rest=cast(Any, rest or FakeRest()),
+        cache=cast(Any, None),
+        llm=cast(Any, llm or FakeLLM()),
+        events=sink,
+        bot=BotIdentity(999, "picortex"),
+        registry=registry,
+        triggers=TriggerBook(),
+        home=tmp_path,
+        personas=loader,
+    )
+    return pipe, sink
+
+
+def message(
+    mid: int, text: str, *, channel: int = GENERAL, guild: int | None = GUILD, author: User = ALICE
+) -> Message:
+    return Message(mid, channel, author, text, "2026-04-12T10:00:00+00:00", guild_id=guild)
+
+
+def request_for(*msgs: Message) -> Request:
+    first = msgs[0]
+    return Request(
+        parent_id=first.id,
+        channel_id=first.channel_id,
+        author_id=first.author.id,
+        message_ids=tuple(m.id for m in msgs),
+        texts=tuple(m.content for m in msgs),
+    )
+
+
+def remember(store: Store, msg: Message, at: float) -> None:
+    store.add_memory_message(
+        msg.id,
+        msg.channel_id,
+        msg.guild_id,
+        msg.author.id,
+        msg.author.display_name,
+        msg.content,
+        at,
+    )
+
+
+# -- recall ---------------------------------------------------------------------------------
+
+
+def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text(
+    tmp_path: Path, store: Store
+) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    now = time.time()
+    earlier = message(1, "espresso at 9pm gave me insomnia", author=BOB)
+    remember(store, earlier, now - 3600)
+    persona_answer.observe(pipe, earlier, earlier.content)  # same text as an observation
+    remember(store, message(2, "insomnia week two, still espresso", author=BOB), now - 8 * 86400)
+    remember(store, message(3, "insomnia in another guild", channel=700, guild=OTHER_GUILD), now)
+    trigger = message(5, "insomnia again, why?")
+    follow = message(6, "the espresso maybe?")
+    for m in (trigger, follow):
+        remember(store, m, now)
+    excerpts = persona_answer.recall(pipe, request_for(trigger, follow), follow)
+    assert excerpts == ["Bob: espresso at 9pm gave me insomnia"]
+
+
+def test_dm_recall_stays_in_that_dm(tmp_path: Path, store: Store) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    now = time.time()
+    remember(
+        store,
+        message(1, "my insomnia is from night shifts", channel=301, guild=None, author=BOB),
+        now,
+    )
+    remember(store, message(2, "insomnia since the move", channel=DM, guild=None), now)
+    trigger = message(3, "insomnia again", channel=DM, guild=None)
+    assert persona_answer.recall(pipe, request_for(trigger), trigger) == [
+        "Alice: insomnia since the move"
+    ]
+
+
+def test_recall_without_salient_words_is_empty(tmp_path: Path, store: Store) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    trigger = message(3, "is it?")
+    assert persona_answer.recall(pipe, request_for(trigger), trigger) == []
+
+
+# -- placement ------------------------------------------------------------------------------
+
+
+def test_placement_by_where_the_message_is(tmp_path: Path, store: Store) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    top = message(50, "slept badly")
+    assert persona_answer.placement(pipe, request_for(top), top) == persona_answer.Placement(
+        "new thread", GENERAL
+    )
+    dm = message(51, "slept badly", channel=DM, guild=None)
+    assert persona_answer.placement(pipe, request_for(dm), dm) == persona_answer.Placement(
+        "dm reply", DM, 51
+    )
+    pipe.registry.add(Channel(60, ChannelType.PUBLIC_THREAD, GUILD, GENERAL, "t"))
+    inside = message(61, "slept badly", channel=60)
+    assert persona_answer.placement(pipe, request_for(inside), inside) == persona_answer.Placement(
+        "existing thread", 60, 61
+    )
+    # A follow-up in the channel joins the thread the first answer went into.
+    pipe.registry.add(
+        Channel(50, ChannelType.PUBLIC_THREAD, GUILD, GENERAL, "Sleep Coach responding")
+    )
+    follow = message(52, "and tired")
+    assert persona_answer.placement(
+        pipe, request_for(top, follow), follow
+    ) == persona_answer.Placement("existing thread", 50, None)
+
+
+def test_response_policy_dm_sends_guild_answers_by_dm(tmp_path: Path, store: Store) -> None:
+    pipe, _ = make_pipe(tmp_path, store, default_mode="dm")
+    top = message(50, "slept badly")
+    assert persona_answer.placement(pipe, request_for(top), top).how == "dm"
+
+
+# -- answering ------------------------------------------------------------------------------
+
+
+async def test_single_match_opens_a_thread_and_posts_there(tmp_path: Path, store: Store) -> None:
+    llm, rest = FakeLLM(), FakeRest()
+    pipe, sink = make_pipe(tmp_path, store, llm, rest)
+    trigger = message(50, "I slept terribly last night")
+    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, ["10:00 Bob: hi"])
+    assert [r.stage for r in llm.requests] == ["generate"]
+    assert llm.requests[0].tier == "general"
+    assert llm.requests[0].persona == "sleep"
+    assert "10:00 Bob: hi" in llm.requests[0].messages[0].content
+    assert rest.threads == [(GENERAL, 50, "Sleep Coach responding")]
+    assert rest.posts == [(50, "a fine answer", None)]
+    assert pipe.registry.is_thread(50)  # known at once, before THREAD_CREATE arrives
+    done = sink.of("persona.responded")
+    assert done[0]["thread_id"] == 50 and done[0]["posted"] == [9001]
+
+
+async def test_no_match_leaves_it_to_the_default_agent(tmp_path: Path, store: Store) -> None:
+    llm = FakeLLM()
+    pipe, sink = make_pipe(tmp_path, store, llm)
+    trigger = message(50, "what is the capital of Peru")
+    assert not await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert llm.requests == [] and sink.of("persona") == []
+
+
+async def test_failed_tiebreak_falls_back_and_records_the_strongest(
+    tmp_path: Path, store: Store
+) -> None:
+    llm = FakeLLM(failed())
+    pipe, sink = make_pipe(tmp_path, store, llm)
+    trigger = message(50, "so tired after my workout")
+    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert [(r.stage, r.tier) for r in llm.requests] == [
+        ("tiebreak", "triage"),
+        ("generate", "general"),
+    ]
+    assert llm.requests[1].persona == "fitness"
+    rows = store.invocation_errors()
+    assert [(r.stage, r.persona) for r in rows] == [("tiebreak", "fitness")]
+    assert sink.of("persona")[0]["tiebreak"] == "tiebreak error: strongest match"
+
+
+async def test_tiebreak_picks_a_candidate_in_quotes(tmp_path: Path, store: Store) -> None:
+    llm = FakeLLM(ok('"Sleep".'))
+    pipe, sink = make_pipe(tmp_path, store, llm)
+    trigger = message(50, "so tired after my workout")
+    await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert sink.of("persona")[0]["selected"] == "sleep"
+    assert sink.of("persona")[0]["tiebreak"] == "model picked"
+
+
+async def test_existing_thread_error_reuses_the_message_thread(
+    tmp_path: Path, store: Store
+) -> None:
+    rest = FakeRest(
+        DiscordHTTPError(400, 160004, "A thread has already been created for this message")
+    )
+    pipe, _ = make_pipe(tmp_path, store, rest=rest)
+    trigger = message(50, "slept badly")
+    await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert rest.posts == [(50, "a fine answer", None)]
+    assert store.invocation_errors() == []
+
+
+async def test_server_error_on_the_thread_is_a_post_failure(tmp_path: Path, store: Store) -> None:
+    rest = FakeRest(DiscordHTTPError(503, None, "unavailable"))
+    pipe, sink = make_pipe(tmp_path, store, rest=rest)
+    trigger = message(50, "slept badly")
+    await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert rest.posts == []
+    assert [(r.stage, r.persona) for r in store.invocation_errors()] == [("post", "sleep")]
+    assert sink.of("persona.responded") == []
+
+
+@pytest.mark.parametrize(
+    ("outcome", "why"), [("budget", "budget ceiling"), ("no_key", "ANTHROPIC_API_KEY")]
+)
+async def test_refused_answer_is_a_skip_not_an_error(
+    tmp_path: Path, store: Store, outcome: str, why: str
+) -> None:
+    pipe, sink = make_pipe(tmp_path, store, FakeLLM(failed(outcome)))
+    trigger = message(50, "slept badly")
+    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert store.invocation_errors() == []
+    skip = sink.of("decision")[0]
+    assert skip["outcome"] == "skip" and why in skip["reason"]
+
+
+async def test_persona_model_tier_is_used(tmp_path: Path, store: Store) -> None:
+    llm = FakeLLM()
+    pipe, _ = make_pipe(tmp_path, store, llm)
+    (tmp_path / "agents.yaml").write_text(
+        AGENTS.replace("Helps people who sleep badly.", "Deep.\n    model: complex")
+    )
+    trigger = message(50, "slept badly")
+    await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert llm.requests[0].tier == "complex"
+
+
+def test_observe_records_every_match(tmp_path: Path, store: Store) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    msg = message(50, "so tired after my workout")
+    matches = persona_answer.observe(pipe, msg, msg.content)
+    assert {m.persona.id for m in matches} == {"sleep", "fitness"}
+    hits = store.search_memory("tired", since=0.0, workspace=str(GUILD), limit=10)
+    assert sorted((h.persona, h.trigger) for h in hits if h.kind == "observation") == [
+        ("fitness", "workout"),
+        ("sleep", "tired"),
+    ]
+
+
+async def test_response_policy_dm_posts_the_persona_answer_by_dm(
+    tmp_path: Path, store: Store
+) -> None:
+    rest = FakeRest()
+    pipe, sink = make_pipe(tmp_path, store, rest=rest, default_mode="dm")
+    trigger = message(50, "I slept terribly")
+    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert rest.threads == []
+    assert rest.posts == [(DM + ALICE.id, "a fine answer", None)]
+    assert sink.of("persona")[0]["thread"] == "dm"
+    assert sink.of("persona.responded")[0]["thread_id"] is None

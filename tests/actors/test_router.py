@@ -1,0 +1,77 @@
+"""The router against the simulator: replays dropped (also after a restart), idle actors, overflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from picortex.actors import channel as channel_mod
+from picortex.actors import router as router_mod
+from picortex.sim.model import ModelReply
+from tests.e2e.harness import running_bot
+
+
+async def test_a_replayed_message_is_answered_once(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        payload = run.say(w.general_id, w.alice_id, f"{run.mention()} once, please")
+        await run.wait_until(lambda: bool(run.replies_to(int(payload["id"]))))
+        # Discord may deliver an event twice; the router drops what it has handled.
+        run.bot.router.on_dispatch("MESSAGE_CREATE", payload)
+        run.bot.router.on_dispatch("MESSAGE_CREATE", payload)
+        marker = run.say(w.general_id, w.bob_id, "a later message")
+        await run.wait_event("decision", message_id=int(marker["id"]))
+        assert len(run.replies_to(int(payload["id"]))) == 1
+        assert run.bot.router.replays_dropped == 2
+        assert len(run.sim.model.calls) == 1
+        assert run.bot.store.is_seen(int(payload["id"]))
+    # A new process on the same home remembers (the seen-events table).
+    async with running_bot(tmp_path) as again:
+        again.bot.router.on_dispatch("MESSAGE_CREATE", payload)
+        fresh = again.say(again.world.general_id, again.world.alice_id, f"{again.mention()} new?")
+        await again.wait_until(lambda: bool(again.replies_to(int(fresh["id"]))))
+        assert again.bot.router.replays_dropped == 1
+        triggers = [e["message_id"] for e in again.events("trigger")]  # both runs' log
+        assert triggers == [int(payload["id"]), int(fresh["id"])]
+
+
+async def test_an_idle_channel_actor_exits_and_comes_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(channel_mod, "IDLE_EXIT_SECONDS", 0.2)
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        name = f"channel-{w.general_id}"
+        first = run.say(w.general_id, w.alice_id, f"{run.mention()} first")
+        await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
+        exited = await run.wait_event("supervisor", action="exit", actor=name)
+        assert exited[0]["restart"] is False
+        assert run.bot.channels.get(name) is None
+        second = run.say(w.general_id, w.alice_id, f"{run.mention()} second")
+        await run.wait_until(lambda: bool(run.replies_to(int(second["id"]))))
+        # An actor generating an answer does not idle out in the middle of it.
+        run.sim.model.script(ModelReply(text="slow but sure", delay=0.6))
+        third = run.say(w.general_id, w.alice_id, f"{run.mention()} third")
+        await run.wait_until(lambda: bool(run.replies_to(int(third["id"]))))
+        assert run.replies_to(int(third["id"]))[0]["content"] == "slow but sure"
+        assert not [e for e in run.events("supervisor") if e["action"] == "crash"]
+
+
+async def test_a_full_mailbox_counts_and_logs_the_overflow(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router_mod, "CHANNEL_MAILBOX", 2)
+    toml = "continuation_seconds = 0\n"
+    async with running_bot(tmp_path, toml=toml, relaxed_limits=True) as run:
+        w = run.world
+        run.sim.model.script(ModelReply(text="slow", delay=1.0))
+        run.say(w.general_id, w.alice_id, f"{run.mention()} hold the line")
+        await run.wait_until(lambda: len(run.sim.model.calls) == 1)
+        # One message in hand (waiting for the slow answer), two queued, the rest refused.
+        sent = [run.say(w.general_id, w.alice_id, f"{run.mention()} q{n}") for n in range(5)]
+        refused = await run.wait_event("error", count=2, scope="mailbox")
+        assert [e["message_id"] for e in refused] == [int(m["id"]) for m in sent[3:]]
+        assert run.bot.router.mailbox_overflows() == 2
+        await run.wait_until(lambda: all(run.replies_to(int(m["id"])) for m in sent[:3]))
+        assert [run.replies_to(int(m["id"])) for m in sent[3:]] == [[], []]

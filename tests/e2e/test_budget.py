@@ -1,0 +1,126 @@
+"""Budget enforcement end to end (SPEC 9, issue 6): a tiny ceiling stops the second call."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from tests.e2e.harness import Running, running_bot
+
+WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
+SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
+TINY = "[budget]\nceiling_usd = 0.000001\n"
+LEDGER = "picortex.actors.ledger"
+
+
+async def decision(run: Running, msg: dict[str, Any], **match: object) -> dict[str, Any]:
+    with trio.fail_after(WAIT):
+        found = await run.wait_event("decision", message_id=int(msg["id"]), **match)
+    return found[-1]
+
+
+def budget_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [
+        r.getMessage() for r in caplog.records if r.name == LEDGER and r.levelno == logging.WARNING
+    ]
+
+
+async def test_tiny_ceiling_stops_the_second_call_in_a_guild(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with running_bot(tmp_path, toml=TINY) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        first = run.say(w.general_id, w.alice_id, f"{run.mention()} hello?")
+        with trio.fail_after(WAIT):
+            await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
+        assert len(run.sim.model.calls) == 1
+        spent = run.bot.store.spend(str(w.guild_id), run.bot.budget.period_key())
+        assert spent > 0.000001
+
+        # Same workspace (the guild), another channel: no call, a budget event, no reply.
+        second = run.say(w.random_id, w.bob_id, f"{run.mention()} and me?")
+        skip = await decision(run, second, outcome="skip")
+        assert skip["reason"] == "no answer: the workspace's budget ceiling is reached"
+        await trio.sleep(SETTLE)
+        assert len(run.sim.model.calls) == 1
+        assert run.replies_to(int(second["id"])) == []
+        budget = run.events("budget")
+        assert len(budget) == 1
+        assert budget[0]["workspace"] == str(w.guild_id)
+        assert budget[0]["ceiling_usd"] == 0.000001
+        assert budget[0]["spent_usd"] == pytest.approx(spent, abs=1e-6)
+        assert budget[0]["period"] == run.bot.budget.period_key()
+        llm = run.events("llm")
+        assert [e["outcome"] for e in llm] == ["ok", "budget"]
+
+        # The discriminator then fails closed in the group, still without a call.
+        run.bot.store.set_attention_mode(w.general_id, "discriminate", 0.0)
+        carol = run.sim.add_user("carol")
+        run.bot.store.set_tier(carol, "user")
+        third = run.say(w.general_id, carol, "does anyone know a good bakery?")
+        found = await decision(run, third)
+        assert found["outcome"] == "skip"
+        assert found["reason"] == (
+            "discriminator unavailable: budget ceiling reached; failing closed in a group"
+        )
+        await trio.sleep(SETTLE)
+        assert len(run.sim.model.calls) == 1
+        assert len(run.events("budget")) == 2
+        # One warning line for the workspace in this period, however many calls it refused.
+        lines = budget_warnings(caplog)
+        assert len(lines) == 1
+        assert str(w.guild_id) in lines[0]
+        assert run.bot.store.invocation_errors() == []  # a refusal is not a failure
+
+
+async def test_tiny_ceiling_in_a_dm_fails_open_and_status_shows_spend(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A short continuation window, so that bob's second DM is a message of its own.
+    toml = "continuation_seconds = 0.1\n" + TINY
+    async with running_bot(tmp_path, toml=toml) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        dm = run.dm_id(w.bob_id)
+        run.bot.store.set_attention_mode(dm, "discriminate", 0.0)
+        # First message: the classification is the one call the budget allows.
+        first = run.say(dm, w.bob_id, "are you there?")
+        found = await decision(run, first, outcome="respond")
+        assert found["reason"].startswith("discriminator: ")
+        skip = await decision(run, first, outcome="skip")
+        assert "budget" in skip["reason"]  # the answer itself was refused
+        assert [c.model for c in run.sim.model.calls] == ["claude-haiku-5-5"]
+        await trio.sleep(SETTLE)
+        # Second message: no classification, so the DM fails open; still no call.
+        second = run.say(dm, w.bob_id, "hello again, anyone?")
+        found = await decision(run, second, outcome="respond")
+        assert found["reason"] == (
+            "discriminator unavailable: budget ceiling reached; failing open in a direct message"
+        )
+        await decision(run, second, outcome="skip")
+        assert len(run.sim.model.calls) == 1
+        assert run.sim.bot_messages() == []
+        assert {e["workspace"] for e in run.events("budget")} == {"dm"}
+        assert len(budget_warnings(caplog)) == 1
+
+        # Another workspace is not affected by the DMs' spend.
+        guild = run.say(w.general_id, w.alice_id, f"{run.mention()} hi")
+        with trio.fail_after(WAIT):
+            await run.wait_until(lambda: bool(run.replies_to(int(guild["id"]))))
+        assert len(run.sim.model.calls) == 2
+
+        # `picortex status` shows spend against the ceiling per workspace.
+        snapshot = run.bot.snapshot()["budget"]
+        assert set(snapshot) == {"dm", str(w.guild_id)}
+        assert snapshot["dm"]["ceiling_usd"] == 0.000001
+        assert snapshot["dm"]["spent_usd"] > 0.000001
+        status = await run.cli("status")
+        assert status.returncode == 0, status.stderr
+        text = status.stdout
+        assert "budget (this period):" in text
+        assert f"  {w.guild_id}: $" in text and "  dm: $" in text

@@ -1,0 +1,181 @@
+"""discord.py, a client nobody here wrote, against the simulator: it must not notice.
+
+discord.py runs in a subprocess with `Route.BASE` pointed at the simulator; as
+`AutoShardedClient` it discovers the gateway with GET /gateway/bot, connects with its
+default transport compression (zstd-stream when zstandard is installed), identifies with
+a shard, and reconnects on its own after a drop or an op 7.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from picortex.sim import DefaultWorld, Simulator, SimURLs
+
+CLIENT = r"""
+import json
+import logging
+import sys
+
+import discord
+
+discord.http.Route.BASE = sys.argv[1]
+intents = discord.Intents.default()
+intents.message_content = True
+client = discord.AutoShardedClient(intents=intents, guild_ready_timeout=0.2)
+
+
+def emit(**fields):
+    print(json.dumps(fields), flush=True)
+
+
+@client.event
+async def on_ready():
+    emit(
+        event="ready",
+        user=client.user.id,
+        guilds=[g.id for g in client.guilds],
+        channels=sorted(c.id for g in client.guilds for c in g.text_channels),
+    )
+
+
+@client.event
+async def on_resumed():
+    emit(event="resumed")
+
+
+@client.event
+async def on_message(message):
+    if message.author.id == client.user.id:
+        emit(event="own", content=message.content)
+        return
+    emit(
+        event="message",
+        id=message.id,
+        content=message.content,
+        channel=message.channel.id,
+        guild=message.guild.id if message.guild else None,
+        author=message.author.name,
+        mentions=[u.id for u in message.mentions],
+    )
+    if "echo" in message.content:
+        await message.reply("echo: " + message.content, mention_author=False)
+        await message.add_reaction("\N{THUMBS UP SIGN}")
+
+
+client.run(sys.argv[2], log_handler=logging.StreamHandler(sys.stderr), log_level=logging.WARNING)
+"""
+
+
+class _Events:
+    """JSON lines from the client's stdout, consumed in order."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buffer = b""
+        self.seen: list[dict[str, Any]] = []
+
+    async def next(self, event: str) -> dict[str, Any]:
+        while True:
+            while b"\n" not in self._buffer:
+                chunk = await self._stream.receive_some(65536)
+                assert chunk, f"the discord.py client exited before sending {event!r}"
+                self._buffer += chunk
+            line, self._buffer = self._buffer.split(b"\n", 1)
+            if not line.strip().startswith(b"{"):
+                continue
+            item: dict[str, Any] = json.loads(line)
+            self.seen.append(item)
+            if item["event"] == event:
+                return item
+
+
+async def _drain(stream: trio.abc.ReceiveStream, into: list[bytes]) -> None:
+    while chunk := await stream.receive_some(65536):
+        into.append(chunk)
+
+
+async def test_discordpy_reaches_ready_receives_and_replies(
+    sim: Simulator, urls: SimURLs, world: DefaultWorld, tmp_path: Path
+) -> None:
+    script = tmp_path / "client.py"
+    script.write_text(CLIENT)
+    stderr: list[bytes] = []
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, str(script), urls.api_base, sim.token],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    events = _Events(proc.stdout)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, proc.stderr, stderr)
+            with trio.fail_after(60):
+                try:
+                    await _conversation(sim, world, events)
+                except BaseException:
+                    print("client events:", events.seen)
+                    raise
+            nursery.cancel_scope.cancel()
+    finally:
+        proc.kill()
+        await proc.wait()
+        await proc.stdout.aclose()
+        await proc.stderr.aclose()
+        print("client stderr:", b"".join(stderr).decode(errors="replace")[-3000:])
+    assert b"Traceback" not in b"".join(stderr), b"".join(stderr).decode(errors="replace")
+
+
+async def _conversation(sim: Simulator, world: DefaultWorld, events: _Events) -> None:
+    ready = await events.next("ready")
+    assert ready["user"] == sim.bot_user_id
+    assert ready["guilds"] == [world.guild_id]
+    assert ready["channels"] == sorted([world.general_id, world.random_id])
+    paths = [r.path for r in sim.requests]
+    assert "/gateway/bot" in paths
+    assert sim.gateway_stats.last_connect_path is not None
+    assert "compress=zstd-stream" in sim.gateway_stats.last_connect_path
+
+    # A user speaks; discord.py gets on_message, replies with a reference and reacts.
+    posted = sim.post_user_message(
+        world.general_id, world.alice_id, f"<@{sim.bot_user_id}> echo one"
+    )
+    seen = await events.next("message")
+    assert seen["id"] == int(posted["id"])
+    assert (seen["author"], seen["guild"], seen["channel"]) == (
+        "alice",
+        world.guild_id,
+        world.general_id,
+    )
+    assert seen["mentions"] == [sim.bot_user_id]
+    replies = await sim.wait_bot_messages(1, world.general_id)
+    assert replies[0]["content"] == f"echo: <@{sim.bot_user_id}> echo one"
+    assert replies[0]["message_reference"]["message_id"] == posted["id"]
+    assert (await events.next("own"))["content"] == replies[0]["content"]
+    await sim.wait_until(lambda: any(r.method == "PUT" for r in sim.requests))
+    reaction = next(r for r in sim.requests if r.method == "PUT")
+    assert reaction.path.endswith("/reactions/%F0%9F%91%8D/@me")
+    assert reaction.status == 204
+
+    # The connection drops; a message sent meanwhile is replayed after discord.py resumes.
+    sim.drop_connections()
+    missed = sim.post_user_message(world.random_id, world.bob_id, "echo two")
+    # Discord replays missed dispatches first, then sends RESUMED.
+    assert (await events.next("message"))["id"] == int(missed["id"])
+    await events.next("resumed")
+    await sim.wait_bot_messages(2)
+
+    # op 7: discord.py reconnects and resumes again, without a new IDENTIFY.
+    sim.send_reconnect()
+    await events.next("resumed")
+    stats = sim.gateway_stats
+    assert (stats.identifies, stats.resumes) == (1, 2)
+    assert stats.resume_url_connections == 2
