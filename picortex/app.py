@@ -3,9 +3,9 @@
     root (rest_for_one, in start order)
       action_log
       services (one_for_one): context_cache, llm, polls, control
+      gateway
       channels (dynamic one_for_one, one transient actor per channel)
       router
-      gateway
       watchdog (turns a REST 401 into exit code 3)
 
 The services sit under their own one_for_one supervisor rather than in the root's
@@ -156,9 +156,12 @@ class Bot:
             [
                 ChildSpec("action_log", self.events.run, grace=10.0),
                 ChildSpec("services", self.services.run, grace=15.0),
+                # The gateway comes before the pipeline: it only needs the router's mailbox,
+                # which outlives the router, so a crash loop in the channels never drops the
+                # Discord session; dispatches wait in that mailbox while they restart.
+                ChildSpec("gateway", self.gateway.run),
                 ChildSpec("channels", self.channels.run),
                 ChildSpec("router", self.router.run, mailbox=self.router.inbox),
-                ChildSpec("gateway", self.gateway.run),
                 ChildSpec("watchdog", self._watchdog),
             ],
             events=self.events,

@@ -31,6 +31,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final
 
+import attrs
 import httpx
 import orjson
 import trio
@@ -54,9 +55,6 @@ START_SECONDS: Final = 30.0
 DRAIN_SECONDS: Final = 30.0
 # Per bot, not measured: connections, caches and lazy imports warm up first.
 WARMUP_TRIGGERS: Final = 20
-
-Starter = Callable[[trio.Nursery], "AsyncIterator[None]"]
-
 
 # ----- the floor -----------------------------------------------------------------------------
 
@@ -129,9 +127,20 @@ def picortex_env(home: Path, sim: Simulator, urls: SimURLs, owner: int) -> dict[
     }
 
 
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) a process used so far, where /proc tells; else None."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @asynccontextmanager
-async def subprocess_bot(sim: Simulator, argv: list[str], env: dict[str, str]) -> AsyncIterator[None]:
-    """A bot process; yields once its gateway session is ready, stops it (SIGTERM) after."""
+async def subprocess_bot(
+    sim: Simulator, argv: list[str], env: dict[str, str]
+) -> AsyncIterator[Callable[[], float | None]]:
+    """A bot process; yields (once its gateway session is ready) a reader of its CPU seconds."""
     ready = sim.gateway_stats.identifies
     full_env = {**os.environ, **env}
     proc = await trio.lowlevel.open_process(
@@ -140,10 +149,11 @@ async def subprocess_bot(sim: Simulator, argv: list[str], env: dict[str, str]) -
     try:
         with trio.fail_after(START_SECONDS):
             await sim.wait_until(
-                lambda: sim.gateway_stats.identifies > ready
-                and sim.gateway_stats.ready_sessions >= 1
+                lambda: (
+                    sim.gateway_stats.identifies > ready and sim.gateway_stats.ready_sessions >= 1
+                )
             )
-        yield
+        yield lambda: process_cpu(proc.pid)
     finally:
         proc.terminate()
         with trio.move_on_after(START_SECONDS) as waited, trio.CancelScope(shield=True):
@@ -157,7 +167,7 @@ async def subprocess_bot(sim: Simulator, argv: list[str], env: dict[str, str]) -
 @asynccontextmanager
 async def in_process_bot(
     sim: Simulator, start: Callable[[trio.Nursery], Any]
-) -> AsyncIterator[None]:
+) -> AsyncIterator[Callable[[], float | None]]:
     """A bot in this process; yields once its gateway session is ready."""
     ready = sim.gateway_stats.identifies
     async with trio.open_nursery() as nursery:
@@ -165,7 +175,7 @@ async def in_process_bot(
         await sim.wait_until(
             lambda: sim.gateway_stats.identifies > ready and sim.gateway_stats.ready_sessions >= 1
         )
-        yield
+        yield lambda: None  # its CPU is in the simulator's
         nursery.cancel_scope.cancel()
     await sim.wait_until(lambda: sim.gateway_stats.ready_sessions == 0)
 
@@ -173,14 +183,30 @@ async def in_process_bot(
 # ----- measuring -----------------------------------------------------------------------------
 
 
+@attrs.frozen
+class Run:
+    """What one bot did with the triggers."""
+
+    latencies: list[float]
+    lost: int
+    sim_cpu: float
+    bot_cpu: float | None
+
+
 async def feed(
-    sim: Simulator, channels: list[int], author: int, triggers: int, rate: float
-) -> tuple[list[float], int, float]:
-    """Post paced triggers; return (latencies in s, unanswered, this process's CPU s)."""
+    sim: Simulator,
+    channels: list[int],
+    author: int,
+    triggers: int,
+    rate: float,
+    bot_cpu: Callable[[], float | None],
+) -> Run:
+    """Post paced triggers; return the latencies and the CPU both sides used."""
     mention = f"<@{sim.bot_user_id}>"
     sent_at: dict[str, float] = {}
     seen = len(sim.requests)
     cpu = time.process_time()
+    bot_before = bot_cpu()
     t0 = trio.current_time()
     for i in range(WARMUP_TRIGGERS + triggers):
         await trio.sleep_until(t0 + i / rate)
@@ -208,20 +234,24 @@ async def feed(
     with trio.move_on_after(DRAIN_SECONDS):
         await sim.wait_until(all_answered)
     cpu = time.process_time() - cpu
+    bot_after = bot_cpu()
+    used = None if bot_before is None or bot_after is None else bot_after - bot_before
     latencies = [answered[mid] - sent_at[mid] for mid in answered]
-    return latencies, len(sent_at) - len(answered), cpu
+    return Run(latencies, len(sent_at) - len(answered), cpu, used)
 
 
-def describe(name: str, latencies: list[float], lost: int, cpu: float) -> float:
+def describe(name: str, run: Run) -> float:
     """Print one line of results; returns the median in milliseconds."""
-    ordered = sorted(latencies)
+    ordered = sorted(run.latencies)
     median = statistics.median(ordered) * 1000
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000
-    sent = len(ordered) + lost + WARMUP_TRIGGERS
+    sent = len(ordered) + run.lost + WARMUP_TRIGGERS
+    cpu = f"simulator CPU {run.sim_cpu / sent * 1000:4.2f} ms/trigger"
+    if run.bot_cpu is not None:
+        cpu += f", bot CPU {run.bot_cpu / sent * 1000:4.2f} ms/trigger"
     print(
-        f"{name:<9} answered {len(ordered):5d}  lost {lost:3d}  median {median:7.2f} ms  "
-        f"p99 {p99:7.2f} ms  max {ordered[-1] * 1000:7.2f} ms  "
-        f"simulator CPU {cpu / sent * 1000:4.2f} ms/trigger"
+        f"{name:<9} answered {len(ordered):5d}  lost {run.lost:3d}  median {median:7.2f} ms  "
+        f"p99 {p99:7.2f} ms  max {ordered[-1] * 1000:7.2f} ms  {cpu}"
     )
     return median
 
@@ -260,18 +290,18 @@ async def bench(args: argparse.Namespace) -> int:
                 echo_argv = [*script, urls.api_base, urls.gateway_url, sim.token]
                 echo = subprocess_bot(sim, echo_argv, {})
                 ours = subprocess_bot(sim, [sys.executable, "-m", "picortex", "run"], env)
-            async with echo:
-                floor = await feed(sim, channels, owner, args.triggers, args.rate)
-            async with ours:
-                result = await feed(sim, channels, owner, args.triggers, args.rate)
+            async with echo as cpu:
+                floor = await feed(sim, channels, owner, args.triggers, args.rate, cpu)
+            async with ours as cpu:
+                result = await feed(sim, channels, owner, args.triggers, args.rate, cpu)
             nursery.cancel_scope.cancel()
-    floor_median = describe("echo bot", *floor)
-    median = describe("picortex", *result)
+    floor_median = describe("echo bot", floor)
+    median = describe("picortex", result)
     ratio = median / floor_median
     verdict = "within" if ratio <= 3.0 else "NOT within"
     print(f"ratio     picortex median / echo bot median = {ratio:.2f} ({verdict} the 3x target)")
     print(f"wall time {time.perf_counter() - started:.1f} s")
-    return 1 if result[1] else 0
+    return 1 if result.lost else 0
 
 
 def main() -> int:

@@ -86,6 +86,11 @@ class Router:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Route queued dispatches until cancelled."""
+        # After a restart of the channels supervisor, messages still wait in mailboxes whose
+        # actors are gone: give each such channel an actor again before routing anything new.
+        for channel_id, mailbox in list(self._mailboxes.items()):
+            if mailbox.depth:
+                await self._ensure_actor(channel_id, mailbox)
         task_status.started()
         while True:
             name, data = await self._inbox.receive()
@@ -180,6 +185,10 @@ class Router:
                 message="channel mailbox full: message not handled",
             )
             return
+        await self._ensure_actor(channel_id, mailbox)
+
+    async def _ensure_actor(self, channel_id: Snowflake, mailbox: Mailbox[Message]) -> None:
+        """Start the channel's actor unless it is running."""
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:
             actor = ChannelActor(channel_id, mailbox, self._pipe)
