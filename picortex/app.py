@@ -155,7 +155,7 @@ class Bot:
             Strategy.REST_FOR_ONE,
             [
                 ChildSpec("action_log", self.events.run, grace=10.0),
-                ChildSpec("services", self.services.run, grace=15.0),
+                ChildSpec("services", self.services.run, grace=25.0),
                 # The gateway comes before the pipeline: it only needs the router's mailbox,
                 # which outlives the router, so a crash loop in the channels never drops the
                 # Discord session; dispatches wait in that mailbox while they restart.

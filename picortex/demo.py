@@ -199,7 +199,9 @@ def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
         extra = row.get("reason") or row.get("code") or ""
         return f"gateway: {row.get('action')} {extra}".rstrip()
     if event == "supervisor":
-        return f"supervisor: {row.get('actor')} restarted after {row.get('error')}"
+        if row.get("action") != "crash":
+            return None
+        return f"supervisor: {row.get('actor')} crashed ({row.get('error')}); restarted"
     if event == "poll":
         return f"poll: {row.get('action')} {row.get('votes', '')}".rstrip()
     if event == "reply" and row.get("result") != "posted":

@@ -38,14 +38,14 @@ import trio
 from trio_websocket import open_websocket_url
 
 # Runnable from a checkout without installing the package.
-ROOT: Final = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from picortex.app import Bot
 from picortex.config import load_settings
 from picortex.sim import Simulator
 from picortex.sim.simulator import SimURLs
 
+SCRIPT: Final = Path(__file__).resolve()
 # Route groups whose per-channel limits would pace the run rather than the bots.
 RELAXED_BUCKETS: Final = ("messages.post", "typing", "messages.get")
 # Gateway intents: GUILDS, GUILD_MESSAGES, MESSAGE_CONTENT.
@@ -286,7 +286,7 @@ async def bench(args: argparse.Namespace) -> int:
                 echo = in_process_bot(sim, start_echo)
                 ours = in_process_bot(sim, start_picortex)
             else:
-                script = [sys.executable, str(Path(__file__).resolve()), "--echo-bot"]
+                script = [sys.executable, str(SCRIPT), "--echo-bot"]
                 echo_argv = [*script, urls.api_base, urls.gateway_url, sim.token]
                 echo = subprocess_bot(sim, echo_argv, {})
                 ours = subprocess_bot(sim, [sys.executable, "-m", "picortex", "run"], env)

@@ -44,6 +44,8 @@ SEEN_MEMORY: Final = 50_000
 # Seen-event rows older than this are pruned: Discord never replays that far back.
 SEEN_KEEP_SECONDS: Final = 7 * 24 * 3600
 PRUNE_EVERY: Final = 10_000
+# Recall looks back 7 days (SPEC 8); keep a little more, then let the table shrink.
+MEMORY_KEEP_SECONDS: Final = 14 * 24 * 3600
 
 
 class Router:
@@ -122,6 +124,11 @@ class Router:
             pipe.cache.on_update(event)
         elif isinstance(event, MessageDelete):
             pipe.cache.on_delete(event)
+            # A deleted message (a pasted secret, say) must not come back in a recall.
+            try:
+                pipe.store.delete_memory_message(event.id)
+            except Exception:
+                logger.exception("could not forget deleted message %s", event.id)
         elif isinstance(event, ReactionEvent):
             self._reaction(event)
         elif isinstance(event, Ready):
@@ -152,6 +159,7 @@ class Router:
         self._routed += 1
         if self._routed % PRUNE_EVERY == 0:
             self._pipe.store.prune_seen(now - SEEN_KEEP_SECONDS)
+            self._pipe.store.prune_memory(now - MEMORY_KEEP_SECONDS)
         return not new
 
     def _reaction(self, event: ReactionEvent) -> None:

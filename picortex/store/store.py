@@ -532,6 +532,15 @@ class Store:
         """Forget ids seen before `older_than`; returns how many were dropped."""
         return self._write("DELETE FROM seen_events WHERE seen_at < ?", (older_than,))
 
+    def prune_memory(self, older_than: float) -> int:
+        """Forget stored messages and observations older than `older_than` (Unix seconds)."""
+        with self.transaction():
+            dropped = self._write("DELETE FROM memory_messages WHERE created_at < ?", (older_than,))
+            dropped += self._write(
+                "DELETE FROM memory_observations WHERE created_at < ?", (older_than,)
+            )
+        return dropped
+
 
 _ERROR_COLUMNS: Final = (
     "SELECT id, workspace_id, persona, signal_id, stage, error_message, stack_trace,"

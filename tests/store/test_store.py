@@ -391,3 +391,15 @@ def test_seen_events_survive_reopen(db_path: Path) -> None:
         store.mark_seen(5, 1.0)
     with Store.open(db_path) as store:
         assert store.mark_seen(5, 2.0) is False
+
+
+def test_prune_memory_forgets_old_messages_and_observations(store: Store) -> None:
+    store.add_memory_message(1, 100, 9, 7, "ann", "old sleep talk", 10.0)
+    store.add_memory_message(2, 100, 9, 7, "ann", "new sleep talk", 100.0)
+    store.add_observation("sleep", 1, 100, 9, "sleep", "old sleep talk", 10.0)
+    store.add_observation("sleep", 2, 100, 9, "sleep", "new sleep talk", 100.0)
+    assert store.prune_memory(50.0) == 2
+    hits = store.search_memory("sleep", 0.0, None)
+    assert {h.message_id for h in hits} == {2}
+    assert store.delete_memory_message(2)
+    assert [h.kind for h in store.search_memory("sleep", 0.0, None)] == ["observation"]
