@@ -30,6 +30,10 @@ class LedgerBudget:
         self._events = events
         self._now = wall_clock or (lambda: datetime.now(UTC))
         self._warned = budget.WarnState()
+        # Calls allowed but not yet settled, per workspace: each holds back the dearest call
+        # seen there so far, so channels calling at once cannot all slip under the ceiling.
+        self._pending: dict[str, list[float]] = {}
+        self._dearest: dict[str, float] = {}
 
     def period_key(self) -> str:
         """The current period's key (`2026-11-30` or `2026-11`)."""
@@ -40,8 +44,10 @@ class LedgerBudget:
         settings = self._settings()
         key = self.period_key()
         spent = self._store.spend(workspace, key)
-        decision = budget.check(spent, settings.budget.ceiling_usd)
+        held = sum(self._pending.get(workspace, ()))
+        decision = budget.check(spent + held, settings.budget.ceiling_usd)
         if decision.allowed:
+            self._pending.setdefault(workspace, []).append(self._dearest.get(workspace, 0.0))
             return True
         self._events.emit(
             "budget",
@@ -64,8 +70,18 @@ class LedgerBudget:
         return False
 
     def record(self, workspace: str, cost_usd: float) -> None:
-        """Add one call's cost to the ledger."""
+        """Add one call's cost to the ledger and settle its reservation."""
+        self.release(workspace)
+        self._dearest[workspace] = max(self._dearest.get(workspace, 0.0), cost_usd)
         self._store.add_spend(workspace, self.period_key(), cost_usd, self._now().timestamp())
+
+    def release(self, workspace: str) -> None:
+        """Settle a call that ended without a cost (an error, a timeout, a cancellation)."""
+        pending = self._pending.get(workspace)
+        if pending:
+            pending.pop()
+            if not pending:
+                del self._pending[workspace]
 
     def summary(self) -> dict[str, dict[str, float | str]]:
         """Spend against ceiling per workspace in the current period (for `picortex status`).

@@ -58,6 +58,9 @@ class Budget(Protocol):
         """Add one call's cost to `workspace`'s spend in the current period."""
         ...
 
+    # An implementation may also offer `release(workspace)`: the LLM actor calls it for an
+    # allowed call that ended without a cost, so a reservation made by `check` is returned.
+
 
 class FaultCheck(Protocol):
     """The `PICORTEX_FAULT_INJECT` hook (SPEC 12): raises when `llm:SUBSTRING` matches."""
@@ -271,9 +274,14 @@ class LLMActor:
         try:
             with trio.fail_after(request.timeout):
                 response = await self._call(request, model)
-        except trio.TooSlowError as exc:
-            return self._finish(request, model, start, "timeout", failure=exc)
-        except Exception as exc:  # every failure is reported, never retried (SPEC 9)
+        except BaseException as exc:
+            # No cost to record: give the budget its reservation back (cancellation too).
+            self._release(request.workspace)
+            if isinstance(exc, trio.TooSlowError):
+                return self._finish(request, model, start, "timeout", failure=exc)
+            if not isinstance(exc, Exception):
+                raise
+            # Every failure is reported, never retried (SPEC 9).
             if isinstance(exc, FaultInjected) and self._fault is None:
                 self._fault = exc
                 self._faulted.set()
@@ -298,6 +306,14 @@ class LLMActor:
             output_tokens=output_tokens,
             cost=cost,
         )
+
+    def _release(self, workspace: str) -> None:
+        release = getattr(self._budget, "release", None)
+        if release is not None:
+            try:
+                release(workspace)
+            except Exception:
+                logger.exception("could not release a budget reservation for %s", workspace)
 
     async def _call(self, request: LLMRequest, model: str) -> anthropic.types.Message:
         if self._client is None:

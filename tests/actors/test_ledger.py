@@ -160,3 +160,20 @@ def test_ceiling_change_applies_on_the_next_check(store: Store) -> None:
     assert not ledger.check("42")
     current["s"] = attrs.evolve(base, budget=BudgetSettings(1.0, "day"))
     assert ledger.check("42")
+
+
+def test_calls_in_flight_hold_back_budget_until_settled(store: Store) -> None:
+    clock = Clock(datetime(2026, 4, 12, 10, 0, tzinfo=UTC))
+    ledger, sink = make(store, clock, ceiling=0.01)
+    assert ledger.check("42")
+    ledger.record("42", 0.004)  # the dearest call seen here costs 0.004
+    # Three channels ask at once: 0.004 spent, each call in flight holds 0.004 back.
+    assert ledger.check("42")  # 0.004 + 0.000 held
+    assert ledger.check("42")  # 0.004 + 0.004 held
+    assert not ledger.check("42")  # 0.004 + 0.008 held reaches the ceiling
+    assert len(sink.of("budget")) == 1
+    ledger.release("42")  # one call failed: its reservation is returned
+    assert ledger.check("42")
+    ledger.record("42", 0.004)
+    ledger.record("42", 0.001)
+    assert store.spend("42", "2026-04-12") == pytest.approx(0.009)
