@@ -75,6 +75,9 @@ CLOSE_TIMEOUT: Final = 5.0
 ABANDON_CLOSE_TIMEOUT: Final = 0.5
 # Seconds for GET /gateway/bot (the REST client retries inside this).
 REST_TIMEOUT: Final = 60.0
+# Retrying the first GET /gateway/bot: quick at first, then at most once a minute.
+FETCH_RETRY_BASE: Final = 1.0
+FETCH_RETRY_CAP: Final = 60.0
 # A GUILD_CREATE of a big guild is large; a message beyond this is refused by the socket.
 MAX_MESSAGE_BYTES: Final = 16 * 2**20
 # Frames buffered between the socket reader and us: enough to batch, small enough to
@@ -188,7 +191,8 @@ class GatewayActor:
         self._connect_timeout = connect_timeout
         self._send_timeout = send_timeout
         self._close_timeout = close_timeout
-        self._proto = GatewayProtocol(token, shard=shard, timings=timings, rng=rng)
+        self._rng = rng or random.Random()
+        self._proto = GatewayProtocol(token, shard=shard, timings=timings, rng=self._rng)
         self._base_url: str | None = None
         self._timer_scope: trio.CancelScope | None = None
         self._task_status: trio.TaskStatus[None] | None = None
@@ -269,17 +273,35 @@ class GatewayActor:
     # -- one connection --------------------------------------------------------------------
 
     async def _fetch_gateway(self, *, required: bool) -> bool:
-        """GET /gateway/bot; a failure is fatal only when we have no URL yet."""
-        try:
-            with trio.fail_after(REST_TIMEOUT):
-                info = await self._rest.get_gateway_bot()
-        except FatalDiscordError:
-            raise
-        except Exception as exc:
-            if required:
+        """GET /gateway/bot; without a URL yet, retry with backoff until it works.
+
+        Only a refused token (401, FatalDiscordError) is final: a bot started before the
+        network is up waits for it instead of crashing into its supervisor's limit.
+        """
+        failures = 0
+        while True:
+            try:
+                with trio.fail_after(REST_TIMEOUT):
+                    info = await self._rest.get_gateway_bot()
+                break
+            except FatalDiscordError:
                 raise
-            log.warning("GET /gateway/bot failed, keeping the cached URL: %r", exc)
-            return False
+            except Exception as exc:
+                if not required:
+                    log.warning("GET /gateway/bot failed, keeping the cached URL: %r", exc)
+                    return False
+                failures += 1
+                delay = min(FETCH_RETRY_CAP, FETCH_RETRY_BASE * 2 ** (failures - 1))
+                delay *= 0.5 + self._rng.random() / 2
+                self._events.emit(
+                    "gateway",
+                    action="fetch_failed",
+                    reason=_describe(exc),
+                    attempt=failures,
+                    retry_in=round(delay, 3),
+                )
+                log.warning("GET /gateway/bot failed (%s); retrying in %.1f s", exc, delay)
+                await trio.sleep(delay)
         url = info.get("url") if isinstance(info, Mapping) else None
         if not isinstance(url, str) or not url.startswith(("ws://", "wss://")):
             if required:

@@ -564,3 +564,36 @@ async def test_corrupt_compressed_stream_reconnects_and_resumes(autojump_clock: 
         problems = [e["problem"] for e in sink.of("gateway") if e["action"] == "problem"]
         assert any("zlib-stream" in p for p in problems)
         assert gw.client_close_codes[0] == RESUME_CLOSE_CODE
+
+
+class FlakyRest(SimRest):
+    """GET /gateway/bot fails as if the network were down, `failures` times, then works."""
+
+    def __init__(self, sim: Simulator, failures: int) -> None:
+        super().__init__(sim)
+        self.failures = failures
+
+    async def get_gateway_bot(self) -> dict[str, Any]:
+        if self.failures > 0:
+            self.failures -= 1
+            self.calls += 1
+            raise OSError("network is unreachable")
+        return await super().get_gateway_bot()
+
+
+async def test_startup_outage_is_waited_out_with_backoff(autojump_clock: Any) -> None:
+    sim = Simulator(TOKEN)
+    sim.add_default_world()
+    sink = RecordingSink()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.serve)
+        rest = FlakyRest(sim, failures=8)
+        actor = GatewayActor(TOKEN, rest, sink, lambda name, data: None)
+        await nursery.start(actor.run)
+        failed = [e for e in sink.of("gateway") if e["action"] == "fetch_failed"]
+        assert [e["attempt"] for e in failed] == list(range(1, 9))
+        delays = [e["retry_in"] for e in failed]
+        assert delays[0] <= 1.0 and max(delays) <= 60.0
+        assert delays[-1] > delays[0]
+        assert actor.status().session_id is not None
+        nursery.cancel_scope.cancel()
