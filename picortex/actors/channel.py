@@ -115,7 +115,12 @@ class ChannelActor:
         author = msg.author.id
         stored = None if author == settings.owner_id else pipe.store.get_tier(author)
         tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
-        command_text = cmds.detect_command(msg, wakeword=settings.wakeword, bot_user_id=bot_id)
+        command_text = cmds.detect_command(
+            msg,
+            wakeword=settings.wakeword,
+            bot_user_id=bot_id,
+            group_dm=pipe.registry.is_group_dm(msg.channel_id),
+        )
         now = trio.current_time()
         self._cont = attrs.evolve(self._cont, seconds=settings.continuation_seconds)
         text = cmds.strip_mention(msg.content, bot_id)

@@ -34,7 +34,7 @@ def socket_path(home: Path) -> Path:
 
 
 @contextlib.contextmanager
-def _bindable(path: Path) -> Iterator[str]:
+def unix_address(path: Path) -> Iterator[str]:
     """A name for `path` short enough for AF_UNIX: itself, or one through its directory's fd.
 
     Linux resolves `/proc/self/fd/N/NAME` through the open directory, so a home of any
@@ -68,7 +68,7 @@ class ControlServer:
         sock = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
         try:
             try:
-                with _bindable(self._path) as name:
+                with unix_address(self._path) as name:
                     await sock.bind(name)
                 os.chmod(self._path, 0o600)  # status shows triggers: the owner's eyes only
                 sock.listen(16)
@@ -115,7 +115,7 @@ def _ask(home: Path, timeout: float) -> dict[str, Any] | str:
     client.settimeout(timeout)
     chunks = []
     try:
-        with _bindable(path) as name:
+        with unix_address(path) as name:
             client.connect(name)
         client.sendall(b"status\n")
         while True:

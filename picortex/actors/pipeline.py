@@ -27,7 +27,7 @@ from picortex.core.split import split_reply
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store
-from picortex.types import Channel, EventSink, Message, Snowflake
+from picortex.types import Channel, ChannelType, EventSink, Message, Snowflake
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +118,11 @@ class ChannelRegistry:
         """True when the channel is a known thread."""
         ch = self.channels.get(channel_id)
         return ch is not None and ch.is_thread
+
+    def is_group_dm(self, channel_id: Snowflake) -> bool:
+        """True when the channel is a known group DM (commands there need a mention)."""
+        ch = self.channels.get(channel_id)
+        return ch is not None and ch.type == ChannelType.GROUP_DM
 
 
 class SettingsSource:

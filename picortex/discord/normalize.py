@@ -36,6 +36,14 @@ _EXCERPT.maxother = 60
 _EXCERPT.maxdict = 6
 _EXCERPT.maxlist = 4
 _EXCERPT.maxlevel = 2
+# Users met recently, by (id, username, global_name, bot) as sent: a User is immutable, so one
+# object serves every message of its author. Cleared when full, which bounds the memory a flood
+# of distinct authors can take; a few thousand covers the active people of a busy bot.
+USER_CACHE_MAX: Final = 4096
+_users: dict[tuple[str, str, str | None, bool], User] = {}
+# Channel and guild ids as sent, and their numbers: the same few hundred come back all the time.
+ID_CACHE_MAX: Final = 4096
+_ids: dict[str, Snowflake] = {}
 
 
 class _Junk(Exception):
@@ -87,13 +95,31 @@ def _user(value: object, what: str = "user") -> User:
     if type(value) is not dict:
         raise _Junk(f"{what} is not an object")
     data: dict[str, Any] = value
+    get = data.get
     username = data["username"]
+    global_name = get("global_name")
+    bot = get("bot", False)
+    user_id = get("id")
+    # Fast path: the usual exact types, and the same author as before. Exact types only, so
+    # a junk value equal to a good one (1.0 or True for an id, 1 for a bot flag) never hits.
+    if (
+        type(user_id) is str
+        and type(username) is str
+        and type(bot) is bool
+        and (global_name is None or type(global_name) is str)
+    ):
+        key = (user_id, username, global_name, bot)
+        user = _users.get(key)
+        if user is None:
+            user = User(_snowflake(user_id, f"{what}.id"), username, global_name, bot)
+            if len(_users) >= USER_CACHE_MAX:
+                _users.clear()
+            _users[key] = user
+        return user
     if type(username) is not str:
         raise _Junk(f"{what}.username is not a string")
-    global_name = data.get("global_name")
     if global_name is not None and type(global_name) is not str:
         raise _Junk(f"{what}.global_name is not a string")
-    bot = data.get("bot", False)
     if type(bot) is not bool:
         raise _Junk(f"{what}.bot is not a boolean")
     return User(_snowflake(data["id"], f"{what}.id"), username, global_name, bot)
@@ -128,8 +154,25 @@ def _referenced_author(value: object) -> User | None:
     return None if author is None else _user(author, "referenced_message.author")
 
 
+def _known_snowflake(value: object, what: str) -> Snowflake:
+    """`_snowflake` for ids that recur (channels, guilds), remembered as text."""
+    if type(value) is str:
+        number = _ids.get(value)
+        if number is None:
+            number = _snowflake(value, what)
+            if len(_ids) >= ID_CACHE_MAX:
+                _ids.clear()
+            _ids[value] = number
+        return number
+    return _snowflake(value, what)
+
+
 def _message(value: object, default_guild_id: Snowflake | None = None) -> Message:
-    data = _object(value, "payload")
+    # The hot path of the gateway reader: every check of `_snowflake` and friends is kept,
+    # in the same order, but the common case is inlined or served from the caches above.
+    if type(value) is not dict:
+        raise _Junk("payload is not an object")
+    data: dict[str, Any] = value
     get = data.get
     content = get("content", "")
     if type(content) is not str:
@@ -153,14 +196,23 @@ def _message(value: object, default_guild_id: Snowflake | None = None) -> Messag
     if type(kind) is not int:
         raise _Junk("type is not an integer")
     webhook_id = get("webhook_id")
+    message_id = data["id"]
+    if type(message_id) is str and message_id.isdigit():
+        message_id = int(message_id)
+        if message_id > SNOWFLAKE_MAX:
+            raise _Junk("id is not a snowflake")
+    else:
+        message_id = _snowflake(message_id, "id")
+    channel_id = _known_snowflake(data["channel_id"], "channel_id")
+    author = _user(data["author"], "author")
     # Positional arguments, in Message's field order: measurably cheaper on this hot path.
     return Message(
-        _snowflake(data["id"], "id"),
-        _snowflake(data["channel_id"], "channel_id"),
-        _user(data["author"], "author"),
+        message_id,
+        channel_id,
+        author,
         content,
         timestamp,
-        default_guild_id if guild_id is None else _snowflake(guild_id, "guild_id"),
+        default_guild_id if guild_id is None else _known_snowflake(guild_id, "guild_id"),
         # Most messages mention nobody and attach nothing: skip the loops then.
         tuple([_user(u, "mention") for u in _array(mentions, "mentions")]) if mentions else (),
         tuple([_snowflake(r, "mention_roles") for r in _array(mention_roles, "mention_roles")])

@@ -123,6 +123,7 @@ async def _route(
         return [_request_json(r) for r in sim.requests]
     if key == ("GET", "stats"):
         stats = attrs.asdict(sim.gateway_stats)
+        stats["received_ops"] = {str(op): n for op, n in stats["received_ops"].items()}
         stats["requests"] = len(sim.requests)
         stats["invalid_requests"] = sim.invalid_requests
         stats["model_calls"] = len(sim.model.calls)

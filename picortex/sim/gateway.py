@@ -8,7 +8,6 @@ message) and frames them itself so that a burst goes out in a few large socket w
 
 from __future__ import annotations
 
-import logging
 import secrets
 import struct
 import zlib
@@ -37,8 +36,6 @@ try:  # zstd-stream is offered only where the zstandard module is importable.
 except ImportError:  # pragma: no cover - zstandard is a test dependency
     zstandard = None
 
-log = logging.getLogger(__name__)
-
 # What the recorded IDENTIFY shows instead of the token.
 REDACTED: Final = "[redacted]"
 
@@ -53,6 +50,8 @@ SEND_LIMIT: Final = 120
 SEND_WINDOW_SECONDS: Final = 60.0
 # Dispatches kept per session for replay on resume; an older seq gets op 9 d=false.
 REPLAY_LIMIT: Final = 250_000
+# A session left without a connection this long is gone ("times out after a few minutes").
+SESSION_RESUME_WINDOW: Final = 300.0
 # Discord closes the socket a few seconds after an op 7 if the client has not.
 RECONNECT_CLOSE_AFTER: Final = 5.0
 # Seconds to wait for the client's half of a closing handshake.
@@ -61,6 +60,11 @@ CLOSE_HANDSHAKE_TIMEOUT: Final = 2.0
 IDENTIFY_WINDOW_SECONDS: Final = 5.0
 SESSION_START_TOTAL: Final = 1000
 SESSION_START_RESET_MS: Final = 86_400_000
+# zlib's fastest level: twice the speed of the default for a few percent more bytes, and a
+# client inflates either at the same cost.
+ZLIB_LEVEL: Final = 1
+# How many identify and heartbeat times the stats keep.
+TIMES_KEPT: Final = 1000
 # Writer batching: frames are coalesced into socket writes of up to this many bytes.
 WRITE_BATCH_BYTES: Final = 256 * 1024
 # A blast waits for a connection's queue to fall under this many frames before adding more.
@@ -95,7 +99,14 @@ _RESUMED_BODY: Final = orjson.dumps({"_trace": _TRACE})
 
 @attrs.frozen
 class GatewayStats:
-    """A snapshot of the gateway's counters."""
+    """A snapshot of the gateway's counters.
+
+    `connections`, `identifies`, `resumes` and `heartbeats` count since start;
+    `active_connections` and `ready_sessions` are current; `identify_times` and
+    `heartbeat_times` are trio clock readings (the last `TIMES_KEPT`); `received_ops`
+    counts client payloads by opcode; `client_close_codes` are the codes clients closed
+    with, and `client_drops` the clients that vanished without a close frame.
+    """
 
     connections: int
     identifies: int
@@ -110,6 +121,9 @@ class GatewayStats:
     client_drops: int
     last_connect_path: str | None
     resume_url_connections: int
+    identify_times: tuple[float, ...]
+    heartbeat_times: tuple[float, ...]
+    received_ops: dict[int, int]
 
 
 @attrs.define(eq=False)
@@ -123,6 +137,7 @@ class Session:
     buffer: deque[tuple[int, bytes, bytes]] = attrs.Factory(lambda: deque(maxlen=REPLAY_LIMIT))
     connection: GatewayConnection | None = None
     valid: bool = True
+    detached_at: float | None = None
 
     def wants(self, intent: int | None, guild_id: int | None) -> bool:
         """True when this session receives a dispatch with this intent and guild."""
@@ -142,11 +157,6 @@ class _Close:
     reason: str
 
 
-@attrs.frozen
-class _Drop:
-    pass
-
-
 def _dispatch_frame(name: bytes, seq: int, body: bytes) -> bytes:
     return b'{"t":"' + name + b'","s":' + str(seq).encode() + b',"op":0,"d":' + body + b"}"
 
@@ -164,10 +174,10 @@ class GatewayConnection:
         self.received: deque[float] = deque()
         self.server_closing = False
         self.finished = False
-        self._out: deque[bytes | _Close | _Drop] = deque()
+        self._out: deque[bytes | _Close] = deque()
         self._wake = trio.Event()
         self._drained = trio.Event()
-        self._zlib = zlib.compressobj() if compress == "zlib-stream" else None
+        self._zlib = zlib.compressobj(ZLIB_LEVEL) if compress == "zlib-stream" else None
         self._zstd = (
             zstandard.ZstdCompressor().compressobj()
             if compress == "zstd-stream" and zstandard is not None
@@ -201,11 +211,17 @@ class GatewayConnection:
         self._wake.set()
 
     def drop(self) -> None:
-        """Queue an abrupt TCP close (no close frame) after what is already queued."""
-        if self.server_closing:
+        """Close the TCP connection now, without a close frame; queued frames are lost.
+
+        Like a network failure: what the kernel already took may still arrive, the rest
+        never does, and a resuming client gets it replayed from its last seq.
+        """
+        if self.finished:
             return
-        self._out.append(_Drop())
         self.server_closing = True
+        self._out.clear()
+        # Closing the socket wakes any task blocked on it with ClosedResourceError.
+        self.ws._stream.socket.close()
         self._wake.set()
 
     async def wait_drained(self, limit: int = QUEUE_HIGH_WATER) -> None:
@@ -252,11 +268,7 @@ class GatewayConnection:
         self._drained.set()
         return False
 
-    async def _finish(self, item: _Close | _Drop) -> None:
-        if isinstance(item, _Drop):
-            # Close the TCP stream under the websocket: the client sees no close frame (1006).
-            await self.ws._stream.aclose()
-            return
+    async def _finish(self, item: _Close) -> None:
         with trio.move_on_after(CLOSE_HANDSHAKE_TIMEOUT):
             await self.ws.aclose(item.code, item.reason)
         await self.ws._stream.aclose()
@@ -300,6 +312,9 @@ class _Counters:
     last_connect_path: str | None = None
     client_drops: int = 0
     client_close_codes: list[int] = attrs.Factory(list)
+    identify_times: deque[float] = attrs.Factory(lambda: deque(maxlen=TIMES_KEPT))
+    heartbeat_times: deque[float] = attrs.Factory(lambda: deque(maxlen=TIMES_KEPT))
+    received_ops: dict[int, int] = attrs.Factory(dict)
 
 
 class GatewayHub:
@@ -370,7 +385,7 @@ class GatewayHub:
                 nursery.start_soon(conn.run_writer)
                 problem = _check_query(query)
                 if problem is not None:
-                    conn.close(*problem)
+                    self._close(conn, *problem)
                 else:
                     conn.push_op(10, {"heartbeat_interval": self.heartbeat_interval_ms})
                     if self.enforce_heartbeat:
@@ -407,22 +422,23 @@ class GatewayHub:
         while conn.received and conn.received[0] <= now - SEND_WINDOW_SECONDS:
             conn.received.popleft()
         if len(conn.received) > SEND_LIMIT:
-            conn.close(4008)
+            self._close(conn, 4008)
             return
         raw = message.encode() if isinstance(message, str) else message
         if len(raw) > MAX_PAYLOAD_BYTES:
-            conn.close(4002)
+            self._close(conn, 4002)
             return
         try:
             payload = orjson.loads(raw)
         except orjson.JSONDecodeError:
-            conn.close(4002)
+            self._close(conn, 4002)
             return
         if not isinstance(payload, dict) or not isinstance(payload.get("op"), int):
-            conn.close(4002)
+            self._close(conn, 4002)
             return
         op = payload["op"]
         data = payload.get("d")
+        self.counters.received_ops[op] = self.counters.received_ops.get(op, 0) + 1
         if op == 1:
             self._on_heartbeat(conn, now)
         elif op == 2:
@@ -431,14 +447,15 @@ class GatewayHub:
             self._on_resume(conn, data)
         elif op in (3, 4, 8, 31):
             if conn.session is None:
-                conn.close(4003)
+                self._close(conn, 4003)
             elif op == 8:
                 self._on_request_members(conn, data)
         else:
-            conn.close(4001)
+            self._close(conn, 4001)
 
     def _on_heartbeat(self, conn: GatewayConnection, now: float) -> None:
         self.counters.heartbeats += 1
+        self.counters.heartbeat_times.append(now)
         conn.last_beat = now
         if self.heartbeat_ack:
             conn.push(b'{"op":11,"d":null,"s":null,"t":null}')
@@ -446,30 +463,30 @@ class GatewayHub:
 
     def _on_identify(self, conn: GatewayConnection, data: Any, now: float) -> None:
         if conn.session is not None:
-            conn.close(4005)
+            self._close(conn, 4005)
             return
         if not isinstance(data, dict) or not isinstance(data.get("properties"), dict):
-            conn.close(4001)
+            self._close(conn, 4001)
             return
         if data.get("token") != self.token:
-            conn.close(4004)
+            self._close(conn, 4004)
             return
         intents = data.get("intents")
         if not isinstance(intents, int) or isinstance(intents, bool):
-            conn.close(4013)
+            self._close(conn, 4013)
             return
         shard_ok, shard = _parse_shard(data.get("shard"))
         if not shard_ok:
-            conn.close(4010)
+            self._close(conn, 4010)
             return
         if self.required_shards is not None and (shard is None or shard[1] < self.required_shards):
-            conn.close(4011)
+            self._close(conn, 4011)
             return
         if intents & ~VALID_INTENTS:
-            conn.close(4013)
+            self._close(conn, 4013)
             return
         if intents & PRIVILEGED_INTENTS & ~self.allowed_privileged_intents:
-            conn.close(4014)
+            self._close(conn, 4014)
             return
         too_soon = (
             self._last_identify_at is not None
@@ -483,11 +500,11 @@ class GatewayHub:
         recorded = dict(data)
         recorded["token"] = REDACTED
         self.counters.identifies += 1
+        self.counters.identify_times.append(now)
         self.counters.last_identify = recorded
         session = Session(secrets.token_hex(16), intents, shard)
         self.sessions[session.id] = session
-        conn.session = session
-        session.connection = conn
+        self._attach(session, conn)
         self._send_ready(session, data.get("shard") is not None)
         self._notify()
 
@@ -523,20 +540,21 @@ class GatewayHub:
 
     def _on_resume(self, conn: GatewayConnection, data: Any) -> None:
         if conn.session is not None:
-            conn.close(4005)
+            self._close(conn, 4005)
             return
         if not isinstance(data, dict) or not isinstance(data.get("session_id"), str):
-            conn.close(4001)
+            self._close(conn, 4001)
             return
         if data.get("token") != self.token:
-            conn.close(4004)
+            self._close(conn, 4004)
             return
+        self._expire(trio.current_time())
         session = self.sessions.get(data["session_id"])
         seq = data.get("seq")
         if seq is None:
             seq = 0
         if not isinstance(seq, int) or isinstance(seq, bool):
-            conn.close(4001)
+            self._close(conn, 4001)
             return
         oldest = session.buffer[0][0] if session is not None and session.buffer else None
         if session is None or not session.valid or (oldest is not None and seq < oldest - 1):
@@ -545,14 +563,13 @@ class GatewayHub:
             self._notify()
             return
         if seq > session.seq:
-            conn.close(4007)
+            self._close(conn, 4007)
             return
         old = session.connection
         if old is not None and old is not conn:
             old.session = None
             old.drop()
-        conn.session = session
-        session.connection = conn
+        self._attach(session, conn)
         for entry_seq, name, body in session.buffer:
             if entry_seq > seq:
                 conn.push(_dispatch_frame(name, entry_seq, body))
@@ -599,6 +616,9 @@ class GatewayHub:
 
     def dispatch(self, event: Dispatch) -> None:
         """Send one world event to every session that may see it."""
+        if not self.sessions:
+            return  # also lets the world be built before the trio run starts
+        self._expire(trio.current_time())
         full: bytes | None = None
         stripped: bytes | None = None
         name = event.name.encode()
@@ -689,12 +709,7 @@ class GatewayHub:
     def close_connections(self, code: int, reason: str | None = None) -> None:
         """Close every client with `code`; codes Discord will not resume end the sessions."""
         for conn in list(self.connections):
-            session = conn.session
-            if session is not None and code in NON_RESUMABLE_CLOSE_CODES:
-                self._invalidate(session)
-            else:
-                self._detach(conn)
-            conn.close(code, reason)
+            self._close(conn, code, reason)
         self._notify()
 
     def request_heartbeat(self) -> None:
@@ -735,6 +750,9 @@ class GatewayHub:
             client_drops=c.client_drops,
             last_connect_path=c.last_connect_path,
             resume_url_connections=c.resume_url_connections,
+            identify_times=tuple(c.identify_times),
+            heartbeat_times=tuple(c.heartbeat_times),
+            received_ops=dict(c.received_ops),
         )
 
     def gateway_bot(self) -> Json:
@@ -756,10 +774,34 @@ class GatewayHub:
 
     # ------------------------------------------------------------------ internals
 
+    def _close(self, conn: GatewayConnection, code: int, reason: str | None = None) -> None:
+        """Close `conn` with `code`: its session ends if Discord would not resume after it."""
+        session = conn.session
+        if session is not None and code in NON_RESUMABLE_CLOSE_CODES:
+            self._invalidate(session)
+        else:
+            self._detach(conn)
+        conn.close(code, reason)
+
     def _detach(self, conn: GatewayConnection) -> None:
         session = conn.session
         if session is not None and session.connection is conn:
             session.connection = None
+            session.detached_at = trio.current_time()
+
+    def _attach(self, session: Session, conn: GatewayConnection) -> None:
+        conn.session = session
+        session.connection = conn
+        session.detached_at = None
+
+    def _expire(self, now: float) -> None:
+        """Forget sessions that have had no connection for longer than Discord keeps them."""
+        for session in list(self.sessions.values()):
+            if (
+                session.detached_at is not None
+                and now - session.detached_at > SESSION_RESUME_WINDOW
+            ):
+                self._invalidate(session)
 
     def _invalidate(self, session: Session) -> None:
         session.valid = False

@@ -11,6 +11,7 @@ import fnmatch
 import math
 import time
 from collections.abc import Callable, Mapping
+from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -201,6 +202,8 @@ class DiscordRest:
 
     def inject(self, fault: InjectedError) -> None:
         """Queue a fault; the oldest matching fault answers first."""
+        if fault.path_pattern.startswith(API_PREFIX + "/"):
+            fault.path_pattern = fault.path_pattern[len(API_PREFIX) :]
         self.injected.append(fault)
 
     # ---------------------------------------------------------------- serving
@@ -568,8 +571,6 @@ def _error(exc: ApiError, headers: tuple[tuple[str, str], ...] = ()) -> HttpResp
 
 
 def _phrase(status: int) -> str:
-    from http import HTTPStatus
-
     try:
         return HTTPStatus(status).phrase
     except ValueError:

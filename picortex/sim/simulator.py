@@ -6,6 +6,7 @@ users, read what the bot did, and inject faults. Call them from the trio run tha
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -14,6 +15,7 @@ import attrs
 import orjson
 import trio
 
+from picortex.sim.control import handle_control
 from picortex.sim.gateway import DEFAULT_HEARTBEAT_MS, GatewayHub, GatewayStats
 from picortex.sim.httpserver import HttpRequest, HttpResponse, serve_http
 from picortex.sim.model import OfflineModel
@@ -33,11 +35,21 @@ from picortex.sim.world import (
 DEFAULT_TOKEN: Final = "sim-token"  # noqa: S105 - a fake the simulator accepts, not a secret
 # Name of the user that blasted benchmark messages come from.
 BENCH_AUTHOR: Final = "bench-user"
-# Words the blast pads message content with (realistic text compresses realistically).
-_FILLER: Final = (
-    "the quick brown fox jumps over the lazy dog while the bot reads every message "
-    "and decides whether it deserves an answer before the channel moves on "
+# Words blasted messages are made of: varied text compresses like real chat, unlike repeats.
+_WORD_TEXT: Final = (
+    "the a to and of is it you that in for on this with was but not have are be just so "
+    "what can do like about if at my we they all get one there out when up your will would "
+    "how now know think time good really people some more right then could also see want "
+    "make go because here any who why back way need still work even new too thanks sure "
+    "yes okay maybe please help question answer bot server channel message thread code "
+    "python discord error fix test deploy build release issue update config token cache "
+    "model prompt reply context history poll vote lunch coffee weekend meeting tomorrow "
+    "today yesterday tonight morning later soon great nice cool awesome weird broken fine "
+    "idea plan docs link image file upload download screen game music movie book friend "
+    "team project review merge branch commit push pull request ticket bug feature"
 )
+# Characters of random text generated per blast; messages are windows into it.
+_BLAST_TEXT_CHARS: Final = 256 * 1024
 
 
 @attrs.frozen
@@ -157,8 +169,6 @@ class Simulator:
         if path == "/v1/messages":
             return await self.model.handle(request)
         if path == "/_sim" or path.startswith("/_sim/"):
-            from picortex.sim.control import handle_control
-
             return await handle_control(self, request)
         return HttpResponse.json(404, {"message": "404: Not Found", "code": 0})
 
@@ -478,12 +488,20 @@ class Simulator:
 
         base = len(build(ids[0] if ids else 0, channel_ids[0], ""))
         room = max(size - base, 16)
-        filler = _FILLER * (room // len(_FILLER) + 2)
+        rng = random.Random(count)  # deterministic: the same blast builds the same frames
+        words = _WORD_TEXT.split()
+        text_words: list[str] = []
+        length = 0
+        while length < _BLAST_TEXT_CHARS:
+            word = rng.choice(words)
+            text_words.append(word)
+            length += len(word) + 1
+        text = " ".join(text_words)
+        limit = max(len(text) - room, 1)
         bodies = []
         for index, message_id in enumerate(ids):
-            start = index % len(_FILLER)
-            content = f"#{index} " + filler[start : start + room]
-            content = content[:room]
+            start = rng.randrange(limit)
+            content = text[start : start + room].strip()
             bodies.append(build(message_id, channel_ids[index % len(channel_ids)], content))
         return bodies
 

@@ -1,4 +1,4 @@
-"""The router against the simulator: replays dropped (also after a restart), idle actors, overflow."""
+"""The router against the simulator: replays dropped (also after a restart), idle exit, overflow."""
 
 from __future__ import annotations
 

@@ -64,7 +64,7 @@ async def test_follow_up_during_generation_restarts_it_and_is_answered_once(
 
 
 async def test_window_resets_on_each_follow_up(tmp_path: Path) -> None:
-    window = 1.0
+    window = 1.5
     toml = f"continuation_seconds = {window}\n"
     async with running_bot(tmp_path, toml=toml, relaxed_limits=True) as run:
         w = run.world
@@ -73,7 +73,7 @@ async def test_window_resets_on_each_follow_up(tmp_path: Path) -> None:
         # Each follow-up comes within the window of the last one, so together they run
         # well past the first window, and all of them join.
         for n, word in enumerate(("two", "three", "four"), start=1):
-            await trio.sleep(window * 0.6)
+            await trio.sleep(window * 0.5)
             run.say(w.general_id, w.alice_id, word)
             await run.wait_event("continuation", count=n)
         # After a silence longer than the window, a plain message is not a follow-up.

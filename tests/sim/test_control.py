@@ -99,6 +99,7 @@ async def test_faults_and_stats(
         assert (await client.get(urls.api_base + "/users/@me")).status_code == 500
     stats = (await control.get("/stats")).json()
     assert stats["identifies"] == 1
+    assert stats["received_ops"] == {"2": 1}
     assert stats["requests"] == 1
     bad = await control.post("/faults/nope")
     assert bad.status_code == 400

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import zlib
 
+import httpx
 import orjson
 import pytest
 import trio
@@ -440,3 +441,88 @@ async def test_blast_sends_numbered_message_creates(
     assert all(900 <= size <= 1100 for size in sizes)
     assert [c["s"] for c in creates] == list(range(guild["s"] + 6, guild["s"] + 306))
     assert len({c["d"]["id"] for c in creates}) == 300
+
+
+async def test_rest_actions_reach_the_gateway(
+    sim: Simulator, urls: SimURLs, world: DefaultWorld
+) -> None:
+    async with (
+        raw_gateway(urls.gateway_url) as gw,
+        httpx.AsyncClient(
+            base_url=urls.api_base, headers={"Authorization": "Bot sim-token"}
+        ) as api,
+    ):
+        await gw.identify(intents=BOT_INTENTS | (1 << 11))
+        await gw.recv_dispatch("GUILD_CREATE")
+        posted = (
+            await api.post(f"/channels/{world.general_id}/messages", json={"content": "from bot"})
+        ).json()
+        echoed = await gw.recv_dispatch("MESSAGE_CREATE")
+        await api.post(f"/channels/{world.general_id}/typing")
+        typing = await gw.recv_dispatch("TYPING_START")
+        await api.post(
+            f"/channels/{world.general_id}/messages/{posted['id']}/threads", json={"name": "t"}
+        )
+        thread = await gw.recv_dispatch("THREAD_CREATE")
+        update = await gw.recv_dispatch("MESSAGE_UPDATE")
+    assert echoed["d"]["id"] == posted["id"]
+    assert echoed["d"]["author"]["bot"] is True
+    assert echoed["d"]["guild_id"] == str(world.guild_id)
+    assert typing["d"]["user_id"] == str(sim.bot_user_id)
+    assert thread["d"]["id"] == posted["id"]
+    assert thread["d"]["newly_created"] is True
+    assert update["d"]["thread"]["id"] == posted["id"]
+
+
+async def test_identify_pacing_and_stats(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    sim = Simulator(limit_identify_concurrency=True)
+    urls = await nursery.start(sim.serve)
+    async with raw_gateway(urls.gateway_url) as first:
+        await first.identify()
+        async with raw_gateway(urls.gateway_url) as second:
+            await second.send(2, {"token": "sim-token", "intents": 1, "properties": {}})
+            assert await second.recv() == {"op": 9, "d": False, "s": None, "t": None}
+            await trio.sleep(5)
+            await second.identify()
+            await second.send(1, 1)
+            assert (await second.recv())["op"] == 11
+    stats = sim.gateway_stats
+    assert stats.identifies == 2
+    assert stats.identify_times[1] - stats.identify_times[0] >= 5
+    assert stats.received_ops == {2: 3, 1: 1}
+    assert len(stats.heartbeat_times) == 1
+
+
+async def test_wait_helpers(sim: Simulator, urls: SimURLs, world: DefaultWorld) -> None:
+    async with raw_gateway(urls.gateway_url) as gw:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(gw.identify)
+            with trio.fail_after(5):
+                await sim.wait_ready()
+        assert sim.gateway_stats.ready_sessions == 1
+        sim.drop_connections()
+        with trio.fail_after(5):
+            await sim.wait_until(lambda: sim.gateway_stats.active_connections == 0)
+        assert sim.gateway_stats.ready_sessions == 0
+
+
+async def test_a_session_left_alone_for_minutes_expires(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    sim = Simulator(enforce_heartbeat=False)
+    urls = await nursery.start(sim.serve)
+    async with raw_gateway(urls.gateway_url) as gw:
+        ready = await gw.identify()
+        sim.drop_connections()
+    await trio.sleep(301)
+    async with raw_gateway(urls.gateway_url) as gw:
+        await gw.resume(ready["d"]["session_id"], 1)
+        assert (await gw.recv())["op"] == 9
+
+
+def test_the_world_can_be_built_before_trio_runs() -> None:
+    sim = Simulator()
+    world = sim.add_default_world()
+    assert sim.post_user_message(world.general_id, world.alice_id, "early")["content"] == "early"

@@ -209,7 +209,10 @@ async def test_channel_thread_dm_and_typing(
 
 
 async def test_reactions_with_url_encoded_emoji(
-    api: httpx.AsyncClient, sim: Simulator, world: DefaultWorld
+    mock_clock: trio.testing.MockClock,
+    api: httpx.AsyncClient,
+    sim: Simulator,
+    world: DefaultWorld,
 ) -> None:
     message = sim.post_user_message(world.general_id, world.alice_id, "poll")
     emoji = quote("1️⃣")
@@ -225,7 +228,7 @@ async def test_reactions_with_url_encoded_emoji(
     assert (bad.status_code, bad.json()["code"]) == (400, 10014)
     too_soon = await api.delete(base + "/@me")
     assert too_soon.status_code == 429  # the reaction bucket allows one request per 0.25 s
-    await trio.sleep(float(too_soon.json()["retry_after"]))
+    mock_clock.jump(float(too_soon.json()["retry_after"]))
     delete = await api.delete(base + "/@me")
     assert delete.status_code == 204
     assert put.headers["x-ratelimit-bucket"] == delete.headers["x-ratelimit-bucket"]
@@ -299,16 +302,25 @@ async def test_exceeding_a_bucket_gets_a_real_429_then_it_resets(
     assert sim.invalid_requests == 1
 
 
-async def test_global_limit(api: httpx.AsyncClient, world: DefaultWorld) -> None:
-    async def get(results: list[int]) -> None:
-        results.append((await api.get("/users/@me")).status_code)
+async def test_global_limit(
+    mock_clock: trio.testing.MockClock, api: httpx.AsyncClient, world: DefaultWorld
+) -> None:
+    paths = ["/users/@me", "/gateway/bot", "/oauth2/applications/@me"] * 20
 
-    results: list[int] = []
+    async def get(path: str, results: list[httpx.Response]) -> None:
+        results.append(await api.get(path))
+
+    results: list[httpx.Response] = []
     async with trio.open_nursery() as nursery:
-        for _ in range(60):
-            nursery.start_soon(get, results)
-    assert results.count(200) <= 50
-    assert 429 in results
+        for path in paths:  # 20 per route: no route bucket is exhausted, the global one is
+            nursery.start_soon(get, path, results)
+    limited = [r for r in results if r.status_code == 429]
+    assert len(results) - len(limited) == 50  # the clock stands still: one window of 50
+    assert len(limited) == 10
+    assert all(r.json()["global"] is True for r in limited)
+    assert all(r.headers["x-ratelimit-scope"] == "global" for r in limited)
+    mock_clock.jump(1.0)
+    assert (await api.get("/users/@me")).status_code == 200
 
 
 async def test_injected_429_holds_the_bucket_for_retry_after(
