@@ -90,8 +90,14 @@ class _Demo:
 
     # -- acting ---------------------------------------------------------------------------
 
+    def readable(self, text: str) -> str:
+        """Mentions as @names, the way Discord shows them."""
+        for user_id in (self.sim.bot_user_id, self.world.alice_id, self.world.bob_id, self.carol):
+            text = text.replace(f"<@{user_id}>", f"@{self.user(user_id)}")
+        return text
+
     def say(self, channel_id: int, author_id: int, content: str) -> dict[str, Any]:
-        shown = content.replace(f"<@{self.sim.bot_user_id}>", "@picortex")
+        shown = self.readable(content)
         self.p(f"  {self.where(channel_id)} {self.user(author_id)}: {shown}")
         return self.sim.post_user_message(channel_id, author_id, content)
 
@@ -159,7 +165,7 @@ class _Demo:
             if mid in self.seen_bot_ids:
                 continue
             self.seen_bot_ids.add(mid)
-            text = " ".join(str(message.get("content", "")).split())
+            text = self.readable(" ".join(str(message.get("content", "")).split()))
             if len(text) > SNIPPET_CHARS:
                 text = text[: SNIPPET_CHARS - 1] + "…"
             self.p(f"  <- picortex in {self.where(int(message['channel_id']))}: {text}")
