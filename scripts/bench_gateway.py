@@ -1,25 +1,28 @@
 """Benchmark of the gateway read path: picortex vs discord.py vs a bare trio-websocket client.
 
-One simulator process serves every client. For each measurement a fresh client process
-connects, a warm-up blast of MESSAGE_CREATE frames runs through it, then the measured blast
-of N realistic frames (about 1 KB each, across 50 channels; the same shape every time):
+One simulator process serves every client. Each measurement starts a fresh client process,
+runs a warm-up blast through it, then the measured blast of N MESSAGE_CREATE frames of about
+1 KB across 50 channels (the same shapes and sizes every time, fresh ids):
 
-  picortex    GatewayActor (receive, zstd-stream or zlib-stream inflate, parse, protocol)
-              -> Router.on_dispatch, the app's own callback (a Mailbox.send_nowait)
-              -> a task shaped like the app's router loop that takes each dispatch from that
-              mailbox and normalize()s it. Dedupe, cache and channel delivery are not timed.
+  picortex    GatewayActor: receive, zstd-stream (else zlib-stream) inflate, parse, protocol;
+              then the app's own hand-on, Router.on_dispatch (a Mailbox.send_nowait into the
+              router's mailbox), and the router task taking each dispatch out and normalizing
+              it. The router's later steps (dedupe, cache, channel delivery) are not timed.
+              The router task runs Router.run's loop with the batch drain proposed for it
+              (up to ROUTER_BATCH dispatches per wake-up); "picortex (Router.run as is)" runs
+              today's Router.run unchanged.
   discord.py  discord.Client with its defaults; counts on_message.
   bare        trio-websocket with the same socket settings as picortex, no compression;
               receives and orjson.loads each frame, nothing else (the ceiling of our stack).
 
-A rate is measured frames divided by the wall time between the client's first and last
-measured MESSAGE_CREATE and, separately, by the CPU time its process used meanwhile (steadier
-on a shared machine). Clients take turns in each round (the order rotates); each client's
-median over the rounds is reported. Two more picortex clients stop after the gateway stage
-and after normalize (inline, no hand-on), to show where the time goes.
+A rate is the measured frames over the wall time between a client's first and last measured
+MESSAGE_CREATE, and over the CPU time its process used meanwhile (steadier on a shared
+machine). Clients take turns each round, in a rotating order; each rate is the median over
+the rounds. Breakdown clients stop picortex after the gateway stage and after normalize
+(inline in the reader, no hand-on), to show where the time goes.
 
 Usage (from the repository root):
-    python scripts/bench_gateway.py [--count 50000] [--runs 5] [--profile]
+    python scripts/bench_gateway.py [--count 50000] [--runs 5] [--breakdown-runs 3]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import functools
 import io
 import json
 import os
@@ -39,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, Final, cast
 
+import attrs
+
 # Runnable from a checkout without installing the package.
 ROOT: Final = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,9 +54,11 @@ CHANNELS: Final = 50
 SIZE: Final = 1024
 # Frames each client handles before the measured blast: imports, caches and the
 # interpreter's specializations are warm, as in a bot that has been running a while.
-WARMUP: Final = 5_000
+WARMUP: Final = 2_000
+# Measured every round; the rest of DEFAULT_CLIENTS only in the first --breakdown-runs rounds.
 CLIENTS: Final = ("picortex", "discord.py", "bare")
-# The picortex client, and the same client stopped after an earlier stage (for the breakdown).
+# The picortex client, its variant with today's Router.run, and the same client stopped after
+# an earlier stage (for the breakdown).
 STAGES: Final = {
     "picortex": "full",
     "picortex-normalize": "normalize",
@@ -66,6 +74,14 @@ LABELS: Final = {
     "bare": "bare",
     "bare-defaults": "bare (trio-websocket defaults)",
 }
+DEFAULT_CLIENTS: Final = (
+    *CLIENTS,
+    "picortex-router-as-is",
+    "picortex-gateway",
+    "picortex-normalize",
+)
+# Dispatches the router takes per wake-up at most (the batch drain proposed for Router.run).
+ROUTER_BATCH: Final = 64
 TARGET_VS_DISCORDPY: Final = 1.5
 TARGET_VS_BARE: Final = 0.7
 
@@ -138,7 +154,10 @@ def serve_sim() -> None:
 
 
 def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: str) -> None:
-    """`stage`: "full" (hand on + normalize), "normalize" (inline, no hand-on), "gateway"."""
+    """`stage`: "full" (hand-on, then normalize in the router task, its loop batch-draining),
+    "router-as-is" (the same with today's Router.run), "normalize" (inline in the reader, no
+    hand-on) or "gateway" (neither).
+    """
     import trio
 
     from picortex.actors.router import Router
@@ -157,52 +176,39 @@ def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: s
         done = trio.Event()
         meter = Meter(count, warmup, done.set)
         tick = meter.tick
-        batch_seconds = float(os.environ.get("BENCH_BATCH", "0.001"))
-        # The app's router and its mailbox; only the router task is replaced, below.
-        router = Router(cast(Any, Pipe()), cast(Any, None))
-        inbox = router.inbox
 
-        async def route() -> None:
-            # Router.run's loop with `_route` cut down to its first step, normalize(), and with
-            # the batching proposed for Router.run: during a burst the task wakes once per
-            # ROUTE_BATCH_SECONDS and takes everything queued meanwhile (receive_nowait until
-            # WouldBlock); a lone dispatch is still taken at once.
-            receive, receive_nowait, finished = inbox.receive, inbox.receive_nowait, inbox.done
-            while True:
-                name, data = await receive()
-                while True:
-                    normalize(name, data)
-                    if name == "MESSAGE_CREATE":
-                        tick()
-                    finished()
-                    try:
-                        name, data = receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                await trio.sleep(batch_seconds)
+        class BenchRouter(Router):
+            """The app's router with `_route` cut down to its first step, normalize()."""
 
-        async def route_as_is() -> None:
-            # Router.run today, with `_route` cut down to normalize(): one wake-up per dispatch.
-            async def _route(name: str, data: Any) -> None:
+            async def _route(self, name: str, data: Any) -> None:
                 normalize(name, data)
                 if name == "MESSAGE_CREATE":
                     tick()
 
-            while True:
-                name, data = await inbox.receive()
-                await _route(name, data)
-                inbox.done()
+        # The app's router: its on_dispatch (a Mailbox.send_nowait) and its mailbox.
+        router = BenchRouter(cast(Any, Pipe()), cast(Any, None))
+        inbox = router.inbox
 
-        tn = [0, 0]
-        pc = time.perf_counter_ns
+        async def route() -> None:
+            # Router.run's loop with the batch drain proposed for it: after each receive, take
+            # what queued up meanwhile (receive_nowait until WouldBlock, ROUTER_BATCH at most)
+            # rather than one scheduler round per dispatch.
+            receive, receive_nowait, finished = inbox.receive, inbox.receive_nowait, inbox.done
+            route_one = router._route
+            while True:
+                name, data = await receive()
+                await route_one(name, data)
+                finished()
+                for _ in range(ROUTER_BATCH - 1):
+                    try:
+                        name, data = receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    await route_one(name, data)
+                    finished()
+
         def normalize_only(name: str, data: Any) -> None:
-            if os.environ.get("BENCH_TIMENORM"):
-                t0 = pc()
-                normalize(name, data)
-                tn[0] += pc() - t0
-                tn[1] += 1
-            else:
-                normalize(name, data)
+            normalize(name, data)
             if name == "MESSAGE_CREATE":
                 tick()
 
@@ -222,22 +228,9 @@ def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: s
             if stage == "full":
                 nursery.start_soon(route)
             elif stage == "router-as-is":
-                nursery.start_soon(route_as_is)
+                await nursery.start(router.run)
             await nursery.start(actor.run)
             emit({"ready": True, "compress": actor.compression})
-            import gc
-            gcstat = {"n": [0, 0, 0], "t": [0.0, 0.0, 0.0], "start": 0.0}
-            def cb(phase, info):
-                if phase == "start":
-                    gcstat["start"] = time.perf_counter()
-                else:
-                    g = info["generation"]
-                    gcstat["n"][g] += 1
-                    gcstat["t"][g] += time.perf_counter() - gcstat["start"]
-            if os.environ.get("BENCH_GCSTATS"):
-                gc.callbacks.append(cb)
-            if os.environ.get("BENCH_GCFREEZE"):
-                gc.freeze()
             profiler = cProfile.Profile() if profile else None
             if profiler is not None:
                 profiler.enable()
@@ -248,11 +241,6 @@ def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: s
                 pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
                 sys.stderr.write(out.getvalue())
             nursery.cancel_scope.cancel()
-        if tn[1]:
-            sys.stderr.write(f"normalize {tn[0] / tn[1] / 1000:.2f} us in situ\n")
-        if os.environ.get("BENCH_GCSTATS"):
-            import gc
-            sys.stderr.write(f"gc {gcstat} objects {len(gc.get_objects())}\n")
         return meter.result(stage, overflow=inbox.overflows, compress=actor.compression)
 
     emit(trio.run(main))
@@ -374,92 +362,128 @@ def _blast(control: str, count: int) -> dict[str, Any]:
     return result
 
 
-def measure(
-    client: str, api_base: str, control: str, count: int, warmup: int, profile: bool
-) -> dict[str, Any]:
+def start_client(client: str, api_base: str, count: int, warmup: int, profile: bool) -> Client:
     args = ["--client", client, "--api-base", api_base]
     args += ["--count", str(count), "--warmup", str(warmup)]
     if profile:
         args.append("--profile")
-    proc = _spawn(*args)
-    assert proc.stdout is not None
-    try:
-        _read_json(proc.stdout, client)  # ready
+    return Client(client, _spawn(*args))
+
+
+@attrs.define
+class Client:
+    """One client process, started ahead of its turn so its imports overlap the last exit."""
+
+    name: str
+    proc: subprocess.Popen[str]
+
+    def measure(self, control: str, count: int, warmup: int) -> dict[str, Any]:
+        out = self.proc.stdout
+        assert out is not None
+        _read_json(out, self.name)  # ready
         if warmup:
             _blast(control, warmup)
-            _read_json(proc.stdout, client)  # warm
+            _read_json(out, self.name)  # warm
         blast = _blast(control, count)
-        result = _read_json(proc.stdout, client)
-        result["client"] = client
+        result = _read_json(out, self.name)
+        result["client"] = self.name
         result["sim_seconds"] = blast.get("seconds")
-        proc.wait(timeout=60)
         return result
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+
+    def stop(self) -> None:
+        """Wait for the process to leave (it closes its session), else kill it."""
+        try:
+            self.proc.wait(timeout=60)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
 
 
-def orchestrate(count: int, warmup: int, runs: int, profile: bool, clients: list[str]) -> int:
+def orchestrate(
+    count: int, warmup: int, runs: int, breakdown_runs: int, profile: bool, clients: list[str]
+) -> int:
     sim = _spawn("--serve-sim")
     assert sim.stdout is not None
-    print(__doc__.split("\n\n")[1].strip() + "\n")
-    print(f"{count:,} measured MESSAGE_CREATE frames of ~{SIZE} bytes across {CHANNELS} channels")
-    print(f"after {warmup:,} warm-up frames, {runs} rounds, one simulator process\n", flush=True)
     started = time.perf_counter()
+    print(__doc__.split("\n\n")[1].strip())
+    print(__doc__.split("\n\n")[2].strip() + "\n")
+    print(f"{count:,} measured frames after {warmup:,} warm-up frames, {runs} rounds\n", flush=True)
+    current: Client | None = None
     try:
         urls = _read_json(sim.stdout, "simulator")
-        results: dict[str, list[dict[str, Any]]] = {}
+        plan: list[tuple[int, str]] = []
         for run in range(runs):
-            shift = run % len(clients)
-            for client in clients[shift:] + clients[:shift]:
-                result = measure(client, urls["api_base"], urls["control"], count, warmup, profile)
-                results.setdefault(client, []).append(result)
-                sim_rate = count / result["sim_seconds"] if result.get("sim_seconds") else 0.0
-                print(
-                    f"round {run + 1} {LABELS[client]:34s} {result['rate']:>8,.0f} frames/s wall "
-                    f"{result['cpu_rate']:>8,.0f} frames/CPU-s "
-                    f"({result['frames']:,} in {result['seconds']:.2f} s; "
-                    f"simulator sent {sim_rate:,.0f}/s)",
-                    flush=True,
-                )
+            turn = [c for c in clients if c in CLIENTS or run < breakdown_runs]
+            shift = run % len(turn)
+            plan += [(run, c) for c in turn[shift:] + turn[:shift]]
+        results: dict[str, list[dict[str, Any]]] = {}
+        start = functools.partial(
+            start_client, api_base=urls["api_base"], count=count, warmup=warmup, profile=profile
+        )
+        current = start(plan[0][1]) if plan else None
+        for index, (run, name) in enumerate(plan):
+            assert current is not None
+            result = current.measure(urls["control"], count, warmup)
+            # The next client starts while this one leaves; no blast until this one is gone.
+            following = start(plan[index + 1][1]) if index + 1 < len(plan) else None
+            current.stop()
+            current = following
+            results.setdefault(name, []).append(result)
+            sim_rate = count / result["sim_seconds"] if result.get("sim_seconds") else 0.0
+            print(
+                f"round {run + 1} {LABELS[name]:34s} {result['rate']:>8,.0f} frames/s wall "
+                f"{result['cpu_rate']:>8,.0f} frames/CPU-s "
+                f"({result['seconds']:.2f} s; simulator sent {sim_rate:,.0f}/s)",
+                flush=True,
+            )
         print()
-        print(f"{'':36s} {'wall frames/s':>14s} {'frames/CPU-s':>14s}   (median of {runs})")
+        print(f"{'median of the rounds':36s} {'wall frames/s':>14s} {'frames/CPU-s':>14s}")
         median: dict[str, tuple[float, float]] = {}
         for client in clients:
-            rows = results[client]
+            rows = results.get(client)
+            if not rows:
+                continue
             wall = statistics.median(r["rate"] for r in rows)
             cpu = statistics.median(r["cpu_rate"] for r in rows)
             median[client] = (wall, cpu)
-            print(f"  {LABELS[client]:34s} {wall:>14,.0f} {cpu:>14,.0f}")
+            print(f"  {LABELS[client]:34s} {wall:>14,.0f} {cpu:>14,.0f}   ({len(rows)} rounds)")
+        _breakdown(median)
         if "picortex" in median:
-            per = {c: 1e6 / median[c][1] for c in STAGES if c in median}
-            if {"picortex", "picortex-normalize", "picortex-gateway"} <= per.keys():
-                gateway, norm, full = (
-                    per["picortex-gateway"],
-                    per["picortex-normalize"],
-                    per["picortex"],
-                )
-                print(
-                    f"picortex CPU per frame: {full:.1f} us = gateway {gateway:.1f} "
-                    f"+ normalize {norm - gateway:.1f} + hand-on {full - norm:.1f}"
-                )
             for other, target in (("discord.py", TARGET_VS_DISCORDPY), ("bare", TARGET_VS_BARE)):
                 if other in median:
                     wall = median["picortex"][0] / median[other][0]
                     cpu = median["picortex"][1] / median[other][1]
                     verdict = "ok" if min(wall, cpu) >= target else "BELOW TARGET"
                     print(
-                        f"picortex / {other:10s} = {wall:.2f} wall, {cpu:.2f} CPU  "
-                        f"(target >= {target}: {verdict})"
+                        f"picortex / {other:10s} = {wall:.2f} wall, {cpu:.2f} CPU"
+                        f"   (target >= {target}: {verdict})"
                     )
-        overflow = sum(r.get("overflow", 0) for r in results.get("picortex", []))
+        overflow = sum(r.get("overflow", 0) for rows in results.values() for r in rows)
         if overflow:
-            print(f"note: {overflow} events overflowed the router mailbox")
+            print(f"note: {overflow} dispatches overflowed the router mailbox")
         print(f"({time.perf_counter() - started:.0f} s)")
         return 0
     finally:
         sim.kill()
         sim.wait()
+        if current is not None and current.proc.poll() is None:
+            current.proc.kill()
+
+
+def _breakdown(median: dict[str, tuple[float, float]]) -> None:
+    """CPU microseconds per frame of each picortex stage, from the stage clients' medians."""
+    us = {client: 1e6 / cpu for client, (_, cpu) in median.items() if cpu > 0}
+    if not {"picortex", "picortex-normalize", "picortex-gateway"} <= us.keys():
+        return
+    gateway, normalized = us["picortex-gateway"], us["picortex-normalize"]
+    line = (
+        f"picortex CPU per frame: {us['picortex']:.1f} us = gateway {gateway:.1f}"
+        f" + normalize {normalized - gateway:.1f} + hand-on {us['picortex'] - normalized:.1f}"
+    )
+    if "picortex-router-as-is" in us:
+        line += f" (hand-on with Router.run as is: {us['picortex-router-as-is'] - normalized:.1f})"
+    print(line)
 
 
 def main() -> int:
@@ -467,11 +491,12 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=50_000)
     parser.add_argument("--warmup", type=int, default=WARMUP)
     parser.add_argument("--runs", type=int, default=5, help="rounds; medians are reported")
+    parser.add_argument(
+        "--breakdown-runs", type=int, default=3, help="rounds that include the breakdown clients"
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile the picortex client")
     parser.add_argument(
-        "--clients",
-        default=",".join([*CLIENTS, "picortex-gateway", "picortex-normalize"]),
-        help="comma-separated: " + ", ".join(LABELS),
+        "--clients", default=",".join(DEFAULT_CLIENTS), help="comma-separated: " + ", ".join(LABELS)
     )
     parser.add_argument("--serve-sim", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--client", help=argparse.SUPPRESS)
@@ -479,8 +504,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.serve_sim:
         serve_sim()
-        return 0
-    if args.client in STAGES:
+    elif args.client in STAGES:
         run_picortex(args.api_base, args.count, args.warmup, args.profile, STAGES[args.client])
     elif args.client == "discord.py":
         run_discordpy(args.api_base, args.count, args.warmup)
@@ -493,7 +517,9 @@ def main() -> int:
         unknown = [c for c in clients if c not in LABELS]
         if unknown:
             parser.error(f"unknown clients: {', '.join(unknown)}")
-        return orchestrate(args.count, args.warmup, args.runs, args.profile, clients)
+        return orchestrate(
+            args.count, args.warmup, args.runs, args.breakdown_runs, args.profile, clients
+        )
     return 0
 
 

@@ -8,6 +8,7 @@ import bisect
 import contextlib
 import itertools
 import logging
+import math
 import os
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +46,10 @@ LOADED_CHANNELS: Final = 256
 LIVE_QUEUE: Final = 4096
 # Gateway events applied in one go before other tasks get a turn (bounds the latency).
 LIVE_BATCH: Final = 512
+# A changed channel is written this long after its first unwritten change, so a busy channel
+# costs one write per interval, not one per message; a crash loses at most this much cache,
+# which the next fetch restores.
+WRITE_DELAY: Final = 1.0
 # Concurrent file writes (always of different channels): a lone writer is bound by fsync
 # latency, while the file system commits concurrent fsyncs together.
 WRITERS: Final = 4
@@ -192,9 +197,12 @@ class ContextCache:
         self._total_bytes = 0
         # Parsed channels, least recently used first.
         self._loaded: OrderedDict[Snowflake, _Channel] = OrderedDict()
-        # Channels changed since their last write, oldest change first.
-        self._dirty: dict[Snowflake, None] = {}
+        # Channels changed since their last write -> when that write is due, oldest change
+        # first (so the due times are in order too).
+        self._dirty: dict[Snowflake, float] = {}
         self._writing: set[Snowflake] = set()
+        # Callers of `flush` waiting: while any are, pending writes are due at once.
+        self._flushing = 0
         self._wake = trio.Event()
         self._quiet = trio.lowlevel.ParkingLot()
 
@@ -259,10 +267,16 @@ class ContextCache:
     async def flush(self) -> None:
         """Wait until every queued gateway event is applied and every change is on disk.
 
-        Only returns while `run` is running.
+        Pending writes are made at once rather than after WRITE_DELAY. Only returns while
+        `run` is running.
         """
-        while self._live_pending or self._dirty or self._writing:
-            await self._quiet.park()
+        self._flushing += 1
+        try:
+            self._wake.set()
+            while self._live_pending or self._dirty or self._writing:
+                await self._quiet.park()
+        finally:
+            self._flushing -= 1
 
     def statistics(self) -> CacheStatistics:
         """Sizes and counters of the cache right now."""
@@ -555,8 +569,10 @@ class ContextCache:
             excess -= 1
 
     def _mark_dirty(self, channel_id: Snowflake) -> None:
-        self._dirty[channel_id] = None
-        self._wake.set()
+        if channel_id not in self._dirty:
+            # A later change rides along with this write; it does not postpone it.
+            self._dirty[channel_id] = trio.current_time() + WRITE_DELAY
+            self._wake.set()
 
     # ----- disk --------------------------------------------------------------------------
 
@@ -625,22 +641,26 @@ class ContextCache:
         self._total_bytes = sum(self._files.values())
         self._evict()
 
-    def _next_dirty(self) -> Snowflake | None:
-        """The oldest changed channel not being written right now (writes of one channel
-        never overlap, so they land in order)."""
-        for channel_id in self._dirty:
+    def _next_dirty(self) -> tuple[Snowflake | None, float]:
+        """The oldest changed channel not being written right now, when its write is due
+        (writes of one channel never overlap, so they land in order); else (None, when the
+        next one is due)."""
+        for channel_id, due in self._dirty.items():
             if channel_id not in self._writing:
-                del self._dirty[channel_id]
-                return channel_id
-        return None
+                if self._flushing or due <= trio.current_time():
+                    del self._dirty[channel_id]
+                    return channel_id, due
+                return None, due
+        return None, math.inf
 
     async def _write_loop(self) -> None:
         while True:
-            channel_id = self._next_dirty()
+            channel_id, due = self._next_dirty()
             if channel_id is None:
                 if self._wake.is_set():
                     self._wake = trio.Event()
-                await self._wake.wait()
+                with trio.move_on_at(due):
+                    await self._wake.wait()
                 continue
             channel = self._loaded.get(channel_id)
             if channel is None:  # evicted meanwhile

@@ -34,6 +34,10 @@ class LedgerBudget:
         # seen there so far, so channels calling at once cannot all slip under the ceiling.
         self._pending: dict[str, list[float]] = {}
         self._dearest: dict[str, float] = {}
+        # Spend per workspace in period `_period`, read from the store once per workspace and
+        # period and kept current by `record`, so a check never sums the ledger's rows.
+        self._period: str | None = None
+        self._spent: dict[str, float] = {}
 
     def period_key(self) -> str:
         """The current period's key (`2026-11-30` or `2026-11`)."""
@@ -43,7 +47,7 @@ class LedgerBudget:
         """True when `workspace` is under its ceiling; else a `budget` event and no call."""
         settings = self._settings()
         key = self.period_key()
-        spent = self._store.spend(workspace, key)
+        spent = self._spent_in(workspace, key)
         held = sum(self._pending.get(workspace, ()))
         decision = budget.check(spent + held, settings.budget.ceiling_usd)
         if decision.allowed:
@@ -73,7 +77,22 @@ class LedgerBudget:
         """Add one call's cost to the ledger and settle its reservation."""
         self.release(workspace)
         self._dearest[workspace] = max(self._dearest.get(workspace, 0.0), cost_usd)
-        self._store.add_spend(workspace, self.period_key(), cost_usd, self._now().timestamp())
+        now = self._now()
+        key = budget.period_key(now, self._settings().budget.period)
+        # Counted in memory even if the store fails below: the money is spent either way.
+        self._spent[workspace] = self._spent_in(workspace, key) + cost_usd
+        self._store.add_spend(workspace, key, cost_usd, now.timestamp())
+
+    def _spent_in(self, workspace: str, key: str) -> float:
+        """What `workspace` spent in period `key`: from memory, read from the store once."""
+        if key != self._period:
+            # A new period (or the setting changed): earlier totals no longer apply.
+            self._period = key
+            self._spent.clear()
+        spent = self._spent.get(workspace)
+        if spent is None:
+            spent = self._spent[workspace] = self._store.spend(workspace, key)
+        return spent
 
     def release(self, workspace: str) -> None:
         """Settle a call that ended without a cost (an error, a timeout, a cancellation)."""

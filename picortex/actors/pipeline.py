@@ -33,9 +33,9 @@ logger = logging.getLogger(__name__)
 
 # Discord shows a typing indicator for 10 s; renew it a little sooner.
 TYPING_RENEW_SECONDS: Final = 8.0
-# An answer is typed only when it takes longer than this: a quick reply speaks for itself,
-# and skipping the indicator then halves the REST calls (and rate-limit budget) per answer.
-ANSWER_TYPING_DELAY_SECONDS: Final = 0.5
+# A ready answer waits at most this long for its first typing request (sent when generation
+# started, so normally long done): the indicator comes before the reply, never much later.
+TYPING_FIRST_WAIT_SECONDS: Final = 0.5
 # How long one reply post may take before it counts as failed (REST waits out 429s inside).
 POST_TIMEOUT_SECONDS: Final = 60.0
 ERROR_MESSAGE_MAX_CHARS: Final = 500
@@ -43,6 +43,9 @@ ERROR_MESSAGE_MAX_CHARS: Final = 500
 ANSWER_TIMEOUT_SECONDS: Final = 60.0
 # The persona column of an error row when the default agent (no persona) failed.
 DEFAULT_PERSONA: Final = "default"
+# A crashing channel actor lets answers already in flight finish for up to this long (one
+# model call's deadline plus a post) before it restarts; what is left is logged as abandoned.
+CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
 
 
 class Rest(Protocol):
@@ -183,9 +186,32 @@ class TriggerBook:
         """Append a trigger."""
         self.log = self.log.add(entry)
 
+    # How many leading context lines of an entry are the prior conversation (the rest are
+    # follow-ups), so a rebuilt context replaces the old one instead of piling up.
+    prior: dict[Snowflake, int] = attrs.field(factory=dict)
+
     def follow_up(self, parent_id: Snowflake, line: str) -> None:
         """Join a follow-up to its trigger's context."""
         self.log = self.log.add_follow_up(parent_id, line)
+
+    def set_context(self, entry_id: Snowflake, lines: Sequence[str]) -> None:
+        """Record the prior conversation given to the model for entry `entry_id`."""
+        old = self.prior.get(entry_id, 0)
+
+        def put(buffer: tuple[TriggerEntry, ...]) -> tuple[TriggerEntry, ...]:
+            return tuple(
+                attrs.evolve(e, context=(*lines, *e.context[old:])) if e.id == entry_id else e
+                for e in buffer
+            )
+
+        if self.log.get(entry_id) is None:
+            return
+        self.log = attrs.evolve(
+            self.log, trusted=put(self.log.trusted), untrusted=put(self.log.untrusted)
+        )
+        self.prior[entry_id] = len(lines)
+        if len(self.prior) > 2 * (self.log.trusted_capacity + self.log.untrusted_capacity):
+            self.prior = {k: v for k, v in self.prior.items() if self.log.get(k) is not None}
 
 
 @attrs.define
@@ -210,6 +236,10 @@ class Pipeline:
     # Called when Discord refuses the token (HTTP 401): the app stops with exit code 3.
     fatal: Callable[[FatalDiscordError], None] | None = None
     answer_timeout: float = ANSWER_TIMEOUT_SECONDS
+    crash_drain_seconds: float = CRASH_DRAIN_SECONDS
+    # When each message reached its channel's mailbox (set by the router, taken by the
+    # actor): the continuation window counts from arrival, not from when it was handled.
+    arrivals: dict[Snowflake, float] = attrs.field(factory=dict)
 
     def workspace_of(self, message: Message) -> str:
         """The budget workspace: the guild id, or `dm`."""
@@ -253,28 +283,36 @@ class Pipeline:
 
     @asynccontextmanager
     async def typing(
-        self, channel_id: Snowflake, enabled: bool = True, *, delay: float = 0.0
-    ) -> AsyncIterator[None]:
-        """Show the typing indicator in `channel_id` while the block runs (after `delay` s)."""
+        self, channel_id: Snowflake, enabled: bool = True
+    ) -> AsyncIterator[trio.Event]:
+        """Show the typing indicator in `channel_id` while the block runs, from its start.
+
+        Yields an event set once the first typing request has finished (or failed), so a
+        ready answer can make sure the indicator came first; typing never fails an answer.
+        """
+        shown = trio.Event()
         if not enabled:
-            yield
+            shown.set()
+            yield shown
             return
 
         async def keep_typing() -> None:
-            if delay > 0:
-                await trio.sleep(delay)
-            while True:
-                try:
-                    await self.rest.trigger_typing(channel_id)
-                except Exception as exc:  # typing is cosmetic; never fail an answer on it
-                    logger.debug("typing indicator failed: %s", exc)
-                    return
-                await trio.sleep(TYPING_RENEW_SECONDS)
+            try:
+                while True:
+                    try:
+                        await self.rest.trigger_typing(channel_id)
+                    except Exception as exc:  # typing is cosmetic; never fail an answer on it
+                        logger.debug("typing indicator failed: %s", exc)
+                        return
+                    shown.set()
+                    await trio.sleep(TYPING_RENEW_SECONDS)
+            finally:
+                shown.set()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(keep_typing)
             try:
-                yield
+                yield shown
             finally:
                 nursery.cancel_scope.cancel()
 

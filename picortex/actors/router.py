@@ -117,6 +117,16 @@ class Router:
                 return
             if self._is_replay(event.id):
                 self.replays_dropped += 1
+                if name == "MESSAGE_CREATE":
+                    pipe.events.emit(
+                        "decision",
+                        message_id=event.id,
+                        channel_id=event.channel_id,
+                        guild_id=event.guild_id,
+                        author_id=event.author.id,
+                        outcome="ignore",
+                        reason="replayed event already handled",
+                    )
                 return
             pipe.cache.on_message(event)
             await self._deliver(event)
@@ -184,7 +194,10 @@ class Router:
         if mailbox is None:
             mailbox = Mailbox(CHANNEL_MAILBOX, name=f"channel-{channel_id}")
             self._mailboxes[channel_id] = mailbox
+        # Stamped before queueing: the continuation window counts from arrival.
+        self._pipe.arrivals[message.id] = trio.current_time()
         if not mailbox.send_nowait(message):
+            self._pipe.arrivals.pop(message.id, None)
             self._pipe.events.emit(
                 "error",
                 scope="mailbox",

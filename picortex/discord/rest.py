@@ -36,6 +36,9 @@ USER_AGENT: Final = f"DiscordBot ({PROJECT_URL}, {__version__})"
 # Discord's documented global limit for a bot: 50 requests in any one second.
 GLOBAL_LIMIT: Final = 50
 GLOBAL_WINDOW: Final = 1.0
+# What we allow ourselves of it: headroom for what our clock cannot see (clock granularity,
+# a proxy's own counting) costs 4% of the rate and keeps us clear of a global 429.
+GLOBAL_BUDGET: Final = 48
 # Discord bans an IP for a while after 10,000 invalid requests (401, 403, 429) in 10 minutes.
 INVALID_WINDOW: Final = 600.0
 # Refuse to send well before the ban: a bot that has burned 8,000 is broken, not busy.
@@ -185,7 +188,11 @@ class RestClient:
         # Route ("METHOD /template") -> bucket hash; None: the route answered without one.
         self._route_bucket: dict[str, str | None] = {}
         self._buckets: dict[tuple[str, str], _Bucket] = {}
-        self._sent: collections.deque[float] = collections.deque()
+        # The global limiter counts a request from when it is sent until GLOBAL_WINDOW after
+        # its answer: Discord counts it when it arrives, some time in between.
+        self._answered: collections.deque[float] = collections.deque()
+        self._global_in_flight = 0
+        self._global_freed = trio.Event()
         self._global_until = -math.inf
         self._invalid: collections.deque[float] = collections.deque()
         self._invalid_warned = False
@@ -285,9 +292,16 @@ class RestClient:
         return _as_list(result)
 
     async def trigger_typing(self, channel_id: int) -> None:
-        """Show the typing indicator in a channel (Discord clears it after about 10 s)."""
+        """Show the typing indicator in a channel (Discord clears it after about 10 s).
+
+        Cosmetic, so it never waits for the global limit: when that is used up, the
+        indicator is skipped and the slot left to the answers.
+        """
         await self._request(
-            "POST", "/channels/{channel_id}/typing", f"/channels/{channel_id}/typing"
+            "POST",
+            "/channels/{channel_id}/typing",
+            f"/channels/{channel_id}/typing",
+            optional=True,
         )
 
     async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None:
@@ -350,8 +364,12 @@ class RestClient:
         body: Mapping[str, Any] | None = None,
         *,
         params: Mapping[str, str] | None = None,
+        optional: bool = False,
     ) -> Any:
-        """Send one request, honouring every limit; retry 429s and 5xx as SPEC 4 says."""
+        """Send one request, honouring every limit; retry 429s and 5xx as SPEC 4 says.
+
+        An `optional` request is dropped (None) rather than wait for the global limit.
+        """
         route = f"{method} {template}"
         major = _major_parameter(path)
         url = self._api_base + path
@@ -367,8 +385,13 @@ class RestClient:
             self._check_allowed()
             bucket = await self._acquire(route, major)
             response: httpx.Response | None = None
+            slot = False
             try:
-                await self._global_slot()
+                if not optional:
+                    await self._global_slot()
+                elif not self._take_global_slot():
+                    return None  # the bucket reservation is returned below
+                slot = True
                 self._check_allowed()
                 response = await self._client.request(
                     method, url, content=content, params=params, headers=headers
@@ -376,6 +399,8 @@ class RestClient:
             except httpx.TransportError as exc:
                 failure = f"{type(exc).__name__} talking to Discord"
             finally:
+                if slot:
+                    self._global_release()
                 self._release(bucket, route, major, response)
             if response is None:
                 # No answer: Discord may or may not have seen it. Resending is safe because
@@ -587,20 +612,50 @@ class RestClient:
             bucket.notify()
 
     async def _global_slot(self) -> None:
-        """Wait until sending keeps us under 50 requests in any one second, then take a slot."""
-        sent = self._sent
+        """Wait until sending keeps us under the global limit in any one second, then take a
+        slot.
+
+        Discord counts a request when it arrives, which is after we send it and before its
+        answer comes back. So a request holds its slot while in flight and for GLOBAL_WINDOW
+        after its answer: a new request then arrives at least GLOBAL_WINDOW after every
+        request it is not counted with, whatever the network's delays.
+        """
+        answered = self._answered
         while True:
             now = trio.current_time()
             if now < self._global_until:
                 await trio.sleep_until(self._global_until)
                 continue
-            horizon = now - GLOBAL_WINDOW
-            while sent and sent[0] <= horizon:
-                sent.popleft()
-            if len(sent) < GLOBAL_LIMIT:
-                sent.append(now)
+            if self._take_global_slot():
                 return
-            await trio.sleep_until(sent[0] + GLOBAL_WINDOW)
+            # Full: the oldest answer leaves the window, or an answer comes back and its
+            # slot starts its last second.
+            deadline = answered[0] + GLOBAL_WINDOW if answered else math.inf
+            with trio.move_on_at(deadline):
+                await self._global_freed.wait()
+
+    def _take_global_slot(self) -> bool:
+        """Take a global slot if one is free right now (and no global 429 is pending)."""
+        now = trio.current_time()
+        if now < self._global_until:
+            return False
+        answered = self._answered
+        # The same sum as `_global_slot`'s deadline, so waking at it always frees the slot.
+        while answered and answered[0] + GLOBAL_WINDOW <= now:
+            answered.popleft()
+        if self._global_in_flight + len(answered) < GLOBAL_BUDGET:
+            self._global_in_flight += 1
+            return True
+        return False
+
+    def _global_release(self) -> None:
+        """A request's answer (or failure) is in: its slot lasts one more GLOBAL_WINDOW."""
+        self._global_in_flight -= 1
+        if not self._answered:
+            # Waiters had no expiry to wait for; with answers queued they already have one.
+            self._global_freed.set()
+            self._global_freed = trio.Event()
+        self._answered.append(trio.current_time())
 
 
 # ---- helpers ---------------------------------------------------------------------------------

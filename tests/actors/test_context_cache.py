@@ -314,6 +314,70 @@ async def test_live_messages_fill_the_context_without_a_fetch(
     assert own.id in [m["id"] for m in file_doc(tmp_path)["messages"]]
 
 
+async def test_a_burst_of_changes_to_a_channel_is_written_once_per_delay(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rest = FakeHistory()
+    writes: list[int] = []  # messages in each write of the file
+    real_write = cc.write_atomic
+
+    def counting(path: Path, data: bytes) -> None:
+        writes.append(len(orjson.loads(data)["messages"]))
+        real_write(path, data)
+
+    monkeypatch.setattr(cc, "write_atomic", counting)
+    other = CH + 1
+    async with trio.open_nursery() as nursery:
+        cache = make_cache(tmp_path, rest)
+        await nursery.start(cache.run)
+        # (Writes run in a thread, which the autojump clock does not wait for: the write's
+        # start is watched through `pending_writes`, its count at the end.)
+        for _ in range(9):  # 9 messages over 0.8 s: one write, WRITE_DELAY after the first
+            cache.on_message(rest.post("m"))
+            await trio.sleep(0.1)
+        assert cache.statistics().pending_writes == 1
+        await trio.sleep(cc.WRITE_DELAY / 2)
+        assert cache.statistics().pending_writes == 0  # due: taken without a flush
+        cache.on_message(rest.post("late", channel_id=other))
+        await trio.sleep(cc.WRITE_DELAY / 2)
+        assert cache.statistics().pending_writes == 1  # not due yet
+        await trio.sleep(cc.WRITE_DELAY)
+        assert cache.statistics().pending_writes == 0
+        await cache.flush()
+        nursery.cancel_scope.cancel()
+    assert sorted(writes) == [1, 9]  # one write per channel
+
+
+async def test_flush_writes_pending_changes_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    rest = FakeHistory()
+    async with trio.open_nursery() as nursery:
+        cache = make_cache(tmp_path, rest)
+        await nursery.start(cache.run)
+        start = trio.current_time()
+        cache.on_message(rest.post("m"))
+        await cache.flush()
+        assert trio.current_time() - start < cc.WRITE_DELAY
+        assert [r["text"] for r in file_doc(tmp_path)["messages"]] == ["m"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_pending_changes_reach_the_disk_when_the_actor_stops(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    rest = FakeHistory()
+    async with trio.open_nursery() as nursery:
+        cache = make_cache(tmp_path, rest)
+        await nursery.start(cache.run)
+        cache.on_message(rest.post("m"))
+        while cache.statistics().pending_live_events:
+            await trio.sleep(0)
+        assert cache.statistics().pending_writes == 1
+        nursery.cancel_scope.cancel()  # before the write is due
+    assert [r["text"] for r in file_doc(tmp_path)["messages"]] == ["m"]
+
+
 # ----- live updates -----------------------------------------------------------------------
 
 

@@ -177,3 +177,33 @@ def test_calls_in_flight_hold_back_budget_until_settled(store: Store) -> None:
     ledger.record("42", 0.004)
     ledger.record("42", 0.001)
     assert store.spend("42", "2026-04-12") == pytest.approx(0.009)
+
+
+def test_spend_is_read_from_the_store_once_per_workspace_and_period(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock(datetime(2026, 4, 12, 10, 0, tzinfo=UTC))
+    store.add_spend("42", "2026-04-12", 0.004, 0.0)  # spent before a restart
+    reads: list[tuple[str, str]] = []
+    real_spend = store.spend
+
+    def counting(workspace: str, period_key: str) -> float:
+        reads.append((workspace, period_key))
+        return real_spend(workspace, period_key)
+
+    monkeypatch.setattr(store, "spend", counting)
+    ledger, _ = make(store, clock, ceiling=0.01)
+    for _ in range(5):
+        assert ledger.check("42")
+        ledger.record("42", 0.001)  # 0.004 + 5 x 0.001 = 0.009
+    assert ledger.check("dm")
+    assert reads == [("42", "2026-04-12"), ("dm", "2026-04-12")]
+    ledger.record("42", 0.001)  # reaches the ceiling in memory and in the store
+    assert not ledger.check("42")
+    assert real_spend("42", "2026-04-12") == pytest.approx(0.01)
+    clock.now += timedelta(days=1)
+    assert ledger.check("42")  # a new period is read afresh
+    assert reads[-1] == ("42", "2026-04-13")
+    # A restarted ledger starts from the store's rows.
+    fresh, _ = make(store, Clock(datetime(2026, 4, 12, 11, 0, tzinfo=UTC)), ceiling=0.01)
+    assert not fresh.check("42")

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from picortex.actors import channel as channel_mod
-from picortex.actors import router as router_mod
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import running_bot
 
@@ -56,22 +55,3 @@ async def test_an_idle_channel_actor_exits_and_comes_back(
         await run.wait_until(lambda: bool(run.replies_to(int(third["id"]))))
         assert run.replies_to(int(third["id"]))[0]["content"] == "slow but sure"
         assert not [e for e in run.events("supervisor") if e["action"] == "crash"]
-
-
-async def test_a_full_mailbox_counts_and_logs_the_overflow(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(router_mod, "CHANNEL_MAILBOX", 2)
-    toml = "continuation_seconds = 0\n"
-    async with running_bot(tmp_path, toml=toml, relaxed_limits=True) as run:
-        w = run.world
-        run.sim.model.script(ModelReply(text="slow", delay=1.0))
-        run.say(w.general_id, w.alice_id, f"{run.mention()} hold the line")
-        await run.wait_until(lambda: len(run.sim.model.calls) == 1)
-        # One message in hand (waiting for the slow answer), two queued, the rest refused.
-        sent = [run.say(w.general_id, w.alice_id, f"{run.mention()} q{n}") for n in range(5)]
-        refused = await run.wait_event("error", count=2, scope="mailbox")
-        assert [e["message_id"] for e in refused] == [int(m["id"]) for m in sent[3:]]
-        assert run.bot.router.mailbox_overflows() == 2
-        await run.wait_until(lambda: all(run.replies_to(int(m["id"])) for m in sent[:3]))
-        assert [run.replies_to(int(m["id"])) for m in sent[3:]] == [[], []]

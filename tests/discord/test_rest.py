@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import logging
+import random
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -265,6 +267,48 @@ async def test_global_limit_of_50_per_second_is_kept(autojump_clock: trio.abc.Cl
         in_window = [t for t in times[i:] if t < start + 1.0]
         assert len(in_window) <= 50
     assert times[-1] >= 2.0
+
+
+async def test_a_burst_never_exceeds_50_arrivals_in_any_second_whatever_the_delays(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Discord counts a request when it arrives: here each takes a varying time to get there
+    # and to come back, so send times alone would not keep arrivals under the limit.
+    rng = random.Random(7)
+    arrivals: list[float] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        await trio.sleep(rng.uniform(0.0, 0.08))  # on its way to Discord
+        arrivals.append(trio.current_time())
+        await trio.sleep(rng.uniform(0.0, 0.08))  # the answer on its way back
+        return ok({"id": "1"})
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    async with RestClient(API, TOKEN, client=http) as client, trio.open_nursery() as nursery:
+        for channel in range(200):
+            nursery.start_soon(client.get_channel, channel + 1)
+    arrivals.sort()
+    assert len(arrivals) == 200
+    busiest = max(bisect.bisect_left(arrivals, start + 1.0) - i for i, start in enumerate(arrivals))
+    assert 40 <= busiest <= 50  # kept under the limit, yet not far under it
+    assert arrivals[-1] < 6.0  # still about 48 a second
+
+
+async def test_typing_is_skipped_rather_than_wait_for_the_global_limit(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    fake = FakeDiscord(lambda request: ok({"id": "1"}))
+    async with fake.client() as client:
+        for channel in range(rest.GLOBAL_BUDGET):
+            await client.get_channel(channel + 1)
+        start = trio.current_time()
+        await client.trigger_typing(7)  # the global limit is used up: not sent, not waited
+        assert trio.current_time() == start
+        assert [s.path for s in fake.seen].count("/api/v10/channels/7/typing") == 0
+        await client.get_channel(99)  # an answer waits for its slot instead
+        assert trio.current_time() >= start + 0.9
+        await client.trigger_typing(7)
+    assert fake.seen[-1].path == "/api/v10/channels/7/typing"
 
 
 # ---- 429 --------------------------------------------------------------------------------------

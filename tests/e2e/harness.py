@@ -21,6 +21,10 @@ from picortex.sim import DefaultWorld, Simulator
 
 # Route groups whose limits `relaxed_limits` lifts.
 RELAXED_BUCKETS: Final = ("messages.post", "typing", "users/@me/channels", "reactions.me")
+# A wait that takes longer than this failed: raise (TooSlowError) instead of hanging the run.
+WAIT_SECONDS: Final = 30.0
+# The same for a whole test body inside `running_bot`.
+TEST_SECONDS: Final = 90.0
 
 
 @attrs.define
@@ -43,11 +47,14 @@ class Running:
 
     async def wait_event(self, event: str, count: int = 1, **match: object) -> list[dict[str, Any]]:
         """Wait until `count` events of a type (with matching fields) are in the log."""
-        while True:
-            found = [e for e in self.events(event) if all(e.get(k) == v for k, v in match.items())]
-            if len(found) >= count:
-                return found
-            await trio.sleep(0.01)
+        with trio.fail_after(WAIT_SECONDS):
+            while True:
+                found = [
+                    e for e in self.events(event) if all(e.get(k) == v for k, v in match.items())
+                ]
+                if len(found) >= count:
+                    return found
+                await trio.sleep(0.01)
 
     def say(self, channel_id: int, author_id: int, content: str, **kw: Any) -> dict[str, Any]:
         """A user posts a message."""
@@ -71,9 +78,10 @@ class Running:
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
         """Wait until `predicate()` holds (checked after each simulator change and the log)."""
-        while not predicate():
-            with trio.move_on_after(0.02):
-                await self.sim.wait_until(predicate)
+        with trio.fail_after(WAIT_SECONDS):
+            while not predicate():
+                with trio.move_on_after(0.02):
+                    await self.sim.wait_until(predicate)
 
     async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run `python -m picortex ARGS` on this bot's home; never raises on exit codes."""
@@ -142,12 +150,14 @@ async def running_bot(
         try:
             # The bot stops first, while the simulator still answers its goodbyes.
             async with trio.open_nursery() as bot_nursery:
-                await bot_nursery.start(bot.run)
                 run = Running(sim, bot, world, home)
-                await sim.wait_ready()
-                await run.wait_event("gateway", action="ready")
+                with trio.fail_after(WAIT_SECONDS):
+                    await bot_nursery.start(bot.run)
+                    await sim.wait_ready()
+                    await run.wait_event("gateway", action="ready")
                 try:
-                    yield run
+                    with trio.fail_after(TEST_SECONDS):
+                        yield run
                 finally:
                     bot_nursery.cancel_scope.cancel()
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from picortex.sim.model import ModelReply
 from tests.e2e.harness import running_bot
 
 
@@ -46,3 +47,40 @@ async def test_mailbox_fault_drops_one_message_and_the_channel_goes_on(tmp_path:
             actor: 1,
             f"channel-{w.random_id}": 0,
         }
+
+
+async def test_a_crash_lets_the_answer_in_progress_finish(tmp_path: Path) -> None:
+    env = {"PICORTEX_FAULT_INJECT": "mailbox:BOOM"}
+    async with running_bot(tmp_path, env=env) as run:
+        w = run.world
+        run.sim.model.script(ModelReply(text="the slow answer", delay=2.0))
+        asked = run.say(w.general_id, w.alice_id, f"{run.mention()} think about it")
+        await run.wait_until(lambda: len(run.sim.model.calls) == 1)
+        boom = run.say(w.general_id, w.bob_id, "this goes BOOM")
+        await run.wait_event("supervisor", action="crash")
+        # Only bob's message was lost; alice's answer was posted.
+        await run.wait_until(lambda: bool(run.replies_to(int(asked["id"]))))
+        assert run.replies_to(int(asked["id"]))[0]["content"] == "the slow answer"
+        actor = f"channel-{w.general_id}"
+        dropped = [e for e in run.events("error") if e.get("actor") == actor]
+        assert len(dropped) == 1 and str(boom["id"]) in dropped[0]["message"]
+        assert not [e for e in run.events("error") if "abandoned" in str(e.get("message"))]
+        later = run.say(w.general_id, w.alice_id, f"{run.mention()} still there?")
+        await run.wait_until(lambda: bool(run.replies_to(int(later["id"]))))
+
+
+async def test_an_answer_a_crash_cannot_wait_for_is_logged_as_abandoned(tmp_path: Path) -> None:
+    env = {"PICORTEX_FAULT_INJECT": "mailbox:BOOM"}
+    async with running_bot(tmp_path, env=env) as run:
+        w = run.world
+        run.bot.pipe.crash_drain_seconds = 0.3
+        run.sim.model.script(ModelReply(text="never posted", delay=3.0))
+        asked = run.say(w.general_id, w.alice_id, f"{run.mention()} think very hard")
+        await run.wait_until(lambda: len(run.sim.model.calls) == 1)
+        run.say(w.general_id, w.bob_id, "this goes BOOM")
+        abandoned = await run.wait_event("error", scope="generate", message_id=int(asked["id"]))
+        assert abandoned[0]["message"] == "abandoned: channel actor crashed"
+        await run.wait_event("supervisor", action="crash")
+        later = run.say(w.general_id, w.alice_id, f"{run.mention()} still there?")
+        await run.wait_until(lambda: bool(run.replies_to(int(later["id"]))))
+        assert run.replies_to(int(asked["id"])) == []

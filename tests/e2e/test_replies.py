@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from picortex.actors.pipeline import ANSWER_TYPING_DELAY_SECONDS
 from picortex.sim.model import ModelReply
 from picortex.sim.rest import RecordedRequest
 from tests.e2e.harness import running_bot
@@ -29,8 +28,7 @@ async def test_long_reply_is_split_without_breaking_code_and_pings_nobody(tmp_pa
         w = run.world
         answer = _long_answer()
         assert len(answer) > 2 * DISCORD_LIMIT
-        # A slow answer (longer than the typing delay) shows the typing indicator.
-        run.sim.model.script(ModelReply(text=answer, delay=ANSWER_TYPING_DELAY_SECONDS + 0.3))
+        run.sim.model.script(ModelReply(text=answer, delay=0.3))
         msg = run.say(w.general_id, w.alice_id, f"{run.mention()} explain everything")
         reply = await run.wait_event("reply")
         parts = reply[0]["parts"]
@@ -75,9 +73,18 @@ async def test_command_replies_never_ping_everyone_either(tmp_path: Path) -> Non
         )
 
 
-async def test_a_quick_answer_needs_no_typing_indicator(tmp_path: Path) -> None:
+async def test_even_a_quick_answer_is_typed_before_it_is_posted(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as run:
         w = run.world
         msg = run.say(w.general_id, w.alice_id, f"{run.mention()} quick one?")
         await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
-        assert [r for r in run.sim.requests if r.path.endswith("/typing")] == []
+        requests = [r for r in run.sim.requests if r.method == "POST"]
+        typing = [r.at for r in requests if r.path == f"/channels/{w.general_id}/typing"]
+        posts = posts_at(requests, w.general_id)
+        assert typing and posts
+        assert typing[0] < posts[0]
+        # The typing request comes first in the request log too (an independent server's view).
+        paths = [r.path for r in requests if r.path.startswith(f"/channels/{w.general_id}/")]
+        assert paths.index(f"/channels/{w.general_id}/typing") < paths.index(
+            f"/channels/{w.general_id}/messages"
+        )
