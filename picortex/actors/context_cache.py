@@ -114,8 +114,8 @@ class _Channel:
 
     id: Snowflake
     guild_id: Snowflake | None = None
-    # History is known complete up to this id (set by fetches; live events do not move it,
-    # since the gateway may have missed messages while disconnected).
+    # History is known complete up to this id: set by fetches, and moved by live messages
+    # while the channel is in sync (see `ContextCache.on_session_start`).
     synced_to: Snowflake | None = None
     messages: list[Message] = attrs.Factory(list)
 
@@ -155,6 +155,14 @@ class ContextCache:
     building a context crashes this actor, not the caller; queued requests and gateway events
     live on this object and survive a restart.
 
+    A channel is "in sync" from its first successful fetch in a gateway session until that
+    session ends: the gateway delivers every message of an unbroken session (a RESUME replays
+    what a reconnect missed), so live messages then move `synced_to` and its triggers need no
+    fetch at all. Anything that may have lost a message (a new session, a dropped live event,
+    a failed write, an actor restart, eviction) takes channels out of sync; their next trigger
+    fetches what came after `synced_to` once. The flag lives in memory only: after a process
+    restart every channel is out of sync, which is right since the bot was away.
+
     Args:
         cache_dir: the directory this actor owns (created when missing).
         rest: where channel history comes from.
@@ -192,6 +200,11 @@ class ContextCache:
         # Cooldowns are kept across restarts so a crash loop cannot hammer Discord.
         self._last_fetch: dict[Snowflake, float] = {}
         self._inflight: dict[Snowflake, trio.Event] = {}
+        # Channels whose cache holds everything up to the newest live message (memory only).
+        self._in_sync: set[Snowflake] = set()
+        # Bumped whenever messages may have been missed; a fetch started before the bump
+        # cannot vouch for what came after it, so it does not put its channel in sync.
+        self._sync_epoch = 0
         # On-disk index: channel -> file size, least recently written first.
         self._files: OrderedDict[Snowflake, int] = OrderedDict()
         self._total_bytes = 0
@@ -251,6 +264,11 @@ class ContextCache:
         if n <= 0:
             return []
         return self._channel(channel_id).messages[-n:]
+
+    def on_session_start(self) -> None:
+        """A new gateway session began (READY after an IDENTIFY): events may have been missed,
+        so every channel fetches after its `synced_to` on its next trigger. Never blocks."""
+        self._lose_sync()
 
     def on_message(self, message: Message) -> None:
         """Queue a MESSAGE_CREATE (the bot's own included); never blocks."""
@@ -330,6 +348,8 @@ class ContextCache:
             # Someone is fetching this channel right now: use that fetch, never start another.
             await pending.wait()
             return
+        if channel_id in self._in_sync:
+            return  # the gateway has delivered everything since this session's fetch
         synced_to = self._channel(channel_id).synced_to
         if synced_to is not None and trigger.id <= synced_to:
             return  # a fetch after the trigger was posted already saw everything before it
@@ -339,9 +359,12 @@ class ContextCache:
             return
         self._last_fetch[channel_id] = now
         done = self._inflight[channel_id] = trio.Event()
+        epoch = self._sync_epoch
         try:
             payloads = await self._fetch_history(channel_id, synced_to)
             self._absorb_payloads(channel_id, trigger.guild_id, payloads)
+            if epoch == self._sync_epoch:
+                self._in_sync.add(channel_id)
         except FatalDiscordError:
             raise
         except (PicortexError, httpx.HTTPError, OSError) as exc:
@@ -456,6 +479,9 @@ class ContextCache:
             self._live_tx.send_nowait(event)
         except trio.WouldBlock:
             self._live_dropped += 1
+            if isinstance(event, Message):
+                # The cache now lacks a message: the next trigger must fetch it.
+                self._lose_sync(event.channel_id)
             n = self._live_dropped
             while n % _OVERFLOW_REPORT_BASE == 0:
                 n //= _OVERFLOW_REPORT_BASE
@@ -486,7 +512,10 @@ class ContextCache:
 
     def _apply_live(self, event: LiveEvent) -> None:
         if isinstance(event, Message):
-            self._absorb(event.channel_id, event.guild_id, [event])
+            channel = self._absorb(event.channel_id, event.guild_id, [event])
+            if event.channel_id in self._in_sync and event.id > (channel.synced_to or 0):
+                channel.synced_to = event.id
+                self._mark_dirty(event.channel_id)
         elif isinstance(event, MessageUpdate):
             self._apply_update(event)
         else:
@@ -538,6 +567,15 @@ class ContextCache:
             guild_id=delete.guild_id,
             cached=i is not None,
         )
+
+    def _lose_sync(self, channel_id: Snowflake | None = None) -> None:
+        """Take one channel (None: every channel) out of sync, including any fetch of it in
+        flight."""
+        self._sync_epoch += 1
+        if channel_id is None:
+            self._in_sync.clear()
+        else:
+            self._in_sync.discard(channel_id)
 
     # ----- memory ------------------------------------------------------------------------
 
@@ -610,6 +648,7 @@ class ContextCache:
             self._path(channel_id).unlink()
         self._forget_file(channel_id)
         self._last_fetch.pop(channel_id, None)
+        self._in_sync.discard(channel_id)
 
     def _forget_file(self, channel_id: Snowflake) -> None:
         self._total_bytes -= self._files.pop(channel_id, 0)
@@ -617,6 +656,8 @@ class ContextCache:
     def _load_index(self) -> None:
         """Rebuild the on-disk index (write order from file mtimes) and reset memory."""
         self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Changes held only in memory are gone (and a crash may have lost live events).
+        self._lose_sync()
         self._loaded.clear()
         self._dirty.clear()
         self._writing.clear()
@@ -696,7 +737,9 @@ class ContextCache:
                 self._written(channel_id, len(data))
 
     def _write_failed(self, channel_id: Snowflake, exc: OSError) -> None:
-        # The change stays in memory; the next change to the channel tries again.
+        # The change stays in memory; the next change to the channel tries again. Should the
+        # channel leave memory first, its file lacks the change: fetch it back.
+        self._lose_sync(channel_id)
         self._events.emit(
             "error",
             scope="context_cache",
@@ -726,6 +769,7 @@ class ContextCache:
             self._forget_file(channel_id)
             self._loaded.pop(channel_id, None)
             self._last_fetch.pop(channel_id, None)
+            self._in_sync.discard(channel_id)
 
 
 # ----- file format -----------------------------------------------------------------------

@@ -144,6 +144,8 @@ class Router:
         elif isinstance(event, Ready):
             pipe.bot.user_id = event.user.id
             pipe.bot.username = event.user.username
+            # A new session (not a RESUME): events may have been missed since the last one.
+            pipe.cache.on_session_start()
         elif isinstance(event, GuildCreate):
             for channel in (*event.channels, *event.threads):
                 pipe.registry.add(channel)

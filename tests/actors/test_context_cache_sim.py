@@ -72,7 +72,10 @@ async def test_fetch_sequence_against_the_simulator(
             ]
 
             # A burst over two channels, past the cooldown: one GET per channel, the known
-            # channel asking only for what came after its newest cached message.
+            # channel asking only for what came after its newest cached message. No gateway
+            # runs here, so messages reach the cache only by fetches: each step begins as a
+            # new gateway session would (a live session keeps a fetched channel in sync).
+            cache.on_session_start()
             clock.jump(COOLDOWN * 2)
             burst = [
                 as_message(
@@ -87,6 +90,7 @@ async def test_fetch_sequence_against_the_simulator(
             assert history_gets(sim, random) == [{"limit": "100"}]
 
             # More than a page missing: one page after, then back from the newest to the cap.
+            cache.on_session_start()
             clock.jump(COOLDOWN * 2)
             for i in range(250):
                 sim.post_user_message(general, world.alice_id, f"later {i}")
