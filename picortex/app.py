@@ -108,6 +108,7 @@ class Bot:
         )
         # `config set models.*` (chat or CLI) reaches the LLM actor on the next message.
         self.source.subscribe(lambda s: self.llm.reconfigure(models=s.models, prices=s.prices))
+        self.source.subscribe(lambda s: self.cache.set_fetch_cooldown(s.fetch_cooldown_seconds))
         personas = PersonaLoader(settings.home)
         personas.load()  # bad persona files stop the start with exit code 2
         self.pipe = Pipeline(

@@ -296,6 +296,10 @@ class ContextCache:
         finally:
             self._flushing -= 1
 
+    def set_fetch_cooldown(self, seconds: float) -> None:
+        """Apply a changed `fetch_cooldown_seconds` (runtime config) to later fetches."""
+        self._cooldown = seconds
+
     def statistics(self) -> CacheStatistics:
         """Sizes and counters of the cache right now."""
         return CacheStatistics(
