@@ -4,16 +4,16 @@ One simulator process serves every client. Each measurement starts a fresh clien
 runs a warm-up blast through it, then the measured blast of N MESSAGE_CREATE frames of about
 1 KB across 50 channels (the same shapes and sizes every time, fresh ids):
 
-  picortex    GatewayActor: receive, zstd-stream (else zlib-stream) inflate, parse, protocol;
-              then the app's own hand-on, Router.on_dispatch (a Mailbox.send_nowait into the
-              router's mailbox), and the router task taking each dispatch out and normalizing
-              it. The router's later steps (dedupe, cache, channel delivery) are not timed.
-              The router task runs Router.run's loop with the batch drain proposed for it
-              (up to ROUTER_BATCH dispatches per wake-up); "picortex (Router.run as is)" runs
-              today's Router.run unchanged.
+  picortex    GatewayActor: receive (in a burst, in batches), zstd-stream (else zlib-stream)
+              inflate, parse, protocol; then the app's own hand-on, Router.on_dispatch (a
+              Mailbox.send_nowait into the router's mailbox), and the router task taking each
+              dispatch out and normalizing it. The router's later steps (dedupe, cache, channel
+              delivery) are not timed. The router task is Router.run itself, which drains
+              up to ROUTER_BATCH dispatches per wake-up in a burst.
   discord.py  discord.Client with its defaults; counts on_message.
   bare        trio-websocket with the same socket settings as picortex, no compression;
-              receives and orjson.loads each frame, nothing else (the ceiling of our stack).
+              get_message and orjson.loads per frame, nothing else (the ceiling of our stack
+              read the plain way, one scheduler round per frame).
 
 A rate is the measured frames over the wall time between a client's first and last measured
 MESSAGE_CREATE, and over the CPU time its process used meanwhile (steadier on a shared
@@ -57,31 +57,25 @@ SIZE: Final = 1024
 WARMUP: Final = 2_000
 # Measured every round; the rest of DEFAULT_CLIENTS only in the first --breakdown-runs rounds.
 CLIENTS: Final = ("picortex", "discord.py", "bare")
-# The picortex client, its variant with today's Router.run, and the same client stopped after
-# an earlier stage (for the breakdown).
+# The picortex client, and the same client stopped after an earlier stage (for the breakdown).
 STAGES: Final = {
     "picortex": "full",
     "picortex-normalize": "normalize",
     "picortex-gateway": "gateway",
-    "picortex-router-as-is": "router-as-is",
 }
 LABELS: Final = {
     "picortex": "picortex",
     "picortex-normalize": "picortex (normalize, no hand-on)",
     "picortex-gateway": "picortex (gateway only)",
-    "picortex-router-as-is": "picortex (Router.run as is)",
     "discord.py": "discord.py",
     "bare": "bare",
     "bare-defaults": "bare (trio-websocket defaults)",
 }
 DEFAULT_CLIENTS: Final = (
     *CLIENTS,
-    "picortex-router-as-is",
     "picortex-gateway",
     "picortex-normalize",
 )
-# Dispatches the router takes per wake-up at most (the batch drain proposed for Router.run).
-ROUTER_BATCH: Final = 64
 TARGET_VS_DISCORDPY: Final = 1.5
 TARGET_VS_BARE: Final = 0.7
 
@@ -154,9 +148,8 @@ def serve_sim() -> None:
 
 
 def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: str) -> None:
-    """`stage`: "full" (hand-on, then normalize in the router task, its loop batch-draining),
-    "router-as-is" (the same with today's Router.run), "normalize" (inline in the reader, no
-    hand-on) or "gateway" (neither).
+    """`stage`: "full" (hand-on, then normalize in the router task, Router.run itself),
+    "normalize" (inline in the reader, no hand-on) or "gateway" (neither).
     """
     import trio
 
@@ -189,24 +182,6 @@ def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: s
         router = BenchRouter(cast(Any, Pipe()), cast(Any, None))
         inbox = router.inbox
 
-        async def route() -> None:
-            # Router.run's loop with the batch drain proposed for it: after each receive, take
-            # what queued up meanwhile (receive_nowait until WouldBlock, ROUTER_BATCH at most)
-            # rather than one scheduler round per dispatch.
-            receive, receive_nowait, finished = inbox.receive, inbox.receive_nowait, inbox.done
-            route_one = router._route
-            while True:
-                name, data = await receive()
-                await route_one(name, data)
-                finished()
-                for _ in range(ROUTER_BATCH - 1):
-                    try:
-                        name, data = receive_nowait()
-                    except trio.WouldBlock:
-                        break
-                    await route_one(name, data)
-                    finished()
-
         def normalize_only(name: str, data: Any) -> None:
             normalize(name, data)
             if name == "MESSAGE_CREATE":
@@ -218,7 +193,6 @@ def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: s
 
         callback = {
             "full": router.on_dispatch,
-            "router-as-is": router.on_dispatch,
             "normalize": normalize_only,
             "gateway": gateway_only,
         }
@@ -226,8 +200,6 @@ def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: s
         async with RestClient(api_base, TOKEN) as rest, trio.open_nursery() as nursery:
             actor = GatewayActor(TOKEN, rest, NoSink(), callback[stage])
             if stage == "full":
-                nursery.start_soon(route)
-            elif stage == "router-as-is":
                 await nursery.start(router.run)
             await nursery.start(actor.run)
             emit({"ready": True, "compress": actor.compression})
@@ -406,8 +378,7 @@ def orchestrate(
     sim = _spawn("--serve-sim")
     assert sim.stdout is not None
     started = time.perf_counter()
-    print(__doc__.split("\n\n")[1].strip())
-    print(__doc__.split("\n\n")[2].strip() + "\n")
+    print("\n\n".join(__doc__.split("\n\n")[1:4]) + "\n")
     print(f"{count:,} measured frames after {warmup:,} warm-up frames, {runs} rounds\n", flush=True)
     current: Client | None = None
     try:
@@ -478,11 +449,10 @@ def _breakdown(median: dict[str, tuple[float, float]]) -> None:
         return
     gateway, normalized = us["picortex-gateway"], us["picortex-normalize"]
     line = (
-        f"picortex CPU per frame: {us['picortex']:.1f} us = gateway {gateway:.1f}"
+        f"picortex CPU per frame (differences of medians; rough on a busy machine): "
+        f"{us['picortex']:.1f} us = gateway {gateway:.1f}"
         f" + normalize {normalized - gateway:.1f} + hand-on {us['picortex'] - normalized:.1f}"
     )
-    if "picortex-router-as-is" in us:
-        line += f" (hand-on with Router.run as is: {us['picortex-router-as-is'] - normalized:.1f})"
     print(line)
 
 

@@ -139,9 +139,10 @@ class GatewayTimings:
     hello_timeout: float = 20.0
     # Failed resumes in a row before we give the session up and identify afresh.
     resume_attempts: int = 3
-    # Discord's send limit is 120 payloads per connection per 60 s.
+    # Discord's send limit is 120 payloads per connection per 60 s; the window is counted
+    # one second longer, so a slot is never reused at the very edge the server counts by.
     send_limit: int = 120
-    send_window: float = 60.0
+    send_window: float = 61.0
     # Slots kept free for heartbeats so commands can never starve them.
     heartbeat_reserve: int = 6
     # Commands waiting for the send limit or for the session; beyond this they are dropped.
