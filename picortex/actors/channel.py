@@ -31,7 +31,6 @@ from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
-from picortex.core import policy
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore, tier_of
@@ -310,19 +309,7 @@ class ChannelActor:
 
             pipe.spawn(run_poll, pipe, msg, poll_to_start)
             return
-        target = policy.decide_target(
-            name,
-            settings.response_policy.default_mode,
-            settings.response_policy.sensitive_commands,
-            settings.response_policy.overrides,
-        )
-        plan = policy.plan_post(
-            target,
-            channel_id=msg.channel_id,
-            author_id=msg.author.id,
-            message_id=msg.id,
-            in_dm=msg.is_dm,
-        )
+        plan = pipe.reply_plan(msg, name)
         slot = self._new_slot()
 
         async def post_reply() -> None:
@@ -611,20 +598,7 @@ class ChannelActor:
     async def _post_answer(self, gen: _Generation, text: str, *, persona: str | None) -> None:
         pipe = self._pipe
         trigger = gen.trigger
-        settings = pipe.settings()
-        target = policy.decide_target(
-            None,
-            settings.response_policy.default_mode,
-            settings.response_policy.sensitive_commands,
-            settings.response_policy.overrides,
-        )
-        plan = policy.plan_post(
-            target,
-            channel_id=trigger.channel_id,
-            author_id=trigger.author.id,
-            message_id=trigger.id,
-            in_dm=trigger.is_dm,
-        )
+        plan = pipe.reply_plan(trigger, None)
         await gen.slot.turn()
         if cont.is_superseded(self._cont, gen.request):
             self._decision(trigger, "skip", "answer superseded by a follow-up: not posted")

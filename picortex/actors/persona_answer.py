@@ -175,13 +175,7 @@ def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
 
 def placement(pipe: Pipeline, request: Request, trigger: Message) -> Placement:
     """Where the answer to `trigger` goes (SPEC 8), honouring a response policy of `dm`."""
-    settings = pipe.settings()
-    target = policy.decide_target(
-        None,
-        settings.response_policy.default_mode,
-        settings.response_policy.sensitive_commands,
-        settings.response_policy.overrides,
-    )
+    target = pipe.reply_target(None)
     if trigger.guild_id is None:
         return Placement("dm reply", trigger.channel_id, trigger.id)
     if target == "dm":

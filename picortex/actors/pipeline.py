@@ -245,6 +245,21 @@ class Pipeline:
         """The budget workspace: the guild id, or `dm`."""
         return str(message.guild_id) if message.guild_id is not None else "dm"
 
+    def reply_target(self, command: str | None) -> policy.Target:
+        """Where a reply goes under the current response policy (None: a free-chat answer)."""
+        rp = self.settings().response_policy
+        return policy.decide_target(command, rp.default_mode, rp.sensitive_commands, rp.overrides)
+
+    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
+        """How to post the reply to `message` under the current response policy."""
+        return policy.plan_post(
+            self.reply_target(command),
+            channel_id=message.channel_id,
+            author_id=message.author.id,
+            message_id=message.id,
+            in_dm=message.is_dm,
+        )
+
     def record_failure(
         self,
         *,
