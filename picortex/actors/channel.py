@@ -67,8 +67,12 @@ class _Slot:
     done: trio.Event = attrs.field(factory=trio.Event)
 
     async def turn(self) -> None:
-        """Wait until every earlier reply of the channel is done."""
-        if self.previous is not None:
+        """Wait until every earlier reply of the channel is done.
+
+        No scheduler round when nothing is pending: a ready reply goes out before other
+        tasks' work is interleaved in front of it.
+        """
+        if self.previous is not None and not self.previous.is_set():
             await self.previous.wait()
 
 
@@ -95,6 +99,7 @@ class ChannelActor:
         self._current: dict[Snowflake, _Generation] = {}  # the live answer, by request id
         self._last: trio.Event | None = None  # the latest slot's `done`
         self._tasks = 0
+        self._nursery: trio.Nursery | None = None
         self._idle = trio.Event()  # set while no child task runs
         self._idle.set()
 
@@ -104,6 +109,7 @@ class ChannelActor:
         self._last = None
         try:
             async with trio.open_nursery() as nursery:
+                self._nursery = nursery
                 task_status.started()
                 while True:
                     message: Message | None = None
@@ -155,6 +161,11 @@ class ChannelActor:
                     self._idle.set()
 
         nursery.start_soon(task)
+
+    def _spawn_background(self, fn: Callable[[], Awaitable[None]]) -> None:
+        """Run `fn` in the actor's nursery (it may outlive the answer that started it)."""
+        assert self._nursery is not None, "only called while the actor runs"
+        self._spawn(self._nursery, fn)
 
     def _new_slot(self) -> _Slot:
         slot = _Slot(self._last)
@@ -425,7 +436,9 @@ class ChannelActor:
             )
         except disc.PromptTooLarge as exc:
             return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
-        async with pipe.typing(msg.channel_id, enabled=rule.show_typing):
+        async with pipe.typing(
+            msg.channel_id, enabled=rule.show_typing, spawn=self._spawn_background
+        ):
             result = await pipe.llm.complete(request)
         if result.outcome in ("error", "timeout"):
             pipe.record_failure(
@@ -511,7 +524,7 @@ class ChannelActor:
         settings = pipe.settings()
         trigger = gen.trigger
         workspace = pipe.workspace_of(trigger)
-        async with pipe.typing(trigger.channel_id, enabled=typing) as shown:
+        if True:
             try:
                 with trio.fail_after(CONTEXT_TIMEOUT_SECONDS):
                     lines = await pipe.cache.context_for(
@@ -545,20 +558,23 @@ class ChannelActor:
                     f"{lines_text(lines)}\n\nThe request from {trigger.author.display_name}:\n"
                     f"{gen.request.text}"
                 )
-            result = await pipe.llm.complete(
-                LLMRequest(
-                    stage="generate",
-                    system=DEFAULT_SYSTEM_PROMPT,
-                    messages=(ChatTurn("user", prompt or "(no text)"),),
-                    workspace=workspace,
-                    tier="general",
-                    signal_id=str(trigger.id),
-                    timeout=pipe.answer_timeout,
+            async with pipe.typing(
+                trigger.channel_id, enabled=typing, spawn=self._spawn_background
+            ) as shown:
+                result = await pipe.llm.complete(
+                    LLMRequest(
+                        stage="generate",
+                        system=DEFAULT_SYSTEM_PROMPT,
+                        messages=(ChatTurn("user", prompt or "(no text)"),),
+                        workspace=workspace,
+                        tier="general",
+                        signal_id=str(trigger.id),
+                        timeout=pipe.answer_timeout,
+                    )
                 )
-            )
-            if result.ok:
-                with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
-                    await shown.wait()
+                if result.ok and not shown.is_set():
+                    with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
+                        await shown.wait()
         if not result.ok:
             self._skip_or_fail(trigger, result.outcome, result.error, result.stack_trace, None)
             return

@@ -7,17 +7,20 @@ asks the budget before calling, prices each call from its `usage` and logs one `
 from __future__ import annotations
 
 import logging
+import sys
 import traceback
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import anthropic
 import attrs
+import orjson
 import trio
 
 from picortex.config import ModelTiers, Price
 from picortex.core.redact import redact
 from picortex.errors import FaultInjected
+from picortex.net.http11 import HttpxTransport, proxy_configured
 from picortex.types import EventSink
 
 if TYPE_CHECKING:
@@ -140,15 +143,59 @@ def price_of(model: str, prices: Mapping[str, Price]) -> Price:
 
 
 def usage_tokens(usage: Any) -> tuple[int, int]:
-    """Input and output tokens of a response's `usage`.
+    """Input and output tokens of a response's `usage` object.
 
     Cache writes and reads count as input tokens at the input price: picortex does not ask
     for prompt caching, so they are rare, and this errs on the side of the budget.
     """
-    input_tokens = int(getattr(usage, "input_tokens", 0) or 0)
-    input_tokens += int(getattr(usage, "cache_creation_input_tokens", 0) or 0)
-    input_tokens += int(getattr(usage, "cache_read_input_tokens", 0) or 0)
-    return input_tokens, int(getattr(usage, "output_tokens", 0) or 0)
+    if not isinstance(usage, Mapping):
+        return 0, 0
+    input_tokens = _count(usage, "input_tokens")
+    input_tokens += _count(usage, "cache_creation_input_tokens")
+    input_tokens += _count(usage, "cache_read_input_tokens")
+    return input_tokens, _count(usage, "output_tokens")
+
+
+def _count(usage: Mapping[str, Any], key: str) -> int:
+    value = usage.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+
+
+@attrs.frozen
+class ModelAnswer:
+    """What a Messages API response says: its text blocks joined, and its token usage."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+
+
+class MalformedAnswer(Exception):
+    """The model endpoint answered 200 with something that is not a Messages API response."""
+
+
+def parse_message(body: bytes) -> ModelAnswer:
+    """Read a Messages API response body (content blocks and usage).
+
+    Raises:
+        MalformedAnswer: the body is not a Messages API response.
+    """
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise MalformedAnswer("the model's answer is not JSON") from None
+    content = data.get("content") if isinstance(data, dict) else None
+    if not isinstance(content, list):
+        raise MalformedAnswer("the model's answer has no content list")
+    text = "".join(
+        block["text"]
+        for block in content
+        if isinstance(block, dict)
+        and block.get("type") == "text"
+        and isinstance(block.get("text"), str)
+    )
+    input_tokens, output_tokens = usage_tokens(data.get("usage"))
+    return ModelAnswer(text, input_tokens, output_tokens)
 
 
 def _message_param(turn: ChatTurn) -> MessageParam:
@@ -182,8 +229,8 @@ class LLMActor:
 
         Args:
             http_client_factory: makes the AsyncClient handed to AsyncAnthropic as its
-                `http_client` on each run (tests pass one with a mock transport); None lets
-                the SDK make its own. A factory, because closing the SDK client closes its
+                `http_client` on each run (tests pass one with a mock transport); None means
+                `default_http_client`. A factory, because closing the SDK client closes its
                 HTTP client, and a restarted actor needs a fresh one.
         """
         self._api_key = api_key or None
@@ -242,7 +289,7 @@ class LLMActor:
             # Anthropic's API reference authenticates with x-api-key; send it beside the
             # SDK's own Authorization header so any endpoint that follows the docs accepts us.
             default_headers={"x-api-key": self._api_key},
-            http_client=None if self._http_client_factory is None else self._http_client_factory(),
+            http_client=(self._http_client_factory or default_http_client)(),
         ) as client:
             self._client = client
             self._ready.set()
@@ -286,22 +333,19 @@ class LLMActor:
                 self._fault = exc
                 self._faulted.set()
             return self._finish(request, model, start, "error", failure=exc)
-        input_tokens, output_tokens = usage_tokens(getattr(response, "usage", None))
+        input_tokens, output_tokens = response.input_tokens, response.output_tokens
         cost = price_of(model, self._prices).cost(input_tokens, output_tokens)
         if self._budget is not None:
             try:
                 self._budget.record(request.workspace, cost)
             except Exception:  # the answer is paid for already; losing it helps nobody
                 logger.exception("could not record spend for workspace %s", request.workspace)
-        text = "".join(
-            block.text for block in response.content if isinstance(block, anthropic.types.TextBlock)
-        )
         return self._finish(
             request,
             model,
             start,
             "ok",
-            text=text,
+            text=response.text,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             cost=cost,
@@ -315,7 +359,7 @@ class LLMActor:
             except Exception:
                 logger.exception("could not release a budget reservation for %s", workspace)
 
-    async def _call(self, request: LLMRequest, model: str) -> anthropic.types.Message:
+    async def _call(self, request: LLMRequest, model: str) -> ModelAnswer:
         if self._client is None:
             await self._ready.wait()
         client = self._client
@@ -325,16 +369,19 @@ class LLMActor:
             last = request.messages[-1].content if request.messages else ""
             self._faults.check("llm", last)
         messages = [_message_param(turn) for turn in request.messages]
+        # The raw response: its JSON is read here, which costs a fraction of building the
+        # SDK's typed objects for the two fields picortex uses.
+        create = client.messages.with_raw_response.create
         if request.system:
-            return await client.messages.create(
+            raw = await create(
                 model=model,
                 max_tokens=request.max_tokens,
                 system=request.system,
                 messages=messages,
             )
-        return await client.messages.create(
-            model=model, max_tokens=request.max_tokens, messages=messages
-        )
+        else:
+            raw = await create(model=model, max_tokens=request.max_tokens, messages=messages)
+        return parse_message(await raw.http_response.aread())
 
     def _finish(
         self,
@@ -386,3 +433,17 @@ class LLMActor:
             error=error,
             stack_trace=stack,
         )
+
+
+def default_http_client() -> Any:
+    """The SDK's own default client, carried by the keep-alive HTTP/1.1 pool.
+
+    The SDK may ship its own copy of httpx; the transport is built for whichever one its
+    default client derives from. With a proxy in the environment the SDK's transport stays.
+    """
+    base = anthropic.DefaultAsyncHttpxClient
+    if proxy_configured():
+        return base()
+    module = sys.modules[base.__mro__[1].__module__.partition(".")[0]]
+    transport: Any = HttpxTransport(module)  # duck-typed to that module's transport
+    return base(transport=transport)

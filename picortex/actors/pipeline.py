@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -66,7 +66,9 @@ class Rest(Protocol):
 
     async def create_dm(self, user_id: int) -> dict[str, Any]: ...
 
-    async def trigger_typing(self, channel_id: int) -> None: ...
+    async def trigger_typing(
+        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+    ) -> None: ...
 
     async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None: ...
 
@@ -298,32 +300,48 @@ class Pipeline:
 
     @asynccontextmanager
     async def typing(
-        self, channel_id: Snowflake, enabled: bool = True
+        self,
+        channel_id: Snowflake,
+        enabled: bool = True,
+        *,
+        spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
     ) -> AsyncIterator[trio.Event]:
         """Show the typing indicator in `channel_id` while the block runs, from its start.
 
-        Yields an event set once the first typing request has finished (or failed), so a
-        ready answer can make sure the indicator came first; typing never fails an answer.
+        Yields an event set once the first typing request is on its way to Discord (or
+        failed), so a ready answer can make sure the indicator goes first; typing never
+        fails an answer. With `spawn` (a task starter that outlives the block) a typing
+        request still in flight when the block ends finishes in the background instead of
+        being cut off, so its connection stays open for the next request.
         """
         shown = trio.Event()
         if not enabled:
             shown.set()
             yield shown
             return
+        stop = trio.Event()
 
         async def keep_typing() -> None:
             try:
-                while True:
+                while not stop.is_set():
                     try:
-                        await self.rest.trigger_typing(channel_id)
+                        await self.rest.trigger_typing(channel_id, on_sent=shown.set)
                     except Exception as exc:  # typing is cosmetic; never fail an answer on it
                         logger.debug("typing indicator failed: %s", exc)
                         return
                     shown.set()
-                    await trio.sleep(TYPING_RENEW_SECONDS)
+                    with trio.move_on_after(TYPING_RENEW_SECONDS):
+                        await stop.wait()
             finally:
                 shown.set()
 
+        if spawn is not None:
+            spawn(keep_typing)
+            try:
+                yield shown
+            finally:
+                stop.set()
+            return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(keep_typing)
             try:

@@ -4,6 +4,7 @@ channel files to evict, and turning cached messages into the context lines the m
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Final
@@ -72,10 +73,20 @@ def snowflake_time(snowflake: Snowflake) -> datetime:
 
 def format_time(timestamp: str, message_id: Snowflake) -> str:
     """`YYYY-MM-DD HH:MM` in UTC from Discord's ISO 8601 timestamp (or, failing that, the id)."""
+    return _minute_of(timestamp) or _minute(snowflake_time(message_id))
+
+
+# A channel's recent lines are formatted again for every trigger: parse each timestamp once.
+@functools.lru_cache(maxsize=16_384)
+def _minute_of(timestamp: str) -> str | None:
     try:
         when = datetime.fromisoformat(timestamp)
     except ValueError:
-        when = snowflake_time(message_id)
+        return None
+    return _minute(when)
+
+
+def _minute(when: datetime) -> str:
     if when.tzinfo is None:
         # Discord always sends an offset; a naive value is taken as UTC rather than local time.
         when = when.replace(tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""Discord REST over one shared httpx client, kept inside Discord's rate limits (SPEC 4).
+"""Discord REST over keep-alive connections, kept inside Discord's rate limits (SPEC 4).
 
 Per-route buckets keyed by `X-RateLimit-Bucket` and the major parameter, the global limit
 kept proactively, 429s waited out and resent, 5xx retried a bounded number of times, and a
@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Final, Self
 from urllib.parse import quote
@@ -27,7 +27,9 @@ import orjson
 import trio
 
 from picortex import PROJECT_URL, __version__
+from picortex.discord.http import Answer, HttpxSender, PoolSender, Sender, SendFailed
 from picortex.errors import FatalDiscordError, PicortexError
+from picortex.net.http11 import proxy_configured
 from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
@@ -129,7 +131,7 @@ class _Bucket:
             # Nothing will ever refill it (no reset time known): let one request probe.
             self.remaining = 1
 
-    def update(self, headers: httpx.Headers, now: float) -> None:
+    def update(self, headers: Mapping[str, str], now: float) -> None:
         """Take the limit, remaining count and reset time from a response's headers."""
         try:
             remaining = int(headers["x-ratelimit-remaining"])
@@ -164,10 +166,10 @@ class _Bucket:
 
 
 class RestClient:
-    """The Discord REST API for the bot, over one shared httpx.AsyncClient.
+    """The Discord REST API for the bot, over keep-alive connections (see `discord.http`).
 
-    Use it as an async context manager; it owns (and closes) its httpx client unless one
-    is passed in. Every method may raise DiscordHTTPError (not retried), FatalDiscordError
+    Use it as an async context manager; it closes its connections, but never an httpx
+    client passed in. Every method may raise DiscordHTTPError (not retried), FatalDiscordError
     (HTTP 401; every later request is refused too) or InvalidRequestGuardError.
     """
 
@@ -182,8 +184,13 @@ class RestClient:
         self._api_base = api_base.rstrip("/")
         # Kept only in this header; never in an error, an event or a log line.
         self._headers = {"Authorization": f"Bot {token}", "User-Agent": USER_AGENT}
-        self._owns_client = client is None
-        self._client = client if client is not None else httpx.AsyncClient(timeout=REQUEST_TIMEOUT)
+        self._sender: Sender
+        if client is not None:
+            self._sender = HttpxSender(client, owned=False)
+        elif proxy_configured():
+            self._sender = HttpxSender(httpx.AsyncClient(timeout=REQUEST_TIMEOUT), owned=True)
+        else:
+            self._sender = PoolSender(REQUEST_TIMEOUT)
         self._events: EventSink = events if events is not None else _NoSink()
         # Route ("METHOD /template") -> bucket hash; None: the route answered without one.
         self._route_bucket: dict[str, str | None] = {}
@@ -197,6 +204,7 @@ class RestClient:
         self._invalid: collections.deque[float] = collections.deque()
         self._invalid_warned = False
         self._fatal = False
+        self._closed = False
 
     async def __aenter__(self) -> Self:
         return self
@@ -210,9 +218,9 @@ class RestClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the httpx client if this RestClient created it."""
-        if self._owns_client:
-            await self._client.aclose()
+        """Close the connections this RestClient opened (never a client handed in)."""
+        self._closed = True
+        await self._sender.aclose()
 
     # ---- endpoints -------------------------------------------------------------------------
 
@@ -291,17 +299,21 @@ class RestClient:
         )
         return _as_list(result)
 
-    async def trigger_typing(self, channel_id: int) -> None:
+    async def trigger_typing(
+        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+    ) -> None:
         """Show the typing indicator in a channel (Discord clears it after about 10 s).
 
         Cosmetic, so it never waits for the global limit: when that is used up, the
-        indicator is skipped and the slot left to the answers.
+        indicator is skipped and the slot left to the answers. `on_sent` is called when
+        the request is on its way to Discord.
         """
         await self._request(
             "POST",
             "/channels/{channel_id}/typing",
             f"/channels/{channel_id}/typing",
             optional=True,
+            on_sent=on_sent,
         )
 
     async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None:
@@ -365,6 +377,7 @@ class RestClient:
         *,
         params: Mapping[str, str] | None = None,
         optional: bool = False,
+        on_sent: Callable[[], None] | None = None,
     ) -> Any:
         """Send one request, honouring every limit; retry 429s and 5xx as SPEC 4 says.
 
@@ -384,7 +397,7 @@ class RestClient:
         while True:
             self._check_allowed()
             bucket = await self._acquire(route, major)
-            response: httpx.Response | None = None
+            response: Answer | None = None
             slot = False
             try:
                 if not optional:
@@ -393,11 +406,9 @@ class RestClient:
                     return None  # the bucket reservation is returned below
                 slot = True
                 self._check_allowed()
-                response = await self._client.request(
-                    method, url, content=content, params=params, headers=headers
-                )
-            except httpx.TransportError as exc:
-                failure = f"{type(exc).__name__} talking to Discord"
+                response = await self._sender.send(method, url, headers, content, params, on_sent)
+            except SendFailed as exc:
+                failure = f"no answer from Discord ({exc})"
             finally:
                 if slot:
                     self._global_release()
@@ -438,9 +449,7 @@ class RestClient:
         self._events.emit("rest", outcome="retry", route=route, status=status, attempt=attempt)
         await trio.sleep(delay)
 
-    async def _on_rate_limited(
-        self, response: httpx.Response, route: str, major: str, count: int
-    ) -> None:
+    async def _on_rate_limited(self, response: Answer, route: str, major: str, count: int) -> None:
         """Pause what the 429 names (the route's bucket, or everything) for retry_after."""
         now = trio.current_time()
         data = _json_object(response)
@@ -484,7 +493,7 @@ class RestClient:
             )
         await trio.sleep_until(until)
 
-    def _raise_for(self, response: httpx.Response, route: str) -> None:
+    def _raise_for(self, response: Answer, route: str) -> None:
         status = response.status_code
         data = _json_object(response)
         code = _error_code(data)
@@ -505,6 +514,8 @@ class RestClient:
     # ---- limits ------------------------------------------------------------------------------
 
     def _check_allowed(self) -> None:
+        if self._closed:
+            raise DiscordHTTPError(0, None, "the REST client is closed")
         if self._fatal:
             raise FatalDiscordError(
                 "an earlier 401 Unauthorized stopped all Discord requests: the bot token is invalid"
@@ -588,7 +599,7 @@ class RestClient:
                 await bucket.changed.wait()
 
     def _release(
-        self, bucket: _Bucket | None, route: str, major: str, response: httpx.Response | None
+        self, bucket: _Bucket | None, route: str, major: str, response: Answer | None
     ) -> None:
         """Return a reservation and learn what the response says about the route's limits."""
         if bucket is not None:
@@ -696,7 +707,7 @@ def _safe_allowed_mentions(requested: Mapping[str, Any] | None, *, reply: bool) 
     return safe
 
 
-def _json_body(response: httpx.Response) -> Any:
+def _json_body(response: Answer) -> Any:
     if not response.content:
         return None
     try:
@@ -705,7 +716,7 @@ def _json_body(response: httpx.Response) -> Any:
         raise DiscordHTTPError(response.status_code, None, "Discord's answer is not JSON") from None
 
 
-def _json_object(response: httpx.Response) -> dict[str, Any]:
+def _json_object(response: Answer) -> dict[str, Any]:
     try:
         data = orjson.loads(response.content)
     except orjson.JSONDecodeError:
@@ -718,7 +729,7 @@ def _error_code(data: Mapping[str, Any]) -> int | None:
     return code if isinstance(code, int) and not isinstance(code, bool) else None
 
 
-def _retry_after(data: Mapping[str, Any], headers: httpx.Headers) -> float:
+def _retry_after(data: Mapping[str, Any], headers: Mapping[str, str]) -> float:
     value = data.get("retry_after")
     if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
         return float(value)

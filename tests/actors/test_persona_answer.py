@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -90,7 +90,9 @@ class FakeRest:
         self.posts.append((channel_id, content, reply_to))
         return {"id": str(9000 + len(self.posts))}
 
-    async def trigger_typing(self, channel_id: int) -> None:
+    async def trigger_typing(
+        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+    ) -> None:
         return None
 
     async def create_dm(self, user_id: int) -> dict[str, Any]:

@@ -542,8 +542,17 @@ async def test_invalid_request_guard_refuses_before_discords_ban(
     assert len(fake.seen) == 11
 
 
-async def test_owned_client_is_closed_on_exit() -> None:
+async def test_own_connections_are_closed_on_exit() -> None:
     client = RestClient(API, TOKEN)
     async with client:
         pass
-    assert client._client.is_closed
+    with pytest.raises(DiscordHTTPError, match="closed"):
+        await client.get_gateway_bot()
+
+
+async def test_a_client_handed_in_is_left_open() -> None:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(lambda request: httpx.Response(204)))
+    async with RestClient(API, TOKEN, client=http):
+        pass
+    assert not http.is_closed
+    await http.aclose()
