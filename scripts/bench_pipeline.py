@@ -1,10 +1,11 @@
 """Benchmark of the message pipeline: trigger-to-reply latency of picortex against a bare echo bot.
 
 Both bots take turns (rounds: echo, picortex, echo, ...) against the same simulator (this
-process) and get the same paced stream of triggers (mentions of the bot by its owner) across the same channels. picortex
-answers through its whole pipeline with the simulator's instant model endpoint; the echo bot
-(trio-websocket receive + one httpx post per message) is the floor. Latency is measured on the
-simulator's clock, from posting a trigger to receiving the reply's POST.
+process) and get the same paced stream of triggers (mentions of the bot by its owner) across
+the same channels. picortex answers through its whole pipeline with the simulator's instant
+model endpoint; the echo bot (trio-websocket receive + one httpx post per message) is the
+floor. Latency is measured on the simulator's clock, from posting a trigger to receiving the
+reply's POST.
 
 By default each bot is its own process (`python -m picortex run`, and this script with
 `--echo-bot`), as a bot and Discord run on different machines: the simulator's work never

@@ -177,7 +177,9 @@ async def test_refused_connection_is_a_connect_failure() -> None:
         port = server.port
     pool = Http11Pool()
     with pytest.raises(TransportFailure) as caught:
-        await pool.request(b"GET", (b"http", b"127.0.0.1", port), b"/", [(b"host", b"x")], b"", TIMEOUTS)
+        await pool.request(
+            b"GET", (b"http", b"127.0.0.1", port), b"/", [(b"host", b"x")], b"", TIMEOUTS
+        )
     assert caught.value.kind == "connect"
     assert not caught.value.timeout
 
