@@ -19,6 +19,7 @@ from types import ModuleType
 from typing import Any, Final
 
 import h11
+import httpx
 import trio
 
 # Idle connections kept per origin; a bot rarely has more requests in flight to one host.
@@ -303,11 +304,11 @@ def _default_ssl_context() -> ssl.SSLContext:
     return context
 
 
-class HttpxTransport:
+class HttpxTransport(httpx.AsyncBaseTransport):
     """An httpx (or API-compatible) async transport over an `Http11Pool`.
 
     `module` is the httpx package whose Request/Response/exception types the client uses
-    (the model SDK may ship its own copy of httpx).
+    (the model SDK may ship its own copy of httpx, which takes this class by its shape).
     """
 
     def __init__(self, module: ModuleType, pool: Http11Pool | None = None) -> None:
@@ -359,9 +360,3 @@ class HttpxTransport:
     async def aclose(self) -> None:
         """Close the pool's connections."""
         await self._pool.aclose()
-
-    async def __aenter__(self) -> HttpxTransport:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
