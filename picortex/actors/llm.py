@@ -20,7 +20,7 @@ import trio
 from picortex.config import ModelTiers, Price
 from picortex.core.redact import redact
 from picortex.errors import FaultInjected
-from picortex.net.http11 import HttpxTransport, proxy_configured
+from picortex.net.http11 import httpx_transport, proxy_configured
 from picortex.types import EventSink
 
 if TYPE_CHECKING:
@@ -445,5 +445,4 @@ def default_http_client() -> Any:
     if proxy_configured():
         return base()
     module = sys.modules[base.__mro__[1].__module__.partition(".")[0]]
-    transport: Any = HttpxTransport(module)  # duck-typed to that module's transport
-    return base(transport=transport)
+    return base(transport=httpx_transport(module))

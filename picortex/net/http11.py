@@ -19,7 +19,6 @@ from types import ModuleType
 from typing import Any, Final
 
 import h11
-import httpx
 import trio
 
 # Idle connections kept per origin; a bot rarely has more requests in flight to one host.
@@ -304,11 +303,12 @@ def _default_ssl_context() -> ssl.SSLContext:
     return context
 
 
-class HttpxTransport(httpx.AsyncBaseTransport):
+class HttpxTransport:
     """An httpx (or API-compatible) async transport over an `Http11Pool`.
 
     `module` is the httpx package whose Request/Response/exception types the client uses
-    (the model SDK may ship its own copy of httpx, which takes this class by its shape).
+    (the model SDK may ship its own copy of httpx). Clients that check a transport's class
+    get one from `httpx_transport`.
     """
 
     def __init__(self, module: ModuleType, pool: Http11Pool | None = None) -> None:
@@ -360,3 +360,15 @@ class HttpxTransport(httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the pool's connections."""
         await self._pool.aclose()
+
+
+_TRANSPORT_CLASSES: dict[str, type[HttpxTransport]] = {}
+
+
+def httpx_transport(module: ModuleType, pool: Http11Pool | None = None) -> Any:
+    """An `HttpxTransport` that is also an instance of `module.AsyncBaseTransport`."""
+    cls = _TRANSPORT_CLASSES.get(module.__name__)
+    if cls is None:
+        cls = type("HttpxTransport", (HttpxTransport, module.AsyncBaseTransport), {})
+        _TRANSPORT_CLASSES[module.__name__] = cls
+    return cls(module, pool)

@@ -14,9 +14,9 @@ import trio.testing
 from picortex.net import http11
 from picortex.net.http11 import (
     Http11Pool,
-    HttpxTransport,
     Timeouts,
     TransportFailure,
+    httpx_transport,
     proxy_configured,
 )
 
@@ -296,7 +296,7 @@ def test_proxy_configured(environ: dict[str, str], expected: bool) -> None:
 
 def client_for(server: Server) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        base_url=f"http://127.0.0.1:{server.port}", transport=HttpxTransport(httpx)
+        base_url=f"http://127.0.0.1:{server.port}", transport=httpx_transport(httpx)
     )
 
 
@@ -335,7 +335,7 @@ async def test_httpx_connect_errors_and_timeouts_map_to_httpx_types(
 ) -> None:
     async with serving(Server([])) as server:
         port = server.port
-    async with httpx.AsyncClient(transport=HttpxTransport(httpx)) as client:
+    async with httpx.AsyncClient(transport=httpx_transport(httpx)) as client:
         with pytest.raises(httpx.ConnectError):
             await client.get(f"http://127.0.0.1:{port}/")
 
@@ -345,7 +345,7 @@ async def test_httpx_connect_errors_and_timeouts_map_to_httpx_types(
 
     async with serving(Server([never])) as server:
         timeout = httpx.Timeout(5.0, read=2.0)
-        async with httpx.AsyncClient(transport=HttpxTransport(httpx), timeout=timeout) as client:
+        async with httpx.AsyncClient(transport=httpx_transport(httpx), timeout=timeout) as client:
             with pytest.raises(httpx.ReadTimeout):
                 await client.get(f"http://127.0.0.1:{server.port}/")
 
@@ -354,4 +354,34 @@ async def test_httpx_keeps_the_connection_alive() -> None:
     async with serving(Server([])) as server, client_for(server) as client:
         responses = [await client.get(f"/{i}") for i in range(3)]
     assert [r.text for r in responses] == ["ok"] * 3
+    assert server.connections == 1
+
+
+async def test_the_model_sdk_accepts_the_transport_and_answers_through_it() -> None:
+    import anthropic
+
+    from picortex.actors.llm import default_http_client, parse_message
+
+    body = (
+        b'{"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"end_turn",'
+        b'"content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"output_tokens":1}}'
+    )
+    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+    server = Server([answer % (len(body), body)] * 2)
+    async with (
+        serving(server),
+        anthropic.AsyncAnthropic(
+            api_key="sk-test",
+            base_url=f"http://127.0.0.1:{server.port}",
+            max_retries=0,
+            http_client=default_http_client(),
+        ) as client,
+    ):
+        for _ in range(2):
+            raw = await client.messages.with_raw_response.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
+            )
+            parsed = parse_message(await raw.http_response.aread())
+    assert (parsed.text, parsed.input_tokens, parsed.output_tokens) == ("hi", 3, 1)
+    assert server.requests[0].startswith(b"POST /v1/messages HTTP/1.1")
     assert server.connections == 1
