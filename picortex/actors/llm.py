@@ -10,6 +10,7 @@ import logging
 import sys
 import traceback
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import anthropic
@@ -368,20 +369,19 @@ class LLMActor:
         if self._faults is not None:
             last = request.messages[-1].content if request.messages else ""
             self._faults.check("llm", last)
-        messages = [_message_param(turn) for turn in request.messages]
-        # The raw response: its JSON is read here, which costs a fraction of building the
-        # SDK's typed objects for the two fields picortex uses.
-        create = client.messages.with_raw_response.create
+        body: dict[str, Any] = {
+            "model": model,
+            "max_tokens": request.max_tokens,
+            "messages": [_message_param(turn) for turn in request.messages],
+        }
         if request.system:
-            raw = await create(
-                model=model,
-                max_tokens=request.max_tokens,
-                system=request.system,
-                messages=messages,
-            )
-        else:
-            raw = await create(model=model, max_tokens=request.max_tokens, messages=messages)
-        return parse_message(await raw.http_response.aread())
+            body["system"] = request.system
+        # POST /v1/messages through the client's generic `post`, for the raw response: the
+        # typed `messages.create` path spends more CPU transforming the parameters and
+        # building response objects than the whole HTTP exchange costs, for the two fields
+        # read here. Status errors still raise the SDK's APIStatusError subclasses.
+        response = await client.post("/v1/messages", cast_to=sdk_httpx().Response, body=body)
+        return parse_message(await response.aread())
 
     def _finish(
         self,
@@ -435,14 +435,19 @@ class LLMActor:
         )
 
 
+def sdk_httpx() -> ModuleType:
+    """The httpx package the model SDK is built on (it may ship its own copy)."""
+    base = anthropic.DefaultAsyncHttpxClient
+    return sys.modules[base.__mro__[1].__module__.partition(".")[0]]
+
+
 def default_http_client() -> Any:
     """The SDK's own default client, carried by the keep-alive HTTP/1.1 pool.
 
-    The SDK may ship its own copy of httpx; the transport is built for whichever one its
-    default client derives from. With a proxy in the environment the SDK's transport stays.
+    The transport is built for the httpx package the SDK uses. With a proxy in the
+    environment the SDK's own transport stays, as it speaks to proxies.
     """
     base = anthropic.DefaultAsyncHttpxClient
     if proxy_configured():
         return base()
-    module = sys.modules[base.__mro__[1].__module__.partition(".")[0]]
-    return base(transport=httpx_transport(module))
+    return base(transport=httpx_transport(sdk_httpx()))

@@ -12,6 +12,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
+from picortex.actors import llm
 from picortex.actors.llm import (
     FALLBACK_PRICE,
     ChatTurn,
@@ -396,3 +397,30 @@ async def test_reconfigure_changes_later_routing() -> None:
         result = await llm.complete(request())
     assert result.model == "claude-haiku-5-5"
     assert model.requests[0]["model"] == "claude-haiku-5-5"
+
+
+@pytest.mark.parametrize(
+    ("body", "text", "tokens"),
+    [
+        (
+            b'{"content":[{"type":"text","text":"a"},{"type":"tool_use","id":"t"},'
+            b'{"type":"text","text":"b"}],"usage":{"input_tokens":4,"output_tokens":2,'
+            b'"cache_read_input_tokens":3,"cache_creation_input_tokens":1}}',
+            "ab",
+            (8, 2),
+        ),
+        (b'{"content":[],"usage":{"input_tokens":true,"output_tokens":-1}}', "", (0, 0)),
+        (b'{"content":[{"type":"text","text":7}]}', "", (0, 0)),
+    ],
+)
+def test_parse_message_reads_text_blocks_and_usage(
+    body: bytes, text: str, tokens: tuple[int, int]
+) -> None:
+    answer = llm.parse_message(body)
+    assert (answer.text, (answer.input_tokens, answer.output_tokens)) == (text, tokens)
+
+
+@pytest.mark.parametrize("body", [b"<html>busy</html>", b"[]", b'{"content":"text"}', b""])
+def test_parse_message_refuses_what_is_not_a_messages_response(body: bytes) -> None:
+    with pytest.raises(llm.MalformedAnswer):
+        llm.parse_message(body)
