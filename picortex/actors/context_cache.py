@@ -48,8 +48,9 @@ LIVE_QUEUE: Final = 4096
 LIVE_BATCH: Final = 512
 # A changed channel is written this long after its first unwritten change, so a busy channel
 # costs one write per interval, not one per message; a crash loses at most this much cache,
-# which the next fetch restores.
-WRITE_DELAY: Final = 1.0
+# which the next session's fetch restores. Encoding a channel is dear: with 1 s, 20 busy
+# channels (scripts/bench_pipeline.py) spent about 1 ms of CPU per trigger on it.
+WRITE_DELAY: Final = 5.0
 # Concurrent file writes (always of different channels): a lone writer is bound by fsync
 # latency, while the file system commits concurrent fsyncs together.
 WRITERS: Final = 4
