@@ -385,3 +385,15 @@ async def test_the_model_sdk_accepts_the_transport_and_answers_through_it() -> N
     assert (parsed.text, parsed.input_tokens, parsed.output_tokens) == ("hi", 3, 1)
     assert server.requests[0].startswith(b"POST /v1/messages HTTP/1.1")
     assert server.connections == 1
+
+
+async def test_a_compressed_answer_reaches_httpx_compressed_and_is_decoded_there() -> None:
+    import gzip
+
+    body = gzip.compress(b'{"ok":true}')
+    answer = (
+        b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n" % len(body)
+    ) + body
+    async with serving(Server([answer])) as server, client_for(server) as client:
+        response = await client.get("/")
+    assert response.json() == {"ok": True}
