@@ -18,6 +18,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Final
 
+import attrs
 import h11
 import trio
 
@@ -96,6 +97,18 @@ class Timeouts:
         self.write = write
 
 
+@attrs.frozen(slots=True)
+class _Outgoing:
+    """One request as it is sent."""
+
+    method: bytes
+    target: bytes
+    headers: Headers
+    body: bytes
+    timeouts: Timeouts
+    on_sent: Callable[[], None] | None
+
+
 class Http11Pool:
     """Keep-alive HTTP/1.1 connections to any number of origins."""
 
@@ -126,19 +139,16 @@ class Http11Pool:
         """
         if self._closed:
             raise TransportFailure("connect", "the HTTP transport is closed")
+        out = _Outgoing(method, target, headers, body, timeouts, on_sent)
         conn = self._take_idle(origin)
         if conn is not None:
             try:
-                return await self._exchange(
-                    conn, origin, method, target, headers, body, timeouts, on_sent
-                )
+                return await self._exchange(conn, origin, out)
             except _UnusedConnection:
                 pass  # closed under us before answering: a fresh connection below
         conn = await self._connect(origin, timeouts.connect)
         try:
-            return await self._exchange(
-                conn, origin, method, target, headers, body, timeouts, on_sent
-            )
+            return await self._exchange(conn, origin, out)
         except _UnusedConnection as exc:
             raise TransportFailure("read", str(exc)) from exc
 
@@ -189,22 +199,12 @@ class Http11Pool:
         except (OSError, trio.BrokenResourceError) as exc:
             raise TransportFailure("connect", f"cannot connect: {exc}") from exc
 
-    async def _exchange(
-        self,
-        conn: _Connection,
-        origin: Origin,
-        method: bytes,
-        target: bytes,
-        headers: Headers,
-        body: bytes,
-        timeouts: Timeouts,
-        on_sent: Callable[[], None] | None,
-    ) -> Response:
+    async def _exchange(self, conn: _Connection, origin: Origin, out: _Outgoing) -> Response:
+        """Send `out` on `conn`, read the answer, and keep `conn` if it may be reused."""
         keep = False
         try:
-            response = await self._send_and_receive(
-                conn, method, target, headers, body, timeouts, on_sent
-            )
+            await self._send(conn, out)
+            response = await self._receive(conn, out.timeouts.read)
             state = conn.state
             if state.our_state is h11.DONE and state.their_state is h11.DONE:
                 state.start_next_cycle()
@@ -214,34 +214,26 @@ class Http11Pool:
             if not keep:
                 conn.close()
 
-    async def _send_and_receive(
-        self,
-        conn: _Connection,
-        method: bytes,
-        target: bytes,
-        headers: Headers,
-        body: bytes,
-        timeouts: Timeouts,
-        on_sent: Callable[[], None] | None,
-    ) -> Response:
+    async def _send(self, conn: _Connection, out: _Outgoing) -> None:
         state = conn.state
         try:
-            out = state.send(h11.Request(method=method, target=target, headers=headers))
-            if body:
-                out = (out or b"") + (state.send(h11.Data(data=body)) or b"")
-            out = (out or b"") + (state.send(h11.EndOfMessage()) or b"")
+            data = state.send(
+                h11.Request(method=out.method, target=out.target, headers=out.headers)
+            )
+            if out.body:
+                data = (data or b"") + (state.send(h11.Data(data=out.body)) or b"")
+            data = (data or b"") + (state.send(h11.EndOfMessage()) or b"")
         except h11.LocalProtocolError as exc:
             raise TransportFailure("protocol", f"bad request: {exc}") from exc
         try:
-            with trio.fail_after(_forever(timeouts.write)):
-                await conn.stream.send_all(out)
+            with trio.fail_after(_forever(out.timeouts.write)):
+                await conn.stream.send_all(data)
         except trio.TooSlowError:
             raise TransportFailure("write", "timed out sending", timeout=True) from None
         except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise _UnusedConnection(f"connection lost while sending: {exc}") from exc
-        if on_sent is not None:
-            on_sent()
-        return await self._receive(conn, timeouts.read)
+        if out.on_sent is not None:
+            out.on_sent()
 
     async def _receive(self, conn: _Connection, timeout: float | None) -> Response:
         state = conn.state
