@@ -521,30 +521,13 @@ class ChannelActor:
 
     async def _answer(self, gen: _Generation, typing: bool) -> None:
         pipe = self._pipe
-        settings = pipe.settings()
         trigger = gen.trigger
-        workspace = pipe.workspace_of(trigger)
-        if True:
-            try:
-                with trio.fail_after(CONTEXT_TIMEOUT_SECONDS):
-                    lines = await pipe.cache.context_for(
-                        trigger,
-                        max_messages=settings.context_messages,
-                        max_chars=settings.context_chars,
-                    )
-            except Exception as exc:
-                logger.warning("context for %s unavailable: %s", trigger.id, exc)
-                pipe.events.emit(
-                    "error", scope="context", message_id=trigger.id, message=failure_text(exc)[0]
-                )
-                lines = ()
-            pipe.events.emit(
-                "context",
-                message_id=gen.request.parent_id,
-                channel_id=trigger.channel_id,
-                context_count=len(lines),
-            )
-            pipe.triggers.set_context(gen.request.parent_id, lines)
+        lines = await self._context(gen)
+        # Typing from here on: the model request is built next and goes out first, so the
+        # indicator costs an instant answer no time; a slow answer shows it at once.
+        async with pipe.typing(
+            trigger.channel_id, enabled=typing, spawn=self._spawn_background
+        ) as shown:
             if self._persona_matches(gen.request):
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
@@ -558,27 +541,51 @@ class ChannelActor:
                     f"{lines_text(lines)}\n\nThe request from {trigger.author.display_name}:\n"
                     f"{gen.request.text}"
                 )
-            async with pipe.typing(
-                trigger.channel_id, enabled=typing, spawn=self._spawn_background
-            ) as shown:
-                result = await pipe.llm.complete(
-                    LLMRequest(
-                        stage="generate",
-                        system=DEFAULT_SYSTEM_PROMPT,
-                        messages=(ChatTurn("user", prompt or "(no text)"),),
-                        workspace=workspace,
-                        tier="general",
-                        signal_id=str(trigger.id),
-                        timeout=pipe.answer_timeout,
-                    )
+            result = await pipe.llm.complete(
+                LLMRequest(
+                    stage="generate",
+                    system=DEFAULT_SYSTEM_PROMPT,
+                    messages=(ChatTurn("user", prompt or "(no text)"),),
+                    workspace=pipe.workspace_of(trigger),
+                    tier="general",
+                    signal_id=str(trigger.id),
+                    timeout=pipe.answer_timeout,
                 )
-                if result.ok and not shown.is_set():
-                    with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
-                        await shown.wait()
+            )
+            if result.ok and not shown.is_set():
+                with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
+                    await shown.wait()
         if not result.ok:
             self._skip_or_fail(trigger, result.outcome, result.error, result.stack_trace, None)
             return
         await self._post_answer(gen, result.text, persona=None)
+
+    async def _context(self, gen: _Generation) -> tuple[str, ...]:
+        """The trigger's context lines from the cache (none when it cannot give them)."""
+        pipe = self._pipe
+        settings = pipe.settings()
+        trigger = gen.trigger
+        try:
+            with trio.fail_after(CONTEXT_TIMEOUT_SECONDS):
+                lines = await pipe.cache.context_for(
+                    trigger,
+                    max_messages=settings.context_messages,
+                    max_chars=settings.context_chars,
+                )
+        except Exception as exc:
+            logger.warning("context for %s unavailable: %s", trigger.id, exc)
+            pipe.events.emit(
+                "error", scope="context", message_id=trigger.id, message=failure_text(exc)[0]
+            )
+            lines = ()
+        pipe.events.emit(
+            "context",
+            message_id=gen.request.parent_id,
+            channel_id=trigger.channel_id,
+            context_count=len(lines),
+        )
+        pipe.triggers.set_context(gen.request.parent_id, lines)
+        return lines
 
     def _persona_matches(self, request: cont.Request) -> bool:
         if self._pipe.personas is None:

@@ -447,3 +447,17 @@ async def test_failed_post_is_an_error_row_at_stage_post(tmp_path: Path) -> None
         assert [(r.stage, r.persona, r.workspace_id) for r in rows] == [("post", "sleep", "dm")]
         assert run.events("persona.responded") == []
         assert len(run.sim.model.calls) == 1  # the answer was made once and not retried
+
+
+async def test_a_persona_answer_shows_typing_first(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, files=FILES) as run:
+        w = run.world
+        run.sim.model.script(ModelReply(text="Try a fixed wake time.", delay=0.3))
+        run.say(w.general_id, w.alice_id, f"{run.mention()} I slept terribly last night")
+        with trio.fail_after(WAIT):
+            await run.wait_event("persona.responded")
+        posts = [r for r in run.sim.requests if r.method == "POST"]
+        typing = [r.at for r in posts if r.path == f"/channels/{w.general_id}/typing"]
+        answers = [r.at for r in posts if r.path.endswith("/messages")]
+        assert typing and answers
+        assert typing[0] < answers[0]

@@ -88,3 +88,17 @@ async def test_even_a_quick_answer_is_typed_before_it_is_posted(tmp_path: Path) 
         assert paths.index(f"/channels/{w.general_id}/typing") < paths.index(
             f"/channels/{w.general_id}/messages"
         )
+
+
+async def test_an_instant_answer_still_sends_typing_before_it(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        for n in range(3):
+            run.say(w.general_id, w.alice_id, f"{run.mention()} quick question {n}")
+            await run.wait_event("reply", count=n + 1)
+        requests = [r for r in run.sim.requests if r.method == "POST"]
+        typing = [r.at for r in requests if r.path == f"/channels/{w.general_id}/typing"]
+        posts = posts_at(requests, w.general_id)
+        assert len(typing) == len(posts) == 3
+        # Each reply came after its own typing request (Discord clears the indicator then).
+        assert all(t <= p for t, p in zip(typing, posts, strict=True))
