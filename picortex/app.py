@@ -27,6 +27,7 @@ import httpx
 import trio
 
 from picortex.actors.action_log import ActionLog
+from picortex.actors.catch_up import catch_up
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.control import ControlServer, socket_path
 from picortex.actors.ledger import LedgerBudget
@@ -134,7 +135,13 @@ class Bot:
             self.router.on_dispatch,
             shard=shard,
             timings=gateway_timings,
+            # Persisted so a restarted process RESUMEs and Discord replays what it missed.
+            sessions=self.store,
+            safe_seq=self.pipe.handled.safe_seq,
         )
+        gateway = self.gateway
+        self.router.current_seq = lambda: gateway.seq
+        self.router.catch_up = self._catch_up
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
@@ -173,6 +180,14 @@ class Bot:
         if self._fatal is None:
             self._fatal = exc
             self._fatal_event.set()
+
+    async def _catch_up(self) -> None:
+        """After a fresh IDENTIFY: answer the trusted triggers missed meanwhile (SPEC 4)."""
+        try:
+            await catch_up(self.pipe, self.router.deliver_catch_up)
+        except Exception as exc:  # a failed catch-up must not take the services down
+            logger.exception("catch-up failed")
+            self.events.emit("error", scope="catch-up", message=f"catch-up failed: {exc!r}")
 
     async def _watchdog(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

@@ -130,6 +130,8 @@ class Settings:
     action_log_max_bytes: int = 5_242_880
     poll_enabled: bool = False
     poll_seconds: float = 120.0
+    # After a fresh gateway session, missed triggers this recent are answered (SPEC 4).
+    catch_up_seconds: float = 120.0
     response_policy: ResponsePolicySettings = ResponsePolicySettings()
     attention: AttentionSettings = AttentionSettings()
     discriminator: DiscriminatorSettings = DiscriminatorSettings()
@@ -374,6 +376,7 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "action_log_max_bytes": _Key(_check_count("a size in bytes"), _text_int, runtime=False),
         "poll_enabled": _Key(_check_bool, _text_bool, runtime=True),
         "poll_seconds": _Key(_seconds, _text_number, runtime=True),
+        "catch_up_seconds": _Key(_seconds, _text_number, runtime=True),
         "response_policy.default_mode": _Key(_check_reply_mode, _text_stripped, runtime=True),
         "response_policy.sensitive_commands": _Key(_check_commands, _text_list, runtime=True),
         "response_policy.overrides": _Key(_check_overrides, _text_raw, runtime=False),

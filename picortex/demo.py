@@ -22,6 +22,7 @@ import trio
 
 from picortex.app import Bot
 from picortex.config import load_settings
+from picortex.core.jsonids import as_int_id
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
 
@@ -136,7 +137,11 @@ class _Demo:
 
         def done(rows: list[dict[str, Any]]) -> bool:
             return (
-                sum(1 for r in rows if r["event"] == "decision" and r.get("message_id") == mid)
+                sum(
+                    1
+                    for r in rows
+                    if r["event"] == "decision" and as_int_id(r.get("message_id")) == mid
+                )
                 >= count
             )
 
@@ -178,8 +183,12 @@ def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
     if event == "command":
         return f"command: {row.get('command')} -> {row.get('result')}"
     if event == "continuation":
-        restart = " (answer in progress restarted)" if row.get("restart") else ""
-        return f"continuation: joins the request of message {row.get('parent_id')}{restart}"
+        if not row.get("restart"):
+            return f"continuation: context after the answer to message {row.get('parent_id')}"
+        return (
+            f"continuation: joins the request of message {row.get('parent_id')}"
+            " (answer in progress restarted)"
+        )
     if event == "persona":
         matched = ", ".join(str(m.get("id")) for m in row.get("matches", []))
         return (

@@ -15,6 +15,8 @@ from typing import BinaryIO, Final, TextIO
 
 import orjson
 
+from picortex.core.jsonids import ids_as_strings
+
 # How often `--follow` looks for new lines: quick enough to feel live, idle otherwise.
 FOLLOW_POLL_SECONDS: Final = 0.25
 # Longest value shown in the readable format before it is cut with an ellipsis.
@@ -54,6 +56,10 @@ class _Reader:
 
     def show(self, raw: bytes, record: dict[str, object]) -> None:
         if self.as_json:
+            # Lines written before ids were strings are printed with string ids (SPEC 11).
+            fixed = ids_as_strings(record)
+            if fixed != record:
+                raw = orjson.dumps(fixed)
             self.out.write(raw.rstrip(b"\r\n").decode("utf-8", "replace") + "\n")
         else:
             self.out.write(format_event(record) + "\n")

@@ -36,17 +36,23 @@ THREAD_TYPES = frozenset(
 
 @attrs.frozen
 class User:
-    """A Discord user as it appears in a message."""
+    """A Discord user as it appears in a message.
+
+    `nick` is the author's server nickname, when the message came with its `member`;
+    `system` marks Discord's own official system user (never a person to answer).
+    """
 
     id: Snowflake
     username: str
     global_name: str | None = None
     bot: bool = False
+    nick: str | None = None
+    system: bool = False
 
     @property
     def display_name(self) -> str:
-        """The name a person sees: the global name when set, else the username."""
-        return self.global_name or self.username
+        """The name a person sees: the server nickname, else the global name, else the username."""
+        return self.nick or self.global_name or self.username
 
 
 @attrs.frozen
@@ -60,13 +66,53 @@ class Attachment:
     content_type: str | None = None
 
 
+# message_reference.type: a reply (DEFAULT) or a forward (FORWARD, with message_snapshots).
+REFERENCE_DEFAULT = 0
+REFERENCE_FORWARD = 1
+
+
 @attrs.frozen
 class MessageReference:
-    """What a reply points at."""
+    """What a reply (or a forward) points at."""
 
     message_id: Snowflake | None
     channel_id: Snowflake | None = None
     guild_id: Snowflake | None = None
+    type: int = REFERENCE_DEFAULT
+
+
+@attrs.frozen
+class MessageSnapshot:
+    """What a forwarded message said when it was forwarded (Discord omits its author)."""
+
+    content: str = ""
+    attachments: tuple[Attachment, ...] = ()
+    sticker_names: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """One line for the context: marked as forwarded, with its file and sticker names."""
+        parts = ["[forwarded message]"]
+        if self.content:
+            parts.append(self.content)
+        if self.attachments:
+            parts.append("[attachments: " + ", ".join(a.filename for a in self.attachments) + "]")
+        parts.extend(f"[sticker: {name}]" for name in self.sticker_names)
+        return " ".join(parts)
+
+
+@attrs.frozen
+class Poll:
+    """A poll in a message: its question and the text of each answer."""
+
+    question: str
+    answers: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """The poll as one line: `[poll] question (1) answer (2) answer`."""
+        choices = " ".join(f"({n}) {answer}" for n, answer in enumerate(self.answers, start=1))
+        return f"[poll] {self.question} {choices}".rstrip()
 
 
 @attrs.frozen
@@ -89,6 +135,32 @@ class Message:
     edited_timestamp: str | None = None
     type: int = 0
     webhook_id: Snowflake | None = None
+    snapshots: tuple[MessageSnapshot, ...] = ()
+    poll: Poll | None = None
+    sticker_names: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """What the message says: its content, then what Discord nests in it (SPEC 5).
+
+        Forwarded messages (marked as such), the poll's question and answers and sticker
+        names; the author's own attachments are listed apart, by whoever shows the message.
+        Commands and mentions are read from `content` alone.
+        """
+        if not (self.snapshots or self.poll is not None or self.sticker_names):
+            return self.content
+        parts = [self.content] if self.content else []
+        parts.extend(snapshot.text for snapshot in self.snapshots)
+        if self.poll is not None:
+            parts.append(self.poll.text)
+        parts.extend(f"[sticker: {name}]" for name in self.sticker_names)
+        return "\n".join(parts)
+
+    @property
+    def is_forward(self) -> bool:
+        """True for a forwarded message (a FORWARD reference with its snapshot)."""
+        ref = self.message_reference
+        return ref is not None and ref.type == REFERENCE_FORWARD
 
     @property
     def is_dm(self) -> bool:
@@ -120,6 +192,30 @@ class MessageDelete:
     id: Snowflake
     channel_id: Snowflake
     guild_id: Snowflake | None = None
+
+
+@attrs.frozen
+class MessageDeleteBulk:
+    """A normalized MESSAGE_DELETE_BULK: several messages of one channel deleted at once."""
+
+    ids: tuple[Snowflake, ...]
+    channel_id: Snowflake
+    guild_id: Snowflake | None = None
+
+
+@attrs.frozen
+class ChannelDelete:
+    """A normalized CHANNEL_DELETE or THREAD_DELETE (a thread's has only ids and type)."""
+
+    id: Snowflake
+    type: int
+    guild_id: Snowflake | None = None
+    parent_id: Snowflake | None = None
+
+    @property
+    def channel_id(self) -> Snowflake:
+        """The deleted channel's id (the same as `id`)."""
+        return self.id
 
 
 @attrs.frozen
@@ -200,6 +296,8 @@ Event = (
     Message
     | MessageUpdate
     | MessageDelete
+    | MessageDeleteBulk
+    | ChannelDelete
     | ReactionEvent
     | Ready
     | GuildCreate

@@ -44,6 +44,7 @@ DEFAULTS: dict[str, object] = {
     "action_log_max_bytes": 5_242_880,
     "poll_enabled": False,
     "poll_seconds": 120.0,
+    "catch_up_seconds": 120.0,
     "response_policy.default_mode": "channel",
     "response_policy.sensitive_commands": ("whitelist", "config"),
     "response_policy.overrides": {},
@@ -84,6 +85,7 @@ FROM_FILE = [
     ("action_log_max_bytes = 2048", "action_log_max_bytes", 2048),
     ("poll_enabled = true", "poll_enabled", True),
     ("poll_seconds = 30", "poll_seconds", 30.0),
+    ("catch_up_seconds = 0", "catch_up_seconds", 0.0),
     ('[response_policy]\ndefault_mode = "dm"', "response_policy.default_mode", "dm"),
     (
         '[response_policy]\nsensitive_commands = ["poll"]',
@@ -371,6 +373,7 @@ def test_runtime_keys_are_the_documented_set() -> None:
         "fetch_cooldown_seconds",
         "poll_enabled",
         "poll_seconds",
+        "catch_up_seconds",
         "response_policy.default_mode",
         "response_policy.sensitive_commands",
         "attention.dm",

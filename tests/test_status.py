@@ -19,6 +19,7 @@ from picortex.actors.control import (
     unix_address,
 )
 from picortex.config import load_settings
+from picortex.core.jsonids import ids_as_strings
 
 SNAPSHOT: dict[str, Any] = {
     "pid": 4242,
@@ -116,11 +117,11 @@ async def _serve_and_ask(home: Path) -> dict[str, Any] | None:
 
 
 async def test_the_control_socket_answers_status(tmp_path: Path) -> None:
-    assert await _serve_and_ask(tmp_path) == SNAPSHOT
+    assert await _serve_and_ask(tmp_path) == ids_as_strings(SNAPSHOT)  # ids as strings (SPEC 11)
 
 
 async def test_a_long_home_path_still_gets_a_socket(tmp_path: Path) -> None:
     home = tmp_path / ("deep-" * 30)
     home.mkdir()
     assert len(str(socket_path(home))) > UNIX_PATH_MAX
-    assert await _serve_and_ask(home) == SNAPSHOT
+    assert await _serve_and_ask(home) == ids_as_strings(SNAPSHOT)  # ids as strings (SPEC 11)

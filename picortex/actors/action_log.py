@@ -17,6 +17,7 @@ import attrs
 import orjson
 import trio
 
+from picortex.core.jsonids import fields_ids_as_strings
 from picortex.core.redact import redact_json_bytes
 from picortex.errors import FaultInjected
 from picortex.runtime.faults import FaultPoints
@@ -41,6 +42,21 @@ LENIENT_REPR_MAX_CHARS: Final = 2_000
 
 # Distinct event names remembered as ready-made JSON; there are a few dozen in practice.
 EVENT_NAME_CACHE: Final = 1_024
+
+# Flood control (SPEC 11): errors of one kind are written this many times per window, then
+# only counted; the count is written as one `error` line with `repeated` when the window
+# ends. Junk arriving by the thousand per second cannot rotate the real history away.
+FLOOD_LINES: Final = 3
+FLOOD_WINDOW_SECONDS: Final = 60.0
+# Kinds tracked at once; past this a flood of ever-new kinds is counted under one catch-all.
+FLOOD_KINDS_MAX: Final = 512
+# Events under flood control: errors, and the gateway's reports of junk it received.
+FLOOD_EVENTS: Final = frozenset({"error", "gateway"})
+FLOOD_GATEWAY_ACTIONS: Final = frozenset({"problem", "dispatch_error"})
+# Fields that say what kind of error it is (the excerpt of the payload does not).
+_KIND_FIELDS: Final = ("scope", "actor", "action", "event_name", "name")
+_TEXT_FIELDS: Final = ("message", "error", "problem", "reason")
+FLOOD_TEXT_CHARS: Final = 120
 
 _DUMPS_OPTIONS: Final = orjson.OPT_APPEND_NEWLINE
 _dumps: Final = orjson.dumps
@@ -93,11 +109,70 @@ class ActionLog:
         self._ts = ""
         # `{"ts":"<this millisecond>","event":"<name>"` per event name, as ready-made JSON.
         self._prefixes: dict[str, bytes] = {}
+        self._floods: dict[tuple[str, ...], _Flood] = {}
+        self.repeated_total = 0
+
+    # -- flood control --------------------------------------------------------------------
+
+    def _flooded(self, event: str, fields: dict[str, object]) -> bool:
+        """True when this event is one more of a kind already written FLOOD_LINES times."""
+        if event == "gateway" and fields.get("action") not in FLOOD_GATEWAY_ACTIONS:
+            return False
+        kind = _flood_kind(event, fields)
+        floods = self._floods
+        flood = floods.get(kind)
+        now = self._clock()
+        if flood is not None and now - flood.start >= FLOOD_WINDOW_SECONDS:
+            self._write_repeated(kind, flood)
+            flood = None
+        if flood is None:
+            if len(floods) >= FLOOD_KINDS_MAX:
+                self.flush_floods(force=False)
+            if len(floods) >= FLOOD_KINDS_MAX:
+                kind = (event, "*")  # one catch-all for a flood of ever-new kinds
+                flood = floods.get(kind)
+            if flood is None:
+                flood = floods[kind] = _Flood(now, _kind_fields(event, fields))
+        if flood.written < FLOOD_LINES:
+            flood.written += 1
+            return False
+        flood.repeated += 1
+        self.repeated_total += 1
+        return True
+
+    def _write_repeated(self, kind: tuple[str, ...], flood: _Flood) -> None:
+        del self._floods[kind]
+        if flood.repeated:
+            event, fields = flood.fields
+            self._queue(
+                event,
+                {
+                    **fields,
+                    "repeated": flood.repeated,
+                    "window_seconds": FLOOD_WINDOW_SECONDS,
+                },
+            )
+
+    def flush_floods(self, *, force: bool = True) -> None:
+        """Write the `repeated` count of each flood whose window ended (every one if `force`)."""
+        now = self._clock()
+        for kind, flood in list(self._floods.items()):
+            if force or now - flood.start >= FLOOD_WINDOW_SECONDS:
+                self._write_repeated(kind, flood)
 
     # -- EventSink ----------------------------------------------------------------------
 
     def emit(self, event: str, /, **fields: object) -> None:
         """Queue one event with `ts` added; never blocks, never raises (drops are counted)."""
+        if event in FLOOD_EVENTS:
+            try:
+                if self._flooded(event, fields):
+                    return
+            except Exception:
+                logger.exception("action log flood control failed for a %r event", event)
+        self._queue(event, fields)
+
+    def _queue(self, event: str, fields: dict[str, object]) -> None:
         # Every caller pays for this on its own time: keep it lean (see bench_action_log.py).
         try:
             pending = self._pending
@@ -114,6 +189,8 @@ class ActionLog:
             if prefix is None:
                 prefix = self._prefix(event)
             body = None
+            if fields:
+                fields_ids_as_strings(fields)  # SPEC 11: Discord ids are JSON strings
             if fields and "ts" not in fields and "event" not in fields:
                 try:
                     body = _dumps(fields, default=_to_json, option=_DUMPS_OPTIONS)
@@ -172,10 +249,18 @@ class ActionLog:
                 if not self._pending and not self._dropped:
                     self._wake = trio.Event()
                     self._writer_idle = True
-                    await self._wake.wait()
+                    if self._floods:
+                        # Counted floods are written once their window ends, even in silence.
+                        with trio.move_on_after(FLOOD_WINDOW_SECONDS / 4):
+                            await self._wake.wait()
+                        self._writer_idle = False
+                        self.flush_floods(force=False)
+                    else:
+                        await self._wake.wait()
                 self._write_pending(check_faults=True)
         finally:
             self._writer_idle = False
+            self.flush_floods()
             # Synchronous writes: the final drain needs no checkpoint, so a cancel cannot cut it
             # (no shielded scope needed). A SIGKILL during a write can leave at most a partial
             # last line: readers skip it, and the next start moves it aside.
@@ -353,6 +438,36 @@ class ActionLog:
     def _internal_line(self, fields: dict[str, object]) -> bytes:
         ts = _rfc3339(int(self._clock() * 1000))
         return orjson.dumps({"ts": ts, **fields}, option=_DUMPS_OPTIONS)
+
+
+@attrs.define
+class _Flood:
+    """One kind of error within its window: lines written, and how many more were counted."""
+
+    start: float
+    fields: tuple[str, dict[str, object]]
+    written: int = 0
+    repeated: int = 0
+
+
+def _flood_kind(event: str, fields: dict[str, object]) -> tuple[str, ...]:
+    kind = [event]
+    for name in _KIND_FIELDS:
+        value = fields.get(name)
+        if value is not None:
+            kind.append(f"{name}={value}"[:FLOOD_TEXT_CHARS])
+    for name in _TEXT_FIELDS:
+        value = fields.get(name)
+        if value is not None:
+            kind.append(str(value)[:FLOOD_TEXT_CHARS])
+            break
+    return tuple(kind)
+
+
+def _kind_fields(event: str, fields: dict[str, object]) -> tuple[str, dict[str, object]]:
+    """What the `repeated` line says about the kind: its naming fields, not one payload's."""
+    kept: dict[str, object] = {k: fields[k] for k in (*_KIND_FIELDS, *_TEXT_FIELDS) if k in fields}
+    return event, kept
 
 
 @attrs.frozen

@@ -102,6 +102,9 @@ class ChannelActor:
         self._nursery: trio.Nursery | None = None
         self._idle = trio.Event()  # set while no child task runs
         self._idle.set()
+        # Set while handling a message whose decision becomes final later (an answer or a
+        # command reply to post): it is marked handled then, not when the mailbox moves on.
+        self._deferred = False
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Handle messages until idle for IDLE_EXIT_SECONDS with nothing queued."""
@@ -119,13 +122,19 @@ class ChannelActor:
                         if self._tasks == 0 and self._inbox.depth == 0:
                             break
                         continue
+                    self._deferred = False
                     try:
                         await self._handle(message, nursery)
                     except Exception:
-                        # Only the message in hand is lost (SPEC 12): answers to earlier
-                        # messages finish first, or are logged as abandoned.
+                        # Only the message in hand is lost (SPEC 12): it is not retried, even
+                        # after a restart; answers to earlier messages finish first, or are
+                        # logged as abandoned.
+                        self._pipe.finish(message)
                         await self._drain()
                         raise
+                    if not self._deferred:
+                        # Decided here and now (skipped, refused, context): final.
+                        self._pipe.finish(message)
                     self._inbox.done()
         except BaseExceptionGroup as group:
             # Surface a lone crash as itself, so the supervisor logs what actually failed.
@@ -144,6 +153,10 @@ class ChannelActor:
                 message_id=gen.trigger.id,
                 channel_id=gen.trigger.channel_id,
                 message="abandoned: channel actor crashed",
+            )
+            # Logged as failed, so final: a crash is never retried (SPEC 12).
+            self._pipe.handled.finish(
+                gen.request.message_ids, gen.trigger.channel_id, gen.trigger.guild_id
             )
 
     def _spawn(self, nursery: trio.Nursery, fn: Callable[[], Awaitable[None]]) -> None:
@@ -198,7 +211,7 @@ class ChannelActor:
             group_dm=pipe.registry.is_group_dm(msg.channel_id),
         )
         self._cont = attrs.evolve(self._cont, seconds=settings.continuation_seconds)
-        text = cmds.strip_mention(msg.content, bot_id)
+        text = cmds.strip_mention(msg.text, bot_id)
 
         if tier is None:
             what = "command from an untrusted author" if command_text is not None else None
@@ -207,9 +220,10 @@ class ChannelActor:
 
         if command_text is None:
             window = cont.window_for(self._cont, msg.channel_id, msg.author.id, now)
-            # Once the answer is posted, a message that calls the bot again (a mention or a
-            # reply to it) is a new request, not more of the old one.
-            if window is not None and not (not window.generating and self._calls_bot(msg)):
+            # Once the answer is posted, a message that addresses the bot again (a mention, a
+            # reply to it, a DM) is a new request; any other is context for the next one.
+            addresses_bot = msg.is_dm or self._calls_bot(msg)
+            if window is not None and not (not window.generating and addresses_bot):
                 self._cont, outcome = cont.on_message(self._cont, msg, now, True, text=text)
                 if not isinstance(outcome, cont.NotInWindow):
                     persona_answer.observe(self._pipe, msg, text)
@@ -230,7 +244,7 @@ class ChannelActor:
                 guild_id=msg.guild_id,
                 author_id=msg.author.id,
                 author_name=msg.author.display_name,
-                content=msg.content,
+                content=msg.text,
                 created_at=time.time(),
             )
         except Exception:
@@ -331,7 +345,10 @@ class ChannelActor:
                 logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
             finally:
                 slot.done.set()
+            # Posted or failed (and logged): final. Cancelled by a shutdown: handled again.
+            pipe.finish(msg)
 
+        self._deferred = True
         self._spawn(nursery, post_reply)
 
     async def _ensure_chat_home(self, chat_id: Snowflake) -> None:
@@ -377,6 +394,7 @@ class ChannelActor:
             self._decision(msg, decision.outcome, decision.reason, mode=mode)
             return
         self._decision(msg, "respond", decision.reason, mode=mode)
+        self._deferred = True  # final once the answer is posted (or fails)
         self._cont, new = cont.on_trigger(self._cont, msg, now, text=text)
         self._trigger(msg, tier, mode=mode, command=None)
         pipe.triggers.add(entry_from_message(msg, trusted=True))
@@ -468,13 +486,22 @@ class ChannelActor:
             author_id=msg.author.id,
             restart=restart,
         )
-        pipe.triggers.follow_up(outcome.parent_id, msg.content)
+        pipe.triggers.follow_up(outcome.parent_id, msg.text)
+        if not restart:
+            # SPEC 5.4: the request was answered once; this line is context for the next one.
+            self._decision(
+                msg,
+                "context",
+                "follow-up after the answer was posted: context for the next request",
+            )
+            return
         self._decision(
             msg,
             "continuation",
-            "follow-up inside the continuation window"
-            + (": restarting the answer with the merged request" if restart else ""),
+            "follow-up inside the continuation window: restarting the answer with the merged"
+            " request",
         )
+        self._deferred = True  # joins the request: final with its answer
         gen = self._current.get(outcome.parent_id)
         if restart and gen is not None and not gen.replaced:
             # The answer in progress is replaced in its place in the reply order.
@@ -509,6 +536,12 @@ class ChannelActor:
                         "error", scope="generate", message_id=gen.trigger.id, message=message
                     )
                     logger.error("answer to message %s failed: %s", gen.trigger.id, message)
+                # Posted, skipped or failed (and logged): the decision is final. Not when a
+                # follow-up replaced this answer, nor when a shutdown cancelled it.
+                if not gen.replaced:
+                    self._pipe.handled.finish(
+                        gen.request.message_ids, gen.trigger.channel_id, gen.trigger.guild_id
+                    )
                 # A skipped or failed answer still holds its place until the earlier ones post.
                 await gen.slot.turn()
         finally:

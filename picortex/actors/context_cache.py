@@ -25,9 +25,11 @@ from picortex.discord.normalize import message_from_payload
 from picortex.errors import FatalDiscordError, PicortexError
 from picortex.types import (
     Attachment,
+    ChannelDelete,
     EventSink,
     Message,
     MessageDelete,
+    MessageDeleteBulk,
     MessageReference,
     MessageUpdate,
     NormalizeError,
@@ -140,7 +142,7 @@ class _Request:
     failure: str | None = None
 
 
-LiveEvent = Message | MessageUpdate | MessageDelete
+LiveEvent = Message | MessageUpdate | MessageDelete | MessageDeleteBulk | ChannelDelete
 
 
 class ContextCache:
@@ -298,8 +300,12 @@ class ContextCache:
         """Queue a MESSAGE_UPDATE; never blocks. Logged as `message-edit` when applied."""
         self._enqueue(update)
 
-    def on_delete(self, delete: MessageDelete) -> None:
-        """Queue a MESSAGE_DELETE; never blocks. Logged as `message-delete` when applied."""
+    def on_delete(self, delete: MessageDelete | MessageDeleteBulk) -> None:
+        """Queue a MESSAGE_DELETE(_BULK); never blocks. Logged as `message-delete` when applied."""
+        self._enqueue(delete)
+
+    def on_channel_delete(self, delete: ChannelDelete) -> None:
+        """Queue a CHANNEL_DELETE or THREAD_DELETE: the channel's cached messages go."""
         self._enqueue(delete)
 
     async def flush(self) -> None:
@@ -315,6 +321,19 @@ class ContextCache:
                 await self._quiet.park()
         finally:
             self._flushing -= 1
+
+    async def fetch_turn(self, channel_id: Snowflake) -> None:
+        """Wait until a history fetch of the channel is allowed by the cooldown, and take it.
+
+        For fetches made outside the cache (catch-up), which keep the same per-channel pace.
+        """
+        while True:
+            now = trio.current_time()
+            last = self._last_fetch.get(channel_id)
+            if last is None or now - last >= self._cooldown:
+                self._last_fetch[channel_id] = now
+                return
+            await trio.sleep(self._cooldown - (now - last))
 
     def set_fetch_cooldown(self, seconds: float) -> None:
         """Apply a changed `fetch_cooldown_seconds` (runtime config) to later fetches."""
@@ -542,6 +561,10 @@ class ContextCache:
                 self._mark_dirty(event.channel_id)
         elif isinstance(event, MessageUpdate):
             self._apply_update(event)
+        elif isinstance(event, MessageDeleteBulk):
+            self._apply_delete_bulk(event)
+        elif isinstance(event, ChannelDelete):
+            self._apply_channel_delete(event)
         else:
             self._apply_delete(event)
 
@@ -591,6 +614,33 @@ class ContextCache:
             guild_id=delete.guild_id,
             cached=i is not None,
         )
+
+    def _apply_delete_bulk(self, delete: MessageDeleteBulk) -> None:
+        channel = self._channel(delete.channel_id)
+        gone = set(delete.ids)
+        kept = [m for m in channel.messages if m.id not in gone]
+        cached = len(channel.messages) - len(kept)
+        if cached:
+            channel.messages = kept
+            self._mark_dirty(delete.channel_id)
+        self._events.emit(
+            "message-delete",
+            message_ids=list(delete.ids),
+            channel_id=delete.channel_id,
+            guild_id=delete.guild_id,
+            bulk=True,
+            cached=cached,
+        )
+
+    def _apply_channel_delete(self, delete: ChannelDelete) -> None:
+        # Emptied rather than unlinked: the writer may hold the channel; an empty file is
+        # small, and is evicted with the least recently written ones.
+        channel = self._channel(delete.id)
+        if channel.messages:
+            channel.messages = []
+            self._mark_dirty(delete.id)
+        self._in_sync.discard(delete.id)
+        self._last_fetch.pop(delete.id, None)
 
     def _lose_sync(self, channel_id: Snowflake | None = None) -> None:
         """Take one channel (None: every channel) out of sync, including any fetch of it in
@@ -836,8 +886,9 @@ def encode_channel(channel: _Channel) -> bytes:
     for m in channel.messages:
         author = users.setdefault(m.author, len(users))
         record: dict[str, object] = {"id": m.id, "author": author, "ts": m.timestamp}
-        if m.content:
-            record["text"] = m.content
+        text = m.text  # forwards, polls and stickers are kept as the text they add
+        if text:
+            record["text"] = text
         if m.edited_timestamp is not None:
             record["edited"] = m.edited_timestamp
         if m.attachments:
@@ -853,7 +904,7 @@ def encode_channel(channel: _Channel) -> bytes:
             "channel_id": channel.id,
             "guild_id": channel.guild_id,
             "synced_to": channel.synced_to,
-            "users": [[u.id, u.username, u.global_name, u.bot] for u in users],
+            "users": [[u.id, u.username, u.global_name, u.bot, u.nick] for u in users],
             "messages": records,
         }
     )
@@ -873,7 +924,14 @@ def decode_channel(data: bytes, channel_id: Snowflake) -> _Channel:
             raise CorruptCacheFile("file belongs to another channel")
         guild_id = _opt_int(doc.get("guild_id"))
         users = [
-            User(id=_int(u[0]), username=_str(u[1]), global_name=_opt_str(u[2]), bot=u[3] is True)
+            User(
+                id=_int(u[0]),
+                username=_str(u[1]),
+                global_name=_opt_str(u[2]),
+                bot=u[3] is True,
+                # Files written before nicknames were kept have four fields.
+                nick=_opt_str(u[4]) if len(u) > 4 else None,
+            )
             for u in doc["users"]
         ]
         messages: list[Message] = []

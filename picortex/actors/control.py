@@ -14,6 +14,7 @@ import orjson
 import trio
 
 from picortex.config import Settings
+from picortex.core.jsonids import ids_as_strings
 from picortex.core.redact import redact_obj
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,9 @@ class ControlServer:
                 with trio.move_on_after(CLIENT_TIMEOUT_SECONDS):
                     request = await stream.receive_some(MAX_REQUEST_BYTES)
                     if request.strip() == b"status":
-                        body = orjson.dumps(redact_obj(self._snapshot()), default=str)
+                        body = orjson.dumps(
+                            ids_as_strings(redact_obj(self._snapshot())), default=str
+                        )
                     else:
                         body = orjson.dumps({"error": "unknown request"})
                     await stream.send_all(body + b"\n")

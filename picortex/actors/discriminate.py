@@ -21,7 +21,7 @@ def history_before(cached: Sequence[Message], message: Message, n: int) -> list[
     if n <= 0:
         return []
     earlier = [m for m in cached if m.id < message.id]
-    return [(m.author.display_name, m.content) for m in earlier[-n:]]
+    return [(m.author.display_name, m.text) for m in earlier[-n:]]
 
 
 def discriminator_model(settings: Settings, chat_model: str | None = None) -> str:
@@ -59,7 +59,7 @@ def build_request(
     prompt = disc.render_prompt(
         template,
         history=history,
-        message=(message.author.display_name, message.content),
+        message=(message.author.display_name, message.text),
         chat=chat,
         max_chars=max_chars,
     )

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from picortex.actors.context_cache import ContextCache
+from picortex.actors.handled import HandledLedger
 from picortex.actors.llm import LLMActor
 from picortex.config import Settings
 from picortex.core import policy
@@ -36,8 +37,6 @@ TYPING_RENEW_SECONDS: Final = 8.0
 # A ready answer waits at most this long for its first typing request (sent when generation
 # started, so normally long done): the indicator comes before the reply, never much later.
 TYPING_FIRST_WAIT_SECONDS: Final = 0.5
-# How long one reply post may take before it counts as failed (REST waits out 429s inside).
-POST_TIMEOUT_SECONDS: Final = 60.0
 ERROR_MESSAGE_MAX_CHARS: Final = 500
 # The deadline of one answer's model call: long answers take a while, a hung call must not.
 ANSWER_TIMEOUT_SECONDS: Final = 60.0
@@ -58,6 +57,7 @@ class Rest(Protocol):
         *,
         reply_to: int | None = None,
         allowed_mentions: dict[str, Any] | None = None,
+        nonce: str | None = None,
     ) -> dict[str, Any]: ...
 
     async def start_thread_from_message(
@@ -65,6 +65,8 @@ class Rest(Protocol):
     ) -> dict[str, Any]: ...
 
     async def create_dm(self, user_id: int) -> dict[str, Any]: ...
+
+    async def get_current_user(self) -> dict[str, Any]: ...
 
     async def trigger_typing(
         self, channel_id: int, *, on_sent: Callable[[], None] | None = None
@@ -109,6 +111,15 @@ class ChannelRegistry:
     def add(self, channel: Channel) -> None:
         """Remember (or update) a channel."""
         self.channels[channel.id] = channel
+
+    def remove(self, channel_id: Snowflake) -> list[Snowflake]:
+        """Forget a deleted channel and its threads; returns every id forgotten."""
+        gone = [channel_id] + [
+            c.id for c in self.channels.values() if c.parent_id == channel_id and c.is_thread
+        ]
+        for cid in gone:
+            self.channels.pop(cid, None)
+        return gone
 
     def get(self, channel_id: Snowflake) -> Channel | None:
         """The channel, if seen."""
@@ -242,6 +253,14 @@ class Pipeline:
     # When each message reached its channel's mailbox (set by the router, taken by the
     # actor): the continuation window counts from arrival, not from when it was handled.
     arrivals: dict[Snowflake, float] = attrs.field(factory=dict)
+    # Which messages are in hand and which are handled: a decision is final only once made.
+    handled: HandledLedger = attrs.field(
+        default=attrs.Factory(lambda self: HandledLedger(self.store), takes_self=True)
+    )
+
+    def finish(self, message: Message) -> None:
+        """The decision on `message` is final: it is never handled again."""
+        self.handled.finish((message.id,), message.channel_id, message.guild_id)
 
     def workspace_of(self, message: Message) -> str:
         """The budget workspace: the guild id, or `dm`."""
@@ -375,19 +394,21 @@ class Pipeline:
         chunks = split_reply(text) or ["(empty answer)"]
         posted: list[Snowflake] = []
         target_channel: Snowflake | None = plan.channel_id
+        # No overall deadline: REST bounds each request and its 5xx retries, and waits out
+        # 429s however many come (SPEC 4), so a rate-limited answer is late, never dropped.
         try:
-            with trio.fail_after(POST_TIMEOUT_SECONDS):
-                if plan.dm_user_id is not None:
-                    target_channel = await self.dm_channel(plan.dm_user_id)
-                assert target_channel is not None
-                for index, chunk in enumerate(chunks):
-                    data = await self.rest.create_message(
-                        target_channel,
-                        chunk,
-                        reply_to=plan.reply_to if index == 0 else None,
-                        allowed_mentions=policy.allowed_mentions(ping_users=False),
-                    )
-                    posted.append(int(data["id"]))
+            if plan.dm_user_id is not None:
+                target_channel = await self.dm_channel(plan.dm_user_id)
+            assert target_channel is not None
+            for index, chunk in enumerate(chunks):
+                data = await self.rest.create_message(
+                    target_channel,
+                    chunk,
+                    reply_to=plan.reply_to if index == 0 else None,
+                    allowed_mentions=policy.allowed_mentions(ping_users=False),
+                    **reply_nonce(trigger_id, command, index),
+                )
+                posted.append(int(data["id"]))
         except Exception as exc:
             if isinstance(exc, FatalDiscordError) and self.fatal is not None:
                 self.fatal(exc)
@@ -414,6 +435,18 @@ class Pipeline:
             chars=len(text),
         )
         return posted
+
+
+def reply_nonce(trigger_id: Snowflake | None, command: str | None, index: int) -> dict[str, str]:
+    """The enforced nonce of one part of the reply to `trigger_id` (none without a trigger).
+
+    Derived from the trigger, so the same part posted again (a trigger handled again after a
+    kill that came between the post and its answered mark) is returned by Discord instead of
+    posted twice. At most 25 characters: a snowflake, a letter and the part number.
+    """
+    if trigger_id is None:
+        return {}
+    return {"nonce": f"{trigger_id}{'c' if command is not None else 'a'}{index}"[:25]}
 
 
 def failure_text(exc: BaseException) -> tuple[str, str]:

@@ -9,10 +9,10 @@ message to its channel's mailbox, starting the channel actor on demand.
 from __future__ import annotations
 
 import logging
-import time
-from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import attrs
 import trio
 
 from picortex.actors.channel import ChannelActor
@@ -22,9 +22,11 @@ from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, Restart
 from picortex.types import (
     ChannelCreate,
+    ChannelDelete,
     GuildCreate,
     Message,
     MessageDelete,
+    MessageDeleteBulk,
     MessageUpdate,
     NormalizeError,
     ReactionEvent,
@@ -39,15 +41,10 @@ logger = logging.getLogger(__name__)
 ROUTER_QUEUE: Final = 10_000
 # Messages waiting in one channel's mailbox.
 CHANNEL_MAILBOX: Final = 500
-# Recently seen message ids kept in memory in front of the seen-events table.
-SEEN_MEMORY: Final = 50_000
-# Seen-event rows older than this are pruned: Discord never replays that far back.
-SEEN_KEEP_SECONDS: Final = 7 * 24 * 3600
-PRUNE_EVERY: Final = 10_000
+# How long the router waits for GET /users/@me after a RESUME in a new process.
+IDENTITY_TIMEOUT_SECONDS: Final = 30.0
 # Dispatches the router takes per wake-up at most: a burst is drained in batches this big.
 ROUTER_BATCH: Final = 64
-# Recall looks back 7 days (SPEC 8); keep a little more, then let the table shrink.
-MEMORY_KEEP_SECONDS: Final = 14 * 24 * 3600
 
 
 class Router:
@@ -56,20 +53,23 @@ class Router:
     def __init__(self, pipe: Pipeline, channels: DynamicSupervisor) -> None:
         self._pipe = pipe
         self._channels = channels
-        self._inbox: Mailbox[tuple[str, Any]] = Mailbox(ROUTER_QUEUE, name="router")
+        self._inbox: Mailbox[tuple[str, Any, int | None]] = Mailbox(ROUTER_QUEUE, name="router")
         self._mailboxes: dict[Snowflake, Mailbox[Message]] = {}
-        self._seen: OrderedDict[Snowflake, None] = OrderedDict()
-        self._routed = 0
         self.replays_dropped = 0
+        # The gateway's seq of the dispatch being handed over (set by the app): kept with each
+        # message in hand, so the persisted session resumes before anything not yet final.
+        self.current_seq: Callable[[], int | None] = lambda: None
+        # Run after a fresh IDENTIFY (set by the app): answers missed triggers (SPEC 4).
+        self.catch_up: Callable[[], Awaitable[None]] | None = None
 
     @property
-    def inbox(self) -> Mailbox[tuple[str, Any]]:
+    def inbox(self) -> Mailbox[tuple[str, Any, int | None]]:
         """The router's own mailbox (for the supervisor)."""
         return self._inbox
 
     def on_dispatch(self, name: str, data: Any) -> None:
         """Called by the gateway reader for every dispatch; never blocks."""
-        if not self._inbox.send_nowait((name, data)):
+        if not self._inbox.send_nowait((name, data, self.current_seq())):
             self._pipe.events.emit(
                 "error", scope="router", message=f"router queue full: {name} dropped"
             )
@@ -90,6 +90,7 @@ class Router:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Route queued dispatches until cancelled."""
+        await self._learn_identity()
         # After a restart of the channels supervisor, messages still wait in mailboxes whose
         # actors are gone: give each such channel an actor again before routing anything new.
         for channel_id, mailbox in list(self._mailboxes.items()):
@@ -98,21 +99,27 @@ class Router:
         task_status.started()
         inbox = self._inbox
         while True:
-            name, data = await inbox.receive()
-            await self._route(name, data)
+            name, data, seq = await inbox.receive()
+            await self._route(name, data, seq)
             inbox.done()
             # In a burst, take what queued up meanwhile without a scheduler round per dispatch
             # (one costs about as much as normalizing the message); at most ROUTER_BATCH at a
             # time, so the router still yields to the other actors now and then.
             for _ in range(ROUTER_BATCH - 1):
                 try:
-                    name, data = inbox.receive_nowait()
+                    name, data, seq = inbox.receive_nowait()
                 except trio.WouldBlock:
                     break
-                await self._route(name, data)
+                await self._route(name, data, seq)
                 inbox.done()
 
-    async def _route(self, name: str, data: Any) -> None:
+    async def _route(self, name: str, data: Any, seq: int | None = None) -> None:
+        try:
+            await self._route_event(name, data, seq)
+        finally:
+            self._pipe.handled.routed(seq)
+
+    async def _route_event(self, name: str, data: Any, seq: int | None) -> None:
         pipe = self._pipe
         event = normalize(name, data)
         if event is None:
@@ -128,7 +135,7 @@ class Router:
                 # anyway (SPEC 5 step 1), so they cost no mailbox hop and no database write.
                 pipe.cache.on_message(event)
                 return
-            if self._is_replay(event.id):
+            if not pipe.handled.take(event.id, seq):
                 self.replays_dropped += 1
                 if name == "MESSAGE_CREATE":
                     pipe.events.emit(
@@ -143,6 +150,7 @@ class Router:
                 return
             pipe.cache.on_message(event)
             await self._deliver(event)
+
         elif isinstance(event, MessageUpdate):
             pipe.cache.on_update(event)
         elif isinstance(event, MessageDelete):
@@ -152,13 +160,25 @@ class Router:
                 pipe.store.delete_memory_message(event.id)
             except Exception:
                 logger.exception("could not forget deleted message %s", event.id)
+        elif isinstance(event, MessageDeleteBulk):
+            # A purge: the messages leave the cache and memory with their observations.
+            pipe.cache.on_delete(event)
+            try:
+                pipe.store.forget_messages(event.ids)
+            except Exception:
+                logger.exception("could not forget %d bulk-deleted messages", len(event.ids))
+        elif isinstance(event, ChannelDelete):
+            self._channel_deleted(event)
         elif isinstance(event, ReactionEvent):
             self._reaction(event)
         elif isinstance(event, Ready):
             pipe.bot.user_id = event.user.id
             pipe.bot.username = event.user.username
             # A new session (not a RESUME): events may have been missed since the last one.
+            pipe.handled.new_session()
             pipe.cache.on_session_start()
+            if pipe.spawn is not None and self.catch_up is not None:
+                pipe.spawn(self.catch_up)
         elif isinstance(event, GuildCreate):
             for channel in (*event.channels, *event.threads):
                 pipe.registry.add(channel)
@@ -168,24 +188,46 @@ class Router:
             for thread in event.threads:
                 pipe.registry.add(thread)
 
-    def _is_replay(self, message_id: Snowflake) -> bool:
-        """True when the message was handled before (in memory, else in the store)."""
-        if message_id in self._seen:
-            return True
-        self._seen[message_id] = None
-        if len(self._seen) > SEEN_MEMORY:
-            self._seen.popitem(last=False)
-        now = time.time()
-        try:
-            new = self._pipe.store.mark_seen(message_id, now)
-        except Exception:
-            logger.exception("seen-events table unavailable; relying on memory")
+    async def _learn_identity(self) -> None:
+        """Who the bot is, before routing: READY says so, but a restarted process that RESUMEd
+        its session gets no READY, and replayed messages must still see their mentions."""
+        bot = self._pipe.bot
+        if bot.user_id is not None:
+            return
+        with trio.move_on_after(IDENTITY_TIMEOUT_SECONDS):
+            try:
+                me = await self._pipe.rest.get_current_user()
+                bot.user_id = int(me["id"])
+                bot.username = str(me.get("username") or bot.username)
+            except Exception as exc:
+                logger.warning("GET /users/@me failed; the next READY tells who we are: %s", exc)
+
+    async def deliver_catch_up(self, message: Message) -> bool:
+        """Hand a message found by catch-up to its channel, unless in hand or handled already."""
+        if not self._pipe.handled.take(message.id, None):
             return False
-        self._routed += 1
-        if self._routed % PRUNE_EVERY == 0:
-            self._pipe.store.prune_seen(now - SEEN_KEEP_SECONDS)
-            self._pipe.store.prune_memory(now - MEMORY_KEEP_SECONDS)
-        return not new
+        self._pipe.cache.on_message(message)
+        await self._deliver(message)
+        return True
+
+    def _channel_deleted(self, event: ChannelDelete) -> None:
+        """A channel or thread is gone: forget it (and its threads) in registry, cache, memory."""
+        pipe = self._pipe
+        gone = pipe.registry.remove(event.id)
+        for channel_id in gone:
+            pipe.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
+            try:
+                pipe.store.forget_channel(channel_id)
+            except Exception:
+                logger.exception("could not forget deleted channel %s", channel_id)
+        pipe.events.emit(
+            "channel-delete",
+            channel_id=event.id,
+            guild_id=event.guild_id,
+            parent_id=event.parent_id,
+            type=event.type,
+            forgotten_channel_ids=gone,
+        )
 
     def _reaction(self, event: ReactionEvent) -> None:
         pipe = self._pipe
@@ -213,6 +255,7 @@ class Router:
         self._pipe.arrivals[message.id] = trio.current_time()
         if not mailbox.send_nowait(message):
             self._pipe.arrivals.pop(message.id, None)
+            self._pipe.handled.release([message.id])
             self._pipe.events.emit(
                 "error",
                 scope="mailbox",

@@ -142,7 +142,7 @@ def decide_attention(
         return AttentionDecision("respond", "the message mentions the bot" + note, True)
     if owner_dm:
         return AttentionDecision("respond", "direct message from the owner" + note, True)
-    if not message.content.strip():
+    if not message.text.strip():
         what = "attachments only" if message.attachments else "no text"
         if known == "always":
             return AttentionDecision("respond", f"message with {what}: {known} mode answers", True)

@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Final
 
+import attrs
+
 from picortex.types import Message, Snowflake
 
 # Discord snowflakes count milliseconds from this instant (2015-01-01T00:00:00Z).
@@ -18,9 +20,21 @@ ELLIPSIS: Final = "…"
 
 
 def merge_messages(cached: Iterable[Message], incoming: Iterable[Message]) -> list[Message]:
-    """Union of two message lists by id, in id order; on the same id `incoming` wins."""
+    """Union of two message lists by id, in id order; on the same id `incoming` wins.
+
+    Except for the author's server nickname: history fetched over REST carries no `member`,
+    so a nickname seen on the gateway is kept.
+    """
     by_id = {m.id: m for m in cached}
     for m in incoming:
+        old = by_id.get(m.id)
+        if (
+            old is not None
+            and old.author.nick
+            and not m.author.nick
+            and old.author.id == m.author.id
+        ):
+            m = attrs.evolve(m, author=old.author)
         by_id[m.id] = m
     return [by_id[i] for i in sorted(by_id)]
 
@@ -99,8 +113,9 @@ def format_line(message: Message) -> str:
     The text is kept verbatim (newlines included) so the model reads what people wrote.
     """
     parts = [f"[{format_time(message.timestamp, message.id)} UTC] {message.author.display_name}:"]
-    if message.content:
-        parts.append(message.content)
+    text = message.text
+    if text:
+        parts.append(text)
     if message.attachments:
         parts.append("[attachments: " + ", ".join(a.filename for a in message.attachments) + "]")
     return " ".join(parts)
@@ -134,7 +149,7 @@ def assemble_context(
     for message in reversed(messages):
         if len(kept) >= max_messages:
             break
-        if message.id >= trigger_id or not (message.content or message.attachments):
+        if message.id >= trigger_id or not (message.text or message.attachments):
             continue
         line = format_line(message)
         cost = len(line) + (1 if kept else 0)

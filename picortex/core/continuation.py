@@ -7,7 +7,7 @@ harmless to share across channels as keys include the channel)::
     # for each message that passed steps 1-3 (not ignored, trusted, not a command):
     state, outcome = on_message(state, msg, now, trusted, text=strip_mention(...))
     match outcome:
-        case FollowUp(request):  # log `continuation`; generate an answer to request.text
+        case FollowUp(request):  # log `continuation`; no answer: context for the next request
         case Restart(request):   # log `continuation`; cancel the running generation,
                                  # then generate an answer to request.text
         case NotInWindow():      # attention gating (step 5); if it says respond:
@@ -69,8 +69,9 @@ class ContinuationState:
     """All open windows, by (channel, author).
 
     A trigger opens a window until `now + seconds`; each follow-up from the same trusted
-    author in the same channel joins the request and resets the deadline. A request is
-    answered once: a follow-up during generation restarts it with the merged request.
+    author in the same channel resets the deadline. A request is answered once: a follow-up
+    during generation restarts it with the merged request; one after the answer was posted
+    is context for the next request, never a new answer (SPEC 5 step 4).
     """
 
     seconds: float
@@ -86,7 +87,10 @@ class NewTrigger:
 
 @attrs.frozen
 class FollowUp:
-    """A follow-up after the answer was posted: answer the merged `request.text` again."""
+    """A follow-up after the answer was posted: context for the next request, not answered.
+
+    `request` is the answered one, with this message joined, for the log and the status.
+    """
 
     request: Request
 
@@ -178,6 +182,16 @@ def on_message(
     if msg.id in window.request.message_ids:
         return state, NotInWindow("already part of the request")
     old = window.request
+    if not window.generating:
+        # The answer is posted: the request is closed; the window only stays open (and
+        # resets), so the lines that follow are context rather than new requests.
+        joined = attrs.evolve(
+            old,
+            message_ids=(*old.message_ids, msg.id),
+            texts=(*old.texts, msg.content if text is None else text),
+        )
+        state = _with(state, ContinuationWindow(joined, now + state.seconds, generating=False))
+        return state, FollowUp(joined)
     request = attrs.evolve(
         old,
         message_ids=(*old.message_ids, msg.id),
@@ -185,8 +199,7 @@ def on_message(
         generation=old.generation + 1,
     )
     state = _with(state, ContinuationWindow(request, now + state.seconds, generating=True))
-    outcome: Outcome = Restart(request) if window.generating else FollowUp(request)
-    return state, outcome
+    return state, Restart(request)
 
 
 def on_trigger(

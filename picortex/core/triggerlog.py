@@ -61,7 +61,7 @@ def entry_from_message(
         guild_id=msg.guild_id,
         author_id=msg.author.id,
         author_name=msg.author.username,
-        content=msg.content,
+        content=msg.text,
         timestamp=msg.timestamp,
         trusted=trusted,
         command=command,

@@ -68,12 +68,14 @@ def may_run(command: str, tier: Tier | None) -> bool:
 def should_ignore(message: Message, bot_user_id: Snowflake | None) -> str | None:
     """Why `message` is ignored before any other step (SPEC 5 step 1), or None to go on.
 
-    Reasons: `own message`, `bot author`, `webhook`, `system message`.
+    Reasons: `own message`, `bot author`, `Discord system user`, `webhook`, `system message`.
     """
     if bot_user_id is not None and message.author.id == bot_user_id:
         return "own message"
     if message.author.bot:
         return "bot author"
+    if message.author.system:
+        return "Discord system user"
     if message.webhook_id is not None:
         return "webhook"
     if message.type not in _PERSON_MESSAGE_TYPES:

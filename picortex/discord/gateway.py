@@ -10,6 +10,7 @@ import contextlib
 import logging
 import math
 import random
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -32,6 +33,7 @@ from picortex.discord.protocol import (
     Dispatch,
     Fatal,
     GatewayProtocol,
+    GatewayState,
     GatewayStatus,
     GatewayTimings,
     Notify,
@@ -92,6 +94,22 @@ READ_PAUSE: Final = 0.001
 # Frames in a row arriving within READ_PAUSE of the reader waiting for them that make a burst:
 # a steady stream, not the few frames of a connect or a lone conversation.
 BURST_FRAMES: Final = 32
+# How often the session's seq is persisted while connected (and at READY/RESUMED, and when
+# we stop): never per frame. A restart resumes from at most this far back, which only means
+# a few more replayed events, each dropped as already handled.
+SESSION_SAVE_SECONDS: Final = 1.0
+
+
+class SessionStore(Protocol):
+    """Where the gateway session is kept across processes (the store, in the app)."""
+
+    def gateway_session(self, shard: tuple[int, int]) -> tuple[str, str, int] | None: ...
+
+    def save_gateway_session(
+        self, shard: tuple[int, int], session_id: str, url: str, seq: int, at: float
+    ) -> None: ...
+
+    def clear_gateway_session(self, shard: tuple[int, int]) -> None: ...
 
 
 class GatewayBotSource(Protocol):
@@ -183,6 +201,8 @@ class GatewayActor:
         connect_timeout: float = CONNECT_TIMEOUT,
         send_timeout: float = SEND_TIMEOUT,
         close_timeout: float = CLOSE_TIMEOUT,
+        sessions: SessionStore | None = None,
+        safe_seq: Callable[[], int | None] | None = None,
     ) -> None:
         shard_id, shard_count = shard
         if not 0 <= shard_id < shard_count:
@@ -205,6 +225,71 @@ class GatewayActor:
         self._task_status: trio.TaskStatus[None] | None = None
         self._conn: _Connection | None = None
         self.dispatched = 0
+        self._sessions = sessions
+        # The seq below which every dispatch is handled for good (None: the live seq).
+        self._safe_seq = safe_seq
+        self._saved: tuple[str, str, int] | None = None
+        self._restored = False
+
+    @property
+    def seq(self) -> int | None:
+        """The last sequence number received (that of the dispatch being handed on)."""
+        return self._proto.seq
+
+    def _restore_session(self) -> None:
+        """Once per process: take up the session a previous process left resumable."""
+        if self._restored or self._sessions is None:
+            return
+        self._restored = True
+        try:
+            saved = self._sessions.gateway_session(self._proto.shard)
+        except Exception:
+            log.exception("could not read the persisted gateway session")
+            return
+        if saved is None:
+            return
+        session_id, url, seq = saved
+        self._proto.restore_session(session_id, url, seq)
+        self._saved = saved
+        self._events.emit("gateway", action="session_restored", session_id=session_id, seq=seq)
+
+    def save_session(self, *, ready: bool = False) -> None:
+        """Persist (session_id, resume URL, safe seq) when it changed; cheap when it did not.
+
+        The seq saved is the router's safe one: a RESUME from it replays every message not
+        yet handled for good. At READY nothing came before it in the new session, so its own
+        seq is safe.
+        """
+        proto = self._proto
+        if self._sessions is None or proto.session_id is None or not proto.resume_gateway_url:
+            return
+        if proto.state is not GatewayState.READY or proto.seq is None:
+            return
+        seq = proto.seq
+        if self._safe_seq is not None and not ready:
+            safe = self._safe_seq()
+            if safe is None:
+                return  # nothing routed in this session yet: the last save stands
+            seq = max(0, min(seq, safe))
+        record = (proto.session_id, proto.resume_gateway_url, seq)
+        if record == self._saved:
+            return
+        try:
+            self._sessions.save_gateway_session(proto.shard, *record, time.time())
+        except Exception:
+            log.exception("could not persist the gateway session")
+            return
+        self._saved = record
+
+    def _forget_saved_session(self) -> None:
+        if self._sessions is None or self._saved is None:
+            return
+        try:
+            self._sessions.clear_gateway_session(self._proto.shard)
+        except Exception:
+            log.exception("could not clear the persisted gateway session")
+            return
+        self._saved = None
 
     @property
     def compression(self) -> Compression | None:
@@ -237,6 +322,7 @@ class GatewayActor:
         """
         self._task_status = task_status
         proto = self._proto
+        self._restore_session()
         fetched = False
         while True:
             if not fetched or not proto.will_resume:
@@ -365,7 +451,9 @@ class GatewayActor:
         proto = self._proto
         now = trio.current_time()
         if _only_cancelled(exc):
+            # Closing with 1000 ends the session on Discord's side: nothing left to resume.
             await self._close_shielded(conn, proto.shutdown())
+            self._forget_saved_session()
         else:
             # Keep the session resumable for the actor's next run.
             await self._close_shielded(conn, proto.transport_error(f"actor failed: {exc!r}", now))
@@ -379,6 +467,8 @@ class GatewayActor:
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._heartbeat_loop, conn)
+                if self._sessions is not None:
+                    nursery.start_soon(self._save_loop)
                 await self._read_loop(conn)
                 nursery.cancel_scope.cancel()
         except BaseExceptionGroup as group:
@@ -465,6 +555,11 @@ class GatewayActor:
             await self._perform(conn, actions)
             self._reschedule()
 
+    async def _save_loop(self) -> None:
+        while True:
+            await trio.sleep(SESSION_SAVE_SECONDS)
+            self.save_session()
+
     async def _heartbeat_loop(self, conn: _Connection) -> None:
         proto = self._proto
         while True:
@@ -500,6 +595,10 @@ class GatewayActor:
                 self._dispatch_failed(action.name)
         elif isinstance(action, Notify):
             self._events.emit("gateway", action=action.action, **action.fields)
+            if action.action == "ready":
+                self.save_session(ready=True)
+            elif action.action == "invalid_session" and not action.fields.get("resumable"):
+                self._forget_saved_session()
             if action.action in ("ready", "resumed") and self._task_status is not None:
                 status, self._task_status = self._task_status, None
                 status.started()

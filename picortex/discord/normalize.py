@@ -14,13 +14,17 @@ from picortex.types import (
     Attachment,
     Channel,
     ChannelCreate,
+    ChannelDelete,
     Event,
     GuildCreate,
     Message,
     MessageDelete,
+    MessageDeleteBulk,
     MessageReference,
+    MessageSnapshot,
     MessageUpdate,
     NormalizeError,
+    Poll,
     ReactionEvent,
     Ready,
     Snowflake,
@@ -36,11 +40,11 @@ _EXCERPT.maxother = 60
 _EXCERPT.maxdict = 6
 _EXCERPT.maxlist = 4
 _EXCERPT.maxlevel = 2
-# Users met recently, by (id, username, global_name, bot) as sent: a User is immutable, so one
-# object serves every message of its author. Cleared when full, which bounds the memory a flood
-# of distinct authors can take; a few thousand covers the active people of a busy bot.
+# Users met recently, by (id, username, global_name, bot, nick, system) as sent: a User is
+# immutable, so one object serves every message of its author. Cleared when full, which bounds
+# the memory a flood of distinct authors can take; a few thousand covers a busy bot's people.
 USER_CACHE_MAX: Final = 4096
-_users: dict[tuple[str, str, str | None, bool], User] = {}
+_users: dict[tuple[str, str, str | None, bool, str | None, bool], User] = {}
 # Channel and guild ids as sent, and their numbers: the same few hundred come back all the time.
 ID_CACHE_MAX: Final = 4096
 _ids: dict[str, Snowflake] = {}
@@ -91,7 +95,19 @@ def _array(value: object, what: str) -> list[Any]:
     raise _Junk(f"{what} is not an array")
 
 
-def _user(value: object, what: str = "user") -> User:
+def _nick(member: object, what: str) -> str | None:
+    """The server nickname in a (partial) guild member object, if any."""
+    if member is None:
+        return None
+    if type(member) is not dict:
+        raise _Junk(f"{what}.member is not an object")
+    nick = member.get("nick")
+    if nick is None or type(nick) is str:
+        return nick or None
+    raise _Junk(f"{what}.member.nick is not a string")
+
+
+def _user(value: object, what: str = "user", member: object = None) -> User:
     if type(value) is not dict:
         raise _Junk(f"{what} is not an object")
     data: dict[str, Any] = value
@@ -99,19 +115,22 @@ def _user(value: object, what: str = "user") -> User:
     username = data["username"]
     global_name = get("global_name")
     bot = get("bot", False)
+    system = get("system", False)
     user_id = get("id")
+    nick = _nick(member, what)
     # Fast path: the usual exact types, and the same author as before. Exact types only, so
     # a junk value equal to a good one (1.0 or True for an id, 1 for a bot flag) never hits.
     if (
         type(user_id) is str
         and type(username) is str
         and type(bot) is bool
+        and type(system) is bool
         and (global_name is None or type(global_name) is str)
     ):
-        key = (user_id, username, global_name, bot)
+        key = (user_id, username, global_name, bot, nick, system)
         user = _users.get(key)
         if user is None:
-            user = User(_snowflake(user_id, f"{what}.id"), username, global_name, bot)
+            user = User(_snowflake(user_id, f"{what}.id"), username, global_name, bot, nick, system)
             if len(_users) >= USER_CACHE_MAX:
                 _users.clear()
             _users[key] = user
@@ -122,7 +141,64 @@ def _user(value: object, what: str = "user") -> User:
         raise _Junk(f"{what}.global_name is not a string")
     if type(bot) is not bool:
         raise _Junk(f"{what}.bot is not a boolean")
-    return User(_snowflake(data["id"], f"{what}.id"), username, global_name, bot)
+    if type(system) is not bool:
+        raise _Junk(f"{what}.system is not a boolean")
+    return User(_snowflake(data["id"], f"{what}.id"), username, global_name, bot, nick, system)
+
+
+def _mention(value: object) -> User:
+    # Each mentioned user carries its own partial `member` in a guild (with its nickname).
+    member = value.get("member") if type(value) is dict else None
+    return _user(value, "mention", member)
+
+
+def _sticker_names(value: object, what: str) -> tuple[str, ...]:
+    names = []
+    for item in _array(value, what):
+        name = _object(item, what).get("name")
+        names.append(_string(name, f"{what}.name") if name is not None else "sticker")
+    return tuple(names)
+
+
+def _snapshot(value: object) -> MessageSnapshot:
+    data = _object(_object(value, "message_snapshot").get("message"), "message_snapshot.message")
+    get = data.get
+    attachments = get("attachments")
+    stickers = get("sticker_items")
+    return MessageSnapshot(
+        _string(get("content") or "", "message_snapshot.content"),
+        tuple([_attachment(a) for a in _array(attachments, "message_snapshot.attachments")])
+        if attachments
+        else (),
+        _sticker_names(stickers, "message_snapshot.sticker_items") if stickers else (),
+    )
+
+
+def _poll_text(media: object, what: str) -> str:
+    data = _object(media, what)
+    text = data.get("text")
+    if text is not None:
+        return _string(text, f"{what}.text")
+    # Discord: text "should always be non-null, but please do not depend on that".
+    emoji = data.get("emoji")
+    name = _object(emoji, f"{what}.emoji").get("name") if emoji is not None else None
+    return name if type(name) is str else ""
+
+
+def _poll(value: object) -> Poll:
+    data = _object(value, "poll")
+    answers = data.get("answers")
+    return Poll(
+        _poll_text(data["question"], "poll.question"),
+        tuple(
+            [
+                _poll_text(_object(a, "poll.answer").get("poll_media"), "poll.answer.poll_media")
+                for a in _array(answers, "poll.answers")
+            ]
+        )
+        if answers
+        else (),
+    )
 
 
 def _attachment(value: object) -> Attachment:
@@ -142,10 +218,14 @@ def _attachment(value: object) -> Attachment:
 def _reference(value: object) -> MessageReference:
     data = _object(value, "message_reference")
     get = data.get
+    kind = get("type", 0)
+    if type(kind) is not int:
+        raise _Junk("message_reference.type is not an integer")
     return MessageReference(
         _optional_snowflake(get("message_id"), "message_reference.message_id"),
         _optional_snowflake(get("channel_id"), "message_reference.channel_id"),
         _optional_snowflake(get("guild_id"), "message_reference.guild_id"),
+        kind,
     )
 
 
@@ -204,7 +284,10 @@ def _message(value: object, default_guild_id: Snowflake | None = None) -> Messag
     else:
         message_id = _snowflake(message_id, "id")
     channel_id = _known_snowflake(data["channel_id"], "channel_id")
-    author = _user(data["author"], "author")
+    author = _user(data["author"], "author", get("member"))
+    snapshots = get("message_snapshots")
+    poll = get("poll")
+    stickers = get("sticker_items")
     # Positional arguments, in Message's field order: measurably cheaper on this hot path.
     return Message(
         message_id,
@@ -214,7 +297,7 @@ def _message(value: object, default_guild_id: Snowflake | None = None) -> Messag
         timestamp,
         default_guild_id if guild_id is None else _known_snowflake(guild_id, "guild_id"),
         # Most messages mention nobody and attach nothing: skip the loops then.
-        tuple([_user(u, "mention") for u in _array(mentions, "mentions")]) if mentions else (),
+        tuple([_mention(u) for u in _array(mentions, "mentions")]) if mentions else (),
         tuple([_snowflake(r, "mention_roles") for r in _array(mention_roles, "mention_roles")])
         if mention_roles
         else (),
@@ -226,6 +309,9 @@ def _message(value: object, default_guild_id: Snowflake | None = None) -> Messag
         edited,
         kind,
         None if webhook_id is None else _snowflake(webhook_id, "webhook_id"),
+        tuple([_snapshot(m) for m in _array(snapshots, "message_snapshots")]) if snapshots else (),
+        None if poll is None else _poll(poll),
+        _sticker_names(stickers, "sticker_items") if stickers else (),
     )
 
 
@@ -253,6 +339,30 @@ def _message_delete(value: object) -> MessageDelete:
         _snowflake(data["id"], "id"),
         _snowflake(data["channel_id"], "channel_id"),
         _optional_snowflake(data.get("guild_id"), "guild_id"),
+    )
+
+
+def _message_delete_bulk(value: object) -> MessageDeleteBulk:
+    data = _object(value, "payload")
+    return MessageDeleteBulk(
+        tuple([_snowflake(i, "ids") for i in _array(data["ids"], "ids")]),
+        _snowflake(data["channel_id"], "channel_id"),
+        _optional_snowflake(data.get("guild_id"), "guild_id"),
+    )
+
+
+def _channel_delete(value: object) -> ChannelDelete:
+    # THREAD_DELETE sends only id, guild_id, parent_id and type; CHANNEL_DELETE the channel.
+    data = _object(value, "payload")
+    get = data.get
+    kind = data["type"]
+    if type(kind) is not int:
+        raise _Junk("type is not an integer")
+    return ChannelDelete(
+        _snowflake(data["id"], "id"),
+        kind,
+        _optional_snowflake(get("guild_id"), "guild_id"),
+        _optional_snowflake(get("parent_id"), "parent_id"),
     )
 
 
@@ -374,6 +484,9 @@ _NORMALIZERS: Final[dict[str, Callable[[object], Event]]] = {
     "MESSAGE_CREATE": _message,
     "MESSAGE_UPDATE": _message_update,
     "MESSAGE_DELETE": _message_delete,
+    "MESSAGE_DELETE_BULK": _message_delete_bulk,
+    "CHANNEL_DELETE": _channel_delete,
+    "THREAD_DELETE": _channel_delete,
     "MESSAGE_REACTION_ADD": _reaction_add,
     "MESSAGE_REACTION_REMOVE": _reaction_remove,
     "READY": _ready,

@@ -449,6 +449,19 @@ class GatewayProtocol:
         report = self.pacer.update(limit, now)
         return [report] if report is not None else []
 
+    def restore_session(self, session_id: str, resume_gateway_url: str, seq: int) -> None:
+        """Take up a session persisted by an earlier process: the next connection RESUMEs it.
+
+        Discord replays what came after `seq`; if the session is gone it answers op 9 and we
+        IDENTIFY afresh, as for any failed resume.
+        """
+        if not session_id or not resume_gateway_url or seq < 0:
+            return
+        self.session_id = session_id
+        self.resume_gateway_url = resume_gateway_url
+        self.seq = seq
+        self._intent_resume = True
+
     # -- events ----------------------------------------------------------------------------
 
     def connected(self, now: float) -> list[Action]:

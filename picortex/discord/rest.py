@@ -50,9 +50,6 @@ INVALID_WARN_AT: Final = 1_000
 # A 5xx may be a blip on Discord's side; three tries over about 3.5 s rides one out.
 MAX_SERVER_RETRIES: Final = 3
 SERVER_BACKOFF_BASE: Final = 0.5
-# A 429 means the request was not processed, so resending is safe; a route that keeps
-# answering 429 after this many waits is broken and the caller should hear about it.
-MAX_RATE_LIMIT_RETRIES: Final = 5
 # A 429 without a usable retry_after (a proxy or Cloudflare page) still needs a pause.
 DEFAULT_RETRY_AFTER: Final = 5.0
 # Headers that report remaining > 0 but no reset time: assume Discord's usual short window.
@@ -486,11 +483,11 @@ class RestClient:
             scope=scope or None,
             is_global=is_global,
             retry_after=retry_after,
+            attempt=count,
         )
-        if count > MAX_RATE_LIMIT_RETRIES:
-            raise DiscordHTTPError(
-                429, _error_code(data), f"still rate-limited after {count} waits"
-            )
+        # A 429 means the request was not processed, so resending is safe however many come
+        # (SPEC 4: an answer is never dropped for 429s); only the invalid-request guard, which
+        # counts every one of them, stops the wait-and-resend loop.
         await trio.sleep_until(until)
 
     def _raise_for(self, response: Answer, route: str) -> None:

@@ -3,12 +3,17 @@
 JSON in, JSON out; no auth (loopback only). Routes:
 
     GET  /_sim/state                         world summary (ids, names, token)
-    POST /_sim/users {username, bot?}        -> {id}
+    POST /_sim/users {username, bot?, system?, nick?} -> {id}
+    POST /_sim/nick {user_id, nick}          server nickname (null: none)
     POST /_sim/guilds {name}                 -> {id}
     POST /_sim/channels {guild_id, name}     -> {id}
     POST /_sim/dms {user_id}                 -> {id}
     POST /_sim/messages {channel_id, author_id | author, content, mentions?, reply_to?,
-                         attachments?}       -> the message as dispatched
+                         attachments?, poll?, stickers?} -> the message as dispatched
+    POST /_sim/forward {channel_id, author_id | author, source_channel_id, source_message_id}
+                                             -> the forward (message_snapshots) as dispatched
+    POST /_sim/delete-bulk {channel_id, message_ids}   MESSAGE_DELETE_BULK
+    POST /_sim/delete-channel {channel_id}   CHANNEL_DELETE, or THREAD_DELETE for a thread
     GET  /_sim/messages?channel_id=&after=&bot=1&wait=SECONDS
                                              -> messages oldest first; `wait` long-polls
     POST /_sim/edit {channel_id, message_id, content}
@@ -82,7 +87,29 @@ async def _route(
     if key == ("GET", "state"):
         return _state(sim)
     if key == ("POST", "users"):
-        return {"id": str(sim.add_user(str(body["username"]), bot=bool(body.get("bot", False))))}
+        user_id = sim.add_user(
+            str(body["username"]),
+            bot=bool(body.get("bot", False)),
+            system=bool(body.get("system", False)),
+            nick=str(body["nick"]) if body.get("nick") else None,
+        )
+        return {"id": str(user_id)}
+    if key == ("POST", "nick"):
+        sim.set_nick(int(body["user_id"]), str(body["nick"]) if body.get("nick") else None)
+        return None
+    if key == ("POST", "forward"):
+        return sim.forward_message(
+            int(body["channel_id"]),
+            _author(sim, body),
+            int(body["source_channel_id"]),
+            int(body["source_message_id"]),
+        )
+    if key == ("POST", "delete-bulk"):
+        sim.delete_messages_bulk(int(body["channel_id"]), [int(i) for i in body["message_ids"]])
+        return None
+    if key == ("POST", "delete-channel"):
+        sim.delete_channel(int(body["channel_id"]))
+        return None
     if key == ("POST", "guilds"):
         return {"id": str(sim.add_guild(str(body["name"])))}
     if key == ("POST", "channels"):
@@ -97,6 +124,8 @@ async def _route(
             mentions=[int(m) for m in body.get("mentions", [])],
             reply_to=int(body["reply_to"]) if body.get("reply_to") else None,
             attachments=list(body.get("attachments", [])),
+            poll=body.get("poll"),
+            stickers=[str(s) for s in body.get("stickers", [])],
         )
     if key == ("GET", "messages"):
         return await _messages(sim, query)

@@ -179,9 +179,26 @@ class Simulator:
         """The bot's user id."""
         return self.world.bot_user_id
 
-    def add_user(self, username: str, *, bot: bool = False, global_name: str | None = None) -> int:
-        """Create a user (a member of every guild); returns its id."""
-        return self.world.add_user(username, bot=bot, global_name=global_name)
+    def add_user(
+        self,
+        username: str,
+        *,
+        bot: bool = False,
+        global_name: str | None = None,
+        system: bool = False,
+        nick: str | None = None,
+    ) -> int:
+        """Create a user (a member of every guild); returns its id.
+
+        `system`: Discord's official system user; `nick`: a server nickname.
+        """
+        return self.world.add_user(
+            username, bot=bot, global_name=global_name, system=system, nick=nick
+        )
+
+    def set_nick(self, user_id: int, nick: str | None) -> None:
+        """Change a user's server nickname (seen in later messages' `member.nick`)."""
+        self.world.set_nick(user_id, nick)
 
     def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
         """Create a guild with the bot in it (GUILD_CREATE to connected sessions)."""
@@ -229,11 +246,15 @@ class Simulator:
         attachments: Sequence[str | Mapping[str, Any]] = (),
         reply_ping: bool = True,
         embeds: Sequence[Mapping[str, Any]] = (),
+        poll: Mapping[str, Any] | None = None,
+        stickers: Sequence[str] = (),
     ) -> Json:
         """A user posts a message (MESSAGE_CREATE); returns the payload as dispatched.
 
         `<@id>` tokens in `content` mention users as on Discord; `mentions` adds ids on top.
-        A reply mentions the replied-to author unless `reply_ping` is False.
+        A reply mentions the replied-to author unless `reply_ping` is False. `poll` is a poll
+        create request (`{"question": {"text": ...}, "answers": [{"poll_media": {"text":
+        ...}}]}`); `stickers` are sticker names.
         """
         if author_id == self.world.bot_user_id:
             raise SimError("the bot posts through the REST API, not post_user_message")
@@ -246,9 +267,31 @@ class Simulator:
             reply_ping=reply_ping,
             attachments=attachments,
             embeds=embeds,
+            poll=poll,
+            stickers=stickers,
         )
         self._flush()
         return self.world.message_payload(message, gateway=True)
+
+    def forward_message(
+        self, channel_id: int, author_id: int, source_channel_id: int, source_message_id: int
+    ) -> Json:
+        """A user forwards a message (MESSAGE_CREATE with `message_snapshots`)."""
+        message = self.world.forward_message(
+            channel_id, author_id, source_channel_id, source_message_id
+        )
+        self._flush()
+        return self.world.message_payload(message, gateway=True)
+
+    def delete_messages_bulk(self, channel_id: int, message_ids: Sequence[int]) -> None:
+        """A moderator purges messages (MESSAGE_DELETE_BULK)."""
+        self.world.delete_messages_bulk(channel_id, message_ids)
+        self._flush()
+
+    def delete_channel(self, channel_id: int) -> None:
+        """Delete a channel (CHANNEL_DELETE) or a thread (THREAD_DELETE)."""
+        self.world.delete_channel(channel_id)
+        self._flush()
 
     def edit_message(self, channel_id: int, message_id: int, content: str) -> Json:
         """Edit a message's content (MESSAGE_UPDATE); returns the payload as dispatched."""

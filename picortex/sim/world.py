@@ -45,6 +45,12 @@ THREAD_TYPES: Final = frozenset({ANNOUNCEMENT_THREAD, PUBLIC_THREAD, 12})
 MESSAGE_DEFAULT: Final = 0
 MESSAGE_REPLY: Final = 19
 FLAG_HAS_THREAD: Final = 1 << 5
+FLAG_HAS_SNAPSHOT: Final = 1 << 14
+REFERENCE_FORWARD: Final = 1
+# Poll layout DEFAULT, and the sticker format of a plain PNG sticker.
+POLL_LAYOUT_DEFAULT: Final = 1
+STICKER_FORMAT_PNG: Final = 1
+POLL_HOURS_DEFAULT: Final = 24
 # Discord's limit on message content, in characters.
 MAX_CONTENT_CHARS: Final = 2000
 # Default thread auto-archive duration in minutes (a value Discord accepts).
@@ -122,6 +128,8 @@ class SimUser:
     global_name: str | None
     bot: bool
     discriminator: str
+    system: bool = False
+    nick: str | None = None  # the server nickname (every user is in every guild)
 
     def payload(self) -> Json:
         """The user object Discord sends."""
@@ -139,6 +147,8 @@ class SimUser:
         }
         if self.bot:
             out["bot"] = True
+        if self.system:
+            out["system"] = True
         return out
 
 
@@ -165,6 +175,9 @@ class SimMessage:
     flags: int = 0
     position: int | None = None
     thread_id: int | None = None
+    snapshots: list[Json] = attrs.Factory(list)
+    poll: Json | None = None
+    sticker_items: list[Json] = attrs.Factory(list)
 
 
 @attrs.define
@@ -224,12 +237,30 @@ class World:
 
     # ----------------------------------------------------------------- world building
 
-    def add_user(self, username: str, *, bot: bool = False, global_name: str | None = None) -> int:
-        """Create a user (a member of every guild) and return its id."""
+    def add_user(
+        self,
+        username: str,
+        *,
+        bot: bool = False,
+        global_name: str | None = None,
+        system: bool = False,
+        nick: str | None = None,
+    ) -> int:
+        """Create a user (a member of every guild) and return its id.
+
+        `system` makes an Official Discord System user (`system: true`, as Discord's own
+        announcements come from); `nick` is the user's server nickname.
+        """
         user_id = self.snowflakes.next()
         discriminator = f"{user_id % 10000:04d}" if bot else "0"
-        self.users[user_id] = SimUser(user_id, username, global_name, bot, discriminator)
+        self.users[user_id] = SimUser(
+            user_id, username, global_name, bot, discriminator, system=system, nick=nick
+        )
         return user_id
+
+    def set_nick(self, user_id: int, nick: str | None) -> None:
+        """Change a user's server nickname (as shown in every guild's `member.nick`)."""
+        self.user(user_id).nick = nick
 
     def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
         """Create a guild the bot is in; announces it with GUILD_CREATE."""
@@ -360,8 +391,13 @@ class World:
         allowed_mentions: Mapping[str, Any] | None = None,
         nonce: str | int | None = None,
         tts: bool = False,
+        poll: Mapping[str, Any] | None = None,
+        stickers: Sequence[str] = (),
     ) -> SimMessage:
         """Store a new message and announce it with MESSAGE_CREATE.
+
+        `poll` is a poll create request (`question`, `answers`, `duration`, ...), stored as
+        Discord's poll object; `stickers` are sticker names, sent as `sticker_items`.
 
         Mentions are parsed from `<@id>`, `<@&id>`, `@everyone` and `@here` in `content`, as
         Discord does, then filtered by `allowed_mentions`; `mentions` adds user ids on top.
@@ -415,6 +451,11 @@ class World:
             reference=reference,
             nonce=nonce,
             tts=tts,
+            poll=self._poll_object(message_id, poll) if poll is not None else None,
+            sticker_items=[
+                {"id": str(self.snowflakes.next()), "name": name, "format_type": STICKER_FORMAT_PNG}
+                for name in stickers
+            ],
         )
         if channel.is_thread:
             message.position = channel.total_message_sent
@@ -426,6 +467,117 @@ class World:
             self._bot_nonces[str(nonce)] = message_id
         self._dispatch_message("MESSAGE_CREATE", message)
         return message
+
+    def forward_message(
+        self, channel_id: int, author_id: int, source_channel_id: int, source_message_id: int
+    ) -> SimMessage:
+        """`author_id` forwards a message into `channel_id` (MESSAGE_CREATE).
+
+        As Discord does: empty content, a FORWARD `message_reference` to the original, and
+        one `message_snapshots` entry holding the original's minimal fields (no author),
+        taken now and never updated.
+        """
+        channel = self.channel(channel_id)
+        author = self.user(author_id)
+        source = self.message(source_channel_id, source_message_id)
+        if source.poll is not None:
+            raise ApiError(400, 50035, "Invalid Form Body")  # polls cannot be forwarded
+        reference: Json = {
+            "type": REFERENCE_FORWARD,
+            "channel_id": str(source.channel_id),
+            "message_id": str(source.id),
+        }
+        if source.guild_id is not None:
+            reference["guild_id"] = str(source.guild_id)
+        snapshot: Json = {
+            "type": source.type,
+            "content": source.content,
+            "embeds": list(source.embeds),
+            "attachments": list(source.attachments),
+            "timestamp": iso_timestamp(snowflake_ms(source.id)),
+            "edited_timestamp": (
+                iso_timestamp(source.edited_ms) if source.edited_ms is not None else None
+            ),
+            "flags": source.flags,
+            "mentions": [self.user_payload(u) for u in source.mentions],
+            "mention_roles": [str(r) for r in source.mention_roles],
+            "sticker_items": list(source.sticker_items),
+            "components": [],
+        }
+        message_id = self.snowflakes.next()
+        message = SimMessage(
+            id=message_id,
+            channel_id=channel.id,
+            guild_id=channel.guild_id,
+            author_id=author.id,
+            content="",
+            reference=reference,
+            flags=FLAG_HAS_SNAPSHOT,
+            snapshots=[{"message": snapshot}],
+        )
+        channel.messages.append(message)
+        channel.by_id[message_id] = message
+        self._dispatch_message("MESSAGE_CREATE", message)
+        return message
+
+    def delete_messages_bulk(self, channel_id: int, message_ids: Sequence[int]) -> None:
+        """Remove several messages at once and announce MESSAGE_DELETE_BULK."""
+        channel = self.channel(channel_id)
+        for message_id in message_ids:
+            message = self.message(channel_id, message_id)
+            channel.messages.remove(message)
+            del channel.by_id[message_id]
+        data: Json = {"ids": [str(i) for i in message_ids], "channel_id": str(channel_id)}
+        if channel.guild_id is not None:
+            data["guild_id"] = str(channel.guild_id)
+        self.outbox.append(
+            Dispatch("MESSAGE_DELETE_BULK", data, channel.guild_id, INTENT_GUILD_MESSAGES)
+        )
+
+    def delete_channel(self, channel_id: int) -> None:
+        """Delete a guild channel (CHANNEL_DELETE) or thread (THREAD_DELETE, ids only).
+
+        A channel's threads go with it; Discord announces only the channel.
+        """
+        channel = self.channel(channel_id)
+        if channel.guild_id is None:
+            raise ApiError(400, 50003, "Cannot execute action on a DM channel")
+        guild = self.guild(channel.guild_id)
+        if channel.is_thread:
+            data: Json = {
+                "id": str(channel.id),
+                "guild_id": str(channel.guild_id),
+                "parent_id": str(channel.parent_id),
+                "type": channel.type,
+            }
+            self.outbox.append(Dispatch("THREAD_DELETE", data, channel.guild_id, INTENT_GUILDS))
+            guild.thread_ids = [t for t in guild.thread_ids if t != channel.id]
+        else:
+            payload = self.channel_payload(channel)
+            self.outbox.append(Dispatch("CHANNEL_DELETE", payload, channel.guild_id, INTENT_GUILDS))
+            guild.channel_ids = [c for c in guild.channel_ids if c != channel.id]
+            for thread_id in [
+                t for t in guild.thread_ids if self.channels[t].parent_id == channel.id
+            ]:
+                guild.thread_ids.remove(thread_id)
+                del self.channels[thread_id]
+        del self.channels[channel.id]
+
+    def _poll_object(self, message_id: int, request: Mapping[str, Any]) -> Json:
+        """Discord's poll object for a poll create request."""
+        hours = int(request.get("duration", POLL_HOURS_DEFAULT))
+        answers = list(request.get("answers", []))
+        return {
+            "question": {"text": str(request["question"]["text"])},
+            "answers": [
+                {"answer_id": n, "poll_media": dict(a.get("poll_media", {}))}
+                for n, a in enumerate(answers, start=1)
+            ],
+            "expiry": iso_timestamp(snowflake_ms(message_id) + hours * 3_600_000),
+            "allow_multiselect": bool(request.get("allow_multiselect", False)),
+            "layout_type": int(request.get("layout_type", POLL_LAYOUT_DEFAULT)),
+            "results": {"is_finalized": False, "answer_counts": []},
+        }
 
     def bot_message_for_nonce(self, nonce: str | int) -> SimMessage | None:
         """The bot's earlier message sent with `nonce`, if it still exists."""
@@ -563,7 +715,7 @@ class World:
         joined = iso_timestamp(snowflake_ms(user_id))
         out: Json = {
             "roles": [],
-            "nick": None,
+            "nick": self.user(user_id).nick,
             "avatar": None,
             "banner": None,
             "premium_since": None,
@@ -738,7 +890,15 @@ class World:
             out["reactions"] = [
                 self._reaction_payload(emoji, users) for emoji, users in message.reactions.items()
             ]
-        if message.reference is not None:
+        if message.snapshots:
+            out["message_snapshots"] = [dict(s) for s in message.snapshots]
+        if message.poll is not None:
+            out["poll"] = dict(message.poll)
+        if message.sticker_items:
+            out["sticker_items"] = list(message.sticker_items)
+        if message.reference is not None and message.reference.get("type") == REFERENCE_FORWARD:
+            out["message_reference"] = dict(message.reference)
+        elif message.reference is not None:
             out["message_reference"] = dict(message.reference)
             target_id = int(message.reference["message_id"])
             channel = self.channels.get(message.channel_id)

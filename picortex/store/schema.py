@@ -136,7 +136,28 @@ CREATE TRIGGER memory_observations_au AFTER UPDATE ON memory_observations BEGIN
 END;
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY)
+# Never lose a trigger: the gateway session to RESUME after a restart (one row per shard),
+# and the channels the bot handled messages in lately, for catch-up after a new session.
+_V3_RESUME: Final = """
+CREATE TABLE gateway_session (
+    shard_id           INTEGER PRIMARY KEY,
+    shard_count        INTEGER NOT NULL,
+    session_id         TEXT NOT NULL,
+    resume_gateway_url TEXT NOT NULL,
+    seq                INTEGER NOT NULL,
+    updated_at         REAL NOT NULL
+) STRICT;
+
+CREATE TABLE channel_activity (
+    channel_id      INTEGER PRIMARY KEY,
+    guild_id        INTEGER,
+    last_handled_id INTEGER NOT NULL,
+    active_at       REAL NOT NULL
+) STRICT;
+CREATE INDEX channel_activity_active_at ON channel_activity (active_at);
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY, _V3_RESUME)
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final, Self, cast
 
@@ -439,6 +439,25 @@ class Store:
         """Forget a message (deleted on Discord); False when it was not stored."""
         return self._write("DELETE FROM memory_messages WHERE message_id = ?", (message_id,)) > 0
 
+    def forget_messages(self, message_ids: Sequence[int]) -> int:
+        """Forget deleted messages and the observations made of them; returns rows dropped."""
+        dropped = 0
+        with self.transaction():
+            for message_id in message_ids:
+                self._run("DELETE FROM memory_messages WHERE message_id = ?", (message_id,))
+                dropped += self._conn.changes()
+                self._run("DELETE FROM memory_observations WHERE message_id = ?", (message_id,))
+                dropped += self._conn.changes()
+        return dropped
+
+    def forget_channel(self, channel_id: int) -> int:
+        """Forget every stored message and observation of a deleted channel or thread."""
+        with self.transaction():
+            self._run("DELETE FROM memory_messages WHERE channel_id = ?", (channel_id,))
+            dropped = self._conn.changes()
+            self._run("DELETE FROM memory_observations WHERE channel_id = ?", (channel_id,))
+            return dropped + self._conn.changes()
+
     def add_observation(
         self,
         persona: str,
@@ -523,6 +542,76 @@ class Store:
             (message_id, at),
         )
         return changed > 0
+
+    def mark_handled(
+        self, message_ids: Sequence[int], channel_id: int, guild_id: int | None, at: float
+    ) -> None:
+        """Record that the decision on these messages is final (answered, skipped, failed).
+
+        One transaction: the seen ids, and the channel's activity for catch-up after a new
+        gateway session (its newest handled message and when).
+        """
+        if not message_ids:
+            return
+        with self.transaction():
+            for message_id in message_ids:
+                self._run(
+                    "INSERT INTO seen_events (message_id, seen_at) VALUES (?, ?)"
+                    " ON CONFLICT (message_id) DO NOTHING",
+                    (message_id, at),
+                )
+            self._run(
+                "INSERT INTO channel_activity (channel_id, guild_id, last_handled_id, active_at)"
+                " VALUES (?, ?, ?, ?) ON CONFLICT (channel_id) DO UPDATE SET"
+                " last_handled_id = max(last_handled_id, excluded.last_handled_id),"
+                " guild_id = coalesce(excluded.guild_id, guild_id), active_at = excluded.active_at",
+                (channel_id, guild_id, max(message_ids), at),
+            )
+
+    def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
+        """(channel_id, guild_id, last_handled_id) of channels active since `since`, newest
+        first."""
+        rows = self._all(
+            "SELECT channel_id, guild_id, last_handled_id FROM channel_activity"
+            " WHERE active_at >= ? ORDER BY active_at DESC LIMIT ?",
+            (since, limit),
+        )
+        return [(cast(int, c), cast("int | None", g), cast(int, m)) for c, g, m in rows]
+
+    def forget_channel_activity(self, channel_id: int) -> None:
+        """A deleted channel is never caught up."""
+        self._write("DELETE FROM channel_activity WHERE channel_id = ?", (channel_id,))
+
+    # ---- gateway session -----------------------------------------------------------------
+
+    def gateway_session(self, shard: tuple[int, int]) -> tuple[str, str, int] | None:
+        """The persisted (session_id, resume_gateway_url, seq) of a shard, if any."""
+        rows = self._all(
+            "SELECT session_id, resume_gateway_url, seq FROM gateway_session"
+            " WHERE shard_id = ? AND shard_count = ?",
+            shard,
+        )
+        if not rows:
+            return None
+        session_id, url, seq = rows[0]
+        return cast(str, session_id), cast(str, url), cast(int, seq)
+
+    def save_gateway_session(
+        self, shard: tuple[int, int], session_id: str, url: str, seq: int, at: float
+    ) -> None:
+        """Persist the shard's session so a restarted process can RESUME it."""
+        self._write(
+            "INSERT INTO gateway_session (shard_id, shard_count, session_id, resume_gateway_url,"
+            " seq, updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (shard_id) DO UPDATE SET"
+            " shard_count = excluded.shard_count, session_id = excluded.session_id,"
+            " resume_gateway_url = excluded.resume_gateway_url, seq = excluded.seq,"
+            " updated_at = excluded.updated_at",
+            (shard[0], shard[1], session_id, url, seq, at),
+        )
+
+    def clear_gateway_session(self, shard: tuple[int, int]) -> None:
+        """The session ended (a clean shutdown, or Discord invalidated it)."""
+        self._write("DELETE FROM gateway_session WHERE shard_id = ?", (shard[0],))
 
     def is_seen(self, message_id: int) -> bool:
         """Whether the message id was handled before."""

@@ -58,7 +58,7 @@ async def test_each_event_is_one_json_line_with_ts_and_event_first(tmp_path, aut
     assert first == {
         "ts": "2025-06-01T12:00:00.250Z",
         "event": "trigger",
-        "channel_id": 12,
+        "channel_id": "12",
         "reason": "wakeword",
         "content": "hi\nthere",
     }
@@ -329,3 +329,89 @@ def test_sigkill_at_any_moment_leaves_a_readable_log(tmp_path):
         assert data == b"" or data.endswith(b"\n")  # empty: killed right after a rotation
         for raw in data.splitlines():
             orjson.loads(raw)
+
+
+# ---- ids as strings, flood control --------------------------------------------------------
+
+
+async def test_discord_ids_are_written_as_strings(tmp_path, autojump_clock):
+    path = tmp_path / "actions.jsonl"
+    log = ActionLog(path, 1_000_000, clock=lambda: FIXED_NOW)
+    big = 1_380_000_000_000_000_123  # beyond 2**53: a JSON number loses its last digits
+    await run_briefly(
+        log,
+        (
+            "reply",
+            {
+                "message_id": big,
+                "channel_id": 12,
+                "message_ids": [big, 5],
+                "requester": 7,
+                "parts": 2,
+                "nested": {"author_id": 9, "count": 3},
+            },
+        ),
+    )
+    (line,) = read_lines(path)
+    assert line["message_id"] == str(big)
+    assert line["channel_id"] == "12"
+    assert line["message_ids"] == [str(big), "5"]
+    assert line["requester"] == "7"
+    assert line["parts"] == 2  # a count stays a number
+    assert line["nested"] == {"author_id": "9", "count": 3}
+
+
+def test_log_json_prints_old_numeric_ids_as_strings(tmp_path):
+    path = tmp_path / "actions.jsonl"
+    path.write_bytes(
+        b'{"ts":"2025-06-01T12:00:00.000Z","event":"decision","message_id":1380000000000000123}\n'
+        b'{"ts":"2025-06-01T12:00:01.000Z","event":"decision","message_id":"42","n":1}\n'
+    )
+    out, err = io.StringIO(), io.StringIO()
+    assert run_log(path, n=None, follow=False, events=(), as_json=True, out=out, err=err) == 0
+    first, second = (orjson.loads(line) for line in out.getvalue().splitlines())
+    assert first["message_id"] == "1380000000000000123"
+    assert second == {
+        "ts": "2025-06-01T12:00:01.000Z",
+        "event": "decision",
+        "message_id": "42",
+        "n": 1,
+    }
+
+
+async def test_repeated_errors_are_written_a_few_times_then_counted(tmp_path, autojump_clock):
+    now = [FIXED_NOW]
+    path = tmp_path / "actions.jsonl"
+    log = ActionLog(path, 1_000_000, clock=lambda: now[0])
+    async with trio.open_nursery() as nursery:
+        await nursery.start(log.run)
+        for i in range(1000):
+            log.emit("error", scope="normalize", event_name="MESSAGE_CREATE", message="bad id")
+            log.emit("error", scope="normalize", event_name="MESSAGE_CREATE", message="no author")
+            if i == 10:
+                log.emit("trigger", message_id=1)  # other events are never held back
+        await trio.sleep(1)
+        # The window ends: the counts are written even though no new error came.
+        now[0] += 61
+        await trio.sleep(60)
+        lines = read_lines(path)
+        log.emit("error", scope="normalize", event_name="MESSAGE_CREATE", message="bad id")
+        await trio.sleep(1)
+        nursery.cancel_scope.cancel()
+    bad = [e for e in lines if e.get("message") == "bad id"]
+    assert [e.get("repeated") for e in bad] == [None, None, None, 997]
+    assert bad[-1]["scope"] == "normalize" and bad[-1]["event_name"] == "MESSAGE_CREATE"
+    other = [e for e in lines if e.get("message") == "no author"]
+    assert [e.get("repeated") for e in other] == [None, None, None, 997]
+    assert sum(1 for e in lines if e["event"] == "trigger") == 1
+    # A new window writes the error again.
+    final = read_lines(path)
+    assert [e.get("repeated") for e in final if e.get("message") == "bad id"][-1] is None
+    assert len(final) == len(lines) + 1
+
+
+async def test_counted_errors_are_written_at_shutdown(tmp_path, autojump_clock):
+    path = tmp_path / "actions.jsonl"
+    log = ActionLog(path, 1_000_000, clock=lambda: FIXED_NOW)
+    await run_briefly(log, *[("error", {"scope": "router", "message": "queue full"})] * 10)
+    assert [e.get("repeated") for e in read_lines(path)] == [None, None, None, 7]

@@ -86,6 +86,7 @@ class FakeRest:
         *,
         reply_to: int | None = None,
         allowed_mentions: Any = None,
+        nonce: str | None = None,
     ) -> dict[str, Any]:
         self.posts.append((channel_id, content, reply_to))
         return {"id": str(9000 + len(self.posts))}

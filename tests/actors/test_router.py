@@ -32,7 +32,7 @@ async def test_a_replayed_message_is_answered_once(tmp_path: Path) -> None:
         await again.wait_until(lambda: bool(again.replies_to(int(fresh["id"]))))
         assert again.bot.router.replays_dropped == 1
         triggers = [e["message_id"] for e in again.events("trigger")]  # both runs' log
-        assert triggers == [int(payload["id"]), int(fresh["id"])]
+        assert triggers == [payload["id"], fresh["id"]]
 
 
 async def test_an_idle_channel_actor_exits_and_comes_back(

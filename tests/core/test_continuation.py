@@ -74,7 +74,7 @@ def test_follow_up_while_generating_restarts_with_merged_request() -> None:
     assert not is_superseded(state, outcome.request)
 
 
-def test_follow_up_after_the_answer_answers_the_merged_request() -> None:
+def test_follow_up_after_the_answer_is_context_not_a_new_answer() -> None:
     state, request = opened()
     state = on_answered(state, request)
     window = window_for(state, 50, 1, 1.0)
@@ -84,6 +84,16 @@ def test_follow_up_after_the_answer_answers_the_merged_request() -> None:
     assert isinstance(outcome, FollowUp)
     assert outcome.text == "what is the weather\nand tomorrow?"
     assert outcome.parent_id == request.parent_id
+    # Nothing is generating: the answered request is not restarted, nor superseded.
+    window = window_for(state, 50, 1, 4.0)
+    assert window is not None and not window.generating
+    assert window.deadline == 4.0 + SECONDS
+    assert outcome.request.generation == request.generation
+    assert not is_superseded(state, request)
+    # A second line after the answer: still context, still nothing generating.
+    state, again = on_message(state, msg("and the day after?"), 6.0, True)
+    assert isinstance(again, FollowUp)
+    assert not is_superseded(state, request)
 
 
 def test_window_resets_on_each_follow_up() -> None:
@@ -215,8 +225,9 @@ def test_model(steps: list[tuple[str, int, int, float, bool]]) -> None:
             assert isinstance(texts, list)
             texts.append(m.content)
             entry[0] = now + SECONDS
-            entry[2] = True
-            entry[3] = int(entry[3]) + 1  # type: ignore[call-overload]
+            if was_generating:
+                # After the answer, a follow-up is context: nothing generates again.
+                entry[3] = int(entry[3]) + 1  # type: ignore[call-overload]
             assert isinstance(outcome, Restart if was_generating else FollowUp)
             assert outcome.request.texts == tuple(texts)
             assert outcome.request.generation == entry[3]

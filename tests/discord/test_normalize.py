@@ -13,10 +13,12 @@ from picortex.discord.normalize import HANDLED_EVENTS, message_from_payload, nor
 from picortex.types import (
     Attachment,
     ChannelCreate,
+    ChannelDelete,
     ChannelType,
     GuildCreate,
     Message,
     MessageDelete,
+    MessageDeleteBulk,
     MessageReference,
     MessageUpdate,
     NormalizeError,
@@ -473,3 +475,122 @@ def test_thread_update_and_list_sync_keep_threads_known() -> None:
     assert isinstance(sync, ThreadListSync)
     assert sync.threads[0].id == 31 and sync.threads[0].guild_id == 1
     assert isinstance(normalize("THREAD_LIST_SYNC", {"threads": []}), NormalizeError)
+
+
+# ---- what Discord nests in a message; bulk and channel deletes --------------------------------
+
+
+def test_a_forward_carries_its_snapshot_text_and_files_marked_as_forwarded() -> None:
+    payload = guild_message(
+        content="",
+        flags=1 << 14,
+        message_reference={
+            "type": 1,
+            "message_id": "1099999999999999999",
+            "channel_id": "290926798999357999",
+            "guild_id": GUILD,
+        },
+        message_snapshots=[
+            {
+                "message": {
+                    "type": 0,
+                    "content": "the release is on friday",
+                    "embeds": [],
+                    "attachments": [
+                        {"id": "1", "filename": "notes.txt", "size": 3, "url": "https://x"}
+                    ],
+                    "timestamp": "2024-05-01T11:00:00.000000+00:00",
+                    "edited_timestamp": None,
+                    "flags": 0,
+                    "mentions": [],
+                    "mention_roles": [],
+                    "sticker_items": [{"id": "5", "name": "Party", "format_type": 1}],
+                    "components": [],
+                }
+            }
+        ],
+    )
+    msg = normalize("MESSAGE_CREATE", payload)
+    assert isinstance(msg, Message)
+    assert msg.is_forward
+    assert msg.content == ""
+    assert msg.text == (
+        "[forwarded message] the release is on friday [attachments: notes.txt] [sticker: Party]"
+    )
+
+
+def test_poll_question_and_answers_and_sticker_names_are_what_the_message_says() -> None:
+    payload = guild_message(
+        content="vote please",
+        poll={
+            "question": {"text": "Lunch?"},
+            "answers": [
+                {"answer_id": 1, "poll_media": {"text": "pizza"}},
+                {"answer_id": 2, "poll_media": {"emoji": {"id": None, "name": "🍜"}}},
+            ],
+            "expiry": "2024-05-02T12:00:00.000000+00:00",
+            "allow_multiselect": False,
+            "layout_type": 1,
+        },
+        sticker_items=[{"id": "7", "name": "Wave", "format_type": 1}],
+    )
+    msg = normalize("MESSAGE_CREATE", payload)
+    assert isinstance(msg, Message)
+    assert msg.text == "vote please\n[poll] Lunch? (1) pizza (2) 🍜\n[sticker: Wave]"
+    assert msg.content == "vote please"  # commands and mentions read the content alone
+
+
+def test_member_nick_comes_first_in_display_names() -> None:
+    payload = guild_message(member={"roles": [], "nick": "Ally"})
+    payload["mentions"] = [{**BOT, "member": {"roles": [], "nick": "Cortex"}}]
+    msg = normalize("MESSAGE_CREATE", payload)
+    assert isinstance(msg, Message)
+    assert msg.author.display_name == "Ally"
+    assert msg.mentions[0].display_name == "Cortex"
+    plain = normalize("MESSAGE_CREATE", guild_message(member={"roles": [], "nick": None}))
+    assert isinstance(plain, Message)
+    assert plain.author.display_name == "Alice A."
+
+
+def test_the_system_user_is_marked() -> None:
+    system = {"id": "643945264868098049", "username": "Discord", "system": True}
+    msg = normalize("MESSAGE_CREATE", guild_message(author=system))
+    assert isinstance(msg, Message)
+    assert msg.author.system
+    junk = normalize("MESSAGE_CREATE", guild_message(author={**system, "system": "yes"}))
+    assert isinstance(junk, NormalizeError)
+
+
+def test_bulk_thread_and_channel_deletes() -> None:
+    bulk = normalize(
+        "MESSAGE_DELETE_BULK", {"ids": ["11", "12"], "channel_id": CHANNEL, "guild_id": GUILD}
+    )
+    assert bulk == MessageDeleteBulk((11, 12), int(CHANNEL), int(GUILD))
+    thread = normalize(
+        "THREAD_DELETE", {"id": "33", "guild_id": GUILD, "parent_id": CHANNEL, "type": 11}
+    )
+    assert thread == ChannelDelete(33, 11, int(GUILD), int(CHANNEL))
+    channel = normalize(
+        "CHANNEL_DELETE",
+        {"id": CHANNEL, "type": 0, "guild_id": GUILD, "name": "general", "position": 0},
+    )
+    assert channel == ChannelDelete(int(CHANNEL), 0, int(GUILD), None)
+    assert isinstance(
+        normalize("MESSAGE_DELETE_BULK", {"ids": "11", "channel_id": CHANNEL}), NormalizeError
+    )
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"message_snapshots": "x"},
+        {"message_snapshots": [{"message": "x"}]},
+        {"poll": {"question": "x", "answers": []}},
+        {"poll": {"question": {"text": 1}}},
+        {"sticker_items": [{"name": 3}]},
+        {"member": {"nick": 5}},
+        {"message_reference": {"type": "forward"}},
+    ],
+)
+def test_junk_in_nested_fields_is_a_normalize_error(extra: dict[str, Any]) -> None:
+    assert isinstance(normalize("MESSAGE_CREATE", guild_message(**extra)), NormalizeError)

@@ -404,15 +404,32 @@ async def test_429_without_discord_json_pauses_everything(autojump_clock: trio.a
     assert fake.seen[1].at == pytest.approx(4.0)
 
 
-async def test_endless_429_gives_up_after_a_bounded_number_of_waits(
+async def test_a_long_429_streak_is_waited_out_and_the_message_posted_once(
     autojump_clock: trio.abc.Clock,
 ) -> None:
+    # SPEC 4: however many 429s come, the request is resent after each wait; never dropped.
+    streak = 40
+    answers = iter([too_many(2.0, scope="user") for _ in range(streak)])
+    fake = FakeDiscord(lambda request: next(answers, None) or ok({"id": "77"}))
+    async with fake.client() as client:
+        result = await client.create_message(1, "x", nonce="n1")
+    assert result["id"] == "77"
+    assert len(fake.seen) == streak + 1
+    # Each resend waited out the retry_after it was given.
+    assert fake.seen[-1].at == pytest.approx(2.0 * streak)
+    bodies = {r.json["nonce"] for r in fake.seen}
+    assert bodies == {"n1"}
+
+
+async def test_endless_429_stops_only_at_the_invalid_request_guard(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rest, "INVALID_REFUSE_AT", 50)
     fake = FakeDiscord(lambda request: too_many(1.0, scope="user"))
     async with fake.client() as client:
-        with pytest.raises(DiscordHTTPError) as caught:
+        with pytest.raises(InvalidRequestGuardError):
             await client.create_message(1, "x")
-    assert caught.value.status == 429
-    assert len(fake.seen) == rest.MAX_RATE_LIMIT_RETRIES + 1
+    assert len(fake.seen) == 50
 
 
 # ---- 5xx and 4xx ----------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import trio
 
 from picortex.app import Bot
 from picortex.config import load_settings
+from picortex.core.jsonids import is_id_key
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, Simulator
 
@@ -46,7 +47,11 @@ class Running:
         return [r for r in rows if event is None or r["event"] == event]
 
     async def wait_event(self, event: str, count: int = 1, **match: object) -> list[dict[str, Any]]:
-        """Wait until `count` events of a type (with matching fields) are in the log."""
+        """Wait until `count` events of a type (with matching fields) are in the log.
+
+        Ids may be given as numbers: the log writes them as strings (SPEC 11).
+        """
+        match = {k: str(v) if type(v) is int and is_id_key(k) else v for k, v in match.items()}
         with trio.fail_after(WAIT_SECONDS):
             while True:
                 found = [

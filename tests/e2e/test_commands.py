@@ -36,7 +36,7 @@ async def test_a_command_needs_a_mention_in_a_guild_but_not_in_a_dm(tmp_path: Pa
         assert "Commands (start with `!s `)" in await _reply(run, direct)
         assert run.sim.bot_messages(w.general_id) == []
         assert run.sim.model.calls == []
-        assert [e["message_id"] for e in run.events("command")] == [int(direct["id"])]
+        assert [e["message_id"] for e in run.events("command")] == [direct["id"]]
 
 
 async def test_config_set_persists_and_shows_in_the_cli(tmp_path: Path) -> None:
@@ -51,11 +51,11 @@ async def test_config_set_persists_and_shows_in_the_cli(tmp_path: Path) -> None:
         got = run.say(w.general_id, w.alice_id, f"{run.mention()} !PC config get wakeword")
         await run.sim.wait_bot_messages(2, dm)
         assert run.sim.bot_messages(dm)[1]["content"] == "`wakeword` = `!pc`"
-        assert run.events("command")[-1]["message_id"] == int(got["id"])
+        assert run.events("command")[-1]["message_id"] == got["id"]
         bad = run.say(w.general_id, w.alice_id, f"{run.mention()} !pc config set wakeword a b c")
         await run.sim.wait_bot_messages(3, dm)
         assert "Could not set `wakeword`" in run.sim.bot_messages(dm)[2]["content"]
-        assert run.events("command")[-1]["message_id"] == int(bad["id"])
+        assert run.events("command")[-1]["message_id"] == bad["id"]
         assert run.events("command")[-1]["result"] == "error"
         shown = await run.cli("config", "get", "wakeword")
         assert shown.returncode == 0, shown.stderr

@@ -15,26 +15,32 @@ def _prompt(run: Running, index: int) -> str:
     return str(run.sim.model.calls[index].messages)
 
 
-async def test_follow_up_joins_without_a_mention(tmp_path: Path) -> None:
+async def test_follow_up_after_the_answer_is_context_not_a_new_answer(tmp_path: Path) -> None:
+    # SPEC 5.4: one mention and four plain lines after its answer make one answer, not five.
     async with running_bot(tmp_path, toml="continuation_seconds = 5\n") as run:
         w = run.world
         first = run.say(w.general_id, w.alice_id, f"{run.mention()} what is a mailbox")
         await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
-        follow = run.say(w.general_id, w.alice_id, "in an actor system?")
-        cont = await run.wait_event("continuation")
-        assert cont[0]["message_id"] == int(follow["id"])
-        assert cont[0]["parent_id"] == int(first["id"])
-        assert cont[0]["restart"] is False
-        await run.sim.wait_bot_messages(2, w.general_id)
-        # One more answer, to the merged request, replying to the follow-up.
+        follows = []
+        for n, text in enumerate(("in an actor system?", "say", "more", "please"), start=1):
+            follows.append(run.say(w.general_id, w.alice_id, text))
+            await run.wait_event("continuation", count=n)
+            await trio.sleep(0.2)
+        cont = run.events("continuation")
+        assert [c["message_id"] for c in cont] == [f["id"] for f in follows]
+        assert {c["parent_id"] for c in cont} == {first["id"]}
+        assert all(c["restart"] is False for c in cont)
+        for follow in follows:
+            (decision,) = [d for d in run.events("decision") if d["message_id"] == follow["id"]]
+            assert decision["outcome"] == "context"
+        assert len(run.sim.model.calls) == 1
+        assert len(run.sim.bot_messages(w.general_id)) == 1
+        # A mention after the answer is a new request, answered with that context.
+        again = run.say(w.general_id, w.alice_id, f"{run.mention()} so which one?")
+        await run.wait_until(lambda: bool(run.replies_to(int(again["id"]))))
         assert len(run.sim.model.calls) == 2
-        assert "what is a mailbox" in _prompt(run, 1)
         assert "in an actor system?" in _prompt(run, 1)
-        second = run.sim.bot_messages(w.general_id)[1]
-        assert "in an actor system?" in second["content"]
-        assert second["message_reference"]["message_id"] == follow["id"]
-        assert len(run.events("continuation")) == 1
-        assert len(run.events("trigger")) == 1
+        assert len(run.events("trigger")) == 2
 
 
 async def test_follow_up_during_generation_restarts_it_and_is_answered_once(
@@ -79,13 +85,13 @@ async def test_window_resets_on_each_follow_up(tmp_path: Path) -> None:
         # After a silence longer than the window, a plain message is not a follow-up.
         await trio.sleep(window * 1.5)
         late = run.say(w.general_id, w.alice_id, "five")
-        decision = await run.wait_event("decision", message_id=int(late["id"]))
+        decision = await run.wait_event("decision", message_id=late["id"])
         assert decision[0]["outcome"] == "skip"
         assert len(run.events("continuation")) == 3
         assert len(run.events("trigger")) == 1
-        merged = _prompt(run, len(run.sim.model.calls) - 1)
-        assert all(word in merged for word in ("one", "two", "three", "four"))
-        assert "five" not in merged
+        # The answer to "one" was posted before "two": the rest were context, not requests.
+        assert len(run.sim.model.calls) == 1
+        assert len(run.sim.bot_messages(w.general_id)) == 1
 
 
 async def test_another_authors_message_is_not_a_follow_up(tmp_path: Path) -> None:
@@ -95,13 +101,13 @@ async def test_another_authors_message_is_not_a_follow_up(tmp_path: Path) -> Non
         first = run.say(w.general_id, w.alice_id, f"{run.mention()} question one")
         await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
         other = run.say(w.general_id, w.bob_id, "unrelated chatter")
-        decision = await run.wait_event("decision", message_id=int(other["id"]))
+        decision = await run.wait_event("decision", message_id=other["id"])
         assert decision[0]["outcome"] == "skip"
         assert run.events("continuation") == []
         assert len(run.sim.model.calls) == 1
         # Nor does alice's window cover another channel.
         elsewhere = run.say(w.random_id, w.alice_id, "and here?")
-        decision = await run.wait_event("decision", message_id=int(elsewhere["id"]))
+        decision = await run.wait_event("decision", message_id=elsewhere["id"])
         assert decision[0]["outcome"] == "skip"
         assert run.events("continuation") == []
 
@@ -116,7 +122,7 @@ async def test_untrusted_follow_up_is_ignored(tmp_path: Path) -> None:
         run.say(w.general_id, w.alice_id, f"{run.mention()} !s whitelist remove <@{w.bob_id}>")
         await run.wait_event("command")
         follow = run.say(w.general_id, w.bob_id, "and one more thing")
-        decision = await run.wait_event("decision", message_id=int(follow["id"]))
+        decision = await run.wait_event("decision", message_id=follow["id"])
         assert decision[0]["outcome"] == "ignore"
         assert run.events("continuation") == []
         assert len(run.sim.model.calls) == 1

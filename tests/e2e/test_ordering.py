@@ -42,7 +42,7 @@ async def test_one_channel_is_answered_in_arrival_order(tmp_path: Path) -> None:
         assert [f"question {n}" in p for n, p in enumerate(prompts)] == [True] * 6
         # No decision waited for an answer: every question was asked before the first reply.
         assert run.sim.model.calls[5].at < posts_at(run, w.general_id)[0]
-        assert [e["message_id"] for e in run.events("trigger")] == [int(m["id"]) for m in sent]
+        assert [e["message_id"] for e in run.events("trigger")] == [m["id"] for m in sent]
 
 
 async def test_a_slow_answer_does_not_delay_another_channel(tmp_path: Path) -> None:

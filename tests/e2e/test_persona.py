@@ -322,11 +322,11 @@ async def test_follow_up_is_answered_in_the_same_thread(tmp_path: Path) -> None:
         follow = run.say(w.general_id, w.alice_id, "and the insomnia started last week")
         with trio.fail_after(WAIT):
             done = await run.wait_event("persona.responded", count=2)
-        assert run.events("continuation")[0]["message_id"] == int(follow["id"])
+        assert run.events("continuation")[0]["message_id"] == follow["id"]
         # A follow-up's own match is an observation too.
         assert ("sleep", int(follow["id"]), "insomnia") in observations(run, "insomnia")
         assert len(run.sim.threads()) == 1
-        assert done[1]["thread_id"] == int(first["id"])
+        assert done[1]["thread_id"] == first["id"]
         assert len(run.sim.bot_messages(int(first["id"]))) == 2
         assert run.sim.bot_messages(w.general_id) == []
 
@@ -343,7 +343,7 @@ async def test_thread_already_started_by_someone_is_reused(tmp_path: Path) -> No
         with trio.fail_after(WAIT):
             done = await run.wait_event("persona.responded")
         assert len(run.sim.threads()) == 1
-        assert done[0]["thread_id"] == int(sent["id"])
+        assert done[0]["thread_id"] == sent["id"]
         assert len(run.sim.bot_messages(int(sent["id"]))) == 1
 
 

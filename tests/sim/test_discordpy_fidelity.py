@@ -62,11 +62,43 @@ async def on_message(message):
         channel=message.channel.id,
         guild=message.guild.id if message.guild else None,
         author=message.author.name,
+        display_name=message.author.display_name,
+        system=message.author.system,
         mentions=[u.id for u in message.mentions],
+        forward=message.reference.type.name if message.reference else None,
+        snapshots=[
+            {"content": s.content, "files": [a.filename for a in s.attachments]}
+            for s in message.message_snapshots
+        ],
+        poll=(
+            {
+                "question": message.poll.question,
+                "answers": [a.text for a in message.poll.answers],
+            }
+            if message.poll
+            else None
+        ),
+        stickers=[s.name for s in message.stickers],
+        files=[a.filename for a in message.attachments],
     )
     if "echo" in message.content:
         await message.reply("echo: " + message.content, mention_author=False)
         await message.add_reaction("\N{THUMBS UP SIGN}")
+
+
+@client.event
+async def on_raw_bulk_message_delete(payload):
+    emit(event="bulk_delete", ids=sorted(payload.message_ids), channel=payload.channel_id)
+
+
+@client.event
+async def on_guild_channel_delete(channel):
+    emit(event="channel_delete", id=channel.id)
+
+
+@client.event
+async def on_raw_thread_delete(payload):
+    emit(event="thread_delete", id=payload.thread_id, parent=payload.parent_id)
 
 
 client.run(sys.argv[2], log_handler=logging.StreamHandler(sys.stderr), log_level=logging.WARNING)
@@ -179,3 +211,62 @@ async def _conversation(sim: Simulator, world: DefaultWorld, events: _Events) ->
     stats = sim.gateway_stats
     assert (stats.identifies, stats.resumes) == (1, 2)
     assert stats.resume_url_connections == 2
+
+    await _nested_shapes(sim, world, events)
+
+
+async def _nested_shapes(sim: Simulator, world: DefaultWorld, events: _Events) -> None:
+    """Forwards, polls, stickers, nicknames, the system user and the delete events."""
+    sim.set_nick(world.alice_id, "Ally")
+    original = sim.post_user_message(
+        world.general_id, world.alice_id, "the plan is ready", attachments=["plan.pdf"]
+    )
+    seen = await events.next("message")
+    assert seen["id"] == int(original["id"])
+    assert seen["display_name"] == "Ally"
+    assert seen["files"] == ["plan.pdf"]
+
+    forward = sim.forward_message(
+        world.random_id, world.bob_id, world.general_id, int(original["id"])
+    )
+    seen = await events.next("message")
+    assert seen["id"] == int(forward["id"])
+    assert seen["content"] == ""
+    assert seen["forward"] == "forward"
+    assert seen["snapshots"] == [{"content": "the plan is ready", "files": ["plan.pdf"]}]
+
+    poll = sim.post_user_message(
+        world.general_id,
+        world.bob_id,
+        "",
+        poll={
+            "question": {"text": "Lunch?"},
+            "answers": [{"poll_media": {"text": "pizza"}}, {"poll_media": {"text": "soup"}}],
+        },
+    )
+    seen = await events.next("message")
+    assert seen["id"] == int(poll["id"])
+    assert seen["poll"] == {"question": "Lunch?", "answers": ["pizza", "soup"]}
+
+    sticker = sim.post_user_message(world.general_id, world.bob_id, "", stickers=["Wave"])
+    seen = await events.next("message")
+    assert seen["id"] == int(sticker["id"])
+    assert seen["stickers"] == ["Wave"]
+
+    system = sim.add_user("Discord", system=True)
+    # In a DM: discord.py keeps `system` on a User, but drops it when it builds a Member.
+    sim.post_user_message(sim.open_dm(system), system, "official notice")
+    seen = await events.next("message")
+    assert seen["system"] is True
+
+    purged = [int(poll["id"]), int(sticker["id"])]
+    sim.delete_messages_bulk(world.general_id, purged)
+    bulk = await events.next("bulk_delete")
+    assert bulk == {"event": "bulk_delete", "ids": sorted(purged), "channel": world.general_id}
+
+    thread = sim.world.start_thread(world.general_id, "side talk", owner_id=world.alice_id)
+    sim.delete_channel(thread.id)
+    gone = await events.next("thread_delete")
+    assert (gone["id"], gone["parent"]) == (thread.id, world.general_id)
+    sim.delete_channel(world.random_id)
+    assert (await events.next("channel_delete"))["id"] == world.random_id

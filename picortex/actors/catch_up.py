@@ -1,0 +1,127 @@
+"""Catch-up after a fresh IDENTIFY (SPEC 4): Discord replays nothing to a new session.
+
+For the channels the bot handled messages in lately, fetch the history of the last
+`catch_up_seconds` (at the REST client's pace and the cache's per-channel fetch cooldown) and
+hand each trusted message never handled to its channel's mailbox, oldest first, with a
+`catch-up` event: the normal pipeline decides it. The handled marks make it exactly once: a
+message already handled, or in hand, is skipped; one older than the window never runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
+
+from picortex.actors.pipeline import Pipeline, failure_text
+from picortex.core.trust import should_ignore
+from picortex.discord.normalize import message_from_payload
+from picortex.types import Message, Snowflake
+
+logger = logging.getLogger(__name__)
+
+# Channels with a handled message in this long are looked at; older ones were quiet anyway.
+ACTIVE_CHANNELS_SECONDS: Final = 24 * 3600.0
+# At most this many channels, the most recently active first: a bounded burst of fetches.
+ACTIVE_CHANNELS_MAX: Final = 50
+# Pages of 100 messages read per channel at most: a window's worth in a busy channel.
+PAGES_MAX: Final = 5
+PAGE: Final = 100
+DISCORD_EPOCH_MS: Final = 1_420_070_400_000
+
+
+def snowflake_at(unix_seconds: float) -> Snowflake:
+    """The smallest snowflake Discord could have made at `unix_seconds`."""
+    return max(0, int(unix_seconds * 1000) - DISCORD_EPOCH_MS) << 22
+
+
+def snowflake_seconds(snowflake: Snowflake) -> float:
+    """When Discord made `snowflake`, in Unix seconds."""
+    return ((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000.0
+
+
+class Deliver(Protocol):
+    """The router's hand-over of a caught-up message; False when in hand or handled."""
+
+    def __call__(self, message: Message) -> Awaitable[bool]: ...
+
+
+async def catch_up(
+    pipe: Pipeline, deliver: Deliver, *, wall_clock: Callable[[], float] = time.time
+) -> int:
+    """Find and run the missed trusted messages of the window; returns how many were run."""
+    window = pipe.settings().catch_up_seconds
+    if window <= 0:
+        return 0
+    started = wall_clock()
+    try:
+        channels = pipe.store.active_channels(
+            started - ACTIVE_CHANNELS_SECONDS, ACTIVE_CHANNELS_MAX
+        )
+    except Exception:
+        logger.exception("catch-up: recent channels unavailable")
+        return 0
+    # From the start of the window, not after the newest handled message: one caught
+    # mid-answer by a kill may be older than messages handled after it.
+    floor = snowflake_at(started - window)
+    ran = 0
+    for channel_id, guild_id, _last_handled in channels:
+        try:
+            messages = await _fetch(pipe, channel_id, guild_id, floor)
+        except Exception as exc:
+            pipe.events.emit(
+                "error",
+                scope="catch-up",
+                channel_id=channel_id,
+                message=f"history not fetched: {failure_text(exc)[0]}",
+            )
+            continue
+        for message in messages:
+            age = wall_clock() - snowflake_seconds(message.id)
+            if age > window or not _trusted(pipe, message):
+                continue
+            pipe.events.emit(
+                "catch-up",
+                message_id=message.id,
+                channel_id=message.channel_id,
+                guild_id=message.guild_id,
+                author_id=message.author.id,
+                age_seconds=round(age, 1),
+            )
+            if await deliver(message):
+                ran += 1
+    return ran
+
+
+async def _fetch(
+    pipe: Pipeline, channel_id: Snowflake, guild_id: Snowflake | None, floor: Snowflake
+) -> list[Message]:
+    """The channel's messages after `floor`, oldest first (not already handled or in hand)."""
+    found: dict[Snowflake, Message] = {}
+    after = floor
+    for _ in range(PAGES_MAX):
+        await pipe.cache.fetch_turn(channel_id)
+        page = await pipe.rest.get_channel_messages(channel_id, after=after, limit=PAGE)
+        for payload in page:
+            message = message_from_payload(payload, guild_id=guild_id)
+            if isinstance(message, Message) and message.channel_id == channel_id:
+                found[message.id] = message
+        if len(page) < PAGE or not found:
+            break
+        after = max(found)
+    return [m for _, m in sorted(found.items()) if not pipe.handled.known(m.id)]
+
+
+def _trusted(pipe: Pipeline, message: Message) -> bool:
+    """A person the bot answers: not a bot or system message, and the owner or on the list."""
+    if should_ignore(message, pipe.bot.user_id) is not None:
+        return False
+    owner = pipe.settings().owner_id
+    if owner is not None and message.author.id == owner:
+        return True
+    try:
+        return pipe.store.get_tier(message.author.id) is not None
+    except Exception:
+        logger.exception("catch-up: trust list unavailable")
+        return False
