@@ -21,6 +21,8 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
+from collections.abc import Callable
 from typing import Any, Final
 
 import httpx
@@ -143,6 +145,8 @@ class Bot:
         self.router.current_seq = lambda: gateway.seq
         self.router.catch_up = self._catch_up
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        # Wall-clock seconds: catch-up compares message times (from their ids) with it.
+        self.wall_clock: Callable[[], float] = time.time
         self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
         self._fatal_event = trio.Event()
@@ -184,7 +188,7 @@ class Bot:
     async def _catch_up(self) -> None:
         """After a fresh IDENTIFY: answer the trusted triggers missed meanwhile (SPEC 4)."""
         try:
-            await catch_up(self.pipe, self.router.deliver_catch_up)
+            await catch_up(self.pipe, self.router.deliver_catch_up, wall_clock=self.wall_clock)
         except Exception as exc:  # a failed catch-up must not take the services down
             logger.exception("catch-up failed")
             self.events.emit("error", scope="catch-up", message=f"catch-up failed: {exc!r}")

@@ -44,7 +44,9 @@ def snowflake_seconds(snowflake: Snowflake) -> float:
 class Deliver(Protocol):
     """The router's hand-over of a caught-up message; False when in hand or handled."""
 
-    def __call__(self, message: Message) -> Awaitable[bool]: ...
+    def __call__(
+        self, message: Message, on_taken: Callable[[], None] | None = None
+    ) -> Awaitable[bool]: ...
 
 
 async def catch_up(
@@ -81,15 +83,18 @@ async def catch_up(
             age = wall_clock() - snowflake_seconds(message.id)
             if age > window or not _trusted(pipe, message):
                 continue
-            pipe.events.emit(
-                "catch-up",
-                message_id=message.id,
-                channel_id=message.channel_id,
-                guild_id=message.guild_id,
-                author_id=message.author.id,
-                age_seconds=round(age, 1),
-            )
-            if await deliver(message):
+
+            def logged(message: Message = message, age: float = age) -> None:
+                pipe.events.emit(
+                    "catch-up",
+                    message_id=message.id,
+                    channel_id=message.channel_id,
+                    guild_id=message.guild_id,
+                    author_id=message.author.id,
+                    age_seconds=round(age, 1),
+                )
+
+            if await deliver(message, logged):
                 ran += 1
     return ran
 

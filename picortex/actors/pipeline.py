@@ -438,15 +438,17 @@ class Pipeline:
 
 
 def reply_nonce(trigger_id: Snowflake | None, command: str | None, index: int) -> dict[str, str]:
-    """The enforced nonce of one part of the reply to `trigger_id` (none without a trigger).
+    """The enforced nonce of one part of the answer to `trigger_id`.
 
     Derived from the trigger, so the same part posted again (a trigger handled again after a
     kill that came between the post and its answered mark) is returned by Discord instead of
-    posted twice. At most 25 characters: a snowflake, a letter and the part number.
+    posted twice. At most 25 characters: a snowflake, a letter and the part number. Command
+    replies keep a random one: a command may post more than once for one message (a poll's
+    question, then its result).
     """
-    if trigger_id is None:
+    if trigger_id is None or command is not None:
         return {}
-    return {"nonce": f"{trigger_id}{'c' if command is not None else 'a'}{index}"[:25]}
+    return {"nonce": f"{trigger_id}a{index}"}
 
 
 def failure_text(exc: BaseException) -> tuple[str, str]:

@@ -202,10 +202,17 @@ class Router:
             except Exception as exc:
                 logger.warning("GET /users/@me failed; the next READY tells who we are: %s", exc)
 
-    async def deliver_catch_up(self, message: Message) -> bool:
-        """Hand a message found by catch-up to its channel, unless in hand or handled already."""
+    async def deliver_catch_up(
+        self, message: Message, on_taken: Callable[[], None] | None = None
+    ) -> bool:
+        """Hand a message found by catch-up to its channel, unless in hand or handled already.
+
+        `on_taken` runs once it is taken, before its channel can decide it (the log's order).
+        """
         if not self._pipe.handled.take(message.id, None):
             return False
+        if on_taken is not None:
+            on_taken()
         self._pipe.cache.on_message(message)
         await self._deliver(message)
         return True

@@ -10,7 +10,7 @@ from typing import Final
 
 _SUFFIXES: Final = ("_id", "_ids")
 # Names that hold a Discord id without saying so.
-_ID_NAMES: Final = frozenset({"id", "requester"})
+_ID_NAMES: Final = frozenset({"id", "requester", "target", "posted"})
 
 
 def is_id_key(key: str) -> bool:

@@ -17,6 +17,7 @@ import attrs
 import pytest
 import trio
 
+from picortex.discord import gateway as gateway_mod
 from picortex.discord.gateway import GatewayActor, ZlibStream, build_gateway_url
 from picortex.discord.protocol import DEFAULT_INTENTS, FATAL_CLOSE_CODES, RESUME_CLOSE_CODE
 from picortex.discord.rest import RestClient
@@ -596,4 +597,108 @@ async def test_startup_outage_is_waited_out_with_backoff(autojump_clock: Any) ->
         assert delays[0] <= 1.0 and max(delays) <= 60.0
         assert delays[-1] > delays[0]
         assert actor.status().session_id is not None
+        nursery.cancel_scope.cancel()
+
+
+# -- the session persisted across processes ----------------------------------------------------
+
+
+class MemorySessions:
+    """A SessionStore in memory: what one process leaves, the next one reads."""
+
+    def __init__(self) -> None:
+        self.saved: dict[tuple[int, int], tuple[str, str, int]] = {}
+        self.writes = 0
+
+    def gateway_session(self, shard: tuple[int, int]) -> tuple[str, str, int] | None:
+        return self.saved.get(shard)
+
+    def save_gateway_session(
+        self, shard: tuple[int, int], session_id: str, url: str, seq: int, at: float
+    ) -> None:
+        self.writes += 1
+        self.saved[shard] = (session_id, url, seq)
+
+    def clear_gateway_session(self, shard: tuple[int, int]) -> None:
+        self.saved.pop(shard, None)
+
+
+async def test_a_new_process_resumes_the_persisted_session_and_gets_the_replay(
+    autojump_clock: Any,
+) -> None:
+    sim = Simulator()
+    sessions = MemorySessions()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.serve)
+        world = sim.add_default_world()
+        first: list[tuple[str, Any]] = []
+        handled_up_to: list[int | None] = [None]
+        actor = GatewayActor(
+            TOKEN,
+            SimRest(sim),
+            RecordingSink(),
+            lambda n, d: first.append((n, d)),
+            sessions=sessions,
+            safe_seq=lambda: handled_up_to[0],
+        )
+        killed = trio.CancelScope()
+        nursery.start_soon(_run_in, actor, killed)
+        await wait_until(lambda: any(n == "READY" for n, _ in first))
+        session_id = actor.status().session_id
+        assert sessions.saved[(0, 1)][0] == session_id  # saved at READY
+        sim.post_user_message(world.general_id, world.alice_id, "handled before the kill")
+        await wait_until(lambda: first[-1][1].get("content") == "handled before the kill")
+        handled_up_to[0] = actor.seq  # the pipeline finished it
+        await trio.sleep(5 * gateway_mod.SESSION_SAVE_SECONDS)
+        sim.post_user_message(world.general_id, world.alice_id, "caught mid-answer")
+        await wait_until(lambda: first[-1][1].get("content") == "caught mid-answer")
+        await trio.sleep(5 * gateway_mod.SESSION_SAVE_SECONDS)
+        # A SIGKILL: nothing runs on the way out, the socket just goes away.
+        sim.drop_connections()
+        killed.cancel()
+        assert sessions.saved[(0, 1)][0] == session_id
+        saves = sessions.writes
+        sim.post_user_message(world.general_id, world.alice_id, "sent while it was down")
+
+        second: list[tuple[str, Any]] = []
+        restarted = GatewayActor(
+            TOKEN,
+            SimRest(sim),
+            RecordingSink(),
+            lambda n, d: second.append((n, d)),
+            sessions=sessions,
+        )
+        await nursery.start(restarted.run)
+        await wait_until(lambda: any(n == "RESUMED" for n, _ in second))
+        assert sim.gateway_stats.identifies == 1
+        assert sim.gateway_stats.resumes == 1
+        replayed = [d["content"] for n, d in second if n == "MESSAGE_CREATE"]
+        # Not the finished one; the one in hand at the kill and the one missed meanwhile.
+        assert replayed == ["caught mid-answer", "sent while it was down"]
+        assert saves < 20  # periodic, never per frame
+        nursery.cancel_scope.cancel()
+
+
+async def _run_in(actor: GatewayActor, scope: trio.CancelScope) -> None:
+    with scope:
+        await actor.run()
+
+
+async def test_a_clean_stop_ends_the_persisted_session(autojump_clock: Any) -> None:
+    sim = Simulator()
+    sessions = MemorySessions()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.serve)
+        sim.add_default_world()
+        got: list[str] = []
+        actor = GatewayActor(
+            TOKEN, SimRest(sim), RecordingSink(), lambda n, d: got.append(n), sessions=sessions
+        )
+        stop = trio.CancelScope()
+        nursery.start_soon(_run_in, actor, stop)
+        await wait_until(lambda: "READY" in got)
+        assert (0, 1) in sessions.saved
+        stop.cancel()
+        await wait_until(lambda: sessions.saved == {})
+        assert sim.gateway_stats.client_close_codes == (1000,)
         nursery.cancel_scope.cancel()

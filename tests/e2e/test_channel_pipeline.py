@@ -99,15 +99,15 @@ async def test_trigger_events_carry_the_real_tier_command_and_context(tmp_path: 
         command = run.say(w.general_id, w.alice_id, f"{run.mention()} !s whitelist list")
         await run.wait_event("reply", command="whitelist")
         triggers = {e["message_id"]: e for e in run.events("trigger")}
-        alice = triggers[int(asked["id"])]
+        alice = triggers[asked["id"]]
         assert alice["tier"] == "admin"
         assert alice["channel_id"] == str(w.general_id)
         assert alice["guild_id"] == str(w.guild_id)
         assert alice["author_id"] == str(w.alice_id)
         assert alice["command"] is None
-        assert triggers[int(by_bob["id"])]["tier"] == "user"
-        assert triggers[int(command["id"])]["command"] == "whitelist"
-        assert triggers[int(command["id"])]["tier"] == "admin"
+        assert triggers[by_bob["id"]]["tier"] == "user"
+        assert triggers[command["id"]]["command"] == "whitelist"
+        assert triggers[command["id"]]["tier"] == "admin"
         context = (await run.wait_event("context", message_id=int(asked["id"])))[0]
         assert context["context_count"] >= 1
         # `picortex status` shows the context the model was given.

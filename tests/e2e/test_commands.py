@@ -77,7 +77,7 @@ async def test_poll_counts_reactions_and_posts_the_result(tmp_path: Path) -> Non
             w.general_id, w.alice_id, f"{run.mention()} !s poll Lunch? | pizza | sushi | soup"
         )
         started = await run.wait_event("poll", action="start")
-        poll_id = started[0]["message_id"]
+        poll_id = int(started[0]["message_id"])
         posted = run.sim.message(w.general_id, poll_id)
         assert posted["message_reference"]["message_id"] == poll["id"]
         assert "pizza" in posted["content"] and "soup" in posted["content"]

@@ -38,7 +38,7 @@ async def test_model_error_is_recorded_redacted_and_not_retried(tmp_path: Path) 
         msg = run.say(w.general_id, w.alice_id, f"{run.mention()} this will fail")
         failed = await run.wait_event("cortex.invocation_failed")
         assert failed[0]["stage"] == "generate"
-        assert failed[0]["signal_id"] == int(msg["id"])
+        assert failed[0]["signal_id"] == msg["id"]
         assert failed[0]["workspace"] == str(w.guild_id)
         assert "InternalServerError" in failed[0]["error"]
         # No retry: exactly one call, and no answer was posted for the failed trigger.
@@ -86,7 +86,7 @@ async def test_post_failure_is_a_post_failure(tmp_path: Path) -> None:
         msg = run.say(w.general_id, w.alice_id, f"{run.mention()} answer me")
         failed = await run.wait_event("cortex.invocation_failed")
         assert failed[0]["stage"] == "post"
-        assert failed[0]["signal_id"] == int(msg["id"])
+        assert failed[0]["signal_id"] == msg["id"]
         assert (await run.wait_event("reply"))[0]["result"] == "failed"
         await _carries_on(run)
         assert run.replies_to(int(msg["id"])) == []

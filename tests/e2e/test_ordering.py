@@ -61,4 +61,4 @@ async def test_a_slow_answer_does_not_delay_another_channel(tmp_path: Path) -> N
         assert replies[0]["content"] == "slow answer"
         assert replies[0]["message_reference"]["message_id"] == slow["id"]
         order = [e["trigger_id"] for e in await run.wait_event("reply", count=2)]
-        assert order == [int(quick["id"]), int(slow["id"])]
+        assert order == [quick["id"], slow["id"]]

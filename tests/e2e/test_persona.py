@@ -70,8 +70,8 @@ async def test_sleep_persona_answers_in_a_new_thread_named_after_it(tmp_path: Pa
         answers = run.sim.bot_messages(trigger_id)
         assert len(answers) == 1
         assert done[0]["persona"] == "sleep"
-        assert done[0]["thread_id"] == trigger_id
-        assert done[0]["posted"] == [int(answers[0]["id"])]
+        assert done[0]["thread_id"] == str(trigger_id)
+        assert done[0]["posted"] == [answers[0]["id"]]
         # One general-tier call, with the profile as the system prompt; no tiebreak.
         assert models(run) == [GENERAL]
         call = run.sim.model.calls[0]
@@ -98,7 +98,7 @@ async def test_in_thread_message_is_answered_in_that_thread(tmp_path: Path) -> N
         assert len(run.sim.threads()) == 1  # no second thread
         answers = run.sim.bot_messages(thread_id)
         assert len(answers) == 2
-        assert done[1]["thread_id"] == thread_id
+        assert done[1]["thread_id"] == str(thread_id)
         # In a thread the answer replies to the message it answers.
         assert answers[1]["message_reference"]["message_id"] == str(done[1]["message_id"])
         assert run.events("persona")[1]["thread"] == "existing thread"
@@ -313,21 +313,24 @@ async def test_dm_recall_never_shows_another_persons_dm(tmp_path: Path) -> None:
         assert "night shifts" not in user_text(run.sim.model.calls[-1])
 
 
-async def test_follow_up_is_answered_in_the_same_thread(tmp_path: Path) -> None:
+async def test_follow_up_after_the_answer_is_remembered_not_answered_again(
+    tmp_path: Path,
+) -> None:
     async with running_bot(tmp_path, files=FILES) as run:
         w = run.world
         first = run.say(w.general_id, w.alice_id, f"{run.mention()} I slept terribly")
         with trio.fail_after(WAIT):
             await run.wait_event("persona.responded")
         follow = run.say(w.general_id, w.alice_id, "and the insomnia started last week")
-        with trio.fail_after(WAIT):
-            done = await run.wait_event("persona.responded", count=2)
+        decision = await run.wait_event("decision", message_id=follow["id"])
+        # SPEC 5.4: the request was answered once; this is context for the next one.
+        assert decision[0]["outcome"] == "context"
         assert run.events("continuation")[0]["message_id"] == follow["id"]
         # A follow-up's own match is an observation too.
         assert ("sleep", int(follow["id"]), "insomnia") in observations(run, "insomnia")
         assert len(run.sim.threads()) == 1
-        assert done[1]["thread_id"] == first["id"]
-        assert len(run.sim.bot_messages(int(first["id"]))) == 2
+        assert len(run.events("persona.responded")) == 1
+        assert len(run.sim.bot_messages(int(first["id"]))) == 1
         assert run.sim.bot_messages(w.general_id) == []
 
 

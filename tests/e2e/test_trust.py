@@ -87,7 +87,7 @@ async def test_whitelist_add_list_remove_by_mention_and_raw_id(tmp_path: Path) -
         # Every command was logged with its requester and tier; none replied in the channel.
         commands = run.events("command")
         assert len(commands) == 7
-        assert {c["requester"] for c in commands} == {w.alice_id}
+        assert {c["requester"] for c in commands} == {str(w.alice_id)}
         assert {c["tier"] for c in commands} == {"admin"}
         assert run.sim.bot_messages(w.general_id) == run.replies_to(int(asked["id"]))
 
@@ -110,7 +110,7 @@ async def test_tiers_decide_who_may_run_whitelist(tmp_path: Path) -> None:
         assert "owner cannot be removed" in refused
         # The owner is admin even with no row in the trust list at all.
         assert run.bot.store.get_tier(w.alice_id) is None
-        outcomes = [(c["requester"], c["tier"], c["result"]) for c in run.events("command")]
+        outcomes = [(int(c["requester"]), c["tier"], c["result"]) for c in run.events("command")]
         assert outcomes == [
             (w.alice_id, "admin", "ok"),
             (w.bob_id, "trusted", "denied"),

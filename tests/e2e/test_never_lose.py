@@ -1,0 +1,21 @@
+"""Kills and disconnects with triggers in flight: every trigger answered exactly once.
+
+Small runs of scripts/chaos_triggers.py (which measures the 20-cycle figures): a real
+`picortex run` SIGKILLed and restarted, and forced disconnects, some needing a fresh IDENTIFY.
+"""
+
+from __future__ import annotations
+
+from scripts.chaos_triggers import run_disconnects, run_sigkill
+
+
+async def test_sigkill_cycles_with_triggers_in_flight_lose_nothing_and_double_nothing() -> None:
+    total, once, lost, doubled = await run_sigkill(cycles=3, per_cycle=3, seed=3)
+    assert (total, lost, doubled) == (9, 0, 0)
+    assert once == total
+
+
+async def test_disconnects_and_fresh_sessions_lose_nothing_and_double_nothing() -> None:
+    total, once, lost, doubled = await run_disconnects(cycles=6, per_cycle=3, seed=4)
+    assert (lost, doubled) == (0, 0)
+    assert once == total == 2 + 6 * 3
