@@ -25,6 +25,7 @@ RESTORE_MESSAGE: Final = "Prompt file was missing: restored the default template
 # Chat ids become directory names: Discord ids are digits; keep to a safe alphabet.
 _CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FIELD_SEP: Final = "\x1f"
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
 class ChatHomeError(PicortexError):
@@ -212,3 +213,15 @@ class ChatHome:
             commit, date, subject = line.split(_FIELD_SEP, 2)
             versions.append(PromptVersion(commit, date, subject))
         return versions
+
+    def prompt_diff(self, commit: str) -> str:
+        """The change one commit made to the prompt, as a unified diff (the first: all added).
+
+        Raises:
+            ChatHomeError: not a commit id of this home, or git failed.
+        """
+        if _COMMIT.fullmatch(commit) is None:
+            raise ChatHomeError(f"{commit[:40]!r} is not a commit id")
+        if not self.exists():
+            raise ChatHomeError(f"chat {self.chat_id} has no prompt history yet")
+        return self._git("show", "--format=", "--no-color", commit, "--", PROMPT_RELPATH)
