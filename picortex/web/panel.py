@@ -21,7 +21,7 @@ import trio
 from picortex import config as config_mod
 from picortex.actors.discriminate import build_request, discriminator_model, history_before
 from picortex.actors.discriminate import interpret as interpret_result
-from picortex.actors.llm import LLMActor
+from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.chathome import ChatHome, ChatHomeError, PromptVersion
 from picortex.core import commands as cmds
@@ -75,6 +75,12 @@ class Cache(Protocol):
     """The context cache's read side."""
 
     def recent(self, channel_id: Snowflake, n: int) -> list[Message]: ...
+
+
+class Model(Protocol):
+    """The LLM actor's client side."""
+
+    async def complete(self, request: LLMRequest) -> LLMResult: ...
 
 
 class Poster(Protocol):
@@ -204,7 +210,7 @@ class Panel:
         snapshot: Callable[[], dict[str, Any]],
         registry: ChannelRegistry,
         cache: Cache,
-        llm: LLMActor | None,
+        llm: Model | None,
         rest: Poster,
         personas: Callable[[], PersonaSet],
         triggers: Callable[[], Sequence[TriggerEntry]],
