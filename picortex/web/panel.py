@@ -23,7 +23,7 @@ from picortex.actors.discriminate import build_request, discriminator_model, his
 from picortex.actors.discriminate import interpret as interpret_result
 from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
-from picortex.chathome import ChatHome, ChatHomeError, PromptVersion
+from picortex.chathome import ChatHome, ChatHomeError
 from picortex.core import commands as cmds
 from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
@@ -49,6 +49,8 @@ TEST_MAX_MESSAGES: Final = 20
 SPEND_DAYS: Final = 14
 # How much of a prompt the editor accepts: the discriminator caps what it sends anyway.
 PROMPT_MAX_CHARS: Final = 20_000
+# Prompt versions shown with their diffs (older ones stay in the chat home's git log).
+HISTORY_SHOWN: Final = 20
 _SNOWFLAKE: Final = re.compile(r"[0-9]{1,20}")
 _MENTION: Final = re.compile(r"<@!?([0-9]{1,20})>")
 # Log fields that hold a Discord id without saying so in their name.
@@ -390,25 +392,29 @@ class Panel:
 
     async def prompt(self, chat_id: int) -> str:
         """The chat's discriminator prompt (its chat home is made on first use)."""
-        try:
-            return await trio.to_thread.run_sync(self._home(chat_id).read_prompt)
-        except ChatHomeError as exc:
-            raise BadInput(str(exc)) from None
-
-    async def history(self, chat_id: int) -> list[Version]:
-        """The prompt's versions, newest first, each with its diff."""
         home = self._home(chat_id)
 
-        def read() -> list[Version]:
-            versions: list[PromptVersion] = home.history()
-            return [
-                Version(v.commit, v.date, v.message, home.prompt_diff(v.commit)) for v in versions
-            ]
+        def read() -> str:
+            if home.exists():
+                try:
+                    return home.prompt_path.read_text(encoding="utf-8")
+                except FileNotFoundError:
+                    pass  # deleted by hand: read_prompt restores the default
+            return home.read_prompt()
 
         try:
             return await trio.to_thread.run_sync(read)
+        except (ChatHomeError, OSError, UnicodeDecodeError) as exc:
+            raise BadInput(str(exc)) from None
+
+    async def history(self, chat_id: int) -> list[Version]:
+        """The prompt's newest versions, newest first, each with its diff."""
+        home = self._home(chat_id)
+        try:
+            found = await trio.to_thread.run_sync(home.history_with_diffs, HISTORY_SHOWN)
         except ChatHomeError as exc:
             raise BadInput(str(exc)) from None
+        return [Version(v.commit, v.date, v.message, diff) for v, diff in found]
 
     async def save_prompt(self, chat_id: int, text: str) -> Outcome:
         """Replace the prompt: one commit in the chat home, one `command` event."""
