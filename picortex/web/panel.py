@@ -169,14 +169,19 @@ def parse_snowflake(value: object, what: str) -> int:
     return int(text)
 
 
-def plain(text: str, names: Mapping[int, str] | None = None) -> str:
-    """A command reply as page text: mentions as @names, no Markdown code marks."""
+def with_names(text: str, names: Mapping[int, str]) -> str:
+    """Discord mentions (`<@id>`) written as @name (or @id when the name is unknown)."""
 
     def name(match: re.Match[str]) -> str:
         uid = int(match.group(1))
-        return "@" + (names or {}).get(uid, str(uid))
+        return "@" + names.get(uid, str(uid))
 
-    return _MENTION.sub(name, text).replace("`", "")
+    return _MENTION.sub(name, text)
+
+
+def plain(text: str, names: Mapping[int, str] | None = None) -> str:
+    """A command reply as page text: mentions as @names, no Markdown code marks."""
+    return with_names(text, names or {}).replace("`", "")
 
 
 def _is_id_key(key: str) -> bool:
@@ -217,6 +222,7 @@ class Panel:
         personas: Callable[[], PersonaSet],
         triggers: Callable[[], Sequence[TriggerEntry]],
         dm_channels: Mapping[Snowflake, Snowflake],
+        bot_user: Callable[[], tuple[Snowflake | None, str]] = lambda: (None, "picortex"),
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
@@ -232,6 +238,7 @@ class Panel:
         self._personas = personas
         self._triggers = triggers
         self._dm_channels = dm_channels
+        self._bot_user = bot_user
         self.clock = clock
 
     # ----- reading ---------------------------------------------------------------------
@@ -339,15 +346,19 @@ class Panel:
             if channel.isdigit() and message.isdigit():
                 wanted.setdefault(int(channel), set()).add(int(message))
         texts: dict[str, tuple[str, str]] = {}
+        names = self.names()
         for entry in self._triggers():
-            texts[str(entry.id)] = (entry.author_name, entry.content)
+            texts[str(entry.id)] = (entry.author_name, with_names(entry.content, names))
         per_channel = self.settings().cache_messages_per_channel
         for channel_id, ids in wanted.items():
             if all(str(i) in texts for i in ids):
                 continue
             for cached in self.cache.recent(channel_id, per_channel):
                 if cached.id in ids:
-                    texts[str(cached.id)] = (cached.author.display_name, cached.content)
+                    texts[str(cached.id)] = (
+                        cached.author.display_name,
+                        with_names(cached.content, names),
+                    )
         return texts
 
     def spend(self, days: int = SPEND_DAYS) -> dict[str, list[tuple[str, float]]]:
@@ -365,8 +376,12 @@ class Panel:
         }
 
     def names(self) -> dict[int, str]:
-        """User id -> display name, from the triggers the bot remembers."""
-        return {entry.author_id: entry.author_name for entry in self._triggers()}
+        """User id -> display name: the bot, and the authors of the triggers it remembers."""
+        names = {entry.author_id: entry.author_name for entry in self._triggers()}
+        bot_id, bot_name = self._bot_user()
+        if bot_id is not None:
+            names[bot_id] = bot_name
+        return names
 
     def personas(self) -> PersonaReport:
         """The personas in use, and the file on disk checked again (its errors, if any)."""
@@ -414,7 +429,7 @@ class Panel:
             found = await trio.to_thread.run_sync(home.history_with_diffs, HISTORY_SHOWN)
         except ChatHomeError as exc:
             raise BadInput(str(exc)) from None
-        return [Version(v.commit, v.date, v.message, diff) for v, diff in found]
+        return [Version(v.commit, v.date, v.message, _hunks(diff)) for v, diff in found]
 
     async def save_prompt(self, chat_id: int, text: str) -> Outcome:
         """Replace the prompt: one commit in the chat home, one `command` event."""
@@ -621,6 +636,13 @@ class Panel:
         return {"channel_id": str(cid), "message_id": message_id, "content": content}
 
 
+def _hunks(patch: str) -> str:
+    """A patch without its git headers (diff, index, mode, file names): hunks only."""
+    lines = patch.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
+    return "\n".join(lines[start:])
+
+
 def _config_values(settings: config_mod.Settings) -> dict[str, str]:
     values: dict[str, str] = {}
     for key in config_mod.RUNTIME_KEYS:
@@ -657,4 +679,5 @@ def panel_for_bot(bot: Bot) -> Panel:
         personas=current_personas,
         triggers=triggers,
         dm_channels=pipe.dm_channels,
+        bot_user=lambda: (pipe.bot.user_id, pipe.bot.username),
     )

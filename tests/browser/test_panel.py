@@ -102,7 +102,7 @@ def test_find_why_a_message_was_ignored(page: Page, live: LiveBot) -> None:
     event = page.locator("li.event").first
     expect(event.locator(".decision")).to_have_text("ignore")
     expect(event.locator(".reason")).to_have_text("untrusted author: never answered")
-    expect(event.locator("blockquote.message")).to_contain_text("please answer me")
+    expect(event.locator("blockquote.message")).to_have_text("Carol: @picortex please answer me")
     screenshot(page, "panel-activity")
 
 

@@ -538,7 +538,8 @@ async def test_prompt_save_is_a_commit_with_a_diff_in_history(env: Env) -> None:
     assert git_log(env.home, GENERAL)[0] == "Prompt edited in the web panel"
     assert ChatHome(env.home, str(GENERAL)).read_prompt() == text
     page = await env.client.get(f"/chats/{GENERAL}")
-    assert "<ins>+Only answer about cake.</ins>" in page.text
+    assert "<ins>+Only answer about cake.</ins>\n" in page.text
+    assert "diff --git" not in page.text
     assert "Saved the discriminator prompt as a new version." in page.text
     events = [e for e in env.sink.of("command") if e["command"] == "prompt"]
     assert events and events[0]["source"] == "web"
