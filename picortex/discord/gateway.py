@@ -549,7 +549,10 @@ def _queued_taker(ws: WebSocketConnection) -> Callable[[], str | bytes] | None:
 
     trio-websocket queues whole messages in a memory channel and `get_message` takes one per
     scheduler round; taking the queued ones straight from that (private) channel saves the
-    round. Should a release rename it, the reader falls back to `get_message` alone.
+    round (scripts/bench_gateway.py measures it). This is the only place picortex reads that
+    attribute. Checked against trio-websocket 0.11.1 and 0.12.2, where `_recv_channel` is a
+    `trio.MemoryReceiveChannel`. Should a release rename it or change its type, this returns
+    None and the reader uses the public `get_message` alone (tested).
     """
     take: Callable[[], str | bytes] | None = getattr(
         getattr(ws, "_recv_channel", None), "receive_nowait", None
