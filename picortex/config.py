@@ -19,7 +19,7 @@ from typing import Any, Final, cast
 import attrs
 import orjson
 
-from picortex.errors import ConfigError
+from picortex.errors import ConfigError, PicortexError
 
 logger = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class Settings:
 # ---- validation --------------------------------------------------------------------------
 
 
-class _Invalid(Exception):
+class _Invalid(PicortexError):
     """A bad value; the message is the sentence without its source prefix."""
 
 
