@@ -26,13 +26,14 @@ from starlette.templating import Jinja2Templates
 from picortex.core.commands import ATTENTION_MODES
 from picortex.core.redact import redact_obj
 from picortex.core.trust import TIER_LABELS
+from picortex.errors import PanelInputError
 from picortex.errorsview import error_record
 from picortex.store import RESOLUTIONS
 from picortex.web import charts
 from picortex.web.auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_SECONDS, Session, Sessions
 from picortex.web.logtail import LogFilter
 from picortex.web.metrics import Metrics
-from picortex.web.panel import TEST_MAX_MESSAGES, BadInput, Panel, parse_snowflake, string_ids
+from picortex.web.panel import TEST_MAX_MESSAGES, Panel, parse_snowflake, string_ids
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ class PanelApp:
                     return _error(403, "A change with a session cookie needs X-CSRF-Token.")
             try:
                 return await handler(request)
-            except BadInput as exc:
+            except PanelInputError as exc:
                 return _error(400, str(exc))
 
         return wrapped
@@ -275,7 +276,7 @@ class PanelApp:
             chat = self.panel.chat(chat_id)
             prompt = await self.panel.prompt(chat_id)
             versions = await self.panel.history(chat_id)
-        except BadInput as exc:
+        except PanelInputError as exc:
             return self.render(request, session, "missing.html", status=404, message=str(exc))
         return self.render(
             request,
@@ -296,7 +297,7 @@ class PanelApp:
             chat_id = self._chat_id(request)
             outcome = await self.panel.set_attention(chat_id, form.get("mode"))
             session.flash.append((outcome.ok, outcome.message))
-        except BadInput as exc:
+        except PanelInputError as exc:
             session.flash.append((False, str(exc)))
             return self._back("/chats")
         back = form.get("back")
@@ -309,7 +310,7 @@ class PanelApp:
             text = form.get("prompt")
             outcome = await self.panel.save_prompt(chat_id, text if isinstance(text, str) else "")
             session.flash.append((outcome.ok, outcome.message))
-        except BadInput as exc:
+        except PanelInputError as exc:
             session.flash.append((False, str(exc)))
         return self._back(request.url.path.rsplit("/", 1)[0])
 
@@ -320,7 +321,7 @@ class PanelApp:
             chat_id = self._chat_id(request)
             n = int(n_text) if n_text.isdigit() else 0
             tested = await self.panel.test_discriminator(chat_id, n)
-        except BadInput as exc:
+        except PanelInputError as exc:
             session.flash.append((False, str(exc)))
             return self._back(request.url.path.rsplit("/", 1)[0])
         return await self.chat_page(request, session, tested=tested, n=n)
@@ -328,7 +329,7 @@ class PanelApp:
     def _log_filter(self, params: Any) -> tuple[int, LogFilter]:
         n_text = (params.get("n") or "").strip()
         if n_text and not (n_text.isdigit() and 1 <= int(n_text) <= LOG_MAX_N):
-            raise BadInput(f"n must be a whole number from 1 to {LOG_MAX_N}.")
+            raise PanelInputError(f"n must be a whole number from 1 to {LOG_MAX_N}.")
         n = int(n_text) if n_text else LOG_DEFAULT_N
         events = frozenset(
             e.strip() for raw in params.getlist("event") for e in raw.split(",") if e.strip()
@@ -346,7 +347,7 @@ class PanelApp:
         error = None
         try:
             n, where = self._log_filter(params)
-        except BadInput as exc:
+        except PanelInputError as exc:
             error = str(exc)
             n, where = LOG_DEFAULT_N, LogFilter()
         result = self.panel.log(n, where)
@@ -379,7 +380,7 @@ class PanelApp:
         try:
             outcome = await self.panel.add_trust(form.get("user_id"), form.get("tier"))
             session.flash.append((outcome.ok, outcome.message))
-        except BadInput as exc:
+        except PanelInputError as exc:
             session.flash.append((False, str(exc)))
         return self._back("/trust")
 
@@ -387,7 +388,7 @@ class PanelApp:
         try:
             outcome = await self.panel.remove_trust(request.path_params["user_id"])
             session.flash.append((outcome.ok, outcome.message))
-        except BadInput as exc:
+        except PanelInputError as exc:
             session.flash.append((False, str(exc)))
         return self._back("/trust")
 
@@ -408,7 +409,7 @@ class PanelApp:
         try:
             outcome = self.panel.resolve_error(request.path_params["error_id"], form.get("as"))
             session.flash.append((outcome.ok, outcome.message))
-        except BadInput as exc:
+        except PanelInputError as exc:
             session.flash.append((False, str(exc)))
         return self._back("/errors")
 
@@ -430,7 +431,7 @@ class PanelApp:
         try:
             sent = await self.panel.send(channel, form.get("content"))
             session.flash.append((True, f"Sent as message {sent['message_id']}."))
-        except BadInput as exc:
+        except PanelInputError as exc:
             session.flash.append((False, str(exc)))
         return self._back(f"/send?channel_id={channel}" if channel.isdigit() else "/send")
 
@@ -442,9 +443,9 @@ class PanelApp:
         try:
             body = orjson.loads(raw or b"{}")
         except orjson.JSONDecodeError:
-            raise BadInput("The body must be a JSON object.") from None
+            raise PanelInputError("The body must be a JSON object.") from None
         if not isinstance(body, dict):
-            raise BadInput("The body must be a JSON object.")
+            raise PanelInputError("The body must be a JSON object.")
         return body
 
     async def api_status(self, request: Request) -> Response:
@@ -458,7 +459,7 @@ class PanelApp:
         chat_id = self._chat_id(request)
         outcome = await self.panel.set_attention(chat_id, body.get("mode"))
         if not outcome.ok:
-            raise BadInput(outcome.message)
+            raise PanelInputError(outcome.message)
         return _Json(self.panel.chat(chat_id).as_json())
 
     async def api_log(self, request: Request) -> Response:
@@ -471,7 +472,7 @@ class PanelApp:
             body = await self._body(request)
             outcome = await self.panel.add_trust(body.get("user_id"), body.get("tier", "user"))
             if not outcome.ok:
-                raise BadInput(outcome.message)
+                raise PanelInputError(outcome.message)
             uid = str(parse_snowflake(body.get("user_id"), "user_id"))
             return _Json({"user_id": uid, "tier": str(body.get("tier", "user")).lower()})
         return _Json(
@@ -488,7 +489,7 @@ class PanelApp:
     async def api_trust_delete(self, request: Request) -> Response:
         outcome = await self.panel.remove_trust(request.path_params["user_id"])
         if not outcome.ok:
-            raise BadInput(outcome.message)
+            raise PanelInputError(outcome.message)
         return Response(status_code=204)
 
     async def api_errors(self, request: Request) -> Response:

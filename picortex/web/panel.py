@@ -30,7 +30,7 @@ from picortex.core.attention import mode_for_chat
 from picortex.core.personas import AGENTS_FILE, PersonaSet, load_personas
 from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier
-from picortex.errors import ConfigError
+from picortex.errors import ConfigError, PanelInputError
 from picortex.store import RESOLUTIONS, InvocationError, Store
 from picortex.types import ChannelType, EventSink, Message, Snowflake
 from picortex.web.logtail import LogFilter, TailResult, tail
@@ -67,10 +67,6 @@ KINDS: Final[Mapping[int, str]] = {
     ChannelType.PRIVATE_THREAD: "thread",
     ChannelType.GUILD_FORUM: "forum",
 }
-
-
-class BadInput(ValueError):
-    """Input the panel refuses; the message is one sentence for the user."""
 
 
 class Cache(Protocol):
@@ -160,12 +156,12 @@ class PersonaReport:
 
 
 def parse_snowflake(value: object, what: str) -> int:
-    """A Discord id given as text (or a number); BadInput otherwise."""
+    """A Discord id given as text (or a number); PanelInputError otherwise."""
     text = (
         str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
     )
     if not _SNOWFLAKE.fullmatch(text) or not 0 < int(text) <= config_mod.SNOWFLAKE_MAX:
-        raise BadInput(f"{what} must be a Discord id (digits).")
+        raise PanelInputError(f"{what} must be a Discord id (digits).")
     return int(text)
 
 
@@ -318,7 +314,7 @@ class Panel:
         for chat in self.chats():
             if chat.chat_id == str(chat_id):
                 return chat
-        raise BadInput(f"The bot has not seen a chat with id {chat_id}.")
+        raise PanelInputError(f"The bot has not seen a chat with id {chat_id}.")
 
     def trust(self) -> list[tuple[str, str]]:
         """(user id, tier) for the owner and everyone on the trust list, highest tier first."""
@@ -420,7 +416,7 @@ class Panel:
         try:
             return await trio.to_thread.run_sync(read)
         except (ChatHomeError, OSError, UnicodeDecodeError) as exc:
-            raise BadInput(str(exc)) from None
+            raise PanelInputError(str(exc)) from None
 
     async def history(self, chat_id: int) -> list[Version]:
         """The prompt's newest versions, newest first, each with its diff."""
@@ -428,16 +424,16 @@ class Panel:
         try:
             found = await trio.to_thread.run_sync(home.history_with_diffs, HISTORY_SHOWN)
         except ChatHomeError as exc:
-            raise BadInput(str(exc)) from None
+            raise PanelInputError(str(exc)) from None
         return [Version(v.commit, v.date, v.message, _hunks(diff)) for v, diff in found]
 
     async def save_prompt(self, chat_id: int, text: str) -> Outcome:
         """Replace the prompt: one commit in the chat home, one `command` event."""
         text = text.replace("\r\n", "\n")
         if not text.strip():
-            raise BadInput("The prompt is empty; write one or keep the current version.")
+            raise PanelInputError("The prompt is empty; write one or keep the current version.")
         if len(text) > PROMPT_MAX_CHARS:
-            raise BadInput(f"The prompt is longer than {PROMPT_MAX_CHARS} characters.")
+            raise PanelInputError(f"The prompt is longer than {PROMPT_MAX_CHARS} characters.")
         if not text.endswith("\n"):
             text += "\n"
         home = self._home(chat_id)
@@ -446,7 +442,7 @@ class Panel:
                 home.write_prompt, text, "Prompt edited in the web panel"
             )
         except ChatHomeError as exc:
-            raise BadInput(str(exc)) from None
+            raise PanelInputError(str(exc)) from None
         self._command_event(
             "prompt", f"prompt save {chat_id}", "ok" if changed else "error", chat_id
         )
@@ -457,12 +453,12 @@ class Panel:
     async def test_discriminator(self, chat_id: int, n: int) -> list[TestLine]:
         """Classify the chat's last `n` cached messages from people, as the bot would."""
         if not 1 <= n <= TEST_MAX_MESSAGES:
-            raise BadInput(f"N must be between 1 and {TEST_MAX_MESSAGES}.")
+            raise PanelInputError(f"N must be between 1 and {TEST_MAX_MESSAGES}.")
         settings = self.settings()
         messages = self.cache.recent(chat_id, settings.cache_messages_per_channel)
         picks = [i for i, m in enumerate(messages) if not m.author.bot][-n:]
         if not picks:
-            raise BadInput("No cached messages from people in this chat yet.")
+            raise PanelInputError("No cached messages from people in this chat yet.")
         template = await self.prompt(chat_id)
         own = self.store.get_chat_config(chat_id)
         model = discriminator_model(settings, own.discriminator_model if own else None)
@@ -496,7 +492,7 @@ class Panel:
                 )
                 continue
             if self.llm is None:
-                raise BadInput("The model actor is not running.")
+                raise PanelInputError("The model actor is not running.")
             result = await self.llm.complete(request)
             decision = interpret_result(
                 result, is_dm=is_dm, timeout_seconds=settings.discriminator.timeout_seconds
@@ -574,7 +570,7 @@ class Panel:
     async def set_attention(self, chat_id: int, mode: object) -> Outcome:
         """`attention MODE` in a chat."""
         if not isinstance(mode, str) or mode not in cmds.ATTENTION_MODES:
-            raise BadInput(f"mode must be one of {', '.join(cmds.ATTENTION_MODES)}.")
+            raise PanelInputError(f"mode must be one of {', '.join(cmds.ATTENTION_MODES)}.")
         self.chat(chat_id)  # an unknown chat is refused before anything changes
         return await self.run_command(cmds.AttentionSet(mode), chat_id)
 
@@ -583,7 +579,7 @@ class Panel:
         uid = parse_snowflake(user_id, "user_id")
         parsed = Tier.parse(tier if isinstance(tier, str) else None)
         if parsed is None:
-            raise BadInput("tier must be user, trusted or admin.")
+            raise PanelInputError("tier must be user, trusted or admin.")
         return await self.run_command(cmds.WhitelistAdd((uid,), parsed))
 
     async def remove_trust(self, user_id: object) -> Outcome:
@@ -595,23 +591,23 @@ class Panel:
         """`picortex errors resolve ID --as RESOLUTION`, logged as a web command."""
         text = str(error_id).strip() if isinstance(error_id, str | int) else ""
         if not text.isdigit():
-            raise BadInput("The error id must be a number.")
+            raise PanelInputError("The error id must be a number.")
         if not isinstance(resolution, str) or resolution not in RESOLUTIONS:
-            raise BadInput(f"as must be one of {', '.join(RESOLUTIONS)}.")
+            raise PanelInputError(f"as must be one of {', '.join(RESOLUTIONS)}.")
         done = self.store.resolve_invocation_error(int(text), resolution, self.clock())
         command = f"errors resolve {text} --as {resolution}"
         self._command_event("errors", command, "ok" if done else "error")
         if not done:
-            raise BadInput(f"No invocation error has id {text}.")
+            raise PanelInputError(f"No invocation error has id {text}.")
         return Outcome(True, f"Invocation error {text} resolved as {resolution}.")
 
     async def send(self, channel_id: object, content: object) -> dict[str, Any]:
         """Post a manual message (no pings); a `manual` event records it."""
         cid = parse_snowflake(channel_id, "channel_id")
         if not isinstance(content, str) or not content.strip():
-            raise BadInput("content must be some text.")
+            raise PanelInputError("content must be some text.")
         if len(content) > MESSAGE_MAX_CHARS:
-            raise BadInput(f"content must be at most {MESSAGE_MAX_CHARS} characters.")
+            raise PanelInputError(f"content must be at most {MESSAGE_MAX_CHARS} characters.")
         try:
             posted = await self.rest.create_message(cid, content, allowed_mentions={"parse": []})
         except Exception as exc:
@@ -623,7 +619,7 @@ class Panel:
                 error=str(exc)[:200],
                 source=SOURCE,
             )
-            raise BadInput(f"Discord did not take the message: {str(exc)[:200]}") from None
+            raise PanelInputError(f"Discord did not take the message: {str(exc)[:200]}") from None
         message_id = str(posted.get("id", ""))
         self.events.emit(
             "manual",
