@@ -47,3 +47,29 @@ def test_web_keys_default_and_validate(tmp_path: Path) -> None:
         (tmp_path / "picortex.toml").write_text(f"[web]\n{bad}\n")
         with pytest.raises(ConfigError, match=r"web\."):
             load_settings({"PICORTEX_HOME": str(tmp_path)})
+
+
+def test_sim_chat_with_web_prints_the_panel_address_and_a_login_link() -> None:
+    import httpx
+
+    from picortex.sim.chat import run_chat
+
+    out = io.StringIO()
+    stdin = io.StringIO("/quit\n")
+    assert run_chat(stdin=stdin, out=out, web=True) == 0
+    text = out.getvalue()
+    assert re.search(r"^panel: http://127\.0\.0\.1:\d+$", text, re.M)
+    assert re.search(r"^log in: http://127\.0\.0\.1:\d+/login\?once=\S+$", text, re.M)
+    # The bot has stopped: the panel went with it.
+    url = re.search(r"^panel: (\S+)$", text, re.M)
+    assert url is not None
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(url.group(1) + "/login", timeout=5)
+
+
+def test_sim_chat_without_web_serves_no_panel() -> None:
+    from picortex.sim.chat import run_chat
+
+    out = io.StringIO()
+    assert run_chat(stdin=io.StringIO("/quit\n"), out=out) == 0
+    assert "panel:" not in out.getvalue()
