@@ -218,6 +218,8 @@ class Bot:
             "mailbox_overflows": self.router.mailbox_overflows(),
             "restarts": restarts,
             "budget": self.budget.summary(),
+            "budget_global": self.budget.totals(),
+            "budget_users": self.budget.users(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
         }
 

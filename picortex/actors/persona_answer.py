@@ -14,6 +14,7 @@ from picortex.actors.llm import ChatTurn, LLMRequest
 from picortex.actors.pipeline import Pipeline, failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
+from picortex.core.budget import REFUSAL_REASONS
 from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
@@ -106,6 +107,7 @@ async def _tiebreak(
             max_tokens=TIEBREAK_MAX_TOKENS,
             timeout=TIEBREAK_TIMEOUT_SECONDS,
             signal_id=str(trigger.id),
+            user_id=trigger.author.id,
         )
     )
     strongest = matches[0]
@@ -231,6 +233,7 @@ async def maybe_answer(
             tier=persona.model or "general",
             persona=persona.id,
             signal_id=str(trigger.id),
+            user_id=trigger.author.id,
         )
     )
     if not result.ok:
@@ -246,7 +249,9 @@ async def maybe_answer(
         else:
             reason = {
                 "no_key": "ANTHROPIC_API_KEY is not set",
-                "budget": "the workspace's budget ceiling is reached",
+                "budget": REFUSAL_REASONS.get(
+                    result.limit or "workspace", REFUSAL_REASONS["workspace"]
+                ),
             }.get(result.outcome, result.outcome)
             pipe.events.emit(
                 "decision",
@@ -257,9 +262,19 @@ async def maybe_answer(
                 outcome="skip",
                 reason=f"persona {persona.id} selected, no answer: {reason}",
             )
+            if result.notice:
+                # A user over their own limit is told once per period, politely.
+                await _post_notice(pipe, trigger, result.notice)
         return True
     await _post(pipe, trigger, persona, result.text, where)
     return True
+
+
+async def _post_notice(pipe: Pipeline, trigger: Message, text: str) -> None:
+    try:
+        await pipe.post(pipe.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id)
+    except Exception as exc:
+        logger.warning("could not tell %s about their limit: %s", trigger.author.id, exc)
 
 
 def _remember_thread(pipe: Pipeline, data: dict[str, object]) -> Snowflake:

@@ -392,14 +392,40 @@ class Store:
 
     # ---- budget ledger -------------------------------------------------------------------
 
-    def add_spend(self, workspace: str, period_key: str, cost_usd: float, at: float) -> None:
-        """Record the cost of one model call against a workspace and period."""
+    def add_spend(
+        self,
+        workspace: str,
+        period_key: str,
+        cost_usd: float,
+        at: float,
+        *,
+        user_id: int | None = None,
+    ) -> None:
+        """Record the cost of one model call against a workspace and period (and its user)."""
         if not cost_usd >= 0:
             raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
         self._write(
-            "INSERT INTO budget_ledger (workspace, period_key, cost_usd, at) VALUES (?, ?, ?, ?)",
-            (workspace, period_key, cost_usd, at),
+            "INSERT INTO budget_ledger (workspace, period_key, cost_usd, at, user_id)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (workspace, period_key, cost_usd, at, user_id),
         )
+
+    def user_spend(self, user_id: int, since: float) -> float:
+        """USD spent on calls made for the user since `since` (Unix seconds)."""
+        value = self._one(
+            "SELECT coalesce(sum(cost_usd), 0.0) FROM budget_ledger WHERE user_id = ? AND at >= ?",
+            (user_id, since),
+        )
+        return float(cast(float, value))
+
+    def spend_by_user(self, since: float) -> dict[int, float]:
+        """USD spent since `since`, per user (calls made for a user only)."""
+        rows = self._all(
+            "SELECT user_id, sum(cost_usd) FROM budget_ledger"
+            " WHERE user_id IS NOT NULL AND at >= ? GROUP BY user_id ORDER BY user_id",
+            (since,),
+        )
+        return {cast(int, uid): float(cast(float, total)) for uid, total in rows}
 
     def spend(self, workspace: str, period_key: str) -> float:
         """USD spent by the workspace in the period."""
