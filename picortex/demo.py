@@ -22,6 +22,7 @@ import trio
 
 from picortex.app import Bot
 from picortex.config import load_settings
+from picortex.core.terminal import clean_text
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
 
@@ -65,7 +66,7 @@ class _Demo:
     # -- output ---------------------------------------------------------------------------
 
     def p(self, text: str = "") -> None:
-        print(text, file=self.out, flush=True)
+        print(clean_text(text), file=self.out, flush=True)
 
     def scene(self, title: str) -> None:
         self.scene_no += 1

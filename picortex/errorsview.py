@@ -10,6 +10,7 @@ from typing import Final, TextIO
 import attrs
 import orjson
 
+from picortex.core.terminal import clean_line, clean_text
 from picortex.store import RESOLUTIONS, InvocationError, Store
 
 MESSAGE_WIDTH: Final = 72  # the table's error column is cut here so a row fits one line
@@ -92,11 +93,11 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) ->
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-        out.write("  ".join(cells).rstrip() + "\n")
+        out.write(clean_line("  ".join(cells).rstrip()) + "\n")
 
 
 def _dump(value: object, out: TextIO) -> None:
-    out.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    out.write(clean_text(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()) + "\n")
 
 
 def run_errors(

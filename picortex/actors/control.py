@@ -15,6 +15,7 @@ import trio
 
 from picortex.config import Settings
 from picortex.core.redact import redact_obj
+from picortex.core.terminal import clean_line
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ def run_status(settings: Settings, *, out: TextIO, timeout: float = CLIENT_TIMEO
         print(data, file=out)
         return 1
     for line in format_status(data):
-        print(line, file=out)
+        print(clean_line(line), file=out)
     return 0
 
 

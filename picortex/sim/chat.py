@@ -16,6 +16,7 @@ import orjson
 import trio
 
 from picortex.config import load_settings
+from picortex.core.terminal import clean_text
 
 HELP: Final = """\
 Type a message and press Enter to post it as the current user in the current channel.
@@ -49,7 +50,7 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO) -> int:
     from picortex.sim import Simulator
 
     def p(text: str = "") -> None:
-        print(text, file=out, flush=True)
+        print(clean_text(text), file=out, flush=True)
 
     sim = Simulator()
     world = sim.add_default_world()
