@@ -81,6 +81,7 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO) -> int:
         await sim.wait_ready()
         model = "real Claude" if os.environ.get("ANTHROPIC_API_KEY") else "the offline model"
         p(f"picortex chat: simulator at {urls.api_base}, bot using {model}.")
+        p(f"control API: {urls.control_url} (Bearer token {urls.control_token})")
         p(HELP)
         p(
             "users: "
