@@ -38,6 +38,7 @@ from picortex.actors.pipeline import (
     SettingsSource,
     TriggerBook,
 )
+from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
 from picortex.config import Settings
 from picortex.core.personas import PersonaLoader
@@ -139,6 +140,7 @@ class Bot:
             timings=gateway_timings,
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        self.pruner = Pruner(self.store, self.events)
         self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
         self._fatal_event = trio.Event()
@@ -151,6 +153,7 @@ class Bot:
                 ChildSpec("llm", self.llm.run),
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
+                ChildSpec("pruner", self.pruner.run),
             ],
             events=self.events,
         )

@@ -372,6 +372,10 @@ async def _main(
             continuation_seconds = {CONTINUATION_SECONDS / speed:g}
             poll_enabled = true
             poll_seconds = {POLL_SECONDS / speed:g}
+            [budget]
+            # The script packs a conversation of minutes into seconds: a per-minute limit
+            # would only measure the script's pace.
+            user_requests_per_minute = 0
             """
         ),
         encoding="utf-8",

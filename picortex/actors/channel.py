@@ -33,6 +33,7 @@ from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
 from picortex.core.budget import REFUSAL_REASONS
+from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore, tier_of
 from picortex.types import Message, Snowflake
@@ -540,7 +541,7 @@ class ChannelActor:
             prompt = gen.request.text
             if lines:
                 prompt = (
-                    "Recent conversation, oldest first:\n"
+                    f"Recent conversation, oldest first. {CONTEXT_FORMAT_NOTE}\n"
                     f"{lines_text(lines)}\n\nThe request from {trigger.author.display_name}:\n"
                     f"{gen.request.text}"
                 )
@@ -580,6 +581,7 @@ class ChannelActor:
                     trigger,
                     max_messages=settings.context_messages,
                     max_chars=settings.context_chars,
+                    trusted=self._trusted,
                 )
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
@@ -595,6 +597,16 @@ class ChannelActor:
         )
         pipe.triggers.set_context(gen.request.parent_id, lines)
         return lines
+
+    def _trusted(self, user_id: Snowflake) -> bool:
+        """Whether a context line's author is trusted: the bot, the owner or a listed user."""
+        pipe = self._pipe
+        if user_id == pipe.bot.user_id or user_id == pipe.settings().owner_id:
+            return True
+        try:
+            return pipe.store.get_tier(user_id) is not None
+        except Exception:  # unknown is not trusted
+            return False
 
     def _persona_matches(self, request: cont.Request) -> bool:
         if self._pipe.personas is None:
