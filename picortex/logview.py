@@ -15,6 +15,7 @@ from typing import BinaryIO, Final, TextIO
 
 import orjson
 
+from picortex.core.redact import redact
 from picortex.core.terminal import clean_line
 
 # How often `--follow` looks for new lines: quick enough to feel live, idle otherwise.
@@ -57,7 +58,8 @@ class _Reader:
     def show(self, raw: bytes, record: dict[str, object]) -> None:
         if self.as_json:
             line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
-            self.out.write(clean_line(line) + "\n")
+            # Lines written before a secret was configured are redacted on the way out too.
+            self.out.write(clean_line(redact(line)) + "\n")
         else:
             self.out.write(format_event(record) + "\n")
 
@@ -91,7 +93,7 @@ def format_event(record: dict[str, object]) -> str:
         if key in HIDDEN_FIELDS:
             continue
         parts.append(f"{key}={_format_value(value)}")
-    return clean_line(" ".join(parts).rstrip())
+    return clean_line(redact(" ".join(parts).rstrip()))
 
 
 def _format_value(value: object) -> str:
