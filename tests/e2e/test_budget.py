@@ -129,7 +129,8 @@ async def test_tiny_ceiling_in_a_dm_fails_open_and_status_shows_spend(
 async def test_a_user_over_the_rate_limit_gets_one_polite_line_and_the_owner_none(
     tmp_path: Path,
 ) -> None:
-    toml = "[budget]\nuser_requests_per_minute = 1\n"
+    # No continuation window: each question is a request of its own.
+    toml = "continuation_seconds = 0\n[budget]\nuser_requests_per_minute = 1\n"
     async with running_bot(tmp_path, toml=toml, relaxed_limits=True) as run:
         w = run.world
         run.bot.store.set_tier(w.bob_id, "user")
