@@ -581,7 +581,7 @@ class ChannelActor:
                     trigger,
                     max_messages=settings.context_messages,
                     max_chars=settings.context_chars,
-                    trusted=self._trusted,
+                    trusted=pipe.is_trusted,
                 )
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
@@ -597,16 +597,6 @@ class ChannelActor:
         )
         pipe.triggers.set_context(gen.request.parent_id, lines)
         return lines
-
-    def _trusted(self, user_id: Snowflake) -> bool:
-        """Whether a context line's author is trusted: the bot, the owner or a listed user."""
-        pipe = self._pipe
-        if user_id == pipe.bot.user_id or user_id == pipe.settings().owner_id:
-            return True
-        try:
-            return pipe.store.get_tier(user_id) is not None
-        except Exception:  # unknown is not trusted
-            return False
 
     def _persona_matches(self, request: cont.Request) -> bool:
         if self._pipe.personas is None:

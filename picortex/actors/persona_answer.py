@@ -161,7 +161,7 @@ def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
     own = set(request.message_ids) | {trigger.id}
     # Whatever was stored, only what trusted people (and the bot) said is recalled: someone
     # removed from the trust list, or a stranger, never speaks through a persona's memory.
-    hits = [h for h in hits if h.author_id is None or _trusted(pipe, h.author_id)]
+    hits = [h for h in hits if h.author_id is None or pipe.is_trusted(h.author_id)]
     # Text (folded) -> [who, text]; a message's author beats an observation's persona label.
     found: dict[str, list[str]] = {}
     for hit in hits:
@@ -178,15 +178,6 @@ def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
         who = hit.author_name or (f"{hit.persona} observation" if hit.persona else "someone")
         found[key] = [who, text]
     return [f"{who}: {orjson.dumps(text).decode()}" for who, text in found.values()]
-
-
-def _trusted(pipe: Pipeline, user_id: Snowflake) -> bool:
-    if user_id == pipe.bot.user_id or user_id == pipe.settings().owner_id:
-        return True
-    try:
-        return pipe.store.get_tier(user_id) is not None
-    except Exception:  # unknown is not trusted
-        return False
 
 
 def recall_channels(pipe: Pipeline, trigger: Message) -> list[Snowflake]:
