@@ -25,6 +25,7 @@ from picortex.config import load_settings
 from picortex.core.terminal import clean_text
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
+from picortex.web.cli import announce, until_interrupted, web_toml
 
 # How long one scene may wait for the bot before the demo reports it and moves on.
 SCENE_TIMEOUT_SECONDS: Final = 30.0
@@ -334,8 +335,18 @@ async def _play(demo: _Demo, speed: float) -> None:
     demo.report()
 
 
-def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | None = None) -> int:
-    """Play the demo; returns 0 when every scene did what it shows."""
+def run_demo(
+    *,
+    keep: bool,
+    speed: float,
+    out: TextIO,
+    env: Mapping[str, str] | None = None,
+    web: bool = False,
+) -> int:
+    """Play the demo; returns 0 when every scene did what it shows.
+
+    With `web`, the panel is served against the simulator and stays up until Ctrl-C.
+    """
     if speed <= 0:
         speed = 1.0
     environ = dict(os.environ if env is None else env)
@@ -346,7 +357,7 @@ def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | 
     level = root.level
     root.setLevel(logging.CRITICAL)
     try:
-        code = trio.run(_main, home, speed, out, environ, keep)
+        code = trio.run(_main, home, speed, out, environ, keep, web)
     finally:
         root.setLevel(level)
         if not keep:
@@ -357,7 +368,7 @@ def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | 
 
 
 async def _main(
-    home: Path, speed: float, out: TextIO, environ: Mapping[str, str], keep: bool
+    home: Path, speed: float, out: TextIO, environ: Mapping[str, str], keep: bool, web: bool
 ) -> int:
     real_key = environ.get("ANTHROPIC_API_KEY")
     sim = Simulator(heartbeat_interval_ms=5000)
@@ -377,7 +388,8 @@ async def _main(
             # would only measure the script's pace.
             user_requests_per_minute = 0
             """
-        ),
+        )
+        + web_toml(web),
         encoding="utf-8",
     )
     async with trio.open_nursery() as nursery:
@@ -418,7 +430,12 @@ async def _main(
             lambda rows: any(r["event"] == "gateway" and r.get("action") == "ready" for r in rows),
         )
         demo.report()
+        await announce(bot, out)
         await _play(demo, speed)
+        if web:
+            demo.p()
+            demo.p("The panel stays up against the simulator: press Ctrl-C to stop.")
+            await until_interrupted()
         nursery.cancel_scope.cancel()
     settings = bot.settings
     demo.p()
