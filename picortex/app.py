@@ -38,6 +38,7 @@ from picortex.actors.pipeline import (
     SettingsSource,
     TriggerBook,
 )
+from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
 from picortex.actors.web import WebActor
 from picortex.config import Settings
@@ -140,6 +141,7 @@ class Bot:
             timings=gateway_timings,
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        self.pruner = Pruner(self.store, self.events)
         self.web: WebActor | None = None
         if live.web.enabled:
             from picortex.web.panel import panel_for_bot
@@ -157,6 +159,7 @@ class Bot:
                 ChildSpec("llm", self.llm.run),
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
+                ChildSpec("pruner", self.pruner.run),
                 *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
             events=self.events,
@@ -225,6 +228,8 @@ class Bot:
             "mailbox_overflows": self.router.mailbox_overflows(),
             "restarts": restarts,
             "budget": self.budget.summary(),
+            "budget_global": self.budget.totals(),
+            "budget_users": self.budget.users(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
             "web": self.web.status() if self.web is not None else None,
         }
