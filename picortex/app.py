@@ -2,7 +2,7 @@
 
     root (rest_for_one, in start order)
       action_log
-      services (one_for_one): context_cache, llm, polls, control
+      services (one_for_one): context_cache, llm, polls, control, web (when [web] enabled)
       gateway
       channels (dynamic one_for_one, one transient actor per channel)
       router
@@ -41,13 +41,17 @@ from picortex.actors.pipeline import (
     SettingsSource,
     TriggerBook,
 )
+from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
+from picortex.actors.web import WebActor
 from picortex.config import Settings
 from picortex.core.personas import PersonaLoader
+from picortex.core.redact import remember_secrets
 from picortex.discord.gateway import GatewayActor
 from picortex.discord.protocol import GatewayTimings
 from picortex.discord.rest import RestClient
-from picortex.errors import ConfigError, FatalDiscordError
+from picortex.errors import ConfigError, FatalDiscordError, PicortexError
+from picortex.files import private_dir
 from picortex.runtime.faults import FaultPoints
 from picortex.runtime.supervisor import (
     ChildSpec,
@@ -77,7 +81,8 @@ class Bot:
     ) -> None:
         if not settings.discord_token:
             raise ConfigError("DISCORD_BOT_TOKEN is not set")
-        settings.home.mkdir(parents=True, exist_ok=True)
+        remember_secrets(settings.discord_token, settings.anthropic_api_key)
+        private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
         self.store = Store.open(settings.db_path)
@@ -147,6 +152,12 @@ class Bot:
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         # Wall-clock seconds: catch-up compares message times (from their ids) with it.
         self.wall_clock: Callable[[], float] = time.time
+        self.pruner = Pruner(self.store, self.events)
+        self.web: WebActor | None = None
+        if live.web.enabled:
+            from picortex.web.panel import panel_for_bot
+
+            self.web = WebActor(live.web, settings.home, lambda: panel_for_bot(self), self.events)
         self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
         self._fatal_event = trio.Event()
@@ -159,6 +170,8 @@ class Bot:
                 ChildSpec("llm", self.llm.run),
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
+                ChildSpec("pruner", self.pruner.run),
+                *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
             events=self.events,
         )
@@ -234,7 +247,10 @@ class Bot:
             "mailbox_overflows": self.router.mailbox_overflows(),
             "restarts": restarts,
             "budget": self.budget.summary(),
+            "budget_global": self.budget.totals(),
+            "budget_users": self.budget.users(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
+            "web": self.web.status() if self.web is not None else None,
         }
 
     def _named(self, trigger: dict[str, object]) -> dict[str, object]:
@@ -261,7 +277,7 @@ def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
 
     async def main() -> int:
         code = 0
-        failure: FatalDiscordError | ConfigError | None = None
+        failure: PicortexError | None = None
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
 
@@ -269,9 +285,11 @@ def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
                     nonlocal code, failure
                     try:
                         code = await bot.run()
-                    except (FatalDiscordError, ConfigError) as exc:
+                    except PicortexError as exc:
+                        if not exc.fatal:
+                            raise
                         # Raised again outside the nursery, so the CLI sees the error itself
-                        # (not an exception group) and exits 3 or 2 with one line.
+                        # (not an exception group) and exits with its code and one line.
                         failure = exc
                     finally:
                         nursery.cancel_scope.cancel()

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
 from picortex import __version__
-from picortex.errors import (
-    ConfigError,
-    FatalDiscordError,
-    PicortexError,
-    SupervisorExhausted,
-)
+from picortex.errors import PicortexError, SupervisorExhausted
 
 EXIT_OK: int = 0
 EXIT_USAGE: int = 2
@@ -60,10 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="zero-setup showcase against the built-in simulator")
     demo.add_argument("--keep", action="store_true", help="keep the demo home for inspection")
     demo.add_argument("--speed", type=float, default=1.0, help="shorten windows by this factor")
+    demo.add_argument("--web", action="store_true", help="serve the panel, stay up until Ctrl-C")
 
     sim = sub.add_parser("sim", help="run the built-in Discord simulator")
     sim.add_argument("--chat", action="store_true", help="chat with the bot from this terminal")
     sim.add_argument("--port", type=int, default=0)
+    sim.add_argument("--web", action="store_true", help="with --chat: serve the panel too")
 
     log = sub.add_parser("log", help="read actions.jsonl")
     log.add_argument("-n", type=_count, default=None, metavar="N", help="last N lines")
@@ -102,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     cset.add_argument("value")
 
     sub.add_parser("status", help="ask the running bot how it is")
+    sub.add_parser("web", help="the panel's address and a one-time login link")
     return p
 
 
@@ -110,13 +109,15 @@ class _RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         from picortex.core.redact import redact
+        from picortex.core.terminal import clean_text
 
         text = record.getMessage()
         if record.exc_info:
             text = f"{text}\n{logging.Formatter().formatException(record.exc_info)}"
             record.exc_info = None
             record.exc_text = None
-        record.msg = redact(text)
+        # Log lines go to a terminal and may quote remote text: no control characters.
+        record.msg = clean_text(redact(text))
         record.args = None
         return True
 
@@ -133,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    # Whatever picortex or a tool it runs (git, for chat homes) creates is the owner's alone;
+    # the files that matter are also chmodded explicitly, so this is a second line.
+    os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format="picortex: %(levelname)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_quiet_http)
@@ -141,18 +145,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from picortex import subcommands
 
         return subcommands.dispatch(args)
-    except ConfigError as e:
-        print(f"picortex: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except FatalDiscordError as e:
-        print(f"picortex: {e}", file=sys.stderr)
-        return EXIT_DISCORD_REFUSED
     except SupervisorExhausted as e:
         print(f"picortex: giving up: {e}", file=sys.stderr)
         return EXIT_SUPERVISOR_GAVE_UP
     except PicortexError as e:
-        # A database that cannot be opened, a chat home git cannot write: one sentence.
+        # Bad configuration (2), a refused token (3), a database that cannot be opened, a
+        # chat home git cannot write: one sentence, and the exit code the error's class says.
         print(f"picortex: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return e.exit_code
     except KeyboardInterrupt:
         return EXIT_OK

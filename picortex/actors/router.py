@@ -15,6 +15,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from picortex.actors import persona_answer
 from picortex.actors.channel import ChannelActor
 from picortex.actors.pipeline import Pipeline
 from picortex.discord.normalize import normalize
@@ -153,20 +154,16 @@ class Router:
 
         elif isinstance(event, MessageUpdate):
             pipe.cache.on_update(event)
+            # Recall must never show the text as it was before an edit.
+            persona_answer.reindex(pipe, event)
         elif isinstance(event, MessageDelete):
             pipe.cache.on_delete(event)
             # A deleted message (a pasted secret, say) must not come back in a recall.
-            try:
-                pipe.store.delete_memory_message(event.id)
-            except Exception:
-                logger.exception("could not forget deleted message %s", event.id)
+            persona_answer.forget(pipe, [event.id])
         elif isinstance(event, MessageDeleteBulk):
             # A purge: the messages leave the cache and memory with their observations.
             pipe.cache.on_delete(event)
-            try:
-                pipe.store.forget_messages(event.ids)
-            except Exception:
-                logger.exception("could not forget %d bulk-deleted messages", len(event.ids))
+            persona_answer.forget(pipe, event.ids)
         elif isinstance(event, ChannelDelete):
             self._channel_deleted(event)
         elif isinstance(event, ReactionEvent):

@@ -136,9 +136,16 @@ CREATE TRIGGER memory_observations_au AFTER UPDATE ON memory_observations BEGIN
 END;
 """
 
+# Who spent what: the user a call was made for (NULL for calls made for nobody in
+# particular, and for rows written before this migration).
+_V3_LEDGER_USER: Final = """
+ALTER TABLE budget_ledger ADD COLUMN user_id INTEGER;
+CREATE INDEX budget_ledger_user ON budget_ledger (user_id, at);
+"""
+
 # Never lose a trigger: the gateway session to RESUME after a restart (one row per shard),
 # and the channels the bot handled messages in lately, for catch-up after a new session.
-_V3_RESUME: Final = """
+_V4_RESUME: Final = """
 CREATE TABLE gateway_session (
     shard_id           INTEGER PRIMARY KEY,
     shard_count        INTEGER NOT NULL,
@@ -157,7 +164,7 @@ CREATE TABLE channel_activity (
 CREATE INDEX channel_activity_active_at ON channel_activity (active_at);
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY, _V3_RESUME)
+MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY, _V3_LEDGER_USER, _V4_RESUME)
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
 LATEST_VERSION: Final = len(MIGRATIONS)

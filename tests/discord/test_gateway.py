@@ -17,7 +17,7 @@ import attrs
 import pytest
 import trio
 
-from picortex.discord import gateway as gateway_mod
+from picortex.discord import gateway as gateway_module
 from picortex.discord.gateway import GatewayActor, ZlibStream, build_gateway_url
 from picortex.discord.protocol import DEFAULT_INTENTS, FATAL_CLOSE_CODES, RESUME_CLOSE_CODE
 from picortex.discord.rest import RestClient
@@ -649,10 +649,10 @@ async def test_a_new_process_resumes_the_persisted_session_and_gets_the_replay(
         sim.post_user_message(world.general_id, world.alice_id, "handled before the kill")
         await wait_until(lambda: first[-1][1].get("content") == "handled before the kill")
         handled_up_to[0] = actor.seq  # the pipeline finished it
-        await trio.sleep(5 * gateway_mod.SESSION_SAVE_SECONDS)
+        await trio.sleep(5 * gateway_module.SESSION_SAVE_SECONDS)
         sim.post_user_message(world.general_id, world.alice_id, "caught mid-answer")
         await wait_until(lambda: first[-1][1].get("content") == "caught mid-answer")
-        await trio.sleep(5 * gateway_mod.SESSION_SAVE_SECONDS)
+        await trio.sleep(5 * gateway_module.SESSION_SAVE_SECONDS)
         # A SIGKILL: nothing runs on the way out, the socket just goes away.
         sim.drop_connections()
         killed.cancel()
@@ -702,3 +702,42 @@ async def test_a_clean_stop_ends_the_persisted_session(autojump_clock: Any) -> N
         await wait_until(lambda: sessions.saved == {})
         assert sim.gateway_stats.client_close_codes == (1000,)
         nursery.cancel_scope.cancel()
+
+
+# -- the batched read and its public fallback ---------------------------------------------------
+
+
+async def test_the_installed_trio_websocket_offers_the_queued_read(autojump_clock: Any) -> None:
+    taken: list[bool] = []
+    real = gateway_module._queued_taker
+
+    def spy(ws: Any) -> Any:
+        take = real(ws)
+        taken.append(take is not None)
+        return take
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gateway_module, "_queued_taker", spy)
+        async with running_bot() as bot:
+            bot.post("fast path")
+            await wait_until(lambda: bot.contents() == ["fast path"])
+    # If this fails, trio-websocket changed: check `_queued_taker` against the new release.
+    assert taken == [True]
+
+
+async def test_without_the_private_queue_the_reader_uses_get_message(autojump_clock: Any) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gateway_module, "_queued_taker", lambda ws: None)
+        async with running_bot() as bot:
+            for i in range(30):
+                bot.post(f"m{i}")
+            await wait_until(lambda: len(bot.contents()) == 30)
+            bot.sim.drop_connections()
+            bot.post("after the drop")
+            await wait_until(lambda: len(bot.contents()) == 31)
+    assert bot.contents() == [f"m{i}" for i in range(30)] + ["after the drop"]
+    assert bot.sim.gateway_stats.resumes == 1
+
+
+def test_a_connection_without_the_private_queue_gets_no_taker() -> None:
+    assert gateway_module._queued_taker(object()) is None  # type: ignore[arg-type]
