@@ -222,6 +222,7 @@ class Router:
             pipe.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
             try:
                 pipe.store.forget_channel(channel_id)
+                pipe.store.forget_channel_activity(channel_id)  # nothing to catch up there
             except Exception:
                 logger.exception("could not forget deleted channel %s", channel_id)
         pipe.events.emit(

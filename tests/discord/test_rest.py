@@ -424,7 +424,7 @@ async def test_a_long_429_streak_is_waited_out_and_the_message_posted_once(
 async def test_endless_429_stops_only_at_the_invalid_request_guard(
     autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(rest, "INVALID_REFUSE_AT", 50)
+    monkeypatch.setattr(ratelimit, "INVALID_REFUSE_AT", 50)
     fake = FakeDiscord(lambda request: too_many(1.0, scope="user"))
     async with fake.client() as client:
         with pytest.raises(InvalidRequestGuardError):
