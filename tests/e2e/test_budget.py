@@ -148,13 +148,13 @@ async def test_a_user_over_the_rate_limit_gets_one_polite_line_and_the_owner_non
         skips = [e["reason"] for e in run.events("decision") if e["outcome"] == "skip"]
         assert skips == ["no answer: the user's requests-per-minute limit is reached"] * 2
         refusals = run.events("budget")
-        assert [(e["limit"], e["user_id"]) for e in refusals] == [("user_rate", w.bob_id)] * 2
+        assert [(e["limit"], e["user_id"]) for e in refusals] == [("user_rate", str(w.bob_id))] * 2
         # The owner has no per-user limits, and the log says who spent what.
         for i in range(2):
             msg = run.say(w.general_id, w.alice_id, f"{run.mention()} owner {i}?")
             with trio.fail_after(WAIT):
                 await run.wait_until(lambda m=msg: bool(run.replies_to(int(m["id"]))))
         spenders = [e.get("user_id") for e in run.events("llm") if e["outcome"] == "ok"]
-        assert spenders == [w.bob_id, w.alice_id, w.alice_id]
+        assert spenders == [str(w.bob_id), str(w.alice_id), str(w.alice_id)]
         status = run.bot.snapshot()
         assert set(status["budget_users"]) == {str(w.bob_id), str(w.alice_id)}

@@ -81,7 +81,10 @@ async def _wait(sim: Simulator, predicate: object, timeout: float = START_TIMEOU
 async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    (home / "picortex.toml").write_text("continuation_seconds = 0\n")
+    # Per-user limits off: this traffic is about kills, not budgets.
+    (home / "picortex.toml").write_text(
+        "continuation_seconds = 0\n[budget]\nuser_requests_per_minute = 0\nuser_daily_usd = 0\n"
+    )
     sim = Simulator(heartbeat_interval_ms=5000)
     for bucket in RELAXED_BUCKETS:
         sim.set_rate_limit(bucket, 1000, 1.0)
