@@ -2,7 +2,7 @@
 
     root (rest_for_one, in start order)
       action_log
-      services (one_for_one): context_cache, llm, polls, control
+      services (one_for_one): context_cache, llm, polls, control, web (when [web] enabled)
       gateway
       channels (dynamic one_for_one, one transient actor per channel)
       router
@@ -39,6 +39,7 @@ from picortex.actors.pipeline import (
     TriggerBook,
 )
 from picortex.actors.router import Router
+from picortex.actors.web import WebActor
 from picortex.config import Settings
 from picortex.core.personas import PersonaLoader
 from picortex.core.redact import remember_secrets
@@ -141,6 +142,11 @@ class Bot:
             timings=gateway_timings,
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        self.web: WebActor | None = None
+        if live.web.enabled:
+            from picortex.web.panel import panel_for_bot
+
+            self.web = WebActor(live.web, settings.home, lambda: panel_for_bot(self), self.events)
         self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
         self._fatal_event = trio.Event()
@@ -153,6 +159,7 @@ class Bot:
                 ChildSpec("llm", self.llm.run),
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
+                *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
             events=self.events,
         )
@@ -222,6 +229,7 @@ class Bot:
             "warnings": list(self.pipe.personas.current.warnings) if self.pipe.personas else [],
             "budget": self.budget.summary(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
+            "web": self.web.status() if self.web is not None else None,
         }
 
     def _named(self, trigger: dict[str, object]) -> dict[str, object]:

@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="use the simulator's offline model even when ANTHROPIC_API_KEY is set",
     )
+    demo.add_argument("--web", action="store_true", help="serve the panel, stay up until Ctrl-C")
 
     sim = sub.add_parser("sim", help="run the built-in Discord simulator")
     sim.add_argument(
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="the simulator's HTTP port for REST, model and control (default 0: any free port)",
     )
+    sim.add_argument("--web", action="store_true", help="with --chat: serve the panel too")
 
     log = sub.add_parser(
         "log",
@@ -161,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     backup.add_argument("path", help="the new file to write (never overwritten)")
 
     sub.add_parser("status", help="ask the running bot how it is")
+    sub.add_parser("web", help="the panel's address and a one-time login link")
     return p
 
 

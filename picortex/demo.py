@@ -24,6 +24,7 @@ from picortex.app import Bot
 from picortex.config import load_settings
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
+from picortex.web.cli import announce, until_interrupted, web_toml
 
 # How long one scene may wait for the bot before the demo reports it and moves on.
 SCENE_TIMEOUT_SECONDS: Final = 30.0
@@ -377,10 +378,12 @@ def run_demo(
     out: TextIO,
     env: Mapping[str, str] | None = None,
     offline: bool = False,
+    web: bool = False,
 ) -> int:
     """Play the demo; returns 0 when every scene did what it shows.
 
     With `offline` the simulator's model endpoint is used even when ANTHROPIC_API_KEY is set.
+    With `web`, the panel is served against the simulator and stays up until Ctrl-C.
     """
     if speed <= 0:
         speed = 1.0
@@ -392,7 +395,7 @@ def run_demo(
     level = root.level
     root.setLevel(logging.CRITICAL)
     try:
-        code = trio.run(_main, home, speed, out, environ, keep, offline)
+        code = trio.run(_main, home, speed, out, environ, keep, offline, web)
     finally:
         root.setLevel(level)
         if not keep:
@@ -403,7 +406,13 @@ def run_demo(
 
 
 async def _main(
-    home: Path, speed: float, out: TextIO, environ: Mapping[str, str], keep: bool, offline: bool
+    home: Path,
+    speed: float,
+    out: TextIO,
+    environ: Mapping[str, str],
+    keep: bool,
+    offline: bool,
+    web: bool,
 ) -> int:
     real_key = None if offline else environ.get("ANTHROPIC_API_KEY")
     sim = Simulator(heartbeat_interval_ms=5000)
@@ -419,7 +428,8 @@ async def _main(
             poll_enabled = true
             poll_seconds = {POLL_SECONDS / speed:g}
             """
-        ),
+        )
+        + web_toml(web),
         encoding="utf-8",
     )
     async with trio.open_nursery() as nursery:
@@ -464,7 +474,12 @@ async def _main(
             lambda rows: any(r["event"] == "gateway" and r.get("action") == "ready" for r in rows),
         )
         demo.report()
+        await announce(bot, out)
         await _play(demo, speed)
+        if web:
+            demo.p()
+            demo.p("The panel stays up against the simulator: press Ctrl-C to stop.")
+            await until_interrupted()
         nursery.cancel_scope.cancel()
     settings = bot.settings
     demo.p()

@@ -58,7 +58,9 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from picortex.demo import run_demo
 
-    return run_demo(keep=args.keep, speed=args.speed, out=sys.stdout, offline=args.offline)
+    return run_demo(
+        keep=args.keep, speed=args.speed, out=sys.stdout, offline=args.offline, web=args.web
+    )
 
 
 def _sim(args: argparse.Namespace) -> int:
@@ -66,7 +68,7 @@ def _sim(args: argparse.Namespace) -> int:
         if args.chat:
             from picortex.sim.chat import run_chat
 
-            return run_chat(port=args.port)
+            return run_chat(port=args.port, web=args.web)
         from picortex.sim.cli import run_sim
 
         return run_sim(port=args.port, out=sys.stdout)
@@ -150,6 +152,12 @@ def _status(args: argparse.Namespace) -> int:
     return run_status(_reading_settings(), out=sys.stdout)
 
 
+def _web(args: argparse.Namespace) -> int:
+    from picortex.web.cli import run_web
+
+    return run_web(_settings(), out=sys.stdout)
+
+
 def _discriminator(args: argparse.Namespace) -> int:
     from picortex.discriminator_cli import run_discriminator_test
 
@@ -183,4 +191,5 @@ _HANDLERS = {
     "status": _status,
     "discriminator": _discriminator,
     "prompts": _prompts,
+    "web": _web,
 }

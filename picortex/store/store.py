@@ -419,6 +419,15 @@ class Store:
         )
         return {cast(str, ws): float(cast(float, total)) for ws, total in rows}
 
+    def daily_spend(self, since: float) -> list[tuple[str, str, float]]:
+        """USD spent per workspace per UTC day (`YYYY-MM-DD`) since `since` (unix seconds)."""
+        rows = self._all(
+            "SELECT workspace, date(at, 'unixepoch'), sum(cost_usd) FROM budget_ledger"
+            " WHERE at >= ? GROUP BY 1, 2 ORDER BY 2, 1",
+            (since,),
+        )
+        return [(cast(str, ws), cast(str, day), float(cast(float, t))) for ws, day, t in rows]
+
     # ---- memory --------------------------------------------------------------------------
 
     def add_memory_message(
