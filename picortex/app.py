@@ -38,6 +38,7 @@ from picortex.actors.pipeline import (
     SettingsSource,
     TriggerBook,
 )
+from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
 from picortex.actors.web import WebActor
 from picortex.config import Settings
@@ -142,6 +143,7 @@ class Bot:
             timings=gateway_timings,
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        self.pruner = Pruner(self.store, self.events)
         self.web: WebActor | None = None
         if live.web.enabled:
             from picortex.web.panel import panel_for_bot
@@ -159,6 +161,7 @@ class Bot:
                 ChildSpec("llm", self.llm.run),
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
+                ChildSpec("pruner", self.pruner.run),
                 *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
             events=self.events,
@@ -228,6 +231,8 @@ class Bot:
             "restarts": restarts,
             "warnings": list(self.pipe.personas.current.warnings) if self.pipe.personas else [],
             "budget": self.budget.summary(),
+            "budget_global": self.budget.totals(),
+            "budget_users": self.budget.users(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
             "web": self.web.status() if self.web is not None else None,
         }

@@ -172,13 +172,15 @@ class _RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         from picortex.core.redact import redact
+        from picortex.core.terminal import clean_text
 
         text = record.getMessage()
         if record.exc_info:
             text = f"{text}\n{logging.Formatter().formatException(record.exc_info)}"
             record.exc_info = None
             record.exc_text = None
-        record.msg = redact(text)
+        # Log lines go to a terminal and may quote remote text: no control characters.
+        record.msg = clean_text(redact(text))
         record.args = None
         return True
 

@@ -22,6 +22,7 @@ import trio
 
 from picortex.app import Bot
 from picortex.config import load_settings
+from picortex.core.terminal import clean_text
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
 from picortex.web.cli import announce, until_interrupted, web_toml
@@ -71,7 +72,7 @@ class _Demo:
     # -- output ---------------------------------------------------------------------------
 
     def p(self, text: str = "") -> None:
-        print(text, file=self.out, flush=True)
+        print(clean_text(text), file=self.out, flush=True)
 
     def scene(self, title: str, *, failure_expected: bool = False) -> None:
         # What the last scene left in the log is printed under that scene, not this one.
@@ -427,6 +428,10 @@ async def _main(
             continuation_seconds = {CONTINUATION_SECONDS / speed:g}
             poll_enabled = true
             poll_seconds = {POLL_SECONDS / speed:g}
+            [budget]
+            # The script packs a conversation of minutes into seconds: a per-minute limit
+            # would only measure the script's pace.
+            user_requests_per_minute = 0
             """
         )
         + web_toml(web),

@@ -16,6 +16,7 @@ import orjson
 import trio
 
 from picortex.config import load_settings
+from picortex.core.terminal import clean_text
 
 HELP: Final = """\
 Type a message and press Enter to post it as the current user in the current channel.
@@ -61,7 +62,7 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO, web: bool = F
     (home / "picortex.toml").write_text(web_toml(web), encoding="utf-8")
 
     def p(text: str = "") -> None:
-        print(text, file=out, flush=True)
+        print(clean_text(text), file=out, flush=True)
 
     sim = Simulator()
     world = sim.add_default_world()
@@ -92,6 +93,7 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO, web: bool = F
         await sim.wait_ready()
         model = "real Claude" if os.environ.get("ANTHROPIC_API_KEY") else "the offline model"
         p(f"picortex chat: simulator at {urls.api_base}, bot using {model}.")
+        p(f"control API: {urls.control_url} (Bearer token {urls.control_token})")
         await announce(bot, out)
         p(HELP)
         p(

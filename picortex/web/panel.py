@@ -528,6 +528,7 @@ class Panel:
             config_values=_config_values(settings),
             parse_config_value=config_mod.parse_runtime_value,
             format_config_value=config_mod.format_value,
+            requester_id=settings.owner_id,  # the panel acts as the owner (SPEC 13)
         )
 
     def _command_event(self, name: str, text: str, result: str, chat_id: int | None = None) -> None:
