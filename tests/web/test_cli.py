@@ -52,7 +52,7 @@ def test_web_keys_default_and_validate(tmp_path: Path) -> None:
 def test_sim_chat_with_web_prints_the_panel_address_and_a_login_link() -> None:
     import httpx
 
-    from picortex.sim.chat import run_chat
+    from picortex.cli.chat import run_chat
 
     out = io.StringIO()
     stdin = io.StringIO("/quit\n")
@@ -68,7 +68,7 @@ def test_sim_chat_with_web_prints_the_panel_address_and_a_login_link() -> None:
 
 
 def test_sim_chat_without_web_serves_no_panel() -> None:
-    from picortex.sim.chat import run_chat
+    from picortex.cli.chat import run_chat
 
     out = io.StringIO()
     assert run_chat(stdin=io.StringIO("/quit\n"), out=out) == 0
