@@ -114,6 +114,9 @@ def format_status(data: dict[str, Any]) -> list[str]:
     restarts = data.get("restarts") or {}
     shown = ", ".join(f"{name} {count}" for name, count in sorted(restarts.items()))
     lines.append(f"actor restarts:    {shown or 'none'}")
+    web = data.get("web")
+    if isinstance(web, dict):
+        lines.append(f"web panel:         {web.get('url') or 'not served (see the log)'}")
     budget = data.get("budget", {})
     if budget:
         lines.append("budget (this period):")
