@@ -45,7 +45,6 @@ from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
 from picortex.actors.web import WebActor
 from picortex.config import Settings
-from picortex.core.personas import PersonaLoader
 from picortex.core.redact import remember_secrets
 from picortex.discord.gateway import GatewayActor
 from picortex.discord.protocol import GatewayTimings
@@ -61,6 +60,7 @@ from picortex.runtime.supervisor import (
     run_root,
 )
 from picortex.store import Store
+from picortex.store.personas import PersonaLoader
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +119,8 @@ class Bot:
         self.source.subscribe(lambda s: self.cache.set_fetch_cooldown(s.fetch_cooldown_seconds))
         personas = PersonaLoader(settings.home)
         personas.load()  # bad persona files stop the start with exit code 2
+        for warning in personas.current.warnings:
+            logger.warning("%s", warning)
         self.pipe = Pipeline(
             settings=self.source,
             store=self.store,
@@ -246,6 +248,7 @@ class Bot:
             "mailboxes": self.router.mailbox_depths(),
             "mailbox_overflows": self.router.mailbox_overflows(),
             "restarts": restarts,
+            "warnings": list(self.pipe.personas.current.warnings) if self.pipe.personas else [],
             "budget": self.budget.summary(),
             "budget_global": self.budget.totals(),
             "budget_users": self.budget.users(),

@@ -49,7 +49,7 @@ async def test_poll_sticker_and_nickname_reach_the_context(tmp_path: Path) -> No
         assert "[poll] Which day? (1) monday (2) friday" in prompt
         assert "[sticker: Thumbs]" in prompt
         assert "diagram.png" in prompt
-        assert "\"Bobby\":" in prompt  # the nickname, as main quotes names
+        assert '"Bobby":' in prompt  # the nickname, as main quotes names
 
 
 async def test_the_discord_system_user_is_never_answered(tmp_path: Path) -> None:
