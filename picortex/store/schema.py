@@ -136,7 +136,15 @@ CREATE TRIGGER memory_observations_au AFTER UPDATE ON memory_observations BEGIN
 END;
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY)
+_V3_APP_COMMANDS: Final = """
+CREATE TABLE app_commands (
+    scope         TEXT PRIMARY KEY,   -- 'global' or 'guild:<guild id>'
+    hash          TEXT NOT NULL,      -- digest of the application id, scope and command tree
+    registered_at REAL NOT NULL
+) STRICT;
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY, _V3_APP_COMMANDS)
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
 LATEST_VERSION: Final = len(MIGRATIONS)
