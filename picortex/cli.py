@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     cset.add_argument("value")
 
     sub.add_parser("status", help="ask the running bot how it is")
+    sub.add_parser("mcp", help="serve the Model Context Protocol on stdio (for assistants)")
     return p
 
 

@@ -122,6 +122,12 @@ def _prompts(args: argparse.Namespace) -> int:
     return run_prompts_history(_settings(), args.chat, out=sys.stdout)
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    from picortex.mcp import run_mcp
+
+    return run_mcp(_settings())
+
+
 _HANDLERS = {
     "run": _run,
     "demo": _demo,
@@ -132,4 +138,5 @@ _HANDLERS = {
     "status": _status,
     "discriminator": _discriminator,
     "prompts": _prompts,
+    "mcp": _mcp,
 }

@@ -413,8 +413,14 @@ class SimInteractions:
                 return interaction
         raise _invalid_token()
 
-    def callback(self, interaction_id: int, token: str, body: Any) -> Json | None:
-        """POST /interactions/{id}/{token}/callback: the one initial response."""
+    def callback(
+        self, interaction_id: int, token: str, body: Any, *, with_response: bool = False
+    ) -> Json | None:
+        """POST /interactions/{id}/{token}/callback: the one initial response.
+
+        With `with_response` the answer is Discord's interaction callback response object
+        (the interaction and the message created), else nothing (204).
+        """
         interaction = self._find(interaction_id, token)
         now = self._clock()
         if interaction.response_type is not None:
@@ -451,7 +457,20 @@ class SimInteractions:
             raise form_error("type", "INTERACTION_RESPONSE_TYPE_INVALID", "Invalid type")
         interaction.response_type = kind
         interaction.responded_at = now
-        return None
+        if not with_response:
+            return None
+        about: Json = {
+            "id": str(interaction.id),
+            "type": interaction.type,
+            "response_message_loading": kind == DEFERRED_CHANNEL_MESSAGE,
+            "response_message_ephemeral": interaction.ephemeral,
+        }
+        resource: Json = {"type": kind}
+        if kind in (CHANNEL_MESSAGE, DEFERRED_CHANNEL_MESSAGE):
+            message = self.original(self.world.application_id, token)
+            about["response_message_id"] = message["id"]
+            resource["message"] = message
+        return {"interaction": about, "resource": resource}
 
     def edit_original(self, application_id: int, token: str, body: Any) -> Json:
         """PATCH /webhooks/{app}/{token}/messages/@original."""

@@ -591,8 +591,13 @@ class DiscordRest:
         )
 
     def _interaction_callback(self, call: _Call) -> tuple[int, Any]:
-        self.interactions.callback(call.params["interaction"], call.params["token"], call.body)
-        return 204, None
+        answer = self.interactions.callback(
+            call.params["interaction"],
+            call.params["token"],
+            call.body,
+            with_response=call.query.get("with_response", "").lower() in ("true", "1"),
+        )
+        return (204, None) if answer is None else (200, answer)
 
     def _get_original(self, call: _Call) -> tuple[int, Any]:
         return 200, self.interactions.original(call.params["app"], call.params["token"])
