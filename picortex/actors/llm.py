@@ -21,6 +21,7 @@ import trio
 from picortex.config import ModelTiers, Price
 from picortex.core.redact import redact
 from picortex.errors import FaultInjected
+from picortex.errors import MalformedAnswer as MalformedAnswer
 from picortex.net.http11 import httpx_transport, proxy_configured
 from picortex.types import EventSink
 
@@ -169,10 +170,6 @@ class ModelAnswer:
     text: str
     input_tokens: int
     output_tokens: int
-
-
-class MalformedAnswer(Exception):
-    """The model endpoint answered 200 with something that is not a Messages API response."""
 
 
 def parse_message(body: bytes) -> ModelAnswer:
