@@ -33,7 +33,7 @@ from picortex.config import (
     parse_runtime_value,
     runtime_key,
 )
-from picortex.errors import ConfigError
+from picortex.errors import ConfigError, PicortexError
 from picortex.errorsview import error_record
 from picortex.logview import log_files
 from picortex.store import RESOLUTIONS, Store
@@ -54,8 +54,8 @@ _MESSAGE_FIELDS: Final = ("message_id", "trigger_id", "parent_id", "signal_id")
 _ID_SCHEMA: Final = {"type": "string", "pattern": "^[0-9]{1,20}$"}
 
 
-class ToolArgumentError(Exception):
-    """A bad tool argument; the message is one sentence for the assistant."""
+class _BadArgument(PicortexError):
+    """A bad tool argument; the message is one sentence for the assistant (never leaves here)."""
 
 
 def _tool(
@@ -170,7 +170,7 @@ def _args(raw: Mapping[str, Any] | None, allowed: tuple[str, ...]) -> dict[str, 
     args = dict(raw or {})
     unknown = sorted(set(args) - set(allowed))
     if unknown:
-        raise ToolArgumentError(f"Unknown argument `{unknown[0]}`.")
+        raise _BadArgument(f"Unknown argument `{unknown[0]}`.")
     return args
 
 
@@ -182,7 +182,7 @@ def _optional_id(args: Mapping[str, Any], name: str) -> str | None:
         str(value).strip() if isinstance(value, str | int) and not isinstance(value, bool) else ""
     )
     if not text.isdigit() or len(text) > _ID_CHARS:
-        raise ToolArgumentError(f"`{name}` must be a Discord id (digits, as a string).")
+        raise _BadArgument(f"`{name}` must be a Discord id (digits, as a string).")
     return text
 
 
@@ -191,7 +191,7 @@ def _optional_text(args: Mapping[str, Any], name: str) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):
-        raise ToolArgumentError(f"`{name}` must be a string.")
+        raise _BadArgument(f"`{name}` must be a string.")
     return value.strip() or None
 
 
@@ -200,7 +200,7 @@ def _required_text(args: Mapping[str, Any], name: str) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         value = str(value)  # a lenient client sending 30 for "30"
     if not isinstance(value, str) or not value.strip():
-        raise ToolArgumentError(f"`{name}` is required (a non-empty string).")
+        raise _BadArgument(f"`{name}` is required (a non-empty string).")
     return value
 
 
@@ -214,19 +214,19 @@ class Tools:
         return Store.open(self.settings.db_path)
 
     def call(self, name: str, raw: Mapping[str, Any] | None) -> Any:
-        """Run one tool; raises ToolArgumentError for bad arguments or an unknown tool."""
+        """Run one tool; raises _BadArgument for bad arguments or an unknown tool."""
         handler: Callable[[Mapping[str, Any] | None], Any] | None = getattr(
             self, f"_tool_{name}", None
         )
         if handler is None or name not in {t.name for t in TOOLS}:
-            raise ToolArgumentError(f"There is no tool named `{name}`.")
+            raise _BadArgument(f"There is no tool named `{name}`.")
         return handler(raw)
 
     def _tool_get_action_log(self, raw: Mapping[str, Any] | None) -> Any:
         args = _args(raw, ("n", "event", "channel_id", "user_id", "message_id"))
         n = args.get("n", LOG_DEFAULT_LINES)
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= LOG_MAX_LINES:
-            raise ToolArgumentError(f"`n` must be a whole number from 1 to {LOG_MAX_LINES}.")
+            raise _BadArgument(f"`n` must be a whole number from 1 to {LOG_MAX_LINES}.")
         event = _optional_text(args, "event")
         channel = _optional_id(args, "channel_id")
         user = _optional_id(args, "user_id")
@@ -284,7 +284,7 @@ class Tools:
             try:
                 names = [runtime_key(key)]
             except ConfigError as exc:
-                raise ToolArgumentError(_sentence(exc)) from None
+                raise _BadArgument(_sentence(exc)) from None
         return {
             name: {"value": format_value(effective.value_of(name)), "runtime": name in stored}
             for name in names
@@ -301,7 +301,7 @@ class Tools:
             # What is stored must load again at start-up: check the round trip first.
             self.settings.with_runtime({name: text})
         except ConfigError as exc:
-            raise ToolArgumentError(_sentence(exc)) from None
+            raise _BadArgument(_sentence(exc)) from None
         store = self._store()
         try:
             store.set_runtime_config(name, text)
@@ -324,7 +324,7 @@ class Tools:
         args = _args(raw, ("unresolved",))
         unresolved = args.get("unresolved", False)
         if not isinstance(unresolved, bool):
-            raise ToolArgumentError("`unresolved` must be true or false.")
+            raise _BadArgument("`unresolved` must be true or false.")
         store = self._store()
         try:
             return [error_record(e) for e in store.invocation_errors(unresolved_only=unresolved)]
@@ -337,14 +337,14 @@ class Tools:
         if isinstance(error_id, str) and error_id.strip().isdigit():
             error_id = int(error_id)
         if isinstance(error_id, bool) or not isinstance(error_id, int) or error_id < 1:
-            raise ToolArgumentError("`id` must be an error id (a positive whole number).")
+            raise _BadArgument("`id` must be an error id (a positive whole number).")
         resolution = args.get("as")
         if resolution not in RESOLUTIONS:
-            raise ToolArgumentError(f"`as` must be one of {', '.join(RESOLUTIONS)}.")
+            raise _BadArgument(f"`as` must be one of {', '.join(RESOLUTIONS)}.")
         store = self._store()
         try:
             if not store.resolve_invocation_error(error_id, resolution, time.time()):
-                raise ToolArgumentError(f"No invocation error has id {error_id}.")
+                raise _BadArgument(f"No invocation error has id {error_id}.")
             row = store.invocation_error(error_id)
         finally:
             store.close()
@@ -397,7 +397,7 @@ def build_server(settings: Settings) -> Server[Any]:
         try:
             # SQLite and file reads are short, but off the event loop all the same.
             result = await trio.to_thread.run_sync(tools.call, params.name, params.arguments)
-        except ToolArgumentError as exc:
+        except _BadArgument as exc:
             return _text(str(exc), error=True)
         except Exception as exc:  # a broken home: one sentence, never a traceback
             logger.warning("tool %s failed: %s", params.name, exc)
