@@ -35,6 +35,8 @@ from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
+from picortex.core.budget import REFUSAL_REASONS
+from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, may_run, should_ignore, tier_of
 from picortex.types import Interaction, InteractionType, Message, Snowflake
@@ -685,7 +687,7 @@ class ChannelActor:
             prompt = gen.request.text
             if lines:
                 prompt = (
-                    "Recent conversation, oldest first:\n"
+                    f"Recent conversation, oldest first. {CONTEXT_FORMAT_NOTE}\n"
                     f"{lines_text(lines)}\n\nThe request from {trigger.author.display_name}:\n"
                     f"{gen.request.text}"
                 )
@@ -698,6 +700,7 @@ class ChannelActor:
                     tier="general",
                     signal_id=str(trigger.id),
                     timeout=pipe.answer_timeout,
+                    user_id=trigger.author.id,
                 )
             )
             if result.ok and not shown.is_set():
@@ -705,11 +708,14 @@ class ChannelActor:
                     await shown.wait()
         if not result.ok:
             reason = self._skip_or_fail(
-                trigger, result.outcome, result.error, result.stack_trace, None
+                trigger, result.outcome, result.error, result.stack_trace, None, result.limit
             )
             ask = self._asks.get(trigger.id)
             if ask is not None and reason is not None:
                 ask.failure = f"Sorry, {reason.removeprefix('no answer: ')}."
+            if result.notice:
+                # A user over their own limit is told once per period, politely.
+                await self._post_answer(gen, result.notice, persona=None)
             return
         await self._post_answer(gen, result.text, persona=None)
 
@@ -724,6 +730,7 @@ class ChannelActor:
                     trigger,
                     max_messages=settings.context_messages,
                     max_chars=settings.context_chars,
+                    trusted=pipe.is_trusted,
                 )
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
@@ -753,6 +760,7 @@ class ChannelActor:
         error: str | None,
         trace: str | None,
         persona: str | None,
+        limit: str | None = None,
     ) -> str | None:
         """Log why there is no answer; returns the reason when it was a skip, not a failure."""
         pipe = self._pipe
@@ -768,7 +776,8 @@ class ChannelActor:
             return None
         reason = {
             "no_key": "no answer: ANTHROPIC_API_KEY is not set",
-            "budget": "no answer: the workspace's budget ceiling is reached",
+            "budget": "no answer: "
+            + REFUSAL_REASONS.get(limit or "workspace", REFUSAL_REASONS["workspace"]),
         }.get(outcome, f"no answer: {outcome}")
         self._decision(trigger, "skip", reason)
         return reason
