@@ -23,7 +23,9 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from picortex import __version__
-from picortex.actors.control import query_status
+from picortex.cli.errors import error_record
+from picortex.cli.log import log_files
+from picortex.cli.status import query_status
 from picortex.config import (
     NO_OVERRIDE,
     OVERRIDES_PREFIX,
@@ -34,8 +36,6 @@ from picortex.config import (
     runtime_key,
 )
 from picortex.errors import ConfigError, PicortexError
-from picortex.errorsview import error_record
-from picortex.logview import log_files
 from picortex.store import RESOLUTIONS, Store
 
 logger = logging.getLogger(__name__)
