@@ -17,6 +17,7 @@ import trio
 
 from picortex.actors import persona_answer
 from picortex.actors.channel import ChannelActor
+from picortex.actors.interactions import register_commands
 from picortex.actors.pipeline import Pipeline
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
@@ -25,6 +26,7 @@ from picortex.types import (
     ChannelCreate,
     ChannelDelete,
     GuildCreate,
+    Interaction,
     Message,
     MessageDelete,
     MessageDeleteBulk,
@@ -55,7 +57,7 @@ class Router:
         self._pipe = pipe
         self._channels = channels
         self._inbox: Mailbox[tuple[str, Any, int | None]] = Mailbox(ROUTER_QUEUE, name="router")
-        self._mailboxes: dict[Snowflake, Mailbox[Message]] = {}
+        self._mailboxes: dict[Snowflake, Mailbox[Message | Interaction]] = {}
         self.replays_dropped = 0
         # The gateway's seq of the dispatch being handed over (set by the app): kept with each
         # message in hand, so the persisted session resumes before anything not yet final.
@@ -151,7 +153,12 @@ class Router:
                 return
             pipe.cache.on_message(event)
             await self._deliver(event)
-
+        elif isinstance(event, Interaction):
+            # Handled once taken: a replayed interaction was answered (or is past answering:
+            # its token lasts minutes, a restart's replay comes after).
+            if pipe.handled.take(event.id, seq):
+                pipe.handled.finish((event.id,), event.channel_id, event.guild_id)
+                await self._deliver(event)
         elif isinstance(event, MessageUpdate):
             pipe.cache.on_update(event)
             # Recall must never show the text as it was before an edit.
@@ -176,6 +183,8 @@ class Router:
             pipe.cache.on_session_start()
             if pipe.spawn is not None and self.catch_up is not None:
                 pipe.spawn(self.catch_up)
+            if event.application_id is not None and pipe.spawn is not None:
+                pipe.spawn(register_commands, pipe, event.application_id)
         elif isinstance(event, GuildCreate):
             for channel in (*event.channels, *event.threads):
                 pipe.registry.add(channel)
@@ -250,7 +259,7 @@ class Router:
                 emoji=event.emoji,
             )
 
-    async def _deliver(self, message: Message) -> None:
+    async def _deliver(self, message: Message | Interaction) -> None:
         channel_id = message.channel_id
         mailbox = self._mailboxes.get(channel_id)
         if mailbox is None:
@@ -271,7 +280,9 @@ class Router:
             return
         await self._ensure_actor(channel_id, mailbox)
 
-    async def _ensure_actor(self, channel_id: Snowflake, mailbox: Mailbox[Message]) -> None:
+    async def _ensure_actor(
+        self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
+    ) -> None:
         """Start the channel's actor unless it is running."""
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:

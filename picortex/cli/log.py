@@ -51,6 +51,8 @@ EVENT_TYPES: Final = (
     "gateway",
     "rest",
     "supervisor",
+    "slash",
+    "interaction",
     "error",
 )
 

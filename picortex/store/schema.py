@@ -143,9 +143,18 @@ ALTER TABLE budget_ledger ADD COLUMN user_id INTEGER;
 CREATE INDEX budget_ledger_user ON budget_ledger (user_id, at);
 """
 
+_V4_APP_COMMANDS: Final = """
+CREATE TABLE app_commands (
+    scope         TEXT PRIMARY KEY,   -- 'global' or 'guild:<guild id>'
+    hash          TEXT NOT NULL,      -- digest of the application id, scope and command tree
+    registered_at REAL NOT NULL
+) STRICT;
+"""
+
+
 # Never lose a trigger: the gateway session to RESUME after a restart (one row per shard),
 # and the channels the bot handled messages in lately, for catch-up after a new session.
-_V4_RESUME: Final = """
+_V5_RESUME: Final = """
 CREATE TABLE gateway_session (
     shard_id           INTEGER PRIMARY KEY,
     shard_count        INTEGER NOT NULL,
@@ -164,7 +173,14 @@ CREATE TABLE channel_activity (
 CREATE INDEX channel_activity_active_at ON channel_activity (active_at);
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY, _V3_LEDGER_USER, _V4_RESUME)
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    _V1_CORE,
+    _V2_MEMORY,
+    _V3_LEDGER_USER,
+    _V4_APP_COMMANDS,
+    _V5_RESUME,
+)
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
 LATEST_VERSION: Final = len(MIGRATIONS)
