@@ -28,7 +28,7 @@ from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store
 from picortex.store.personas import PersonaLoader
-from picortex.types import Channel, ChannelType, EventSink, Message, Snowflake
+from picortex.types import Channel, ChannelType, EventSink, Interaction, Message, Snowflake
 
 logger = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ class Pipeline:
         default=attrs.Factory(lambda self: HandledLedger(self.store), takes_self=True)
     )
 
-    def finish(self, message: Message) -> None:
+    def finish(self, message: Message | Interaction) -> None:
         """The decision on `message` is final: it is never handled again."""
         self.handled.finish((message.id,), message.channel_id, message.guild_id)
 

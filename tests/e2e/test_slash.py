@@ -265,5 +265,5 @@ async def test_a_slash_poll_counts_reactions_on_the_response(tmp_path: Path) -> 
             lambda: len(run.sim.message(w.general_id, poll.original_id).get("reactions", [])) == 2
         )
         result = await run.wait_event("poll", action="result")
-        assert result[0]["message_id"] == poll.original_id
+        assert result[0]["message_id"] == str(poll.original_id)
         await trio.sleep(0)
