@@ -1,12 +1,19 @@
-"""The `picortex` command line: argument parsing and dispatch, nothing else."""
+"""The `picortex` command line: the parser and the dispatch; one module per command.
+
+Each command module (`run`, `demo`, `sim`, `log`, `errors`, `config`, `discriminator`,
+`prompts`, `status`, `backup`, `web`) has `command(args) -> exit code`. Commands read files
+and talk to the bot; they never decide.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final
 
 from picortex import __version__
 from picortex.errors import PicortexError, SupervisorExhausted
@@ -44,9 +51,26 @@ def _count(text: str) -> int:
     return value
 
 
+# Command -> the module of this package that runs it (imported only when used, so that
+# `picortex log` does not load trio, httpx and the bot).
+_MODULES: Final = {
+    "run": "run",
+    "demo": "demo",
+    "sim": "sim",
+    "log": "log",
+    "errors": "errors",
+    "discriminator": "discriminator",
+    "prompts": "prompts",
+    "config": "config",
+    "backup": "backup",
+    "status": "status",
+    "web": "web",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree of SPEC section 2."""
-    from picortex.logview import EVENT_TYPES
+    from picortex.cli.log import EVENT_TYPES
 
     p = _Parser(
         prog="picortex",
@@ -205,9 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         handler.addFilter(_quiet_http)
         handler.addFilter(_RedactingFilter())
     try:
-        from picortex import subcommands
-
-        return subcommands.dispatch(args)
+        module = importlib.import_module(f"picortex.cli.{_MODULES[args.command]}")
+        run_command: Callable[[argparse.Namespace], int] = module.command
+        return run_command(args)
     except SupervisorExhausted as e:
         print(f"picortex: giving up: {e}", file=sys.stderr)
         return EXIT_SUPERVISOR_GAVE_UP
