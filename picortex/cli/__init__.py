@@ -214,6 +214,23 @@ def _quiet_http(record: logging.LogRecord) -> bool:
     return not (record.name.startswith("httpx") and record.levelno < logging.WARNING)
 
 
+def _log_to_stderr() -> None:
+    """Log lines to stderr, redacted and without httpx's per-request noise.
+
+    Only when nobody logs yet: a program that calls `main` with its own handlers (a test
+    runner) keeps them untouched.
+    """
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("picortex: %(levelname)s: %(message)s"))
+    handler.addFilter(_quiet_http)
+    handler.addFilter(_RedactingFilter())
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `picortex` console script."""
     parser = build_parser()
@@ -224,10 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Whatever picortex or a tool it runs (git, for chat homes) creates is the owner's alone;
     # the files that matter are also chmodded explicitly, so this is a second line.
     os.umask(0o077)
-    logging.basicConfig(level=logging.INFO, format="picortex: %(levelname)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_quiet_http)
-        handler.addFilter(_RedactingFilter())
+    _log_to_stderr()
     try:
         module = importlib.import_module(f"picortex.cli.{_MODULES[args.command]}")
         run_command: Callable[[argparse.Namespace], int] = module.command
