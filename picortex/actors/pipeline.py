@@ -262,6 +262,10 @@ class Pipeline:
         """The decision on `message` is final: it is never handled again."""
         self.handled.finish((message.id,), message.channel_id, message.guild_id)
 
+    # Slash interactions not answered yet, by id: whoever comes first answers Discord within
+    # its 3 s, the channel actor with a response or the router's deadline with a deferral.
+    acks: dict[Snowflake, Any] = attrs.field(factory=dict)
+
     def workspace_of(self, message: Message) -> str:
         """The budget workspace: the guild id, or `dm`."""
         return str(message.guild_id) if message.guild_id is not None else "dm"

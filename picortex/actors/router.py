@@ -15,7 +15,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from picortex.actors import persona_answer
+from picortex.actors import interactions, persona_answer
 from picortex.actors.channel import ChannelActor
 from picortex.actors.interactions import register_commands
 from picortex.actors.pipeline import Pipeline
@@ -27,6 +27,7 @@ from picortex.types import (
     ChannelDelete,
     GuildCreate,
     Interaction,
+    InteractionType,
     Message,
     MessageDelete,
     MessageDeleteBulk,
@@ -158,6 +159,13 @@ class Router:
             # its token lasts minutes, a restart's replay comes after).
             if pipe.handled.take(event.id, seq):
                 pipe.handled.finish((event.id,), event.channel_id, event.guild_id)
+                if event.type == InteractionType.APPLICATION_COMMAND:
+                    interactions.expect(
+                        pipe,
+                        event,
+                        ephemeral=interactions.predicted_ephemeral(pipe, event),
+                        arrived=trio.current_time(),
+                    )
                 await self._deliver(event)
         elif isinstance(event, MessageUpdate):
             pipe.cache.on_update(event)
