@@ -187,7 +187,6 @@ class ChannelActor:
             return
         if pipe.faults is not None:
             pipe.faults.check("mailbox", msg.content)
-        self._remember(msg)
         author = msg.author.id
         stored = None if author == settings.owner_id else pipe.store.get_tier(author)
         tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
@@ -204,6 +203,8 @@ class ChannelActor:
             what = "command from an untrusted author" if command_text is not None else None
             self._decision(msg, "ignore", what or "untrusted author: never answered")
             return
+        # Only trusted authors' words are kept for recall (SPEC 8): strangers cost no write.
+        self._remember(msg)
 
         if command_text is None:
             window = cont.window_for(self._cont, msg.channel_id, msg.author.id, now)

@@ -124,9 +124,11 @@ class Router:
             return
         if isinstance(event, Message):
             if event.author.id == pipe.bot.user_id:
-                # Our own replies only feed the context; the pipeline would ignore them
-                # anyway (SPEC 5 step 1), so they cost no mailbox hop and no database write.
+                # Our own replies feed the context and recall (SPEC 8); the pipeline would
+                # ignore them anyway (SPEC 5 step 1), so they cost no mailbox hop.
                 pipe.cache.on_message(event)
+                if name == "MESSAGE_CREATE":
+                    self._remember_answer(event)
                 return
             if self._is_replay(event.id):
                 self.replays_dropped += 1
@@ -186,6 +188,21 @@ class Router:
             self._pipe.store.prune_seen(now - SEEN_KEEP_SECONDS)
             self._pipe.store.prune_memory(now - MEMORY_KEEP_SECONDS)
         return not new
+
+    def _remember_answer(self, message: Message) -> None:
+        """Store one of the bot's own answers for recall."""
+        try:
+            self._pipe.store.add_memory_message(
+                message_id=message.id,
+                channel_id=message.channel_id,
+                guild_id=message.guild_id,
+                author_id=message.author.id,
+                author_name=message.author.display_name,
+                content=message.content,
+                created_at=time.time(),
+            )
+        except Exception:
+            logger.exception("could not store answer %s for recall", message.id)
 
     def _reaction(self, event: ReactionEvent) -> None:
         pipe = self._pipe
