@@ -2,6 +2,7 @@
 
     root (rest_for_one, in start order)
       action_log
+      store (the database's owner: its own thread, group commit, read models)
       services (one_for_one): context_cache, llm, polls, control
       gateway
       channels (dynamic one_for_one, one transient actor per channel)
@@ -12,8 +13,9 @@ The services sit under their own one_for_one supervisor rather than in the root'
 rest_for_one chain: a crashed LLM or cache actor is restarted alone, so it never
 reconnects the gateway (which would lose events and a resumable session).
 
-The store is opened before the tree starts and closed after it stops: SQLite calls are
-short and synchronous, so every actor uses the one connection directly from trio's thread.
+The store is opened before the tree starts and closed after it stops; while the tree runs,
+the store actor owns the connection on a thread of its own (picortex/store/actor.py), so no
+SQLite call (or busy wait) ever runs on the event loop.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from picortex.runtime.supervisor import (
     Supervisor,
     run_root,
 )
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ class Bot:
         private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
-        self.store = Store.open(settings.db_path)
+        self.store = StoreActor(Store.open(settings.db_path))
         self.source = SettingsSource(settings, self.store)
         live = self.source()
         self.events = ActionLog(
@@ -159,6 +161,7 @@ class Bot:
             Strategy.REST_FOR_ONE,
             [
                 ChildSpec("action_log", self.events.run, grace=10.0),
+                ChildSpec("store", self.store.run, grace=15.0),
                 ChildSpec("services", self.services.run, grace=25.0),
                 # The gateway comes before the pipeline: it only needs the router's mailbox,
                 # which outlives the router, so a crash loop in the channels never drops the
@@ -216,6 +219,7 @@ class Bot:
             "channel_actors": len(self.channels.children()),
             "mailboxes": self.router.mailbox_depths(),
             "mailbox_overflows": self.router.mailbox_overflows(),
+            "ingest": self.router.ingest_counts(),
             "restarts": restarts,
             "budget": self.budget.summary(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],

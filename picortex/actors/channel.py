@@ -46,12 +46,17 @@ DEFAULT_SYSTEM_PROMPT: Final = (
 )
 # An answer never waits longer than this for its context.
 CONTEXT_TIMEOUT_SECONDS: Final = 30.0
+# Messages handled per wake-up at most when the mailbox is deep: a backlog is drained
+# without an idle timer and a scheduler round per message, yet other actors still get turns.
+DRAIN_BATCH: Final = 32
 
 
 class Inbox(Protocol):
     """The mailbox an actor reads: it belongs to the supervisor and outlives the actor."""
 
     async def receive(self) -> Message: ...
+
+    def receive_nowait(self) -> Message: ...
 
     def done(self) -> None: ...
 
@@ -119,14 +124,18 @@ class ChannelActor:
                         if self._tasks == 0 and self._inbox.depth == 0:
                             break
                         continue
-                    try:
-                        await self._handle(message, nursery)
-                    except Exception:
-                        # Only the message in hand is lost (SPEC 12): answers to earlier
-                        # messages finish first, or are logged as abandoned.
-                        await self._drain()
-                        raise
-                    self._inbox.done()
+                    for _ in range(DRAIN_BATCH):
+                        try:
+                            await self._handle(message, nursery)
+                        except Exception:
+                            # Only the message in hand is lost (SPEC 12): answers to earlier
+                            # messages finish first, or are logged as abandoned.
+                            await self._drain()
+                            raise
+                        self._inbox.done()
+                        if not self._inbox.depth:
+                            break
+                        message = self._inbox.receive_nowait()
         except BaseExceptionGroup as group:
             # Surface a lone crash as itself, so the supervisor logs what actually failed.
             lone = _lone_error(group)
@@ -304,6 +313,12 @@ class ChannelActor:
                 await self._ensure_chat_home(chat_id)
             elif isinstance(change, cmds.StartPoll):
                 poll_to_start = change
+        if result.changes:
+            # Trust and config changes are durable before anyone is told they are made.
+            try:
+                await pipe.store.flush()
+            except Exception as exc:
+                logger.error("a %s change may not be saved: %s", name, exc)
         self._trigger(msg, tier, mode=mode, command=name)
         pipe.events.emit(
             "command",

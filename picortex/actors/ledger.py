@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from picortex.config import Settings
 from picortex.core import budget
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
@@ -19,7 +19,7 @@ class LedgerBudget:
 
     def __init__(
         self,
-        store: Store,
+        store: Store | StoreActor,
         settings: Callable[[], Settings],
         events: EventSink,
         *,

@@ -133,7 +133,7 @@ async def _tiebreak(
     return strongest, f"tiebreak {result.outcome}: strongest match"
 
 
-def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
+async def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
     """Short excerpts of what was said about the request's subject in the last 7 days.
 
     Searches the stored messages and observations of the trigger's workspace; in a DM only
@@ -144,12 +144,15 @@ def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
     if not terms:
         return []
     try:
-        hits = pipe.store.search_memory(
-            " ".join(terms),
-            since=time.time() - RECALL_HORIZON_SECONDS,
-            workspace=pipe.workspace_of(trigger),
-            limit=RECALL_FETCH,
-            channel_id=trigger.channel_id if trigger.guild_id is None else None,
+        since = time.time() - RECALL_HORIZON_SECONDS
+        hits = await pipe.store.read(
+            lambda db: db.search_memory(
+                " ".join(terms),
+                since=since,
+                workspace=pipe.workspace_of(trigger),
+                limit=RECALL_FETCH,
+                channel_id=trigger.channel_id if trigger.guild_id is None else None,
+            )
         )
     except Exception:
         logger.exception("memory recall failed")
@@ -205,7 +208,7 @@ async def maybe_answer(
     if len(matches) > 1:
         chosen, tiebreak = await _tiebreak(pipe, request, trigger, matches)
     persona = chosen.persona
-    excerpts = recall(pipe, request, trigger)
+    excerpts = await recall(pipe, request, trigger)
     system, messages = pcore.persona_prompt(
         persona, excerpts, list(lines)[-pcore.RECENT_LINES :], request.text
     )
