@@ -3,7 +3,7 @@
     root (rest_for_one, in start order)
       action_log
       store (the database's owner: its own thread, group commit, read models)
-      services (one_for_one): context_cache, llm, polls, control
+      services (one_for_one): context_cache, llm, polls, control, loop_lag
       gateway
       channels (dynamic one_for_one, one transient actor per channel)
       router
@@ -50,6 +50,7 @@ from picortex.discord.rest import RestClient
 from picortex.errors import ConfigError, FatalDiscordError
 from picortex.files import private_dir
 from picortex.runtime.faults import FaultPoints
+from picortex.runtime.lag import LoopLag
 from picortex.runtime.supervisor import (
     ChildSpec,
     DynamicSupervisor,
@@ -141,6 +142,7 @@ class Bot:
             timings=gateway_timings,
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        self.lag = LoopLag()
         self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
         self._fatal_event = trio.Event()
@@ -153,6 +155,7 @@ class Bot:
                 ChildSpec("llm", self.llm.run),
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
+                ChildSpec("loop_lag", self.lag.run),
             ],
             events=self.events,
         )
@@ -220,6 +223,7 @@ class Bot:
             "mailboxes": self.router.mailbox_depths(),
             "mailbox_overflows": self.router.mailbox_overflows(),
             "ingest": self.router.ingest_counts(),
+            "loop_lag_ms": self.lag.take(),
             "restarts": restarts,
             "budget": self.budget.summary(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],

@@ -51,6 +51,8 @@ SEEN_KEEP_SECONDS: Final = 7 * 24 * 3600
 # Recall looks back 7 days (SPEC 8); keep a little more, then let the table shrink.
 MEMORY_KEEP_SECONDS: Final = 14 * 24 * 3600
 PRUNE_EVERY_SECONDS: Final = 3600.0
+# Budget periods whose spend is kept in memory (the current one and the one before).
+SPEND_PERIODS: Final = 2
 # At shutdown, queued writes get this long to be committed.
 FLUSH_GRACE_SECONDS: Final = 10.0
 
@@ -105,6 +107,7 @@ class StoreActor:
             self._seen_floor = newest.pop()
         for message_id in reversed(newest):
             self._seen[message_id] = None
+        self._spend: dict[str, dict[str, float]] = {}  # period key -> workspace -> USD
         self.commits = 0  # transactions committed (for tests and benches)
         self.write_errors = 0
 
@@ -513,15 +516,28 @@ class StoreActor:
         """Queue the cost of one model call against a workspace and period."""
         if not cost_usd >= 0:
             raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
+        totals = self._period_spend(period_key)
+        totals[workspace] = totals.get(workspace, 0.0) + cost_usd
         self.submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at))
 
     def spend(self, workspace: str, period_key: str) -> float:
-        """USD spent by the workspace in the period (read once per period by the ledger)."""
-        return self.db.spend(workspace, period_key)
+        """USD spent by the workspace in the period, from memory."""
+        return self._period_spend(period_key).get(workspace, 0.0)
 
     def spend_by_workspace(self, period_key: str) -> dict[str, float]:
-        """USD spent in the period, per workspace (for `picortex status`)."""
-        return self.db.spend_by_workspace(period_key)
+        """USD spent in the period, per workspace that spent anything, from memory."""
+        totals = self._period_spend(period_key)
+        return {w: totals[w] for w in sorted(totals)}
+
+    def _period_spend(self, period_key: str) -> dict[str, float]:
+        """The period's totals: read from SQLite once per period, then kept by `add_spend`."""
+        totals = self._spend.get(period_key)
+        if totals is None:
+            # Once a period (a day or a month), before any of its spend was queued here.
+            totals = self._spend[period_key] = self.db.spend_by_workspace(period_key)
+            while len(self._spend) > SPEND_PERIODS:
+                del self._spend[next(iter(self._spend))]
+        return totals
 
 
 def _nothing(db: Store) -> None:
