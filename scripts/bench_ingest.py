@@ -180,8 +180,8 @@ async def answered_at(sim: Simulator, since: int, ids: list[str]) -> float | Non
         for request in requests[scanned[0] :]:
             body = request.json
             if request.method == "POST" and isinstance(body, dict):
-                ref = (body.get("message_reference") or {}).get("message_id")
-                if ref in wanted:
+                ref = str((body.get("message_reference") or {}).get("message_id"))
+                if ref in wanted:  # discord.py sends the id as a number, others as text
                     found.setdefault(ref, request.at)
         scanned[0] = len(requests)
         return len(found) >= len(wanted)
@@ -356,9 +356,8 @@ async def start_bot(
         argv = [sys.executable, str(SCRIPT), f"--{name}-bot", urls.api_base, urls.gateway_url]
         argv += [sim.token, trusted]
     before = sim.gateway_stats.identifies
-    proc = await trio.lowlevel.open_process(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    quiet = None if os.environ.get("BENCH_VERBOSE") else subprocess.DEVNULL
+    proc = await trio.lowlevel.open_process(argv, env=env, stdout=quiet, stderr=quiet)
     try:
         with trio.fail_after(START_SECONDS):
             await sim.wait_until(
@@ -521,7 +520,8 @@ async def bench(args: argparse.Namespace) -> int:
         async with trio.open_nursery() as nursery:
             urls: SimURLs = await nursery.start(sim.serve)
             for run in range(args.rounds):
-                order = list(CLIENTS[run % 3 :] + CLIENTS[: run % 3])
+                shift = run % len(args.clients)
+                order = args.clients[shift:] + args.clients[:shift]
                 for name in order:
                     profile = tmp / "picortex.prof" if args.profile and name == "picortex" else None
                     async with start_bot(name, world, urls, tmp, profile) as bot:
@@ -587,6 +587,12 @@ def main() -> int:
     parser.add_argument("--memory-messages", type=int, default=200_000)
     parser.add_argument("--memory-channels", type=int, default=2_000)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory check")
+    parser.add_argument(
+        "--clients",
+        type=lambda text: text.split(","),
+        default=list(CLIENTS),
+        help="comma-separated, of: " + ", ".join(CLIENTS),
+    )
     parser.add_argument("--profile", action="store_true", help="cProfile picortex's rounds")
     return trio.run(bench, parser.parse_args())
 
