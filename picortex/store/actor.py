@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Final, TypeVar, cast
 
@@ -88,7 +88,10 @@ class StoreActor:
 
     def __init__(self, store: Store) -> None:
         self.db = store  # used by the worker thread; elsewhere only before it starts
-        self._queue: queue.SimpleQueue[_Op] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[_Op]] = queue.SimpleQueue()
+        # Ops queued during one scheduler round, handed to the worker together: one wake-up
+        # of the thread (and one GIL hand-off) per round, not one per write.
+        self._outbox: list[_Op] = []
         self._thread: threading.Thread | None = None
         self._token: trio.lowlevel.TrioToken | None = None
         self._seq = 0  # writes queued so far that change a read model
@@ -136,9 +139,10 @@ class StoreActor:
 
     def close(self) -> None:
         """Commit what is queued, stop the worker and close the connection (idempotent)."""
+        self._handover()
         thread = self._thread
         if thread is not None and thread.is_alive():
-            self._queue.put(_Op(_STOP))
+            self._queue.put([_Op(_STOP)])
             thread.join(FLUSH_GRACE_SECONDS)
         self._thread = None
         self.db.close()
@@ -156,8 +160,26 @@ class StoreActor:
     # ---- queueing ------------------------------------------------------------------------
 
     def _put(self, op: _Op) -> None:
-        self._start()
-        self._queue.put(op)
+        outbox = self._outbox
+        outbox.append(op)
+        if len(outbox) > 1:
+            return  # a hand-over is already scheduled
+        token = self._token
+        if token is not None:
+            try:
+                token.run_sync_soon(self._handover)
+                return
+            except trio.RunFinishedError:
+                self._token = None
+        self._handover()
+
+    def _handover(self) -> None:
+        """Give the worker every op queued since the last hand-over."""
+        ops = self._outbox
+        if ops:
+            self._outbox = []
+            self._start()
+            self._queue.put(ops)
 
     def submit(
         self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
@@ -220,27 +242,37 @@ class StoreActor:
 
     def _work(self) -> None:
         q = self._queue
+        pending: deque[_Op] = deque()
         last_check = time.monotonic()
         while True:
-            try:
-                first = q.get(timeout=COHERENCE_SECONDS)
-            except queue.Empty:
-                if not self._check_foreign():
-                    return
-                last_check = time.monotonic()
-                continue
-            batch = [first]
-            if first.kind in (_WRITE, _SEEN):
-                deadline = time.monotonic() + GROUP_SECONDS
-                while len(batch) < GROUP_ROWS:
-                    left = deadline - time.monotonic()
-                    try:
-                        op = q.get(timeout=left) if left > 0 else q.get_nowait()
-                    except queue.Empty:
-                        break
-                    batch.append(op)
-                    if op.kind in (_READ, _STOP):
-                        break
+            if not pending:
+                try:
+                    pending.extend(q.get(timeout=COHERENCE_SECONDS))
+                except queue.Empty:
+                    if not self._check_foreign():
+                        return
+                    last_check = time.monotonic()
+                    continue
+            # Writes wait up to GROUP_SECONDS for company, unless a read (or stop) is
+            # already waiting behind them.
+            urgent = any(op.kind in (_READ, _STOP) for op in pending)
+            deadline = time.monotonic() + GROUP_SECONDS
+            while not urgent and len(pending) < GROUP_ROWS:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    more = q.get(timeout=left)
+                except queue.Empty:
+                    break
+                pending.extend(more)
+                urgent = any(op.kind in (_READ, _STOP) for op in more)
+            batch: list[_Op] = []
+            while pending and len(batch) < GROUP_ROWS:
+                op = pending.popleft()
+                batch.append(op)
+                if op.kind in (_READ, _STOP):
+                    break
             stop = self._commit(batch)
             now = time.monotonic()
             if stop:
