@@ -3,7 +3,8 @@
     root (rest_for_one, in start order)
       action_log
       store (the database's owner: its own thread, group commit, read models)
-      services (one_for_one): context_cache, llm, polls, control, loop_lag
+      services (one_for_one): context_cache, llm, polls, control, loop_lag, pruner,
+        web (when [web] enabled)
       gateway
       channels (dynamic one_for_one, one transient actor per channel)
       router
@@ -40,14 +41,16 @@ from picortex.actors.pipeline import (
     SettingsSource,
     TriggerBook,
 )
+from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
+from picortex.actors.web import WebActor
 from picortex.config import Settings
 from picortex.core.personas import PersonaLoader
 from picortex.core.redact import remember_secrets
 from picortex.discord.gateway import GatewayActor
 from picortex.discord.protocol import GatewayTimings
 from picortex.discord.rest import RestClient
-from picortex.errors import ConfigError, FatalDiscordError
+from picortex.errors import ConfigError, FatalDiscordError, PicortexError
 from picortex.files import private_dir
 from picortex.runtime.faults import FaultPoints
 from picortex.runtime.lag import LoopLag
@@ -117,6 +120,8 @@ class Bot:
         self.source.subscribe(lambda s: self.cache.set_fetch_cooldown(s.fetch_cooldown_seconds))
         personas = PersonaLoader(settings.home)
         personas.load()  # bad persona files stop the start with exit code 2
+        for warning in personas.current.warnings:
+            logger.warning("%s", warning)
         self.pipe = Pipeline(
             settings=self.source,
             store=self.store,
@@ -143,6 +148,12 @@ class Bot:
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         self.lag = LoopLag()
+        self.pruner = Pruner(self.store, self.events)
+        self.web: WebActor | None = None
+        if live.web.enabled:
+            from picortex.web.panel import panel_for_bot
+
+            self.web = WebActor(live.web, settings.home, lambda: panel_for_bot(self), self.events)
         self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
         self._fatal_event = trio.Event()
@@ -156,6 +167,8 @@ class Bot:
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
                 ChildSpec("loop_lag", self.lag.run),
+                ChildSpec("pruner", self.pruner.run),
+                *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
             events=self.events,
         )
@@ -225,8 +238,12 @@ class Bot:
             "ingest": self.router.ingest_counts(),
             "loop_lag_ms": self.lag.take(),
             "restarts": restarts,
+            "warnings": list(self.pipe.personas.current.warnings) if self.pipe.personas else [],
             "budget": self.budget.summary(),
+            "budget_global": self.budget.totals(),
+            "budget_users": self.budget.users(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
+            "web": self.web.status() if self.web is not None else None,
         }
 
     def _named(self, trigger: dict[str, object]) -> dict[str, object]:
@@ -253,7 +270,7 @@ def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
 
     async def main() -> int:
         code = 0
-        failure: FatalDiscordError | ConfigError | None = None
+        failure: PicortexError | None = None
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
 
@@ -261,9 +278,11 @@ def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
                     nonlocal code, failure
                     try:
                         code = await bot.run()
-                    except (FatalDiscordError, ConfigError) as exc:
+                    except PicortexError as exc:
+                        if not exc.fatal:
+                            raise
                         # Raised again outside the nursery, so the CLI sees the error itself
-                        # (not an exception group) and exits 3 or 2 with one line.
+                        # (not an exception group) and exits with its code and one line.
                         failure = exc
                     finally:
                         nursery.cancel_scope.cancel()

@@ -15,6 +15,9 @@ from typing import BinaryIO, Final, TextIO
 
 import orjson
 
+from picortex.core.redact import redact
+from picortex.core.terminal import clean_line
+
 # How often `--follow` looks for new lines: quick enough to feel live, idle otherwise.
 FOLLOW_POLL_SECONDS: Final = 0.25
 # Longest value shown in the readable format before it is cut with an ellipsis.
@@ -23,6 +26,29 @@ VALUE_MAX_CHARS: Final = 160
 HIDDEN_FIELDS: Final = frozenset({"ts", "event", "traceback"})
 # Separate warnings for unreadable lines before they are only counted.
 MAX_WARNINGS: Final = 10
+# The event types the bot writes (`--event TYPE`); `picortex log --help` lists them.
+EVENT_TYPES: Final = (
+    "trigger",
+    "continuation",
+    "command",
+    "decision",
+    "context",
+    "reply",
+    "persona",
+    "persona.responded",
+    "personas",
+    "llm",
+    "budget",
+    "cortex.invocation_failed",
+    "poll",
+    "reaction",
+    "message-edit",
+    "message-delete",
+    "gateway",
+    "rest",
+    "supervisor",
+    "error",
+)
 
 
 class _Reader:
@@ -54,7 +80,9 @@ class _Reader:
 
     def show(self, raw: bytes, record: dict[str, object]) -> None:
         if self.as_json:
-            self.out.write(raw.rstrip(b"\r\n").decode("utf-8", "replace") + "\n")
+            line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
+            # Lines written before a secret was configured are redacted on the way out too.
+            self.out.write(clean_line(redact(line)) + "\n")
         else:
             self.out.write(format_event(record) + "\n")
 
@@ -88,7 +116,7 @@ def format_event(record: dict[str, object]) -> str:
         if key in HIDDEN_FIELDS:
             continue
         parts.append(f"{key}={_format_value(value)}")
-    return " ".join(parts).rstrip()
+    return clean_line(redact(" ".join(parts).rstrip()))
 
 
 def _format_value(value: object) -> str:

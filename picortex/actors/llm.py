@@ -19,8 +19,11 @@ import orjson
 import trio
 
 from picortex.config import ModelTiers, Price
+from picortex.core import budget as budget_core
+from picortex.core.budget import Refusal, Reservation
 from picortex.core.redact import redact
 from picortex.errors import FaultInjected
+from picortex.errors import MalformedAnswer as MalformedAnswer
 from picortex.net.http11 import httpx_transport, proxy_configured
 from picortex.types import EventSink
 
@@ -45,25 +48,25 @@ ERROR_MAX_CHARS: Final = 500
 
 
 class Budget(Protocol):
-    """The spending ceiling per workspace (guild id, or "dm") and period (issue 6).
+    """The spending ceilings (SPEC 9): per workspace and period, all workspaces, per user.
 
-    `check` runs before every call. When it returns False (the workspace is at or over
-    its ceiling) the implementation itself emits the `budget` event and logs its one
-    warning line per workspace per period, since only it knows the spend, the ceiling and
-    the period; the LLM actor then makes no call and emits its `llm` event with outcome
-    `budget`. `record` runs after every successful call with its cost.
+    `reserve` runs before every call with the call's worst case and returns a reservation,
+    or a refusal: then the implementation
+    itself has emitted the `budget` event and its one warning line per period, since only it
+    knows the spend and the ceilings, and the LLM actor makes no call and emits its `llm`
+    event with outcome `budget`. `settle` runs exactly once after every reserved call, with
+    its real cost (0.0 for a call that failed or was cancelled).
     """
 
-    def check(self, workspace: str) -> bool:
-        """True when `workspace` may spend more in the current period."""
+    def reserve(
+        self, workspace: str, user_id: int | None, worst_usd: float
+    ) -> Reservation | Refusal:
+        """Hold `worst_usd` for a call, or refuse it with the limit it hit."""
         ...
 
-    def record(self, workspace: str, cost_usd: float) -> None:
-        """Add one call's cost to `workspace`'s spend in the current period."""
+    def settle(self, held: Reservation, cost_usd: float) -> None:
+        """Release a reservation made by `reserve` and record the real cost."""
         ...
-
-    # An implementation may also offer `release(workspace)`: the LLM actor calls it for an
-    # allowed call that ended without a cost, so a reservation made by `check` is returned.
 
 
 class FaultCheck(Protocol):
@@ -107,6 +110,12 @@ class LLMRequest:
     timeout: float = DEFAULT_TIMEOUT
     persona: str | None = None
     signal_id: str | None = None
+    user_id: int | None = None  # whose request this is: per-user limits and "who spent what"
+
+    @property
+    def prompt_chars(self) -> int:
+        """Characters of the whole prompt (system and turns), for the worst-case reservation."""
+        return len(self.system) + sum(len(turn.content) for turn in self.messages)
 
 
 @attrs.frozen
@@ -126,6 +135,8 @@ class LLMResult:
     outcome: Outcome
     error: str | None = None
     stack_trace: str | None = None
+    limit: str | None = None  # for "budget": the limit that refused the call
+    notice: str | None = None  # for "budget": a polite line to post to the user, if any
 
     @property
     def ok(self) -> bool:
@@ -169,10 +180,6 @@ class ModelAnswer:
     text: str
     input_tokens: int
     output_tokens: int
-
-
-class MalformedAnswer(Exception):
-    """The model endpoint answered 200 with something that is not a Messages API response."""
 
 
 def parse_message(body: bytes) -> ModelAnswer:
@@ -312,19 +319,26 @@ class LLMActor:
         start = trio.current_time()
         if self._api_key is None:
             return self._finish(request, model, start, "no_key")
-        try:
-            allowed = self._budget is None or self._budget.check(request.workspace)
-        except Exception as exc:  # a broken ledger must not spend money blindly: no call
-            logger.exception("budget check failed for workspace %s", request.workspace)
-            return self._finish(request, model, start, "error", failure=exc)
-        if not allowed:
-            return self._finish(request, model, start, "budget")
+        price = price_of(model, self._prices)
+        held: Reservation | None = None
+        if self._budget is not None:
+            worst = budget_core.worst_case_usd(request.prompt_chars, request.max_tokens, price)
+            try:
+                answer = self._budget.reserve(request.workspace, request.user_id, worst)
+            except Exception as exc:  # a broken ledger must not spend money blindly: no call
+                logger.exception("budget check failed for workspace %s", request.workspace)
+                return self._finish(request, model, start, "error", failure=exc)
+            if isinstance(answer, Refusal):
+                return self._finish(
+                    request, model, start, "budget", limit=answer.limit, notice=answer.notice
+                )
+            held = answer
         try:
             with trio.fail_after(request.timeout):
                 response = await self._call(request, model)
         except BaseException as exc:
             # No cost to record: give the budget its reservation back (cancellation too).
-            self._release(request.workspace)
+            self._settle(held, 0.0)
             if isinstance(exc, trio.TooSlowError):
                 return self._finish(request, model, start, "timeout", failure=exc)
             if not isinstance(exc, Exception):
@@ -335,12 +349,8 @@ class LLMActor:
                 self._faulted.set()
             return self._finish(request, model, start, "error", failure=exc)
         input_tokens, output_tokens = response.input_tokens, response.output_tokens
-        cost = price_of(model, self._prices).cost(input_tokens, output_tokens)
-        if self._budget is not None:
-            try:
-                self._budget.record(request.workspace, cost)
-            except Exception:  # the answer is paid for already; losing it helps nobody
-                logger.exception("could not record spend for workspace %s", request.workspace)
+        cost = price.cost(input_tokens, output_tokens)
+        self._settle(held, cost)
         return self._finish(
             request,
             model,
@@ -352,13 +362,13 @@ class LLMActor:
             cost=cost,
         )
 
-    def _release(self, workspace: str) -> None:
-        release = getattr(self._budget, "release", None)
-        if release is not None:
-            try:
-                release(workspace)
-            except Exception:
-                logger.exception("could not release a budget reservation for %s", workspace)
+    def _settle(self, held: Reservation | None, cost: float) -> None:
+        if self._budget is None or held is None:
+            return
+        try:
+            self._budget.settle(held, cost)
+        except Exception:  # the answer is paid for already; losing it helps nobody
+            logger.exception("could not settle a budget reservation (cost %.6g USD)", cost)
 
     async def _call(self, request: LLMRequest, model: str) -> ModelAnswer:
         if self._client is None:
@@ -395,6 +405,8 @@ class LLMActor:
         output_tokens: int = 0,
         cost: float = 0.0,
         failure: BaseException | None = None,
+        limit: str | None = None,
+        notice: str | None = None,
     ) -> LLMResult:
         latency_ms = round((trio.current_time() - start) * 1000)
         error: str | None = None
@@ -419,6 +431,10 @@ class LLMActor:
             fields["persona"] = request.persona
         if request.signal_id is not None:
             fields["signal_id"] = request.signal_id
+        if request.user_id is not None:
+            fields["user_id"] = request.user_id
+        if limit is not None:
+            fields["limit"] = limit
         if error is not None:
             fields["error"] = error
         self._events.emit("llm", **fields)
@@ -432,6 +448,8 @@ class LLMActor:
             outcome=outcome,
             error=error,
             stack_trace=stack,
+            limit=limit,
+            notice=notice,
         )
 
 

@@ -8,17 +8,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 import attrs
+import orjson
 import trio
 
 from picortex.actors.llm import ChatTurn, LLMRequest
 from picortex.actors.pipeline import Pipeline, failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
+from picortex.core.budget import REFUSAL_REASONS
 from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
 from picortex.errors import ConfigError, FatalDiscordError
-from picortex.types import ChannelCreate, Message, Snowflake
+from picortex.types import ChannelCreate, Message, MessageUpdate, Snowflake
 
 if TYPE_CHECKING:
     from picortex.core.personas import PersonaMatch, PersonaSet
@@ -60,6 +62,8 @@ def current_personas(pipe: Pipeline) -> PersonaSet | None:
     try:
         if loader.reload_if_changed() is not None:
             pipe.events.emit("personas", action="reloaded", count=len(loader.current))
+            for warning in loader.current.warnings:
+                logger.warning("%s", warning)
     except ConfigError as exc:
         # The loader reports one bad edit once; the previous personas stay in use.
         pipe.events.emit("error", scope="personas", message=str(exc))
@@ -106,6 +110,7 @@ async def _tiebreak(
             max_tokens=TIEBREAK_MAX_TOKENS,
             timeout=TIEBREAK_TIMEOUT_SECONDS,
             signal_id=str(trigger.id),
+            user_id=trigger.author.id,
         )
     )
     strongest = matches[0]
@@ -136,28 +141,33 @@ async def _tiebreak(
 async def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
     """Short excerpts of what was said about the request's subject in the last 7 days.
 
-    Searches the stored messages and observations of the trigger's workspace; in a DM only
-    that DM's own, so one person's direct messages never reach another's answer. The
-    request's own messages are left out, and so are repeats of the same text.
+    Searches only the conversation the trigger is in (SPEC 8): its channel, a thread with
+    its parent channel, or the DM, so nothing said elsewhere (a private channel, another
+    person's DM) reaches the answer. The request's own messages are left out, and so are
+    repeats of the same text. Each excerpt's text is a JSON string, like context lines.
     """
     terms = pcore.salient_terms(request.text)
     if not terms:
         return []
     try:
         since = time.time() - RECALL_HORIZON_SECONDS
+        channels = recall_channels(pipe, trigger)
         hits = await pipe.store.read(
             lambda db: db.search_memory(
                 " ".join(terms),
                 since=since,
                 workspace=pipe.workspace_of(trigger),
                 limit=RECALL_FETCH,
-                channel_id=trigger.channel_id if trigger.guild_id is None else None,
+                channel_ids=channels,
             )
         )
     except Exception:
         logger.exception("memory recall failed")
         return []
     own = set(request.message_ids) | {trigger.id}
+    # Whatever was stored, only what trusted people (and the bot) said is recalled: someone
+    # removed from the trust list, or a stranger, never speaks through a persona's memory.
+    hits = [h for h in hits if h.author_id is None or pipe.is_trusted(h.author_id)]
     # Text (folded) -> [who, text]; a message's author beats an observation's persona label.
     found: dict[str, list[str]] = {}
     for hit in hits:
@@ -173,7 +183,60 @@ async def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str
             continue  # keep looking only to name an excerpt's author
         who = hit.author_name or (f"{hit.persona} observation" if hit.persona else "someone")
         found[key] = [who, text]
-    return [f"{who}: {text}" for who, text in found.values()]
+    return [f"{who}: {orjson.dumps(text).decode()}" for who, text in found.values()]
+
+
+def recall_channels(pipe: Pipeline, trigger: Message) -> list[Snowflake]:
+    """The channels recall may search for `trigger`: its own, and a thread's parent."""
+    channels = [trigger.channel_id]
+    parent = pipe.registry.parent_of(trigger.channel_id)
+    if parent is not None and pipe.registry.is_thread(trigger.channel_id):
+        channels.append(parent)
+    return channels
+
+
+def reindex(pipe: Pipeline, update: MessageUpdate) -> None:
+    """Apply a MESSAGE_UPDATE to memory: the new text replaces the old, whose observations
+    go; a stored message is observed again under its new text."""
+    content = update.content
+    if content is None:
+        return  # an embed or pin update: the text did not change
+
+    def observe_again(stored: object) -> None:
+        personas = current_personas(pipe) if stored else None
+        if personas is not None:
+            _observe_edit(pipe, update, content, personas)
+
+    # Once the store has applied the edit (in its next group), the new text is observed.
+    pipe.store.submit(
+        lambda db: db.reindex_memory_message(update.id, content), on_done=observe_again
+    )
+
+
+def _observe_edit(
+    pipe: Pipeline, update: MessageUpdate, content: str, personas: PersonaSet
+) -> None:
+    for m in pcore.match(personas, content):
+        try:
+            pipe.store.add_observation(
+                persona=m.persona.id,
+                message_id=update.id,
+                channel_id=update.channel_id,
+                guild_id=update.guild_id,
+                trigger=m.trigger,
+                content=content,
+                created_at=time.time(),
+            )
+        except Exception:
+            logger.exception("could not store an observation for %s", m.persona.id)
+
+
+def forget(pipe: Pipeline, message_ids: Sequence[Snowflake]) -> None:
+    """Forget deleted messages and their observations (MESSAGE_DELETE, and bulk deletes)."""
+    try:
+        pipe.store.forget_messages(message_ids)
+    except Exception:
+        logger.exception("could not forget %d deleted messages", len(message_ids))
 
 
 def placement(pipe: Pipeline, request: Request, trigger: Message) -> Placement:
@@ -234,6 +297,7 @@ async def maybe_answer(
             tier=persona.model or "general",
             persona=persona.id,
             signal_id=str(trigger.id),
+            user_id=trigger.author.id,
         )
     )
     if not result.ok:
@@ -249,7 +313,9 @@ async def maybe_answer(
         else:
             reason = {
                 "no_key": "ANTHROPIC_API_KEY is not set",
-                "budget": "the workspace's budget ceiling is reached",
+                "budget": REFUSAL_REASONS.get(
+                    result.limit or "workspace", REFUSAL_REASONS["workspace"]
+                ),
             }.get(result.outcome, result.outcome)
             pipe.events.emit(
                 "decision",
@@ -260,9 +326,19 @@ async def maybe_answer(
                 outcome="skip",
                 reason=f"persona {persona.id} selected, no answer: {reason}",
             )
+            if result.notice:
+                # A user over their own limit is told once per period, politely.
+                await _post_notice(pipe, trigger, result.notice)
         return True
     await _post(pipe, trigger, persona, result.text, where)
     return True
+
+
+async def _post_notice(pipe: Pipeline, trigger: Message, text: str) -> None:
+    try:
+        await pipe.post(pipe.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id)
+    except Exception as exc:
+        logger.warning("could not tell %s about their limit: %s", trigger.author.id, exc)
 
 
 def _remember_thread(pipe: Pipeline, data: dict[str, object]) -> Snowflake:

@@ -21,7 +21,7 @@ import queue
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar, cast
 
 import apsw
@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from picortex.errors import StoreError
-from picortex.store.store import TIERS, ChatConfig, Store
+from picortex.store.store import TIERS, ChatConfig, InvocationError, Store
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +46,6 @@ COHERENCE_SECONDS: Final = 0.02
 # Handled message ids kept in memory. Ids are time-ordered snowflakes: an id above the
 # highest one let go is known unseen without a query; only an older replay asks SQLite.
 SEEN_MEMORY: Final = 100_000
-# Seen-event rows older than this are pruned: Discord never replays that far back.
-SEEN_KEEP_SECONDS: Final = 7 * 24 * 3600
-# Recall looks back 7 days (SPEC 8); keep a little more, then let the table shrink.
-MEMORY_KEEP_SECONDS: Final = 14 * 24 * 3600
-PRUNE_EVERY_SECONDS: Final = 3600.0
 # Budget periods whose spend is kept in memory (the current one and the one before).
 SPEND_PERIODS: Final = 2
 # At shutdown, queued writes get this long to be committed.
@@ -111,6 +106,7 @@ class StoreActor:
         for message_id in reversed(newest):
             self._seen[message_id] = None
         self._spend: dict[str, dict[str, float]] = {}  # period key -> workspace -> USD
+        self._user_spend: dict[float, dict[int, float]] = {}  # day start -> user -> USD
         self.commits = 0  # transactions committed (for tests and benches)
         self.write_errors = 0
 
@@ -122,14 +118,12 @@ class StoreActor:
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Start the worker, prune now and hourly; commit what is queued when stopped."""
+        """Start the worker; commit what is queued when stopped."""
         self._token = trio.lowlevel.current_trio_token()
         self._start()
         task_status.started()
         try:
-            while True:
-                self._prune()
-                await trio.sleep(PRUNE_EVERY_SECONDS)
+            await trio.sleep_forever()
         finally:
             with trio.move_on_after(FLUSH_GRACE_SECONDS, shield=True):
                 try:
@@ -152,11 +146,6 @@ class StoreActor:
             self._thread = threading.Thread(target=self._work, name="picortex-store", daemon=True)
             self._thread.start()
 
-    def _prune(self) -> None:
-        now = time.time()
-        self.submit(lambda db: db.prune_seen(now - SEEN_KEEP_SECONDS))
-        self.submit(lambda db: db.prune_memory(now - MEMORY_KEEP_SECONDS))
-
     # ---- queueing ------------------------------------------------------------------------
 
     def _put(self, op: _Op) -> None:
@@ -168,9 +157,10 @@ class StoreActor:
         if token is not None:
             try:
                 token.run_sync_soon(self._handover)
-                return
             except trio.RunFinishedError:
                 self._token = None
+            else:
+                return
         self._handover()
 
     def _handover(self) -> None:
@@ -527,6 +517,31 @@ class StoreActor:
         """Queue forgetting a message (deleted on Discord)."""
         self.submit(lambda db: db.delete_memory_message(message_id))
 
+    def forget_messages(self, message_ids: Iterable[int]) -> None:
+        """Queue forgetting deleted messages and every observation made of them."""
+        ids = list(message_ids)
+        self.submit(lambda db: db.forget_messages(ids))
+
+    # ---- the panel's reads and rare writes -------------------------------------------------
+    # These run on the caller's thread (the panel's requests, never the message path): they
+    # take the connection's lock, so they wait for a group commit in progress.
+
+    def invocation_errors(self, unresolved_only: bool = False) -> list[InvocationError]:
+        """Invocation errors, oldest first (see Store.invocation_errors)."""
+        return self.db.invocation_errors(unresolved_only)
+
+    def invocation_error(self, error_id: int) -> InvocationError | None:
+        """One invocation error by id, or None."""
+        return self.db.invocation_error(error_id)
+
+    def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
+        """Mark an error resolved; False when no error has that id."""
+        return self.db.resolve_invocation_error(error_id, resolution, resolved_at)
+
+    def daily_spend(self, since: float) -> list[tuple[str, str, float]]:
+        """USD spent per workspace per UTC day since `since` (see Store.daily_spend)."""
+        return self.db.daily_spend(since)
+
     def add_observation(
         self,
         persona: str,
@@ -544,13 +559,39 @@ class StoreActor:
             )
         )
 
-    def add_spend(self, workspace: str, period_key: str, cost_usd: float, at: float) -> None:
-        """Queue the cost of one model call against a workspace and period."""
+    def add_spend(
+        self,
+        workspace: str,
+        period_key: str,
+        cost_usd: float,
+        at: float,
+        *,
+        user_id: int | None = None,
+    ) -> None:
+        """Queue the cost of one model call against a workspace and period (and its user)."""
         if not cost_usd >= 0:
             raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
         totals = self._period_spend(period_key)
         totals[workspace] = totals.get(workspace, 0.0) + cost_usd
-        self.submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at))
+        if user_id is not None:
+            for since, users in self._user_spend.items():
+                if at >= since:
+                    users[user_id] = users.get(user_id, 0.0) + cost_usd
+        self.submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
+
+    def user_spend(self, user_id: int, since: float) -> float:
+        """USD spent on calls made for the user since `since` (a day's start), from memory."""
+        return self.spend_by_user(since).get(user_id, 0.0)
+
+    def spend_by_user(self, since: float) -> dict[int, float]:
+        """USD spent since `since` (a day's start), per user, from memory."""
+        users = self._user_spend.get(since)
+        if users is None:
+            # Once a day, before any of its spend was queued here.
+            users = self._user_spend[since] = self.db.spend_by_user(since)
+            while len(self._user_spend) > SPEND_PERIODS:
+                del self._user_spend[next(iter(self._user_spend))]
+        return dict(users)
 
     def spend(self, workspace: str, period_key: str) -> float:
         """USD spent by the workspace in the period, from memory."""
