@@ -26,7 +26,7 @@ from picortex.core.redact import redact
 from picortex.core.split import split_reply
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
-from picortex.store import StoreActor
+from picortex.store import Store, StoreActor
 from picortex.types import Channel, ChannelType, EventSink, Message, Snowflake
 
 logger = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ class SettingsSource:
     `config_version`: an integer compare per message, no SQLite call.
     """
 
-    def __init__(self, base: Settings, store: StoreActor) -> None:
+    def __init__(self, base: Settings, store: Store | StoreActor) -> None:
         self._base = base
         self._store = store
         self._version: object = None
@@ -153,7 +153,11 @@ class SettingsSource:
 
     def refresh(self, *, force: bool = False) -> Settings:
         """Re-read runtime config when another connection changed the database (or `force`)."""
-        version = self._store.config_version
+        store = self._store
+        # A bare Store (tools, tests) is watched through SQLite's data_version instead.
+        version = (
+            store.config_version if isinstance(store, StoreActor) else store.pragma("data_version")
+        )
         if not force and version == self._version:
             return self._current
         self._version = version
