@@ -21,12 +21,12 @@ from picortex.actors.context_cache import ContextCache
 from picortex.actors.llm import LLMActor
 from picortex.config import Settings
 from picortex.core import policy
-from picortex.core.personas import PersonaLoader
 from picortex.core.redact import redact
 from picortex.core.split import split_reply
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store, StoreActor
+from picortex.store.personas import PersonaLoader
 from picortex.types import Channel, ChannelType, EventSink, Message, Snowflake
 
 logger = logging.getLogger(__name__)
