@@ -24,6 +24,7 @@ from picortex.types import ChannelCreate, Message, MessageUpdate, Snowflake
 
 if TYPE_CHECKING:
     from picortex.core.personas import PersonaMatch, PersonaSet
+    from picortex.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -201,34 +202,28 @@ def reindex(pipe: Pipeline, update: MessageUpdate) -> None:
     content = update.content
     if content is None:
         return  # an embed or pin update: the text did not change
+    personas = current_personas(pipe)
+    matches = pcore.match(personas, content) if personas is not None else []
+    now = time.time()
 
-    def observe_again(stored: object) -> None:
-        personas = current_personas(pipe) if stored else None
-        if personas is not None:
-            _observe_edit(pipe, update, content, personas)
+    def apply(db: Store) -> bool:
+        # One step on the store's thread: no reader ever sees the old observations gone
+        # and the new ones not yet there.
+        stored = db.reindex_memory_message(update.id, content)
+        if stored:
+            for m in matches:
+                db.add_observation(
+                    persona=m.persona.id,
+                    message_id=update.id,
+                    channel_id=update.channel_id,
+                    guild_id=update.guild_id,
+                    trigger=m.trigger,
+                    content=content,
+                    created_at=now,
+                )
+        return stored
 
-    # Once the store has applied the edit (in its next group), the new text is observed.
-    pipe.store.submit(
-        lambda db: db.reindex_memory_message(update.id, content), on_done=observe_again
-    )
-
-
-def _observe_edit(
-    pipe: Pipeline, update: MessageUpdate, content: str, personas: PersonaSet
-) -> None:
-    for m in pcore.match(personas, content):
-        try:
-            pipe.store.add_observation(
-                persona=m.persona.id,
-                message_id=update.id,
-                channel_id=update.channel_id,
-                guild_id=update.guild_id,
-                trigger=m.trigger,
-                content=content,
-                created_at=time.time(),
-            )
-        except Exception:
-            logger.exception("could not store an observation for %s", m.persona.id)
+    pipe.store.submit(apply)
 
 
 def forget(pipe: Pipeline, message_ids: Sequence[Snowflake]) -> None:
