@@ -27,7 +27,7 @@ from picortex.config import load_settings
 from picortex.core.terminal import clean_text
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
-from picortex.web.cli import announce, until_interrupted, web_toml
+from picortex.web.launch import announce, until_interrupted, web_toml
 
 # How long one scene may wait for the bot before the demo reports it and moves on.
 SCENE_TIMEOUT_SECONDS: Final = 30.0
