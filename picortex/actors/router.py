@@ -18,6 +18,7 @@ import trio
 
 from picortex.actors import persona_answer
 from picortex.actors.channel import ChannelActor
+from picortex.actors.interactions import register_commands
 from picortex.actors.pipeline import Pipeline
 from picortex.core.attention import mode_for_chat
 from picortex.core.chatter import is_chatter
@@ -27,6 +28,7 @@ from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, Restart
 from picortex.types import (
     ChannelCreate,
     GuildCreate,
+    Interaction,
     Message,
     MessageDelete,
     MessageUpdate,
@@ -57,7 +59,7 @@ class Router:
         self._pipe = pipe
         self._channels = channels
         self._inbox: Mailbox[tuple[str, Any]] = Mailbox(ROUTER_QUEUE, name="router")
-        self._mailboxes: dict[Snowflake, Mailbox[Message]] = {}
+        self._mailboxes: dict[Snowflake, Mailbox[Message | Interaction]] = {}
         self.replays_dropped = 0
         self.chatter = 0  # messages decided inline as chatter
         self.delivered = 0  # messages handed to a channel mailbox
@@ -213,6 +215,17 @@ class Router:
             store.mark_handled(event.id)
             pipe.cache.on_message(event)
             await self._deliver(event)
+        elif isinstance(event, Interaction):
+            # A replayed interaction was answered (or is past answering) already.
+            store = pipe.store
+            seen = store.seen(event.id)
+            if seen is None:
+                seen = await store.was_handled(event.id)
+            if seen:
+                self.replays_dropped += 1
+            else:
+                store.mark_handled(event.id)
+                await self._deliver(event)
         elif isinstance(event, MessageUpdate):
             pipe.cache.on_update(event)
             # Recall must never show the text as it was before an edit.
@@ -228,6 +241,8 @@ class Router:
             pipe.bot.username = event.user.username
             # A new session (not a RESUME): events may have been missed since the last one.
             pipe.cache.on_session_start()
+            if event.application_id is not None and pipe.spawn is not None:
+                pipe.spawn(register_commands, pipe, event.application_id)
         elif isinstance(event, GuildCreate):
             for channel in (*event.channels, *event.threads):
                 pipe.registry.add(channel)
@@ -292,7 +307,7 @@ class Router:
                 emoji=event.emoji,
             )
 
-    async def _deliver(self, message: Message) -> None:
+    async def _deliver(self, message: Message | Interaction) -> None:
         channel_id = message.channel_id
         mailbox = self._mailboxes.get(channel_id)
         if mailbox is None:
@@ -313,7 +328,9 @@ class Router:
             return
         await self._ensure_actor(channel_id, mailbox)
 
-    async def _ensure_actor(self, channel_id: Snowflake, mailbox: Mailbox[Message]) -> None:
+    async def _ensure_actor(
+        self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
+    ) -> None:
         """Start the channel's actor unless it is running."""
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:
