@@ -58,8 +58,8 @@ async def catch_up(
         return 0
     started = wall_clock()
     try:
-        channels = pipe.store.active_channels(
-            started - ACTIVE_CHANNELS_SECONDS, ACTIVE_CHANNELS_MAX
+        channels = await pipe.store.read(
+            lambda db: db.active_channels(started - ACTIVE_CHANNELS_SECONDS, ACTIVE_CHANNELS_MAX)
         )
     except Exception:
         logger.exception("catch-up: recent channels unavailable")
@@ -115,7 +115,14 @@ async def _fetch(
         if len(page) < PAGE or not found:
             break
         after = max(found)
-    return [m for _, m in sorted(found.items()) if not pipe.handled.known(m.id)]
+    fresh = []
+    for _, message in sorted(found.items()):
+        if pipe.handled.known(message.id):
+            continue
+        if pipe.store.seen(message.id) is None and await pipe.store.was_handled(message.id):
+            continue  # older than the handled ids kept in memory, and handled
+        fresh.append(message)
+    return fresh
 
 
 def _trusted(pipe: Pipeline, message: Message) -> bool:

@@ -13,35 +13,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Final, Protocol
+from typing import Protocol
 
+from picortex.store import Store
 from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
 
-# Handled ids kept in memory in front of the store's seen-events table.
-SEEN_MEMORY: Final = 50_000
-# Seen-event rows older than this are pruned: Discord never replays that far back.
-SEEN_KEEP_SECONDS: Final = 7 * 24 * 3600
-# Recall looks back 7 days (SPEC 8); keep a little more, then let the table shrink.
-MEMORY_KEEP_SECONDS: Final = 14 * 24 * 3600
-PRUNE_EVERY: Final = 10_000
-
 
 class HandledStore(Protocol):
-    """The store calls the ledger makes."""
+    """The store calls the ledger makes (the store actor: memory first, SQLite in groups)."""
 
-    def is_seen(self, message_id: int) -> bool: ...
+    def seen(self, message_id: int) -> bool | None: ...
 
-    def mark_handled(
-        self, message_ids: Sequence[int], channel_id: int, guild_id: int | None, at: float
-    ) -> None: ...
+    def mark_handled(self, message_id: int, at: float | None = None) -> None: ...
 
-    def prune_seen(self, older_than: float) -> int: ...
-
-    def prune_memory(self, older_than: float) -> int: ...
+    def submit(self, fn: Callable[[Store], object]) -> None: ...
 
 
 class HandledLedger:
@@ -50,11 +38,9 @@ class HandledLedger:
     def __init__(self, store: HandledStore, *, clock: Callable[[], float] = time.time) -> None:
         self._store = store
         self._clock = clock
-        self._seen: OrderedDict[Snowflake, None] = OrderedDict()
         # Message id -> the gateway seq it came with (None: from another session, or fetched).
         self._in_hand: dict[Snowflake, int | None] = {}
         self._routed_seq: int | None = None
-        self._finished = 0
 
     @property
     def in_hand(self) -> int:
@@ -62,14 +48,12 @@ class HandledLedger:
         return len(self._in_hand)
 
     def known(self, message_id: Snowflake) -> bool:
-        """True when the message is in hand or was handled (in this process or before)."""
-        if message_id in self._in_hand or message_id in self._seen:
-            return True
-        try:
-            return self._store.is_seen(message_id)
-        except Exception:
-            logger.exception("seen-events table unavailable; relying on memory")
-            return False
+        """True when the message is in hand, or handled as far as memory knows.
+
+        The store keeps the recent handled ids in memory; for an older id (`seen` is None)
+        the caller asks SQLite with `await store.was_handled(id)` first.
+        """
+        return message_id in self._in_hand or self._store.seen(message_id) is True
 
     def take(self, message_id: Snowflake, seq: int | None) -> bool:
         """Take a message in hand; False when it is in hand already or was handled (a replay)."""
@@ -99,27 +83,23 @@ class HandledLedger:
     def finish(
         self, message_ids: Sequence[Snowflake], channel_id: Snowflake, guild_id: Snowflake | None
     ) -> None:
-        """The decision on these messages is final: mark them handled (never again)."""
+        """The decision on these messages is final: mark them handled (never again).
+
+        In memory at once, in SQLite with the store's next group (milliseconds), together with
+        the channel's activity, which catch-up reads after a new session.
+        """
         if not message_ids:
             return
         now = self._clock()
-        try:
-            self._store.mark_handled(message_ids, channel_id, guild_id, now)
-        except Exception:
-            logger.exception("could not mark %d messages handled", len(message_ids))
+        store = self._store
         for message_id in message_ids:
             self._in_hand.pop(message_id, None)
-            self._seen[message_id] = None
-        while len(self._seen) > SEEN_MEMORY:
-            self._seen.popitem(last=False)
-        self._finished += len(message_ids)
-        if self._finished >= PRUNE_EVERY:
-            self._finished = 0
-            try:
-                self._store.prune_seen(now - SEEN_KEEP_SECONDS)
-                self._store.prune_memory(now - MEMORY_KEEP_SECONDS)
-            except Exception:
-                logger.exception("could not prune old seen events and memory")
+            store.mark_handled(message_id, now)
+        newest = max(message_ids)
+        try:
+            store.submit(lambda db: db.note_channel_activity(channel_id, guild_id, newest, now))
+        except Exception:
+            logger.exception("could not note activity in channel %s", channel_id)
 
     def release(self, message_ids: Sequence[Snowflake]) -> None:
         """Let go of messages without a final decision (never queued), so they may come again."""

@@ -2,13 +2,17 @@
 
 The gateway reader calls `on_dispatch` synchronously; it only queues (never blocks, so a busy
 bot cannot starve the heartbeat). The router's own task then deduplicates by message id
-(persisted, so a restart does not answer twice), applies live cache updates, and hands each
-message to its channel's mailbox, starting the channel actor on demand.
+(persisted by the store actor in groups, so a restart does not answer twice), applies live
+cache updates, decides chatter inline (picortex/core/chatter.py: counted, never logged one by
+one, never stored) and hands every other message to its channel's mailbox, starting the
+channel actor on demand. Mailboxes of channels that went quiet are released.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -19,9 +23,12 @@ from picortex.actors import interactions, persona_answer
 from picortex.actors.channel import ChannelActor
 from picortex.actors.interactions import register_commands
 from picortex.actors.pipeline import Pipeline
+from picortex.core.attention import mode_for_chat
+from picortex.core.chatter import is_chatter
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, Restart
+from picortex.store import Store
 from picortex.types import (
     ChannelCreate,
     ChannelDelete,
@@ -49,6 +56,9 @@ CHANNEL_MAILBOX: Final = 500
 IDENTITY_TIMEOUT_SECONDS: Final = 30.0
 # Dispatches the router takes per wake-up at most: a burst is drained in batches this big.
 ROUTER_BATCH: Final = 64
+# How often chatter and routing counts go to the action log as one `ingest` event (when
+# anything arrived), and idle channels' mailboxes are released.
+INGEST_EVERY_SECONDS: Final = 60.0
 
 
 class Router:
@@ -65,6 +75,11 @@ class Router:
         self.current_seq: Callable[[], int | None] = lambda: None
         # Run after a fresh IDENTIFY (set by the app): answers missed triggers (SPEC 4).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
+        self.chatter = 0  # messages decided inline as chatter
+        self.delivered = 0  # messages handed to a channel mailbox
+        self._reported = (0, 0)
+        self._report_at = 0.0
+        self._released_overflows = 0  # overflows of mailboxes since released
 
     @property
     def inbox(self) -> Mailbox[tuple[str, Any, int | None]]:
@@ -90,7 +105,49 @@ class Router:
 
     def mailbox_overflows(self) -> int:
         """Messages refused by full channel mailboxes so far."""
-        return sum(mb.overflows for mb in self._mailboxes.values())
+        return self._released_overflows + sum(mb.overflows for mb in self._mailboxes.values())
+
+    def ingest_counts(self) -> dict[str, int]:
+        """Messages seen so far by path (for `picortex status`)."""
+        return {
+            "chatter": self.chatter,
+            "delivered": self.delivered,
+            "replays_dropped": self.replays_dropped,
+            "mailboxes": len(self._mailboxes),
+        }
+
+    def release_idle(self) -> int:
+        """Forget the mailboxes of channels with no actor and nothing queued; how many."""
+        idle = [
+            cid
+            for cid, mb in self._mailboxes.items()
+            if not mb.depth and mb.in_hand is None and self._channels.get(f"channel-{cid}") is None
+        ]
+        for cid in idle:
+            self._released_overflows += self._mailboxes.pop(cid).overflows
+        return len(idle)
+
+    def _report(self) -> None:
+        """One `ingest` event with what arrived since the last one (none when nothing did)."""
+        now = trio.current_time()
+        counts = (self.chatter, self.delivered)
+        chatter, delivered = (c - r for c, r in zip(counts, self._reported, strict=True))
+        if chatter or delivered:
+            self._pipe.events.emit(
+                "ingest",
+                chatter=chatter,
+                delivered=delivered,
+                seconds=round(now - self._report_at, 1),
+                mailboxes=len(self._mailboxes),
+            )
+        self._reported = counts
+        self._report_at = now
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await trio.sleep(INGEST_EVERY_SECONDS)
+            self._report()
+            self.release_idle()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Route queued dispatches until cancelled."""
@@ -100,10 +157,17 @@ class Router:
         for channel_id, mailbox in list(self._mailboxes.items()):
             if mailbox.depth:
                 await self._ensure_actor(channel_id, mailbox)
-        task_status.started()
+        self._report_at = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._housekeeping)
+            task_status.started()
+            await self._loop()
+
+    async def _loop(self) -> None:
         inbox = self._inbox
         while True:
             name, data, seq = await inbox.receive()
+            self._pipe.settings.refresh()
             await self._route(name, data, seq)
             inbox.done()
             # In a burst, take what queued up meanwhile without a scheduler round per dispatch
@@ -135,11 +199,27 @@ class Router:
             return
         if isinstance(event, Message):
             if event.author.id == pipe.bot.user_id:
-                # Our own replies only feed the context; the pipeline would ignore them
-                # anyway (SPEC 5 step 1), so they cost no mailbox hop and no database write.
+                # Our own replies feed the context and recall (SPEC 8); the pipeline would
+                # ignore them anyway (SPEC 5 step 1), so they cost no mailbox hop.
+                pipe.cache.on_message(event)
+                if name == "MESSAGE_CREATE":
+                    self._remember_answer(event)
+                return
+            store = pipe.store
+            seen = store.seen(event.id)
+            if seen is None:  # an id older than memory holds: only SQLite knows
+                seen = await store.was_handled(event.id)
+            if name == "MESSAGE_CREATE" and self._is_chatter(event):
+                # Decided here: counted, fed to the context, never logged one by one and never
+                # stored (a replay of it is as harmless as it is: nothing was answered).
+                if seen:
+                    self.replays_dropped += 1
+                    return
+                store.note_seen(event.id)
+                self.chatter += 1
                 pipe.cache.on_message(event)
                 return
-            if not pipe.handled.take(event.id, seq):
+            if seen or not pipe.handled.take(event.id, seq):
                 self.replays_dropped += 1
                 if name == "MESSAGE_CREATE":
                     pipe.events.emit(
@@ -152,12 +232,20 @@ class Router:
                         reason="replayed event already handled",
                     )
                 return
+            # In hand: marked handled (persisted with the store's next group) only once its
+            # decision is final, so a kill before that leaves it to be handled again.
             pipe.cache.on_message(event)
             await self._deliver(event)
         elif isinstance(event, Interaction):
-            # Handled once taken: a replayed interaction was answered (or is past answering:
-            # its token lasts minutes, a restart's replay comes after).
-            if pipe.handled.take(event.id, seq):
+            # A replayed interaction was answered (or is past answering) already: handled
+            # once taken (its token lasts minutes, a restart's replay comes after).
+            store = pipe.store
+            seen = store.seen(event.id)
+            if seen is None:
+                seen = await store.was_handled(event.id)
+            if seen or not pipe.handled.take(event.id, seq):
+                self.replays_dropped += 1
+            else:
                 pipe.handled.finish((event.id,), event.channel_id, event.guild_id)
                 if event.type == InteractionType.APPLICATION_COMMAND:
                     interactions.expect(
@@ -237,11 +325,8 @@ class Router:
         gone = pipe.registry.remove(event.id)
         for channel_id in gone:
             pipe.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
-            try:
-                pipe.store.forget_channel(channel_id)
-                pipe.store.forget_channel_activity(channel_id)  # nothing to catch up there
-            except Exception:
-                logger.exception("could not forget deleted channel %s", channel_id)
+            # Queued for the store's next group; nothing is left to catch up there either.
+            pipe.store.submit(functools.partial(_forget_channel, channel_id=channel_id))
         pipe.events.emit(
             "channel-delete",
             channel_id=event.id,
@@ -250,6 +335,45 @@ class Router:
             type=event.type,
             forgotten_channel_ids=gone,
         )
+
+    def _is_chatter(self, message: Message) -> bool:
+        """Whether the message is chatter (core.chatter), with trust and mode from memory."""
+        if message.guild_id is None:
+            return False  # a DM always addresses the bot
+        pipe = self._pipe
+        settings = pipe.settings()
+        author = message.author.id
+        trusted = author == settings.owner_id or pipe.store.get_tier(author) is not None
+        if trusted:
+            return False
+        own = pipe.store.get_chat_config(message.channel_id)
+        parent = None
+        if own is None:
+            parent_id = pipe.registry.parent_of(message.channel_id)
+            if parent_id is not None:
+                parent = pipe.store.get_chat_config(parent_id)
+        mode = mode_for_chat(
+            own.attention_mode if own is not None else None,
+            parent.attention_mode if parent is not None else None,
+            False,
+            settings.attention,
+        )
+        return is_chatter(message, bot_user_id=pipe.bot.user_id, trusted=False, mode=mode)
+
+    def _remember_answer(self, message: Message) -> None:
+        """Store one of the bot's own answers for recall."""
+        try:
+            self._pipe.store.add_memory_message(
+                message_id=message.id,
+                channel_id=message.channel_id,
+                guild_id=message.guild_id,
+                author_id=message.author.id,
+                author_name=message.author.display_name,
+                content=message.content,
+                created_at=time.time(),
+            )
+        except Exception:
+            logger.exception("could not store answer %s for recall", message.id)
 
     def _reaction(self, event: ReactionEvent) -> None:
         pipe = self._pipe
@@ -275,6 +399,7 @@ class Router:
             self._mailboxes[channel_id] = mailbox
         # Stamped before queueing: the continuation window counts from arrival.
         self._pipe.arrivals[message.id] = trio.current_time()
+        self.delivered += 1
         if not mailbox.send_nowait(message):
             self._pipe.arrivals.pop(message.id, None)
             self._pipe.handled.release([message.id])
@@ -300,3 +425,9 @@ class Router:
                 await self._channels.start_child(spec)
             except Exception as exc:
                 logger.error("channel actor %s did not start: %s", channel_id, exc)
+
+
+def _forget_channel(db: Store, *, channel_id: Snowflake) -> None:
+    """On the store's thread: a deleted channel's memory and catch-up activity go."""
+    db.forget_channel(channel_id)
+    db.forget_channel_activity(channel_id)

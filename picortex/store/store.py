@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final, Self, cast
 
@@ -634,30 +634,17 @@ class Store:
         )
         return changed > 0
 
-    def mark_handled(
-        self, message_ids: Sequence[int], channel_id: int, guild_id: int | None, at: float
+    def note_channel_activity(
+        self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float
     ) -> None:
-        """Record that the decision on these messages is final (answered, skipped, failed).
-
-        One transaction: the seen ids, and the channel's activity for catch-up after a new
-        gateway session (its newest handled message and when).
-        """
-        if not message_ids:
-            return
-        with self.transaction():
-            for message_id in message_ids:
-                self._run(
-                    "INSERT INTO seen_events (message_id, seen_at) VALUES (?, ?)"
-                    " ON CONFLICT (message_id) DO NOTHING",
-                    (message_id, at),
-                )
-            self._run(
-                "INSERT INTO channel_activity (channel_id, guild_id, last_handled_id, active_at)"
-                " VALUES (?, ?, ?, ?) ON CONFLICT (channel_id) DO UPDATE SET"
-                " last_handled_id = max(last_handled_id, excluded.last_handled_id),"
-                " guild_id = coalesce(excluded.guild_id, guild_id), active_at = excluded.active_at",
-                (channel_id, guild_id, max(message_ids), at),
-            )
+        """The channel had a message handled: catch-up after a new session looks at it."""
+        self._write(
+            "INSERT INTO channel_activity (channel_id, guild_id, last_handled_id, active_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (channel_id) DO UPDATE SET"
+            " last_handled_id = max(last_handled_id, excluded.last_handled_id),"
+            " guild_id = coalesce(excluded.guild_id, guild_id), active_at = excluded.active_at",
+            (channel_id, guild_id, last_handled_id, at),
+        )
 
     def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
         """(channel_id, guild_id, last_handled_id) of channels active since `since`, newest
@@ -703,6 +690,25 @@ class Store:
     def clear_gateway_session(self, shard: tuple[int, int]) -> None:
         """The session ended (a clean shutdown, or Discord invalidated it)."""
         self._write("DELETE FROM gateway_session WHERE shard_id = ?", (shard[0],))
+
+    def mark_seen_many(self, rows: list[tuple[int, float]]) -> None:
+        """Remember many handled message ids (id, seen_at) in one statement."""
+        with self.transaction():
+            try:
+                self._conn.executemany(
+                    "INSERT INTO seen_events (message_id, seen_at) VALUES (?, ?)"
+                    " ON CONFLICT (message_id) DO NOTHING",
+                    rows,
+                )
+            except apsw.Error as exc:
+                raise StoreError(f"{self.path}: database error ({exc})") from exc
+
+    def newest_seen(self, limit: int) -> list[int]:
+        """The `limit` highest handled message ids, highest first."""
+        rows = self._all(
+            "SELECT message_id FROM seen_events ORDER BY message_id DESC LIMIT ?", (limit,)
+        )
+        return [cast(int, row[0]) for row in rows]
 
     def is_seen(self, message_id: int) -> bool:
         """Whether the message id was handled before."""

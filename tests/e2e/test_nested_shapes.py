@@ -5,7 +5,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from tests.e2e.harness import running_bot
+from picortex.store import MemoryHit
+from tests.e2e.harness import Running, running_bot
+
+
+async def _recall(run: Running, word: str) -> list[MemoryHit]:
+    await run.bot.store.flush()
+    return list(await run.bot.store.read(lambda db: db.search_memory(word, 0.0, None)))
 
 
 def _prompt(run: object, index: int) -> str:
@@ -72,11 +78,13 @@ async def test_bulk_delete_forgets_messages_and_their_observations(tmp_path: Pat
         await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
         second = run.say(w.general_id, w.bob_id, f"{run.mention()} and zebra again")
         await run.wait_until(lambda: len(run.sim.bot_messages(w.general_id)) == 2)
-        assert run.bot.store.search_memory("zebra", 0, None)
+        assert await _recall(run, "zebra")
         run.sim.delete_messages_bulk(w.general_id, [int(first["id"]), int(second["id"])])
         deleted = await run.wait_event("message-delete", bulk=True)
         assert deleted[0]["message_ids"] == [first["id"], second["id"]]
-        assert run.bot.store.search_memory("zebra", 0, None) == []
+        await run.bot.store.flush()
+        purged = {int(first["id"]), int(second["id"])}
+        assert not [h for h in await _recall(run, "zebra") if h.message_id in purged]
         assert all(
             m.id not in (int(first["id"]), int(second["id"]))
             for m in run.bot.cache.recent(w.general_id, 50)
@@ -94,7 +102,8 @@ async def test_thread_and_channel_deletes_leave_the_registry(tmp_path: Path) -> 
         run.sim.delete_channel(thread.id)
         await run.wait_event("channel-delete", channel_id=str(thread.id))
         assert run.bot.pipe.registry.get(thread.id) is None
-        assert run.bot.store.search_memory("walrus", 0, None) == []
+        await run.bot.store.flush()
+        assert not [h for h in await _recall(run, "walrus") if h.channel_id == thread.id]
         run.sim.delete_channel(w.random_id)
         await run.wait_event("channel-delete", channel_id=str(w.random_id))
         assert run.bot.pipe.registry.get(w.random_id) is None
