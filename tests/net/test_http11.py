@@ -357,36 +357,6 @@ async def test_httpx_keeps_the_connection_alive() -> None:
     assert server.connections == 1
 
 
-async def test_the_model_sdk_accepts_the_transport_and_answers_through_it() -> None:
-    import anthropic
-
-    from picortex.actors.llm import default_http_client, parse_message
-
-    body = (
-        b'{"id":"msg_1","type":"message","role":"assistant","model":"m","stop_reason":"end_turn",'
-        b'"content":[{"type":"text","text":"hi"}],"usage":{"input_tokens":3,"output_tokens":1}}'
-    )
-    answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-    server = Server([answer % (len(body), body)] * 2)
-    async with (
-        serving(server),
-        anthropic.AsyncAnthropic(
-            api_key="sk-test",
-            base_url=f"http://127.0.0.1:{server.port}",
-            max_retries=0,
-            http_client=default_http_client(),
-        ) as client,
-    ):
-        for _ in range(2):
-            raw = await client.messages.with_raw_response.create(
-                model="m", max_tokens=5, messages=[{"role": "user", "content": "x"}]
-            )
-            parsed = parse_message(await raw.http_response.aread())
-    assert (parsed.text, parsed.input_tokens, parsed.output_tokens) == ("hi", 3, 1)
-    assert server.requests[0].startswith(b"POST /v1/messages HTTP/1.1")
-    assert server.connections == 1
-
-
 async def test_a_compressed_answer_reaches_httpx_compressed_and_is_decoded_there() -> None:
     import gzip
 
