@@ -41,10 +41,12 @@ from picortex.actors.pipeline import (
 from picortex.actors.router import Router
 from picortex.config import Settings
 from picortex.core.personas import PersonaLoader
+from picortex.core.redact import remember_secrets
 from picortex.discord.gateway import GatewayActor
 from picortex.discord.protocol import GatewayTimings
 from picortex.discord.rest import RestClient
 from picortex.errors import ConfigError, FatalDiscordError
+from picortex.files import private_dir
 from picortex.runtime.faults import FaultPoints
 from picortex.runtime.supervisor import (
     ChildSpec,
@@ -74,7 +76,8 @@ class Bot:
     ) -> None:
         if not settings.discord_token:
             raise ConfigError("DISCORD_BOT_TOKEN is not set")
-        settings.home.mkdir(parents=True, exist_ok=True)
+        remember_secrets(settings.discord_token, settings.anthropic_api_key)
+        private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
         self.store = Store.open(settings.db_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -133,6 +134,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    # Whatever picortex or a tool it runs (git, for chat homes) creates is the owner's alone;
+    # the files that matter are also chmodded explicitly, so this is a second line.
+    os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format="picortex: %(levelname)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(_quiet_http)

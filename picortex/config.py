@@ -19,6 +19,7 @@ from typing import Any, Final, cast
 import attrs
 import orjson
 
+from picortex.core.redact import remember_secrets
 from picortex.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,23 @@ NO_OVERRIDE: Final = "none"  # runtime value that removes a per-command override
 _GOT_MAX_CHARS: Final = (
     60  # a quoted bad value longer than this is cut, so the error stays one line
 )
+# Upper bounds of numeric keys: a typo or a hostile `config set` must not make one answer
+# cost a fortune, a window last for days or a prompt hold a novel. Keys without their own
+# bound get these.
+NUMBER_MAX: Final = 1_000_000.0
+COUNT_MAX: Final = 1_000_000
+SECONDS_MAX: Final = 3_600.0  # an hour: longer windows and cooldowns are typos
+CONTEXT_MESSAGES_MAX: Final = 100  # Discord's own page size; more is noise to the model
+CONTEXT_CHARS_MAX: Final = 50_000  # ~17k tokens: a big prompt, still cents per answer
+HISTORY_MAX: Final = 50  # the discriminator must stay under $0.001 a call (SPEC 7)
+DISCRIMINATOR_TIMEOUT_MAX: Final = 60.0  # a classifier slower than a minute is broken
+POLL_SECONDS_MAX: Final = 7 * 24 * 3600.0  # a week, like Discord's own polls
+BYTES_MAX: Final = 10 * 1024**3  # 10 GiB of cache or log is more than any small server needs
+CACHE_MESSAGES_MAX: Final = 10_000
+USD_MAX: Final = 10_000.0  # per workspace, per user; a ceiling above this is no ceiling
+GLOBAL_USD_MAX: Final = 100_000.0
+REQUESTS_PER_MINUTE_MAX: Final = 600
+PRICE_MAX: Final = 1_000.0  # USD per million tokens; list prices are a few dollars
 
 
 @attrs.frozen
@@ -104,10 +122,13 @@ class ModelTiers:
 
 @attrs.frozen
 class BudgetSettings:
-    """Spending ceiling per workspace per period (SPEC 9)."""
+    """Spending ceilings (SPEC 9): per workspace and period, all workspaces, per user."""
 
     ceiling_usd: float = 5.0
     period: str = "day"
+    global_ceiling_usd: float = 20.0
+    user_daily_usd: float = 1.0  # 0 = no limit
+    user_requests_per_minute: int = 6  # 0 = no limit
 
 
 def _secret_repr(value: str | None) -> str:
@@ -241,20 +262,28 @@ def _check_wakeword(key: str, value: object) -> str:
     )
 
 
-def _check_number(what: str) -> Callable[[str, object], float]:
+def _too_big(key: str, maximum: float, value: object) -> _Invalid:
+    return _Invalid(f"{key} must be at most {format_value(maximum)}, got {_show(value)}")
+
+
+def _check_number(what: str, maximum: float = NUMBER_MAX) -> Callable[[str, object], float]:
     def check(key: str, value: object) -> float:
         if isinstance(value, int | float) and not isinstance(value, bool):
             number = float(value)
             if math.isfinite(number) and number >= 0:
+                if number > maximum:
+                    raise _too_big(key, maximum, value)
                 return number
         raise _Invalid(f"{key} must be {what}, 0 or more, got {_show(value)}")
 
     return check
 
 
-def _check_count(what: str) -> Callable[[str, object], int]:
+def _check_count(what: str, maximum: int = COUNT_MAX) -> Callable[[str, object], int]:
     def check(key: str, value: object) -> int:
         if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            if value > maximum:
+                raise _too_big(key, maximum, value)
             return value
         raise _Invalid(f"{key} must be {what}, 0 or more, got {_show(value)}")
 
@@ -358,39 +387,63 @@ def _text_list(text: str) -> object:
     return [part.strip().lower() for part in text.split(",") if part.strip()]
 
 
-_seconds = _check_number("a number of seconds")
+_seconds = _check_number("a number of seconds", SECONDS_MAX)
+_usd = _check_number("an amount in USD", USD_MAX)
 _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
     {
         "owner_id": _Key(_check_snowflake, _text_stripped, runtime=False),
         "wakeword": _Key(_check_wakeword, _text_raw, runtime=True),
         "continuation_seconds": _Key(_seconds, _text_number, runtime=True),
-        "context_messages": _Key(_check_count("a whole number"), _text_int, runtime=True),
-        "context_chars": _Key(_check_count("a whole number"), _text_int, runtime=True),
-        "fetch_cooldown_seconds": _Key(_seconds, _text_number, runtime=True),
-        "cache_max_bytes": _Key(_check_count("a size in bytes"), _text_int, runtime=False),
-        "cache_messages_per_channel": _Key(
-            _check_count("a whole number"), _text_int, runtime=False
+        "context_messages": _Key(
+            _check_count("a whole number", CONTEXT_MESSAGES_MAX), _text_int, runtime=True
         ),
-        "action_log_max_bytes": _Key(_check_count("a size in bytes"), _text_int, runtime=False),
+        "context_chars": _Key(
+            _check_count("a whole number", CONTEXT_CHARS_MAX), _text_int, runtime=True
+        ),
+        "fetch_cooldown_seconds": _Key(_seconds, _text_number, runtime=True),
+        "cache_max_bytes": _Key(
+            _check_count("a size in bytes", BYTES_MAX), _text_int, runtime=False
+        ),
+        "cache_messages_per_channel": _Key(
+            _check_count("a whole number", CACHE_MESSAGES_MAX), _text_int, runtime=False
+        ),
+        "action_log_max_bytes": _Key(
+            _check_count("a size in bytes", BYTES_MAX), _text_int, runtime=False
+        ),
         "poll_enabled": _Key(_check_bool, _text_bool, runtime=True),
-        "poll_seconds": _Key(_seconds, _text_number, runtime=True),
+        "poll_seconds": _Key(
+            _check_number("a number of seconds", POLL_SECONDS_MAX), _text_number, runtime=True
+        ),
         "response_policy.default_mode": _Key(_check_reply_mode, _text_stripped, runtime=True),
         "response_policy.sensitive_commands": _Key(_check_commands, _text_list, runtime=True),
         "response_policy.overrides": _Key(_check_overrides, _text_raw, runtime=False),
         "attention.dm": _Key(_check_choice(ATTENTION_MODES), _text_stripped, runtime=True),
         "attention.group": _Key(_check_choice(ATTENTION_MODES), _text_stripped, runtime=True),
         "discriminator.model": _Key(_check_model, _text_stripped, runtime=True),
-        "discriminator.timeout_seconds": _Key(_seconds, _text_number, runtime=True),
-        "discriminator.history": _Key(_check_count("a whole number"), _text_int, runtime=True),
+        "discriminator.timeout_seconds": _Key(
+            _check_number("a number of seconds", DISCRIMINATOR_TIMEOUT_MAX),
+            _text_number,
+            runtime=True,
+        ),
+        "discriminator.history": _Key(
+            _check_count("a whole number", HISTORY_MAX), _text_int, runtime=True
+        ),
         "models.triage": _Key(_check_model, _text_stripped, runtime=True),
         "models.general": _Key(_check_model, _text_stripped, runtime=True),
         "models.complex": _Key(_check_model, _text_stripped, runtime=True),
-        "budget.ceiling_usd": _Key(_check_number("an amount in USD"), _text_number, runtime=True),
+        "budget.ceiling_usd": _Key(_usd, _text_number, runtime=True),
         "budget.period": _Key(_check_choice(PERIODS), _text_stripped, runtime=True),
+        "budget.global_ceiling_usd": _Key(
+            _check_number("an amount in USD", GLOBAL_USD_MAX), _text_number, runtime=True
+        ),
+        "budget.user_daily_usd": _Key(_usd, _text_number, runtime=True),
+        "budget.user_requests_per_minute": _Key(
+            _check_count("a whole number", REQUESTS_PER_MINUTE_MAX), _text_int, runtime=True
+        ),
     }
 )
 _SECTIONS: Final = frozenset(key.partition(".")[0] for key in _KEYS if "." in key)
-_check_price = _check_number("a price in USD per million tokens")
+_check_price = _check_number("a price in USD per million tokens", PRICE_MAX)
 
 FILE_KEYS: Final[tuple[str, ...]] = (*_KEYS, "prices.<model>.input", "prices.<model>.output")
 """Every key `picortex.toml` accepts."""
@@ -582,4 +635,6 @@ def load_settings(
         cache_dir=Path(cache_dir).expanduser() if cache_dir else home / "cache",
         fault_inject=env.get("PICORTEX_FAULT_INJECT", "").strip(),
     )
+    # From here on these exact values are redacted wherever they would be written.
+    remember_secrets(settings.discord_token, settings.anthropic_api_key)
     return settings.with_runtime(overrides) if overrides else settings

@@ -21,6 +21,7 @@ from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
 from picortex.errors import ConfigError
+from picortex.files import private_dir
 from picortex.store import Store
 from picortex.types import Message, NullSink
 
@@ -87,7 +88,7 @@ def run_discriminator_test(
         template = home.read_prompt()
     except ChatHomeError as exc:
         raise ConfigError(str(exc)) from None
-    settings.home.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.home)
     store = Store.open(settings.db_path)
     try:
         live = settings.with_runtime(store.runtime_config())

@@ -61,9 +61,10 @@ def _log(args: argparse.Namespace) -> int:
 
 
 def _open_store(settings: Settings):  # type: ignore[no-untyped-def]
+    from picortex.files import private_dir
     from picortex.store import Store
 
-    settings.home.mkdir(parents=True, exist_ok=True)
+    private_dir(settings.home)
     return Store.open(settings.db_path)
 
 

@@ -383,6 +383,9 @@ def test_runtime_keys_are_the_documented_set() -> None:
         "models.complex",
         "budget.ceiling_usd",
         "budget.period",
+        "budget.global_ceiling_usd",
+        "budget.user_daily_usd",
+        "budget.user_requests_per_minute",
     }
 
 
@@ -483,3 +486,47 @@ def test_format_value_round_trips_through_parse(key: str, data: st.DataObject) -
     except ConfigError:
         return
     assert parse_runtime_value(key, format_value(value)) == value
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("context_chars", "100000000"),
+        ("context_messages", "1000"),
+        ("discriminator.history", "1000"),
+        ("continuation_seconds", "86400"),
+        ("fetch_cooldown_seconds", "86400"),
+        ("discriminator.timeout_seconds", "600"),
+        ("poll_seconds", "100000000"),
+        ("budget.ceiling_usd", "1000000"),
+        ("budget.global_ceiling_usd", "10000000"),
+        ("budget.user_daily_usd", "1000000"),
+        ("budget.user_requests_per_minute", "100000"),
+    ],
+)
+def test_numbers_have_upper_bounds_at_runtime(key: str, value: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_runtime_value(key, value)
+    message = str(caught.value)
+    assert message.startswith(f"{key} must be at most ")
+    assert message.endswith(f"got {value}")
+
+
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "context_chars = 100000000",
+        "cache_max_bytes = 99999999999999",
+        "action_log_max_bytes = 99999999999999",
+        "cache_messages_per_channel = 1000000",
+        "[discriminator]\nhistory = 999",
+        "[budget]\nceiling_usd = 1e9",
+        '[prices."claude-haiku-5-5"]\ninput = 1e9\noutput = 1',
+    ],
+)
+def test_numbers_have_upper_bounds_in_the_file(tmp_path: Path, toml: str) -> None:
+    (tmp_path / "picortex.toml").write_text(toml + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"PICORTEX_HOME": str(tmp_path)})
+    assert "must be at most" in str(caught.value)
+    assert "\n" not in str(caught.value)

@@ -19,6 +19,7 @@ import trio
 
 from picortex.core.redact import redact_json_bytes
 from picortex.errors import FaultInjected
+from picortex.files import open_private
 from picortex.runtime.faults import FaultPoints
 
 logger = logging.getLogger(__name__)
@@ -32,8 +33,6 @@ DEFAULT_KEEP: Final = 5
 TORN_SUFFIX: Final = ".torn"
 # Bytes read per step while looking backwards for the last newline at start-up.
 TAIL_CHUNK_BYTES: Final = 65_536
-# Owner-only: events are redacted, but what people said in a chat is still private.
-FILE_MODE: Final = 0o600
 
 # Fallback serialization of odd values: how deep it goes, and how much text it keeps.
 LENIENT_MAX_DEPTH: Final = 50
@@ -296,7 +295,7 @@ class ActionLog:
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        fd = open_private(self.path, os.O_RDWR | os.O_APPEND)
         try:
             size = os.fstat(fd).st_size
             if size:
@@ -338,7 +337,8 @@ class ActionLog:
             os.write(fd, _NEWLINE)
             return size + 1
         torn_path = Path(f"{self.path}{TORN_SUFFIX}")
-        with open(torn_path, "ab") as torn:
+        torn_fd = open_private(torn_path, os.O_WRONLY | os.O_APPEND)
+        with os.fdopen(torn_fd, "ab") as torn:
             torn.write(tail + _NEWLINE)
         os.ftruncate(fd, cut)
         self.emit(

@@ -271,18 +271,20 @@ class ChannelActor:
         name = cmds.command_name(command)
         chat_id = msg.channel_id
         mode = self._mode(msg)
-        prompt_path = ChatHome(pipe.home, str(chat_id)).prompt_path
+        # Relative to the home: the machine's own paths are nobody's business in a chat.
+        prompt_path = ChatHome(pipe.home, str(chat_id)).prompt_path.relative_to(pipe.home)
         state = cmds.CommandState(
             owner_id=settings.owner_id,
             trust=dict(pipe.store.trust_list()),
             wakeword=settings.wakeword,
             attention_mode=mode,
-            prompt_path=str(prompt_path),
+            prompt_path=f"PICORTEX_HOME/{prompt_path.as_posix()}",
             poll_enabled=settings.poll_enabled,
             poll_seconds=settings.poll_seconds,
             config_values=_config_values(settings),
             parse_config_value=config_mod.parse_runtime_value,
             format_config_value=config_mod.format_value,
+            requester_id=msg.author.id,
         )
         result = cmds.execute(command, tier, state)
         reply = result.reply

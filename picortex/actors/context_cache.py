@@ -23,6 +23,7 @@ import trio
 from picortex.core.context import assemble_context, cap_messages, merge_messages, plan_eviction
 from picortex.discord.normalize import message_from_payload
 from picortex.errors import FatalDiscordError, PicortexError
+from picortex.files import open_private, private_dir
 from picortex.types import (
     Attachment,
     EventSink,
@@ -679,7 +680,7 @@ class ContextCache:
 
     def _load_index(self) -> None:
         """Rebuild the on-disk index (write order from file mtimes) and reset memory."""
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        private_dir(self._dir)
         # Changes held only in memory are gone (and a crash may have lost live events).
         self._lose_sync()
         self._loaded.clear()
@@ -806,7 +807,7 @@ def write_atomic(path: Path, data: bytes) -> None:
     fsyncs the directory so the rename itself survives a power cut.
     """
     temp = path.with_name(path.name + TEMP_SUFFIX)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = open_private(temp, os.O_WRONLY | os.O_TRUNC)
     try:
         view = memoryview(data)
         while view:

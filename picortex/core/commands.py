@@ -38,6 +38,14 @@ _ARG_SPLIT: Final = re.compile(r"[\s,]+")
 _WORD: Final = re.compile(r"\s*(\S*)\s*(.*)", re.DOTALL)
 _ADD_USAGE: Final = "whitelist add @user.. [user|trusted|admin]"
 _POLLS_OFF: Final = "Polls are turned off here (`poll_enabled` is false)."
+# Config sections that move money or change who hears what: the owner's alone (SPEC 6).
+OWNER_CONFIG_PREFIXES: Final[tuple[str, ...]] = (
+    "budget.",
+    "models.",
+    "prices.",
+    "response_policy.",
+)
+_OWNER_ONLY_ADMIN: Final = "Only the owner can grant or revoke `admin`."
 
 
 # --- command values ------------------------------------------------------------------
@@ -697,6 +705,33 @@ class CommandState:
     config_values: Mapping[str, str]
     parse_config_value: Callable[[str, str], object]
     format_config_value: Callable[[object], str]
+    requester_id: Snowflake | None = None  # who asked; None is never the owner
+
+    @property
+    def by_owner(self) -> bool:
+        """True when the owner asked (the owner-only powers of SPEC 6 apply)."""
+        return self.owner_id is not None and self.requester_id == self.owner_id
+
+
+def owner_only_config(key: str) -> bool:
+    """True for config keys only the owner may set (`budget.*`, `models.*`, ...)."""
+    return key.strip().lower().startswith(OWNER_CONFIG_PREFIXES)
+
+
+def needs_owner(command: Command, trust: Mapping[int, str]) -> str | None:
+    """Why `command` needs the owner (one sentence), or None when an admin may run it.
+
+    Granting `admin`, changing an admin's tier, removing an admin and setting the money,
+    model and reply-policy keys are the owner's alone.
+    """
+    if isinstance(command, WhitelistAdd | WhitelistRemove):
+        if isinstance(command, WhitelistAdd) and command.tier == Tier.ADMIN:
+            return _OWNER_ONLY_ADMIN
+        if any(Tier.parse(trust.get(uid)) == Tier.ADMIN for uid in command.user_ids):
+            return _OWNER_ONLY_ADMIN
+    if isinstance(command, ConfigSet) and owner_only_config(command.key):
+        return f"Only the owner can change `{_echo(command.key)}`."
+    return None
 
 
 def denied_text(command: Command) -> str:
@@ -710,6 +745,10 @@ def execute(command: Command, tier: Tier, state: CommandState) -> CommandResult:
     """Check the requester's tier, then run `command` against `state`; never raises."""
     if not may_run(command_name(command), tier):
         return CommandResult(denied_text(command), (), "denied")
+    if not state.by_owner:
+        why = needs_owner(command, state.trust)
+        if why is not None:
+            return CommandResult(why, (), "denied")
     wakeword = state.wakeword
     if isinstance(command, WhitelistList | WhitelistAdd | WhitelistRemove | WhitelistHelp):
         return execute_whitelist(

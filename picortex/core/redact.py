@@ -1,12 +1,21 @@
-"""Redaction of secrets: Discord token shapes, `mfa.` tokens and `sk-ant-` keys become `[redacted]`.
+"""Redaction of secrets: Discord token shapes, `mfa.` tokens, `sk-ant-` keys (any case) and the
+configured token and key values exactly (also URL-encoded) become `[redacted]`.
 
-Pure: works on text, on nested values, and on JSON text (keeping it valid JSON).
+Works on text, on nested values, and on JSON text (keeping it valid JSON). The configured
+values are the one piece of state: `remember_secrets` registers them once per process, so
+that every writer (the action log, error rows, stdlib logging of any library's traceback)
+redacts them without each call site having to carry them.
 """
 
 from __future__ import annotations
 
 import re
+import threading
+from collections.abc import Iterable
 from typing import Final, TypeVar, cast
+from urllib.parse import quote, quote_plus
+
+import orjson
 
 _T = TypeVar("_T")
 
@@ -23,7 +32,7 @@ _TAIL: Final = rf"(?:\.[{_C}]+)*"
 # search start at the beginning of a run (speed).
 _DISCORD: Final = rf"(?<![{_C}])[{_C}]{{20,}}\.[{_C}]{{6,}}\.[{_C}]{{27,}}{_TAIL}"
 _MFA: Final = rf"mfa\.[{_C}]{{20,}}{_TAIL}"
-_ANTHROPIC: Final = rf"sk-ant-[{_C}]+{_TAIL}"
+_ANTHROPIC: Final = rf"(?i:sk-ant-)[{_C}]+{_TAIL}"
 
 _SECRET_TEXT: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}")
 _SECRET_BYTES: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}".encode())
@@ -35,16 +44,75 @@ _SECRET_BYTES: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}".encode())
 _HINT: Final = rf"\.(?:[{_C}]{{6,}}\.|(?<=mfa\.)[{_C}])"
 _HINT_TEXT: Final = re.compile(_HINT)
 _HINT_BYTES: Final = re.compile(_HINT.encode())
-_KEY_TEXT: Final = re.compile("k-ant-")
-_KEY_BYTES: Final = re.compile(b"k-ant-")
+_KEY_TEXT: Final = re.compile("(?i)k-ant-")
+_KEY_BYTES: Final = re.compile(b"(?i)k-ant-")
+# A configured value shorter than this is not taken as a secret to hunt for: replacing a
+# few common characters everywhere would garble every line, and no real token is so short.
+SECRET_MIN_CHARS: Final = 8
 
 _REDACTED_BYTES: Final = REDACTED.encode()
 _BACKSLASH: Final = ord("\\")
 _NEWLINE: Final = b"\n"
 
 
+class _Known:
+    """The configured secret values in every form they may be written in, longest first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.values: frozenset[str] = frozenset()
+        self.text: tuple[str, ...] = ()
+        self.data: tuple[bytes, ...] = ()
+        self.data_pattern: re.Pattern[bytes] | None = None
+
+    def add(self, values: Iterable[str | None]) -> None:
+        with self._lock:
+            fresh = {v for v in values if v and len(v) >= SECRET_MIN_CHARS} - self.values
+            if not fresh:
+                return
+            self.values = self.values | fresh
+            forms: set[str] = set()
+            for value in self.values:
+                for encoded in (value, quote(value, safe=""), quote_plus(value, safe="")):
+                    # Percent-escapes may be written in either case (`%2F` or `%2f`).
+                    forms.update({encoded, _lower_escapes(encoded)})
+            ordered = sorted(forms, key=len, reverse=True)
+            json_forms = {orjson.dumps(form)[1:-1] for form in ordered}
+            self.text = tuple(ordered)
+            self.data = tuple(sorted(json_forms, key=len, reverse=True))
+            self.data_pattern = re.compile(b"|".join(re.escape(form) for form in self.data))
+
+
+_PERCENT_ESCAPE: Final = re.compile(r"%[0-9A-F]{2}")
+
+
+def _lower_escapes(text: str) -> str:
+    return _PERCENT_ESCAPE.sub(lambda m: m.group(0).lower(), text)
+
+
+_known = _Known()
+
+
+def remember_secrets(*values: str | None) -> None:
+    """Redact these exact values (the configured Discord token and API key) from now on.
+
+    Whatever their shape: a gateway's key need not start with `sk-ant-`. Their URL-encoded
+    forms are redacted too. Empty and very short values are ignored.
+    """
+    _known.add(values)
+
+
+def _without_known(text: str) -> str:
+    for form in _known.text:
+        if form in text:
+            text = text.replace(form, REDACTED)
+    return text
+
+
 def redact(text: str) -> str:
-    """Return `text` with every secret shape replaced by `[redacted]`."""
+    """Return `text` with every secret shape and configured secret replaced by `[redacted]`."""
+    if _known.text:
+        text = _without_known(text)
     if _HINT_TEXT.search(text) is not None or _KEY_TEXT.search(text) is not None:
         return _SECRET_TEXT.sub(REDACTED, text)
     return text
@@ -73,6 +141,9 @@ def redact_json_bytes(data: bytes) -> bytes:
     Only lines that may hold a secret are searched with the full pattern, so a batch of
     ordinary log lines costs two fast scans.
     """
+    pattern = _known.data_pattern
+    if pattern is not None and any(form in data for form in _known.data):
+        data = pattern.sub(_replace_in_json, data)
     if _HINT_BYTES.search(data) is None and _KEY_BYTES.search(data) is None:
         return data
     out: list[bytes] = []

@@ -8,6 +8,7 @@ and thread-safe; times are Unix seconds (UTC).
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ import attrs
 
 from picortex.config import ATTENTION_MODES
 from picortex.errors import StoreError
+from picortex.files import open_private, private_file
 from picortex.store.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
 
 TIERS: Final = ("user", "trusted", "admin")
@@ -125,6 +127,7 @@ class Store:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"{path}: its folder cannot be created ({exc.strerror})") from None
+        _make_private(path)
         conn: apsw.Connection | None = None
         try:
             conn = apsw.Connection(str(path))
@@ -134,6 +137,9 @@ class Store:
                 raise StoreError(f"{path}: cannot use write-ahead logging (got {mode})")
             conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS}")
             conn.execute("PRAGMA foreign_keys = ON")
+            # SQLite gives -wal and -shm the database file's mode; older files are fixed here.
+            for suffix in ("-wal", "-shm"):
+                private_file(Path(f"{path}{suffix}"))
         except apsw.Error as exc:
             if conn is not None:
                 conn.close()
@@ -566,6 +572,13 @@ WHERE memory_observations_fts MATCH ?1 AND t.created_at >= ?2
 ORDER BY score, 9 DESC
 LIMIT ?7
 """
+
+
+def _make_private(path: Path) -> None:
+    """Create the database file 0600 before SQLite opens it (or make an old one 0600)."""
+    # On failure SQLite's own open below reports what is wrong with the path, in a sentence.
+    with contextlib.suppress(OSError):
+        os.close(open_private(path, os.O_RDWR))
 
 
 def _chat_config(row: tuple[object, ...]) -> ChatConfig:

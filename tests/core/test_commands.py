@@ -405,6 +405,7 @@ def state(**changes: Any) -> CommandState:
         config_values={"wakeword": "!s", "poll_seconds": "120", "broken": "x"},
         parse_config_value=parse_value,
         format_config_value=format_value,
+        requester_id=OWNER,
     )
     return attrs.evolve(base, **changes)
 
@@ -623,3 +624,55 @@ def test_whitelist_changes_never_touch_the_owner(
             assert {c.user_id for c in changes} == {
                 i for i in ids if i != OWNER and trust.get(i) != tier.label
             }
+
+
+# --- owner-only powers (SPEC 6) ---------------------------------------------------------
+
+ADMIN_ID = 4  # an admin on the trust list, not the owner
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "whitelist add <@7> admin",  # minting an admin
+        "whitelist add <@4> user",  # demoting an admin
+        "whitelist remove <@4>",  # removing an admin
+        "whitelist add <@7> <@4> trusted",  # an admin hidden among others
+        "config set budget.ceiling_usd 1000000",
+        "config set models.general claude-opus-5-5",
+        "config set prices.claude-opus-5-5.input 0",
+        "config set response_policy.default_mode channel",
+        "config set BUDGET.global_ceiling_usd 5",
+    ],
+)
+def test_an_admin_who_is_not_the_owner_is_refused_owner_powers(text: str) -> None:
+    reply, changes, outcome = run(text, requester_id=ADMIN_ID)
+    assert outcome == "denied"
+    assert changes == ()
+    assert reply.startswith("Only the owner can")
+    assert "\n" not in reply
+
+
+@pytest.mark.parametrize(
+    "text", ["whitelist add <@7> admin", "whitelist remove <@4>", "whitelist add <@4> user"]
+)
+def test_the_owner_may_grant_and_revoke_admin(text: str) -> None:
+    _, changes, outcome = run(text)
+    assert outcome == "ok"
+    assert changes
+
+
+def test_an_admin_may_still_manage_users_and_ordinary_keys() -> None:
+    _, changes, outcome = run("whitelist add <@7> trusted", requester_id=ADMIN_ID)
+    assert (outcome, changes) == ("ok", (TrustChange(7, Tier.TRUSTED),))
+    _, changes, outcome = run("whitelist remove <@3>", requester_id=ADMIN_ID)
+    assert (outcome, changes) == ("ok", (TrustChange(3, None),))
+    _, changes, outcome = run("config set poll_seconds 60", requester_id=ADMIN_ID)
+    assert outcome == "ok"
+    assert changes == (ConfigChange("poll_seconds", "60"),)
+
+
+def test_no_requester_is_never_the_owner() -> None:
+    reply, _, outcome = run("whitelist add <@7> admin", requester_id=None)
+    assert outcome == "denied"
+    assert reply == "Only the owner can grant or revoke `admin`."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 from urllib.parse import quote
 
 import orjson
@@ -153,3 +154,45 @@ def test_no_secret_survives_in_urls(secret: str, before: str) -> None:
     assert secret not in redact(url)
     nested = redact_obj({"links": [url], "about": f"Authorization: Bot {secret}"})
     assert secret not in orjson.dumps(nested).decode()
+
+
+def test_sk_ant_is_redacted_in_any_case() -> None:
+    for key in ("SK-ANT-api03-abcdefGHIJ", "Sk-Ant-abc_def-ghi"):
+        assert redact(f"key {key} end") == f"key {REDACTED} end"
+        line = orjson.dumps({"error": f"bad {key}"})
+        assert key.encode() not in redact_json_bytes(line)
+        assert orjson.loads(redact_json_bytes(line)) == {"error": f"bad {REDACTED}"}
+
+
+def test_configured_secrets_of_any_shape_are_redacted_exactly() -> None:
+    from picortex.core.redact import remember_secrets
+
+    gateway_key = "gw_live/Abc+123=xyz?q"  # a gateway's key: not an sk-ant- shape
+    token = "plain-token-without-dots-0042"
+    remember_secrets(gateway_key, token, "", None, "short")
+    encoded = quote(gateway_key, safe="")
+    text = f"401: key {gateway_key} rejected; url ?t={quote(token, safe='')} and {encoded}"
+    out = redact(text)
+    assert gateway_key not in out and token not in out
+    assert quote(gateway_key, safe="") not in out
+    lower_escapes = re.sub(
+        "%[0-9A-F]{2}", lambda m: m.group(0).lower(), quote(gateway_key, safe="")
+    )
+    assert redact(f"<{lower_escapes}>") == f"<{REDACTED}>"
+    assert "short" in redact("a short word")  # too short to be taken as a secret
+    line = orjson.dumps({"body": f"echo {gateway_key}\n{token}", "n": 1}) + b"\n"
+    cleaned = redact_json_bytes(line)
+    assert gateway_key.encode() not in cleaned and token.encode() not in cleaned
+    assert orjson.loads(cleaned) == {"body": f"echo {REDACTED}\n{REDACTED}", "n": 1}
+    assert redact_obj({"k": [token]}) == {"k": [REDACTED]}
+
+
+def test_a_configured_secret_after_a_json_escape_keeps_the_line_valid() -> None:
+    from picortex.core.redact import remember_secrets
+
+    secret = "nkey-value-0123456789"
+    remember_secrets(secret)
+    line = orjson.dumps({"e": "x\n" + secret})
+    cleaned = redact_json_bytes(line)
+    assert orjson.loads(cleaned)["e"].startswith("x\n")
+    assert secret[1:].encode() not in cleaned

@@ -118,3 +118,38 @@ async def test_speak_stay_and_unknown_commands(tmp_path: Path) -> None:
             "stay command from an admin",
             "unknown command from an admin",
         ]
+
+
+async def test_an_admin_who_is_not_the_owner_cannot_use_owner_powers(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, relaxed_limits=True) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "admin")
+        dm = run.dm_id(w.bob_id)
+        attempts = (
+            "config set budget.ceiling_usd 1000000",
+            "config set models.general claude-opus-5-5",
+            f"whitelist add <@{w.bob_id + 1}> admin",
+            f"whitelist remove <@{w.bob_id}>",
+        )
+        for i, text in enumerate(attempts, start=1):
+            run.say(w.general_id, w.bob_id, f"{run.mention()} !s {text}")
+            replies = await run.sim.wait_bot_messages(i, dm)
+            assert replies[-1]["content"].startswith("Only the owner can")
+        assert run.bot.store.runtime_config() == {}
+        assert run.bot.store.trust_list() == [(w.bob_id, "admin")]
+        assert [e["result"] for e in run.events("command")] == ["denied"] * 4
+        # Numbers have upper bounds, for the owner too: one sentence, nothing stored.
+        run.say(w.general_id, w.alice_id, f"{run.mention()} !s config set context_chars 100000000")
+        owner_dm = run.dm_id(w.alice_id)
+        (reply,) = await run.sim.wait_bot_messages(1, owner_dm)
+        assert "context_chars must be at most 50000" in reply["content"]
+        assert run.bot.store.runtime_config() == {}
+
+
+async def test_attention_show_names_no_local_path(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        msg = run.say(w.general_id, w.alice_id, f"{run.mention()} !s attention show")
+        text = await _reply(run, msg)
+        assert str(tmp_path) not in text
+        assert f"PICORTEX_HOME/chats/{w.general_id}/.picortex/prompts/discriminator.md" in text
