@@ -8,6 +8,7 @@ guard that stops well before Discord's invalid-request ban.
     +-- DiscordHTTPError            Discord answered with an error we do not retry
     |   +-- InvalidRequestGuardError  we refuse to send: too many invalid requests lately
     +-- FatalDiscordError           HTTP 401: the token is bad; every later request is refused
+    +-- AttachmentRefused           an attachment body we would not or could not fetch
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import orjson
 import trio
 
 from picortex import PROJECT_URL, __version__
+from picortex.core import attachments
 from picortex.discord.http import Answer, HttpxSender, PoolSender, Sender, SendFailed
 from picortex.errors import FatalDiscordError, PicortexError
 from picortex.net.http11 import proxy_configured
@@ -61,6 +63,10 @@ DEFAULT_RESET_AFTER: Final = 1.0
 SAME_WINDOW_SLACK: Final = 0.25
 # Discord answers in well under a second; a minute-long stall is a dead connection.
 REQUEST_TIMEOUT: Final = 30.0
+# An attachment body comes from Discord's CDN in well under this; a stalled one is dropped.
+ATTACHMENT_TIMEOUT: Final = 15.0
+# Attachment downloads are a handful per answer; a small pool is plenty.
+ATTACHMENT_CONNECTIONS: Final = 8
 # Drop idle buckets once this many exist, so a bot in many channels does not grow forever.
 MAX_BUCKETS: Final = 4_096
 # The default for replies (SPEC 4): users may be pinged, the replied-to author too, never
@@ -86,6 +92,11 @@ class DiscordHTTPError(PicortexError):
         self.status = status
         self.code = code
         self.message = message
+
+
+class AttachmentRefused(PicortexError):
+    """An attachment body was not fetched: a host that is not Discord's, too large, or a
+    failed download. The message is one short sentence for the prompt's file list."""
 
 
 class InvalidRequestGuardError(DiscordHTTPError):
@@ -192,6 +203,10 @@ class RestClient:
         else:
             self._sender = PoolSender(REQUEST_TIMEOUT)
         self._events: EventSink = events if events is not None else _NoSink()
+        # Attachment bodies come from Discord's CDN, never with the bot token; over the
+        # client handed in, else one opened on first use.
+        self._cdn_client: httpx.AsyncClient | None = client
+        self._cdn_owned = False
         # Route ("METHOD /template") -> bucket hash; None: the route answered without one.
         self._route_bucket: dict[str, str | None] = {}
         self._buckets: dict[tuple[str, str], _Bucket] = {}
@@ -221,6 +236,8 @@ class RestClient:
         """Close the connections this RestClient opened (never a client handed in)."""
         self._closed = True
         await self._sender.aclose()
+        if self._cdn_owned and self._cdn_client is not None:
+            await self._cdn_client.aclose()
 
     # ---- endpoints -------------------------------------------------------------------------
 
@@ -255,6 +272,81 @@ class RestClient:
             "POST", "/channels/{channel_id}/messages", f"/channels/{channel_id}/messages", body
         )
         return _as_object(result)
+
+    async def edit_message(
+        self,
+        channel_id: int,
+        message_id: int,
+        content: str,
+        *,
+        allowed_mentions: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Change the content of one of the bot's own messages (a streamed reply growing).
+
+        Mentions are narrowed as for `create_message`; a reply's ping is never renewed.
+        """
+        body = {
+            "content": content,
+            "allowed_mentions": _safe_allowed_mentions(allowed_mentions, reply=False),
+        }
+        result = await self._request(
+            "PATCH",
+            "/channels/{channel_id}/messages/{message_id}",
+            f"/channels/{channel_id}/messages/{message_id}",
+            body,
+        )
+        return _as_object(result)
+
+    async def download_attachment(
+        self, url: str, *, max_bytes: int, timeout: float = ATTACHMENT_TIMEOUT
+    ) -> bytes:
+        """The body of a message attachment, read up to `max_bytes`.
+
+        Only Discord's attachment hosts (https) and the API base's own origin are asked;
+        redirects are not followed; the bot token is never sent.
+
+        Raises:
+            AttachmentRefused: the host is not allowed, the body is larger than
+                `max_bytes`, or the download failed or took longer than `timeout`.
+        """
+        if not attachments.url_allowed(url, self._api_base):
+            raise AttachmentRefused("not on Discord's attachment hosts")
+        client = self._cdn()
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with trio.fail_after(timeout):
+                async with client.stream(
+                    "GET", url, headers={"User-Agent": USER_AGENT}, follow_redirects=False
+                ) as response:
+                    if response.status_code != 200:
+                        raise AttachmentRefused(f"download answered HTTP {response.status_code}")
+                    declared = response.headers.get("content-length", "")
+                    if declared.isdigit() and int(declared) > max_bytes:
+                        raise AttachmentRefused("too large")
+                    async for chunk in response.aiter_bytes():
+                        size += len(chunk)
+                        if size > max_bytes:
+                            raise AttachmentRefused("too large")
+                        chunks.append(chunk)
+        except trio.TooSlowError:
+            raise AttachmentRefused("download timed out") from None
+        except httpx.HTTPError as exc:
+            raise AttachmentRefused(f"download failed ({type(exc).__name__})") from None
+        return b"".join(chunks)
+
+    def _cdn(self) -> httpx.AsyncClient:
+        if self._cdn_client is None:
+            self._cdn_client = httpx.AsyncClient(
+                timeout=httpx.Timeout(ATTACHMENT_TIMEOUT),
+                limits=httpx.Limits(
+                    max_connections=ATTACHMENT_CONNECTIONS,
+                    max_keepalive_connections=ATTACHMENT_CONNECTIONS,
+                ),
+                follow_redirects=False,
+            )
+            self._cdn_owned = True
+        return self._cdn_client
 
     async def start_thread_from_message(
         self, channel_id: int, message_id: int, name: str

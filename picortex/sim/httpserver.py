@@ -7,7 +7,8 @@ as Server-Sent Events are; a stream that raises CutConnection drops the connecti
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from functools import partial
 from http import HTTPStatus
 from typing import Any, Final
@@ -62,7 +63,7 @@ class HttpResponse:
     status: int
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
-    stream: Callable[[], AsyncIterator[bytes]] | None = None
+    stream: Callable[[], AsyncGenerator[bytes, None]] | None = None
 
     @classmethod
     def json(
@@ -189,9 +190,10 @@ async def _send_response(
                 )
             )
         )
-        async for part in response.stream():
-            if part:
-                await stream.send_all(conn.send(h11.Data(data=part)))
+        async with aclosing(response.stream()) as parts:
+            async for part in parts:
+                if part:
+                    await stream.send_all(conn.send(h11.Data(data=part)))
         await stream.send_all(conn.send(h11.EndOfMessage()))
         return
     if response.status not in (204, 304):

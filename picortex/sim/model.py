@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
 import attrs
@@ -230,7 +230,7 @@ class OfflineModel:
         pace = self.stream_pace if reply.pace is None else reply.pace
         size = max(1, self.stream_chunk_chars)
 
-        async def events() -> AsyncIterator[bytes]:
+        async def events() -> AsyncGenerator[bytes, None]:
             yield _sse(
                 "message_start",
                 {
