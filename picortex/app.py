@@ -45,7 +45,7 @@ from picortex.core.redact import remember_secrets
 from picortex.discord.gateway import GatewayActor
 from picortex.discord.protocol import GatewayTimings
 from picortex.discord.rest import RestClient
-from picortex.errors import ConfigError, FatalDiscordError
+from picortex.errors import ConfigError, FatalDiscordError, PicortexError
 from picortex.files import private_dir
 from picortex.runtime.faults import FaultPoints
 from picortex.runtime.supervisor import (
@@ -245,7 +245,7 @@ def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
 
     async def main() -> int:
         code = 0
-        failure: FatalDiscordError | ConfigError | None = None
+        failure: PicortexError | None = None
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
 
@@ -253,9 +253,11 @@ def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
                     nonlocal code, failure
                     try:
                         code = await bot.run()
-                    except (FatalDiscordError, ConfigError) as exc:
+                    except PicortexError as exc:
+                        if not exc.fatal:
+                            raise
                         # Raised again outside the nursery, so the CLI sees the error itself
-                        # (not an exception group) and exits 3 or 2 with one line.
+                        # (not an exception group) and exits with its code and one line.
                         failure = exc
                     finally:
                         nursery.cancel_scope.cancel()

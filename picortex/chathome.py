@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from picortex.errors import PicortexError
+from picortex.errors import ChatHomeError as ChatHomeError
 
 PROMPT_RELPATH: Final = ".picortex/prompts/discriminator.md"
 GIT_TIMEOUT_SECONDS: Final = 15.0  # a local commit takes milliseconds; a hung git must not
@@ -25,10 +25,6 @@ RESTORE_MESSAGE: Final = "Prompt file was missing: restored the default template
 # Chat ids become directory names: Discord ids are digits; keep to a safe alphabet.
 _CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FIELD_SEP: Final = "\x1f"
-
-
-class ChatHomeError(PicortexError):
-    """A chat home could not be created, read or committed to."""
 
 
 class PromptVersion(NamedTuple):

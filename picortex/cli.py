@@ -9,12 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from picortex import __version__
-from picortex.errors import (
-    ConfigError,
-    FatalDiscordError,
-    PicortexError,
-    SupervisorExhausted,
-)
+from picortex.errors import PicortexError, SupervisorExhausted
 
 EXIT_OK: int = 0
 EXIT_USAGE: int = 2
@@ -145,18 +140,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from picortex import subcommands
 
         return subcommands.dispatch(args)
-    except ConfigError as e:
-        print(f"picortex: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except FatalDiscordError as e:
-        print(f"picortex: {e}", file=sys.stderr)
-        return EXIT_DISCORD_REFUSED
     except SupervisorExhausted as e:
         print(f"picortex: giving up: {e}", file=sys.stderr)
         return EXIT_SUPERVISOR_GAVE_UP
     except PicortexError as e:
-        # A database that cannot be opened, a chat home git cannot write: one sentence.
+        # Bad configuration (2), a refused token (3), a database that cannot be opened, a
+        # chat home git cannot write: one sentence, and the exit code the error's class says.
         print(f"picortex: {e}", file=sys.stderr)
-        return EXIT_USAGE
+        return e.exit_code
     except KeyboardInterrupt:
         return EXIT_OK

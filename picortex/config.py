@@ -20,7 +20,7 @@ import attrs
 import orjson
 
 from picortex.core.redact import remember_secrets
-from picortex.errors import ConfigError
+from picortex.errors import ConfigError, PicortexError
 
 logger = logging.getLogger(__name__)
 
@@ -229,7 +229,7 @@ class Settings:
 # ---- validation --------------------------------------------------------------------------
 
 
-class _Invalid(Exception):
+class _Invalid(PicortexError):
     """A bad value; the message is the sentence without its source prefix."""
 
 

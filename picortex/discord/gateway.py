@@ -39,7 +39,7 @@ from picortex.discord.protocol import (
     Report,
     Send,
 )
-from picortex.errors import FatalDiscordError, PicortexError
+from picortex.errors import ConfigError, FatalDiscordError, GatewayError
 from picortex.types import EventSink
 
 _zstd: ModuleType | None
@@ -145,7 +145,7 @@ class ZstdStream:
 
     def __init__(self) -> None:
         if _zstd is None:  # pragma: no cover - guarded by default_compression()
-            raise PicortexError("zstd-stream needs the zstandard module")
+            raise ConfigError("zstd-stream needs the zstandard module")
         self._decompress = _zstd.ZstdDecompressor().decompressobj().decompress
 
     def feed(self, chunk: bytes) -> bytes | None:
@@ -186,7 +186,7 @@ class GatewayActor:
     ) -> None:
         shard_id, shard_count = shard
         if not 0 <= shard_id < shard_count:
-            raise PicortexError(f"shard {shard_id}/{shard_count} is not a valid shard")
+            raise ConfigError(f"shard {shard_id}/{shard_count} is not a valid shard")
         self._rest = rest
         self._events = events
         self._on_dispatch = on_dispatch
@@ -194,7 +194,7 @@ class GatewayActor:
             default_compression() if compress == "auto" else compress
         )
         if self._compress == "zstd-stream" and _zstd is None:
-            raise PicortexError("zstd-stream compression needs the zstandard module")
+            raise ConfigError("zstd-stream compression needs the zstandard module")
         self._connect_timeout = connect_timeout
         self._send_timeout = send_timeout
         self._close_timeout = close_timeout
@@ -312,7 +312,7 @@ class GatewayActor:
         url = info.get("url") if isinstance(info, Mapping) else None
         if not isinstance(url, str) or not url.startswith(("ws://", "wss://")):
             if required:
-                raise PicortexError("GET /gateway/bot returned no usable websocket url")
+                raise GatewayError("GET /gateway/bot returned no usable websocket url")
             return False
         self._base_url = url
         now = trio.current_time()
@@ -549,7 +549,10 @@ def _queued_taker(ws: WebSocketConnection) -> Callable[[], str | bytes] | None:
 
     trio-websocket queues whole messages in a memory channel and `get_message` takes one per
     scheduler round; taking the queued ones straight from that (private) channel saves the
-    round. Should a release rename it, the reader falls back to `get_message` alone.
+    round (scripts/bench_gateway.py measures it). This is the only place picortex reads that
+    attribute. Checked against trio-websocket 0.11.1 and 0.12.2, where `_recv_channel` is a
+    `trio.MemoryReceiveChannel`. Should a release rename it or change its type, this returns
+    None and the reader uses the public `get_message` alone (tested).
     """
     take: Callable[[], str | bytes] | None = getattr(
         getattr(ws, "_recv_channel", None), "receive_nowait", None

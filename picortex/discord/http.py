@@ -1,159 +1,63 @@
-"""How the REST client reaches Discord: the keep-alive HTTP/1.1 pool, or an httpx client.
+"""The one httpx client the REST API is reached through, with every limit said out loud.
 
-The pool is the default: a reply's latency is mostly its HTTP requests' CPU. An httpx client
-is used when one is handed in (tests mount mock transports on one) or when the environment
-names a proxy, which httpx honours and the pool does not speak.
+One code path with or without a proxy: `trust_env` lets httpx read HTTP(S)_PROXY, NO_PROXY,
+SSL_CERT_FILE and SSL_CERT_DIR, so a proxy or a private certificate authority is the
+environment's business, not a second client.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Protocol
-from urllib.parse import urlencode, urlsplit
+from typing import Any, Final
 
-import attrs
 import httpx
 
-from picortex.net.http11 import Http11Pool, Timeouts, TransportFailure
+# Discord answers in well under a second; a half-minute stall is a dead connection.
+READ_TIMEOUT: Final = 30.0
+# A TCP + TLS handshake to Discord takes tens of milliseconds; ten seconds is a dead route.
+CONNECT_TIMEOUT: Final = 10.0
+# Waiting this long for a free pooled connection means we are far past the global limit.
+POOL_TIMEOUT: Final = 30.0
+# Discord allows 50 requests a second; replies take ~100 ms, so ~5-10 are ever in flight.
+# Twenty connections leave room for bursts without opening hundreds under a fault.
+MAX_CONNECTIONS: Final = 20
+MAX_KEEPALIVE_CONNECTIONS: Final = 10
+# Close an idle connection before a NAT or Discord's front end silently drops it (they
+# drop at about a minute); a dropped one would hang a reply until the read timeout.
+KEEPALIVE_EXPIRY: Final = 30.0
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-# Methods whose requests carry a body by definition: a length must be sent even when empty,
-# or some front ends answer 411 Length Required.
-_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-
-
-@attrs.frozen(slots=True)
-class Answer:
-    """One whole HTTP response; header names are lower-case."""
-
-    status_code: int
-    reason_phrase: str
-    headers: Mapping[str, str]
-    content: bytes
-
-
-class SendFailed(Exception):
-    """No answer arrived (connection refused or lost, timeout, malformed response)."""
+# The httpcore trace events that mean the request has left: its body is written.
+_SENT_EVENTS: Final = frozenset(
+    {"http11.send_request_body.complete", "http2.send_request_body.complete"}
+)
 
 
-class Sender(Protocol):
-    """Sends one request and returns the whole answer."""
-
-    async def send(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        content: bytes | None,
-        params: Mapping[str, str] | None,
-        on_sent: Callable[[], None] | None = None,
-    ) -> Answer:
-        """Raises SendFailed when no answer arrived; `on_sent` is called once the request
-        is on its way (at the latest with its answer)."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release connections."""
-        ...
+def discord_client() -> httpx.AsyncClient:
+    """A new AsyncClient for Discord REST (the caller closes it)."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(
+            READ_TIMEOUT, connect=CONNECT_TIMEOUT, read=READ_TIMEOUT, pool=POOL_TIMEOUT
+        ),
+        limits=httpx.Limits(
+            max_connections=MAX_CONNECTIONS,
+            max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS,
+            keepalive_expiry=KEEPALIVE_EXPIRY,
+        ),
+        # Discord's API never redirects a bot; following one could hand the token elsewhere.
+        follow_redirects=False,
+        trust_env=True,
+    )
 
 
-class PoolSender:
-    """Requests over an `Http11Pool`."""
+def sent_trace(on_sent: Callable[[], None]) -> Mapping[str, Any]:
+    """Request extensions that call `on_sent` once the request is written to the socket.
 
-    def __init__(self, timeout: float) -> None:
-        self._pool = Http11Pool()
-        self._timeouts = Timeouts(connect=timeout, read=timeout, write=timeout)
+    Uses httpx's documented `trace` extension; a transport that never traces (a mock) gives
+    no call, and the caller then treats the answer itself as proof the request went out.
+    """
 
-    async def send(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        content: bytes | None,
-        params: Mapping[str, str] | None,
-        on_sent: Callable[[], None] | None = None,
-    ) -> Answer:
-        """Send over a pooled connection; raises SendFailed when no answer arrived."""
-        split = urlsplit(url)
-        scheme = split.scheme.lower()
-        host = split.hostname
-        if scheme not in _DEFAULT_PORTS or not host:
-            raise SendFailed(f"unsupported URL scheme or host in the API base: {scheme!r}")
-        try:
-            port = split.port or _DEFAULT_PORTS[scheme]
-        except ValueError as exc:
-            raise SendFailed(f"bad port in the API base: {exc}") from None
-        target = split.path or "/"
-        query = split.query
-        if params:
-            query = f"{query}&{urlencode(params)}" if query else urlencode(params)
-        if query:
-            target = f"{target}?{query}"
-        raw = [(b"host", split.netloc.rpartition("@")[2].encode("ascii"))]
-        raw.extend((name.encode("ascii"), value.encode("utf-8")) for name, value in headers.items())
-        body = content or b""
-        if body or method in _BODY_METHODS:
-            raw.append((b"content-length", str(len(body)).encode("ascii")))
-        try:
-            response = await self._pool.request(
-                method.encode("ascii"),
-                (scheme.encode("ascii"), host.encode("idna"), port),
-                target.encode("ascii"),
-                raw,
-                body,
-                self._timeouts,
-                on_sent,
-            )
-        except TransportFailure as exc:
-            raise SendFailed(str(exc)) from exc
-        return Answer(
-            response.status,
-            response.reason.decode("latin-1"),
-            {name.decode("latin-1"): value.decode("latin-1") for name, value in response.headers},
-            response.body,
-        )
-
-    async def aclose(self) -> None:
-        """Close the pool's connections."""
-        await self._pool.aclose()
-
-
-class HttpxSender:
-    """Requests over an httpx client (closed here only if `owned`)."""
-
-    def __init__(self, client: httpx.AsyncClient, *, owned: bool) -> None:
-        self._client = client
-        self._owned = owned
-
-    async def send(
-        self,
-        method: str,
-        url: str,
-        headers: Mapping[str, str],
-        content: bytes | None,
-        params: Mapping[str, str] | None,
-        on_sent: Callable[[], None] | None = None,
-    ) -> Answer:
-        """Send through httpx; raises SendFailed on its transport errors.
-
-        httpx does not say when a request is sent, so `on_sent` comes with the answer.
-        """
-        try:
-            response = await self._client.request(
-                method, url, content=content, params=params, headers=headers
-            )
-        except httpx.TransportError as exc:
-            raise SendFailed(f"{type(exc).__name__}: {exc}") from exc
-        if on_sent is not None:
+    async def trace(event_name: str, info: Mapping[str, Any]) -> None:
+        if event_name in _SENT_EVENTS:
             on_sent()
-        return Answer(
-            response.status_code,
-            response.reason_phrase,
-            {name.lower(): value for name, value in response.headers.items()},
-            response.content,
-        )
 
-    async def aclose(self) -> None:
-        """Close the client if it is ours."""
-        if self._owned:
-            await self._client.aclose()
+    return {"trace": trace}

@@ -10,6 +10,7 @@ import reprlib
 from collections.abc import Callable
 from typing import Any, Final
 
+from picortex.errors import PicortexError
 from picortex.types import (
     Attachment,
     Channel,
@@ -46,7 +47,7 @@ ID_CACHE_MAX: Final = 4096
 _ids: dict[str, Snowflake] = {}
 
 
-class _Junk(Exception):
+class _Junk(PicortexError):
     """A payload field that is not what Discord documents."""
 
 

@@ -15,8 +15,8 @@ How a supervisor behaves:
 - More than `intensity` restarts within `period` seconds (measured with `trio.current_time()`)
   stops every child and raises `SupervisorExhausted` from an ExceptionGroup of the crashes.
   A parent supervisor treats that as a crash of the child supervisor; at the root,
-  `run_root` turns it into exit code 70. Errors in `FATAL_ERRORS` are never retried: they
-  stop the children and propagate unchanged.
+  `run_root` turns it into exit code 70. An error whose class says `fatal` (see
+  `picortex.errors`) is never retried: it stops the children and propagates unchanged.
 - `trio.Cancelled` is never a crash. After `started()`, a child is shielded from its parent's
   cancellation: shutdown cancels children one by one in reverse spec order, waiting up to each
   child's `grace` seconds, so the action log (the first child of the root) stops last.
@@ -38,7 +38,7 @@ from typing import Any, Final, NoReturn
 import attrs
 import trio
 
-from picortex.errors import ConfigError, FatalDiscordError, SupervisorExhausted
+from picortex.errors import SupervisorExhausted, is_fatal
 from picortex.runtime.mailbox import Mailbox
 from picortex.types import EventSink
 
@@ -59,8 +59,6 @@ DEFAULT_GRACE_SECONDS: Final = 5.0
 # OTP's classic limit: more than 5 restarts in 60 s means restarting does not help.
 DEFAULT_INTENSITY: Final = 5
 DEFAULT_PERIOD_SECONDS: Final = 60.0
-# Errors that restarting cannot fix (a refused token, a bad configuration).
-FATAL_ERRORS: Final[tuple[type[Exception], ...]] = (FatalDiscordError, ConfigError)
 # The process exit code when the root supervisor gives up (SPEC section 2).
 EXIT_SUPERVISOR_EXHAUSTED: Final = 70
 # Longest `repr` of a dropped message written to the action log.
@@ -376,7 +374,7 @@ class Supervisor:
                 return
             # Transient, returned (idle) while messages were still arriving: run it again.
         if error is not None:
-            if isinstance(error, FATAL_ERRORS):
+            if is_fatal(error):
                 self._record_crash(slot, error, restart=False, in_window=len(self._window))
                 raise error
             if spec.restart is Restart.TEMPORARY:
@@ -468,7 +466,7 @@ class Supervisor:
         name = slot.spec.name
         # A fatal error (a refused token, bad configuration) is the user's to fix: the CLI
         # prints it as one sentence, so no traceback here; it is still in the event below.
-        fatal = isinstance(error, FATAL_ERRORS)
+        fatal = is_fatal(error)
         (logger.debug if fatal else logger.error)(
             "actor %s crashed (run %d, %d restarts in window, %s): %s",
             name,
@@ -643,7 +641,8 @@ async def run_root(
     0 after `root.shutdown()` (call it from the SIGINT/SIGTERM handler); 70
     (`EXIT_SUPERVISOR_EXHAUSTED`) when the root gave up. Either way every child has stopped
     in reverse order by then, the action log last, so the log is flushed. Fatal errors
-    (FatalDiscordError: exit 3, ConfigError: exit 2) propagate for the caller to map::
+    (a class with `fatal`, such as FatalDiscordError or ConfigError) propagate for the caller
+    to map to their `exit_code`::
 
         exit_code = trio.run(run_root, root)
     """

@@ -38,6 +38,7 @@ import attrs
 import orjson
 import trio
 
+from picortex.errors import PicortexError
 from picortex.sim.httpserver import HttpRequest, HttpResponse
 from picortex.sim.model import ModelReply
 from picortex.sim.world import ApiError, Json, SimError
@@ -49,8 +50,8 @@ if TYPE_CHECKING:
 MAX_WAIT_SECONDS = 60.0
 
 
-class _BadRequest(Exception):
-    pass
+class _BadRequest(PicortexError):
+    """A control request the simulator cannot act on."""
 
 
 async def handle_control(sim: Simulator, request: HttpRequest) -> HttpResponse:

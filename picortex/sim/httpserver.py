@@ -19,6 +19,8 @@ import h11
 import orjson
 import trio
 
+from picortex.errors import CutConnection
+
 log = logging.getLogger(__name__)
 
 # Largest request body accepted (Discord's own cap on a message request is 25 MiB).
@@ -46,10 +48,6 @@ class HttpRequest:
         if not self.body:
             return None
         return orjson.loads(self.body)
-
-
-class CutConnection(Exception):
-    """Raised by a streamed body to drop the connection without finishing the response."""
 
 
 @attrs.frozen

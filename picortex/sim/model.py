@@ -38,7 +38,8 @@ import attrs
 import orjson
 import trio
 
-from picortex.sim.httpserver import CutConnection, HttpRequest, HttpResponse
+from picortex.errors import CutConnection
+from picortex.sim.httpserver import HttpRequest, HttpResponse
 
 # Characters per token in the usage estimate.
 CHARS_PER_TOKEN: Final = 4

@@ -18,7 +18,8 @@ from typing import Any, Final
 
 import attrs
 
-from picortex.errors import PicortexError
+from picortex.errors import ApiError as ApiError
+from picortex.errors import SimError as SimError
 from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp, snowflake_ms
 
 Json = dict[str, Any]
@@ -59,30 +60,6 @@ EVERYONE_PERMISSIONS: Final = "2248473465835073"
 _USER_MENTION = re.compile(r"<@!?(\d+)>")
 _ROLE_MENTION = re.compile(r"<@&(\d+)>")
 _EVERYONE = re.compile(r"@(everyone|here)\b")
-
-
-class SimError(PicortexError):
-    """A simulator call named something the world does not have, or broke a world rule."""
-
-
-class ApiError(Exception):
-    """A Discord REST error: HTTP status, JSON error code, message and optional field errors."""
-
-    def __init__(
-        self, status: int, code: int, message: str, errors: Mapping[str, Any] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.errors = errors
-
-    def body(self) -> Json:
-        """The JSON body Discord sends with this error."""
-        out: Json = {"message": self.message, "code": self.code}
-        if self.errors is not None:
-            out["errors"] = dict(self.errors)
-        return out
 
 
 def form_error(field: str, code: str, message: str) -> ApiError:

@@ -17,6 +17,7 @@ import attrs
 import pytest
 import trio
 
+from picortex.discord import gateway as gateway_module
 from picortex.discord.gateway import GatewayActor, ZlibStream, build_gateway_url
 from picortex.discord.protocol import DEFAULT_INTENTS, FATAL_CLOSE_CODES, RESUME_CLOSE_CODE
 from picortex.discord.rest import RestClient
@@ -597,3 +598,42 @@ async def test_startup_outage_is_waited_out_with_backoff(autojump_clock: Any) ->
         assert delays[-1] > delays[0]
         assert actor.status().session_id is not None
         nursery.cancel_scope.cancel()
+
+
+# -- the batched read and its public fallback ---------------------------------------------------
+
+
+async def test_the_installed_trio_websocket_offers_the_queued_read(autojump_clock: Any) -> None:
+    taken: list[bool] = []
+    real = gateway_module._queued_taker
+
+    def spy(ws: Any) -> Any:
+        take = real(ws)
+        taken.append(take is not None)
+        return take
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gateway_module, "_queued_taker", spy)
+        async with running_bot() as bot:
+            bot.post("fast path")
+            await wait_until(lambda: bot.contents() == ["fast path"])
+    # If this fails, trio-websocket changed: check `_queued_taker` against the new release.
+    assert taken == [True]
+
+
+async def test_without_the_private_queue_the_reader_uses_get_message(autojump_clock: Any) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gateway_module, "_queued_taker", lambda ws: None)
+        async with running_bot() as bot:
+            for i in range(30):
+                bot.post(f"m{i}")
+            await wait_until(lambda: len(bot.contents()) == 30)
+            bot.sim.drop_connections()
+            bot.post("after the drop")
+            await wait_until(lambda: len(bot.contents()) == 31)
+    assert bot.contents() == [f"m{i}" for i in range(30)] + ["after the drop"]
+    assert bot.sim.gateway_stats.resumes == 1
+
+
+def test_a_connection_without_the_private_queue_gets_no_taker() -> None:
+    assert gateway_module._queued_taker(object()) is None  # type: ignore[arg-type]

@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from picortex import PROJECT_URL, __version__
-from picortex.discord import rest
+from picortex.discord import ratelimit, rest
 from picortex.discord.rest import DiscordHTTPError, InvalidRequestGuardError, RestClient
 from picortex.errors import FatalDiscordError
 from tests.helpers import RecordingSink
@@ -520,8 +520,8 @@ async def test_401_is_fatal_and_stops_every_later_request(caplog: pytest.LogCapt
 async def test_invalid_request_guard_refuses_before_discords_ban(
     autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(rest, "INVALID_REFUSE_AT", 10)
-    monkeypatch.setattr(rest, "INVALID_WARN_AT", 5)
+    monkeypatch.setattr(ratelimit, "INVALID_REFUSE_AT", 10)
+    monkeypatch.setattr(ratelimit, "INVALID_WARN_AT", 5)
     sink = RecordingSink()
     fake = FakeDiscord(
         lambda request: ok({"message": "Missing Permissions", "code": 50013}, status=403)
