@@ -2,7 +2,7 @@
 
     root (rest_for_one, in start order)
       action_log
-      services (one_for_one): context_cache, llm, polls, control
+      services (one_for_one): context_cache, llm, polls, control, web (when [web] enabled)
       gateway
       channels (dynamic one_for_one, one transient actor per channel)
       router
@@ -38,7 +38,9 @@ from picortex.actors.pipeline import (
     SettingsSource,
     TriggerBook,
 )
+from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
+from picortex.actors.web import WebActor
 from picortex.config import Settings
 from picortex.core.personas import PersonaLoader
 from picortex.core.redact import remember_secrets
@@ -139,6 +141,12 @@ class Bot:
             timings=gateway_timings,
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        self.pruner = Pruner(self.store, self.events)
+        self.web: WebActor | None = None
+        if live.web.enabled:
+            from picortex.web.panel import panel_for_bot
+
+            self.web = WebActor(live.web, settings.home, lambda: panel_for_bot(self), self.events)
         self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
         self._fatal_event = trio.Event()
@@ -151,6 +159,8 @@ class Bot:
                 ChildSpec("llm", self.llm.run),
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
+                ChildSpec("pruner", self.pruner.run),
+                *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
             events=self.events,
         )
@@ -218,7 +228,10 @@ class Bot:
             "mailbox_overflows": self.router.mailbox_overflows(),
             "restarts": restarts,
             "budget": self.budget.summary(),
+            "budget_global": self.budget.totals(),
+            "budget_users": self.budget.users(),
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
+            "web": self.web.status() if self.web is not None else None,
         }
 
     def _named(self, trigger: dict[str, object]) -> dict[str, object]:

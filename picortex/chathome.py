@@ -25,6 +25,7 @@ RESTORE_MESSAGE: Final = "Prompt file was missing: restored the default template
 # Chat ids become directory names: Discord ids are digits; keep to a safe alphabet.
 _CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FIELD_SEP: Final = "\x1f"
+_RECORD_SEP: Final = "\x1e"
 
 
 class PromptVersion(NamedTuple):
@@ -207,4 +208,27 @@ class ChatHome:
         for line in out.splitlines():
             commit, date, subject = line.split(_FIELD_SEP, 2)
             versions.append(PromptVersion(commit, date, subject))
+        return versions
+
+    def history_with_diffs(self, limit: int) -> list[tuple[PromptVersion, str]]:
+        """The newest `limit` versions, newest first, each with its change as a unified diff.
+
+        One git call (the first version's diff adds the whole file); a pending hand edit is
+        committed first. Empty when the chat has no home yet.
+
+        Raises:
+            ChatHomeError: git failed.
+        """
+        if not self.exists():
+            return []
+        self._pick_up_hand_edit()
+        fmt = _RECORD_SEP + _FIELD_SEP.join(("%H", "%aI", "%s"))
+        out = self._git(
+            "log", "-p", "--no-color", f"-n{limit}", f"--format={fmt}", "--", PROMPT_RELPATH
+        )
+        versions = []
+        for record in out.split(_RECORD_SEP)[1:]:
+            header, _, patch = record.partition("\n")
+            commit, date, subject = header.split(_FIELD_SEP, 2)
+            versions.append((PromptVersion(commit, date, subject), patch.strip("\n")))
         return versions

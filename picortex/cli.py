@@ -56,10 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="zero-setup showcase against the built-in simulator")
     demo.add_argument("--keep", action="store_true", help="keep the demo home for inspection")
     demo.add_argument("--speed", type=float, default=1.0, help="shorten windows by this factor")
+    demo.add_argument("--web", action="store_true", help="serve the panel, stay up until Ctrl-C")
 
     sim = sub.add_parser("sim", help="run the built-in Discord simulator")
     sim.add_argument("--chat", action="store_true", help="chat with the bot from this terminal")
     sim.add_argument("--port", type=int, default=0)
+    sim.add_argument("--web", action="store_true", help="with --chat: serve the panel too")
 
     log = sub.add_parser("log", help="read actions.jsonl")
     log.add_argument("-n", type=_count, default=None, metavar="N", help="last N lines")
@@ -98,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     cset.add_argument("value")
 
     sub.add_parser("status", help="ask the running bot how it is")
+    sub.add_parser("web", help="the panel's address and a one-time login link")
     return p
 
 
@@ -106,13 +109,15 @@ class _RedactingFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         from picortex.core.redact import redact
+        from picortex.core.terminal import clean_text
 
         text = record.getMessage()
         if record.exc_info:
             text = f"{text}\n{logging.Formatter().formatException(record.exc_info)}"
             record.exc_info = None
             record.exc_text = None
-        record.msg = redact(text)
+        # Log lines go to a terminal and may quote remote text: no control characters.
+        record.msg = clean_text(redact(text))
         record.args = None
         return True
 

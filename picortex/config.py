@@ -34,6 +34,7 @@ DB_FILE_NAME: Final = "picortex.db"
 WAKEWORD_MAX_CHARS: Final = 8  # SPEC 3: short enough to type on a phone, long enough to be rare
 # Discord snowflakes are unsigned 64-bit; SQLite stores signed 64-bit, and real ids fit in it.
 SNOWFLAKE_MAX: Final = 2**63 - 1
+PORT_MAX: Final = 65535
 OVERRIDES_PREFIX: Final = "response_policy.overrides."
 NO_OVERRIDE: Final = "none"  # runtime value that removes a per-command override
 _GOT_MAX_CHARS: Final = (
@@ -139,6 +140,15 @@ class BudgetSettings:
     user_requests_per_minute: int = 6  # 0 = no limit
 
 
+@attrs.frozen
+class WebSettings:
+    """The admin panel (SPEC 13): loopback only unless `host` says otherwise."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8765
+
+
 def _secret_repr(value: str | None) -> str:
     return "None" if value is None else "'[hidden]'"
 
@@ -165,6 +175,7 @@ class Settings:
     discriminator: DiscriminatorSettings = DiscriminatorSettings()
     models: ModelTiers = ModelTiers()
     budget: BudgetSettings = BudgetSettings()
+    web: WebSettings = WebSettings()
     prices: Mapping[str, Price] = attrs.field(factory=lambda: BUILTIN_PRICES, converter=_proxy)
     discord_token: str | None = attrs.field(default=None, repr=_secret_repr)
     api_base: str = DEFAULT_API_BASE
@@ -325,6 +336,18 @@ def _check_model(key: str, value: object) -> str:
     raise _Invalid(f"{key} must be a model id such as claude-haiku-5-5, got {_show(value)}")
 
 
+def _check_host(key: str, value: object) -> str:
+    if isinstance(value, str) and value.strip() and not any(c.isspace() for c in value):
+        return value.strip()
+    raise _Invalid(f"{key} must be a host name or address such as 127.0.0.1, got {_show(value)}")
+
+
+def _check_port(key: str, value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= PORT_MAX:
+        return value
+    raise _Invalid(f"{key} must be a TCP port, 0-{PORT_MAX} (0: any free port), got {_show(value)}")
+
+
 _COMMAND_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 
 
@@ -450,6 +473,9 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "budget.user_requests_per_minute": _Key(
             _check_count("a whole number", REQUESTS_PER_MINUTE_MAX), _text_int, runtime=True
         ),
+        "web.enabled": _Key(_check_bool, _text_bool, runtime=False),
+        "web.host": _Key(_check_host, _text_stripped, runtime=False),
+        "web.port": _Key(_check_port, _text_int, runtime=False),
     }
 )
 _SECTIONS: Final = frozenset(key.partition(".")[0] for key in _KEYS if "." in key)

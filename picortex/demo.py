@@ -22,9 +22,11 @@ import trio
 
 from picortex.app import Bot
 from picortex.config import load_settings
+from picortex.core.terminal import clean_text
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
 from picortex.sim.world import tiny_png
+from picortex.web.cli import announce, until_interrupted, web_toml
 
 # How long one scene may wait for the bot before the demo reports it and moves on.
 SCENE_TIMEOUT_SECONDS: Final = 30.0
@@ -68,7 +70,7 @@ class _Demo:
     # -- output ---------------------------------------------------------------------------
 
     def p(self, text: str = "") -> None:
-        print(text, file=self.out, flush=True)
+        print(clean_text(text), file=self.out, flush=True)
 
     def scene(self, title: str) -> None:
         self.scene_no += 1
@@ -434,8 +436,18 @@ async def _play(demo: _Demo, speed: float) -> None:
     demo.report()
 
 
-def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | None = None) -> int:
-    """Play the demo; returns 0 when every scene did what it shows."""
+def run_demo(
+    *,
+    keep: bool,
+    speed: float,
+    out: TextIO,
+    env: Mapping[str, str] | None = None,
+    web: bool = False,
+) -> int:
+    """Play the demo; returns 0 when every scene did what it shows.
+
+    With `web`, the panel is served against the simulator and stays up until Ctrl-C.
+    """
     if speed <= 0:
         speed = 1.0
     environ = dict(os.environ if env is None else env)
@@ -446,7 +458,7 @@ def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | 
     level = root.level
     root.setLevel(logging.CRITICAL)
     try:
-        code = trio.run(_main, home, speed, out, environ, keep)
+        code = trio.run(_main, home, speed, out, environ, keep, web)
     finally:
         root.setLevel(level)
         if not keep:
@@ -457,7 +469,7 @@ def run_demo(*, keep: bool, speed: float, out: TextIO, env: Mapping[str, str] | 
 
 
 async def _main(
-    home: Path, speed: float, out: TextIO, environ: Mapping[str, str], keep: bool
+    home: Path, speed: float, out: TextIO, environ: Mapping[str, str], keep: bool, web: bool
 ) -> int:
     real_key = environ.get("ANTHROPIC_API_KEY")
     sim = Simulator(heartbeat_interval_ms=5000)
@@ -472,8 +484,13 @@ async def _main(
             continuation_seconds = {CONTINUATION_SECONDS / speed:g}
             poll_enabled = true
             poll_seconds = {POLL_SECONDS / speed:g}
+            [budget]
+            # The script packs a conversation of minutes into seconds: a per-minute limit
+            # would only measure the script's pace.
+            user_requests_per_minute = 0
             """
-        ),
+        )
+        + web_toml(web),
         encoding="utf-8",
     )
     async with trio.open_nursery() as nursery:
@@ -514,7 +531,12 @@ async def _main(
             lambda rows: any(r["event"] == "gateway" and r.get("action") == "ready" for r in rows),
         )
         demo.report()
+        await announce(bot, out)
         await _play(demo, speed)
+        if web:
+            demo.p()
+            demo.p("The panel stays up against the simulator: press Ctrl-C to stop.")
+            await until_interrupted()
         nursery.cancel_scope.cancel()
     settings = bot.settings
     demo.p()

@@ -20,6 +20,7 @@ from picortex.chathome import ChatHome, ChatHomeError
 from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
+from picortex.core.terminal import clean_line
 from picortex.errors import ConfigError
 from picortex.files import private_dir
 from picortex.store import Store
@@ -162,14 +163,16 @@ def _classify_all(
             for index in picks:
                 msg = messages[index]
                 history = history_before(messages[:index], msg, history_n)
-                print(f"{msg.author.display_name}: {_preview(msg.content)}", file=out)
+                line = f"{msg.author.display_name}: {_preview(msg.content)}"
+                print(clean_line(line), file=out)
                 try:
                     request = build_request(
                         settings, template, msg, history, chat_meta, workspace, model=model
                     )
                 except disc.PromptTooLarge as exc:
                     decision = disc.fail_decision(is_dm, f"discriminator prompt too large: {exc}")
-                    print(f"  -> {_verdict(decision.outcome)}: {decision.reason} ($0)", file=out)
+                    line = f"  -> {_verdict(decision.outcome)}: {decision.reason} ($0)"
+                    print(clean_line(line), file=out)
                     continue
                 result = await llm.complete(request)
                 decision = interpret(
@@ -177,12 +180,12 @@ def _classify_all(
                 )
                 total += result.cost_usd
                 calls += result.outcome in ("ok", "error", "timeout")
-                print(
+                line = (
                     f"  -> {_verdict(decision.outcome)}: {decision.reason} "
                     f"(${result.cost_usd:.6f}, {result.input_tokens} in / "
-                    f"{result.output_tokens} out tokens)",
-                    file=out,
+                    f"{result.output_tokens} out tokens)"
                 )
+                print(clean_line(line), file=out)
             nursery.cancel_scope.cancel()
 
     trio.run(main)

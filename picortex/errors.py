@@ -21,6 +21,7 @@ the actor, with backoff and within its intensity).
     +-- StoreError                   the database could not be opened or written   retryable
     +-- ChatHomeError                a chat home directory or git step failed      retryable
     +-- HomeLocked                   another `picortex run` holds this home        fatal, exit 2
+    +-- PanelInputError              the web panel refused input (400, a sentence) retryable
     +-- FaultInjected                raised on purpose by PICORTEX_FAULT_INJECT    retryable
     +-- SimError                     the simulator was asked for what it lacks     retryable
     +-- ApiError                     the simulated Discord answers an error status retryable
@@ -195,3 +196,7 @@ def is_fatal(error: BaseException) -> bool:
 
 class CutConnection(PicortexError):
     """Raised by a simulated streamed body to drop the connection without finishing it."""
+
+
+class PanelInputError(PicortexError):
+    """Input the web panel refuses; the message is one sentence for the user (HTTP 400)."""

@@ -10,6 +10,8 @@ from typing import Final, TextIO
 import attrs
 import orjson
 
+from picortex.core.redact import redact, redact_json_bytes
+from picortex.core.terminal import clean_line, clean_text
 from picortex.store import RESOLUTIONS, InvocationError, Store
 
 MESSAGE_WIDTH: Final = 72  # the table's error column is cut here so a row fits one line
@@ -92,11 +94,12 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) ->
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=True)]
-        out.write("  ".join(cells).rstrip() + "\n")
+        out.write(clean_line(redact("  ".join(cells).rstrip())) + "\n")
 
 
 def _dump(value: object, out: TextIO) -> None:
-    out.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
+    text = orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+    out.write(clean_text(redact_json_bytes(text.encode()).decode()) + "\n")
 
 
 def run_errors(

@@ -15,6 +15,9 @@ from typing import BinaryIO, Final, TextIO
 
 import orjson
 
+from picortex.core.redact import redact
+from picortex.core.terminal import clean_line
+
 # How often `--follow` looks for new lines: quick enough to feel live, idle otherwise.
 FOLLOW_POLL_SECONDS: Final = 0.25
 # Longest value shown in the readable format before it is cut with an ellipsis.
@@ -54,7 +57,9 @@ class _Reader:
 
     def show(self, raw: bytes, record: dict[str, object]) -> None:
         if self.as_json:
-            self.out.write(raw.rstrip(b"\r\n").decode("utf-8", "replace") + "\n")
+            line = raw.rstrip(b"\r\n").decode("utf-8", "replace")
+            # Lines written before a secret was configured are redacted on the way out too.
+            self.out.write(clean_line(redact(line)) + "\n")
         else:
             self.out.write(format_event(record) + "\n")
 
@@ -88,7 +93,7 @@ def format_event(record: dict[str, object]) -> str:
         if key in HIDDEN_FIELDS:
             continue
         parts.append(f"{key}={_format_value(value)}")
-    return " ".join(parts).rstrip()
+    return clean_line(redact(" ".join(parts).rstrip()))
 
 
 def _format_value(value: object) -> str:

@@ -32,14 +32,14 @@ def _run(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from picortex.demo import run_demo
 
-    return run_demo(keep=args.keep, speed=args.speed, out=sys.stdout)
+    return run_demo(keep=args.keep, speed=args.speed, out=sys.stdout, web=args.web)
 
 
 def _sim(args: argparse.Namespace) -> int:
     if args.chat:
         from picortex.sim.chat import run_chat
 
-        return run_chat(port=args.port)
+        return run_chat(port=args.port, web=args.web)
     from picortex.sim.cli import run_sim
 
     return run_sim(port=args.port, out=sys.stdout)
@@ -110,6 +110,12 @@ def _status(args: argparse.Namespace) -> int:
     return run_status(_settings(), out=sys.stdout)
 
 
+def _web(args: argparse.Namespace) -> int:
+    from picortex.web.cli import run_web
+
+    return run_web(_settings(), out=sys.stdout)
+
+
 def _discriminator(args: argparse.Namespace) -> int:
     from picortex.discriminator_cli import run_discriminator_test
 
@@ -132,4 +138,5 @@ _HANDLERS = {
     "status": _status,
     "discriminator": _discriminator,
     "prompts": _prompts,
+    "web": _web,
 }

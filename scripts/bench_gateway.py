@@ -139,7 +139,13 @@ def serve_sim() -> None:
             sim.add_default_world()
             # Make the bench channels now, so every client sees them in GUILD_CREATE.
             await sim.blast(1, channels=CHANNELS, size=SIZE)
-            emit({"api_base": urls.api_base, "control": urls.control_url})
+            emit(
+                {
+                    "api_base": urls.api_base,
+                    "control": urls.control_url,
+                    "control_token": urls.control_token,
+                }
+            )
 
     trio.run(main)
 
@@ -326,11 +332,16 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def _blast(control: str, count: int) -> dict[str, Any]:
+def _blast(control: tuple[str, str], count: int) -> dict[str, Any]:
+    """Ask the simulator (control URL, control token) to send `count` frames at once."""
     import httpx
 
+    url, token = control
     body = {"count": count, "channels": CHANNELS, "size": SIZE}
-    result: dict[str, Any] = httpx.post(control + "/blast", json=body, timeout=600).json()
+    headers = {"Authorization": f"Bearer {token}"}
+    result: dict[str, Any] = httpx.post(
+        url + "/blast", json=body, headers=headers, timeout=600
+    ).json()
     return result
 
 
@@ -349,7 +360,7 @@ class Client:
     name: str
     proc: subprocess.Popen[str]
 
-    def measure(self, control: str, count: int, warmup: int) -> dict[str, Any]:
+    def measure(self, control: tuple[str, str], count: int, warmup: int) -> dict[str, Any]:
         out = self.proc.stdout
         assert out is not None
         _read_json(out, self.name)  # ready
@@ -395,7 +406,8 @@ def orchestrate(
         current = start(plan[0][1]) if plan else None
         for index, (run, name) in enumerate(plan):
             assert current is not None
-            result = current.measure(urls["control"], count, warmup)
+            control = (urls["control"], urls["control_token"])
+            result = current.measure(control, count, warmup)
             # The next client starts while this one leaves; no blast until this one is gone.
             following = start(plan[index + 1][1]) if index + 1 < len(plan) else None
             current.stop()

@@ -32,6 +32,8 @@ from picortex.core import continuation as cont
 from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
+from picortex.core.budget import REFUSAL_REASONS
+from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore, tier_of
 from picortex.types import Message, Snowflake
@@ -541,7 +543,7 @@ class ChannelActor:
             prompt = gen.request.text
             if lines:
                 prompt = (
-                    "Recent conversation, oldest first:\n"
+                    f"Recent conversation, oldest first. {CONTEXT_FORMAT_NOTE}\n"
                     f"{lines_text(lines)}\n\nThe request from {trigger.author.display_name}:\n"
                     f"{gen.request.text}"
                 )
@@ -559,6 +561,7 @@ class ChannelActor:
                 tier="general",
                 signal_id=str(trigger.id),
                 timeout=pipe.answer_timeout,
+                user_id=trigger.author.id,
             )
             if pipe.settings().replies.stream:
                 await self._stream_answer(gen, request, shown)
@@ -568,7 +571,12 @@ class ChannelActor:
                 with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
                     await shown.wait()
         if not result.ok:
-            self._skip_or_fail(trigger, result.outcome, result.error, result.stack_trace, None)
+            self._skip_or_fail(
+                trigger, result.outcome, result.error, result.stack_trace, None, result.limit
+            )
+            if result.notice:
+                # A user over their own limit is told once per period, politely.
+                await self._post_answer(gen, result.notice, persona=None)
             return
         await self._post_answer(gen, result.text, persona=None)
 
@@ -610,7 +618,12 @@ class ChannelActor:
                 stack_trace=trace,
             )
         elif result is not None and not result.ok:
-            self._skip_or_fail(trigger, result.outcome, result.error, result.stack_trace, None)
+            self._skip_or_fail(
+                trigger, result.outcome, result.error, result.stack_trace, None, result.limit
+            )
+            if result.notice and not streamed.reply.started:
+                # A user over their own limit is told once per period, politely.
+                await self._post_answer(gen, result.notice, persona=None)
 
     async def _files(self, gen: _Generation) -> attachment_parts.RequestFiles:
         """The request's attachments and recent images, as model content (SPEC 16)."""
@@ -648,6 +661,7 @@ class ChannelActor:
                     trigger,
                     max_messages=settings.context_messages,
                     max_chars=settings.context_chars,
+                    trusted=pipe.is_trusted,
                 )
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
@@ -677,6 +691,7 @@ class ChannelActor:
         error: str | None,
         trace: str | None,
         persona: str | None,
+        limit: str | None = None,
     ) -> None:
         pipe = self._pipe
         if outcome in ("error", "timeout"):
@@ -691,7 +706,8 @@ class ChannelActor:
             return
         reason = {
             "no_key": "no answer: ANTHROPIC_API_KEY is not set",
-            "budget": "no answer: the workspace's budget ceiling is reached",
+            "budget": "no answer: "
+            + REFUSAL_REASONS.get(limit or "workspace", REFUSAL_REASONS["workspace"]),
         }.get(outcome, f"no answer: {outcome}")
         self._decision(trigger, "skip", reason)
 

@@ -11,7 +11,7 @@ import logging
 import math
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
@@ -133,6 +133,7 @@ class _Request:
     trigger: Message
     max_messages: int
     max_chars: int
+    trusted: Callable[[Snowflake], bool] | None = None
     done: trio.Event = attrs.Factory(trio.Event)
     lines: tuple[str, ...] = ()
     failure: str | None = None
@@ -245,9 +246,16 @@ class ContextCache:
             self._write_all_now()
 
     async def context_for(
-        self, trigger: Message, *, max_messages: int, max_chars: int
+        self,
+        trigger: Message,
+        *,
+        max_messages: int,
+        max_chars: int,
+        trusted: Callable[[Snowflake], bool] | None = None,
     ) -> tuple[str, ...]:
         """The context lines for a trigger, oldest first (see `assemble_context`).
+
+        `trusted` tells trusted authors; the lines of the others are marked `untrusted`.
 
         Fetches from Discord only what the cache lacks, at most once per channel per cooldown.
 
@@ -268,9 +276,13 @@ class ContextCache:
             # saved on a trigger).
             channel = self._absorb(channel_id, trigger.guild_id, [trigger])
             return assemble_context(
-                channel.messages, trigger.id, max_messages=max_messages, max_chars=max_chars
+                channel.messages,
+                trigger.id,
+                max_messages=max_messages,
+                max_chars=max_chars,
+                trusted=trusted,
             )
-        request = _Request(trigger, max_messages, max_chars)
+        request = _Request(trigger, max_messages, max_chars, trusted)
         await self._requests_tx.send(request)
         await request.done.wait()
         if request.failure is not None:
@@ -344,6 +356,7 @@ class ContextCache:
                 trigger.id,
                 max_messages=request.max_messages,
                 max_chars=request.max_chars,
+                trusted=request.trusted,
             )
         except trio.Cancelled:
             request.failure = "the context cache stopped before the context was built"

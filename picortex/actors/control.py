@@ -15,6 +15,7 @@ import trio
 
 from picortex.config import Settings
 from picortex.core.redact import redact_obj
+from picortex.core.terminal import clean_line
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ CLIENT_TIMEOUT_SECONDS: Final = 5.0
 UNIX_PATH_MAX: Final = 100
 # How many triggers and queued channels `picortex status` prints.
 STATUS_MAILBOXES_SHOWN: Final = 10
+STATUS_USERS_SHOWN: Final = 10  # the biggest spenders today; the log has the rest
 
 
 def socket_path(home: Path) -> Path:
@@ -149,7 +151,7 @@ def run_status(settings: Settings, *, out: TextIO, timeout: float = CLIENT_TIMEO
         print(data, file=out)
         return 1
     for line in format_status(data):
-        print(line, file=out)
+        print(clean_line(line), file=out)
     return 0
 
 
@@ -185,6 +187,19 @@ def format_status(data: dict[str, Any]) -> list[str]:
             lines.append(f"  {workspace}: ${b['spent_usd']:.4f} of ${b['ceiling_usd']:.6g}")
     else:
         lines.append("budget (this period): nothing spent")
+    total = data.get("budget_global") or {}
+    if total:
+        lines.append(
+            f"  all workspaces: ${total.get('spent_usd', 0):.4f} of "
+            f"${total.get('ceiling_usd', 0):.6g} (${total.get('held_usd', 0):.4f} held by "
+            "running calls)"
+        )
+    users = data.get("budget_users") or {}
+    if users:
+        lines.append("spent by user (today, UTC):")
+        for uid, u in list(users.items())[:STATUS_USERS_SHOWN]:
+            who = f"{uid} (owner)" if u.get("owner") else uid
+            lines.append(f"  {who}: ${u.get('spent_usd', 0):.4f} of ${u.get('daily_usd', 0):.6g}")
     triggers = data.get("triggers", [])
     lines.append(f"last triggers ({len(triggers)}):")
     for t in triggers:

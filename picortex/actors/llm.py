@@ -20,6 +20,8 @@ import attrs
 import trio
 
 from picortex.config import ModelTiers, Price
+from picortex.core import budget as budget_core
+from picortex.core.budget import Refusal, Reservation
 from picortex.core.redact import redact
 from picortex.errors import FaultInjected, StreamCut
 from picortex.types import EventSink
@@ -42,6 +44,9 @@ DEFAULT_MAX_TOKENS: Final = 1024
 FALLBACK_PRICE: Final = Price(4.0, 20.0)
 # The stored error text stays short enough for one log line and one database cell.
 ERROR_MAX_CHARS: Final = 500
+# Anthropic scales an image down to about 1,600 tokens at most; in prompt characters (about
+# four per token) that is what one image may cost, for the budget's worst case.
+IMAGE_WORST_CHARS: Final = 1600 * 4
 # The model client's own HTTP limits. Calls run concurrently from every channel, but a bot
 # has a handful in flight at once; a bounded pool keeps a runaway from opening thousands.
 MODEL_MAX_CONNECTIONS: Final = 32
@@ -55,25 +60,25 @@ MODEL_READ_TIMEOUT: Final = 60.0
 
 
 class Budget(Protocol):
-    """The spending ceiling per workspace (guild id, or "dm") and period (issue 6).
+    """The spending ceilings (SPEC 9): per workspace and period, all workspaces, per user.
 
-    `check` runs before every call. When it returns False (the workspace is at or over
-    its ceiling) the implementation itself emits the `budget` event and logs its one
-    warning line per workspace per period, since only it knows the spend, the ceiling and
-    the period; the LLM actor then makes no call and emits its `llm` event with outcome
-    `budget`. `record` runs after every successful call with its cost.
+    `reserve` runs before every call with the call's worst case and returns a reservation,
+    or a refusal: then the implementation
+    itself has emitted the `budget` event and its one warning line per period, since only it
+    knows the spend and the ceilings, and the LLM actor makes no call and emits its `llm`
+    event with outcome `budget`. `settle` runs exactly once after every reserved call, with
+    its real cost (0.0 for a call that failed or was cancelled).
     """
 
-    def check(self, workspace: str) -> bool:
-        """True when `workspace` may spend more in the current period."""
+    def reserve(
+        self, workspace: str, user_id: int | None, worst_usd: float
+    ) -> Reservation | Refusal:
+        """Hold `worst_usd` for a call, or refuse it with the limit it hit."""
         ...
 
-    def record(self, workspace: str, cost_usd: float) -> None:
-        """Add one call's cost to `workspace`'s spend in the current period."""
+    def settle(self, held: Reservation, cost_usd: float) -> None:
+        """Release a reservation made by `reserve` and record the real cost."""
         ...
-
-    # An implementation may also offer `release(workspace)`: the LLM actor calls it for an
-    # allowed call that ended without a cost, so a reservation made by `check` is returned.
 
 
 class FaultCheck(Protocol):
@@ -110,6 +115,15 @@ class ChatTurn:
     content: str | tuple[ContentPart, ...]
 
     @property
+    def prompt_chars(self) -> int:
+        """The turn's size in prompt characters; an image counts as its worst case."""
+        if isinstance(self.content, str):
+            return len(self.content)
+        return sum(
+            len(p.text) if isinstance(p, TextPart) else IMAGE_WORST_CHARS for p in self.content
+        )
+
+    @property
     def text(self) -> str:
         """The turn's text (its text blocks joined), for fault checks and logs."""
         if isinstance(self.content, str):
@@ -142,6 +156,12 @@ class LLMRequest:
     timeout: float = DEFAULT_TIMEOUT
     persona: str | None = None
     signal_id: str | None = None
+    user_id: int | None = None  # whose request this is: per-user limits and "who spent what"
+
+    @property
+    def prompt_chars(self) -> int:
+        """Characters of the whole prompt (system and turns), for the worst-case reservation."""
+        return len(self.system) + sum(turn.prompt_chars for turn in self.messages)
 
 
 @attrs.frozen
@@ -161,6 +181,8 @@ class LLMResult:
     outcome: Outcome
     error: str | None = None
     stack_trace: str | None = None
+    limit: str | None = None  # for "budget": the limit that refused the call
+    notice: str | None = None  # for "budget": a polite line to post to the user, if any
 
     @property
     def ok(self) -> bool:
@@ -349,20 +371,28 @@ class LLMActor:
         start = trio.current_time()
         if self._api_key is None:
             return self._finish(request, model, start, "no_key")
-        try:
-            allowed = self._budget is None or self._budget.check(request.workspace)
-        except Exception as exc:  # a broken ledger must not spend money blindly: no call
-            logger.exception("budget check failed for workspace %s", request.workspace)
-            return self._finish(request, model, start, "error", failure=exc)
-        if not allowed:
-            return self._finish(request, model, start, "budget")
+        price = price_of(model, self._prices)
+        held: Reservation | None = None
+        if self._budget is not None:
+            worst = budget_core.worst_case_usd(request.prompt_chars, request.max_tokens, price)
+            try:
+                answer = self._budget.reserve(request.workspace, request.user_id, worst)
+            except Exception as exc:  # a broken ledger must not spend money blindly: no call
+                logger.exception("budget check failed for workspace %s", request.workspace)
+                return self._finish(request, model, start, "error", failure=exc)
+            if isinstance(answer, Refusal):
+                return self._finish(
+                    request, model, start, "budget", limit=answer.limit, notice=answer.notice
+                )
+            held = answer
         try:
             with trio.fail_after(request.timeout):
                 response = await self._call(request, model, on_text)
         except BaseException as exc:
             if isinstance(exc, StreamCut) and (exc.input_tokens or exc.output_tokens):
-                # Part of an answer was generated and is billed: record what it cost.
-                cost = self._record(request, model, exc.input_tokens, exc.output_tokens)
+                # Part of an answer was generated and is billed: settle on what it cost.
+                cost = price.cost(exc.input_tokens, exc.output_tokens)
+                self._settle(held, cost)
                 return self._finish(
                     request,
                     model,
@@ -374,7 +404,7 @@ class LLMActor:
                     failure=exc,
                 )
             # No cost to record: give the budget its reservation back (cancellation too).
-            self._release(request.workspace)
+            self._settle(held, 0.0)
             if isinstance(exc, trio.TooSlowError):
                 return self._finish(request, model, start, "timeout", failure=exc)
             if not isinstance(exc, Exception):
@@ -385,7 +415,8 @@ class LLMActor:
                 self._faulted.set()
             return self._finish(request, model, start, "error", failure=exc)
         input_tokens, output_tokens = response.input_tokens, response.output_tokens
-        cost = self._record(request, model, input_tokens, output_tokens)
+        cost = price.cost(input_tokens, output_tokens)
+        self._settle(held, cost)
         return self._finish(
             request,
             model,
@@ -397,25 +428,13 @@ class LLMActor:
             cost=cost,
         )
 
-    def _record(
-        self, request: LLMRequest, model: str, input_tokens: int, output_tokens: int
-    ) -> float:
-        """Price a call from its usage and add it to the workspace's spend."""
-        cost = price_of(model, self._prices).cost(input_tokens, output_tokens)
-        if self._budget is not None:
-            try:
-                self._budget.record(request.workspace, cost)
-            except Exception:  # the answer is paid for already; losing it helps nobody
-                logger.exception("could not record spend for workspace %s", request.workspace)
-        return cost
-
-    def _release(self, workspace: str) -> None:
-        release = getattr(self._budget, "release", None)
-        if release is not None:
-            try:
-                release(workspace)
-            except Exception:
-                logger.exception("could not release a budget reservation for %s", workspace)
+    def _settle(self, held: Reservation | None, cost: float) -> None:
+        if self._budget is None or held is None:
+            return
+        try:
+            self._budget.settle(held, cost)
+        except Exception:  # the answer is paid for already; losing it helps nobody
+            logger.exception("could not settle a budget reservation (cost %.6g USD)", cost)
 
     async def _call(self, request: LLMRequest, model: str, on_text: TextSink | None) -> ModelAnswer:
         if self._client is None:
@@ -452,6 +471,8 @@ class LLMActor:
         output_tokens: int = 0,
         cost: float = 0.0,
         failure: BaseException | None = None,
+        limit: str | None = None,
+        notice: str | None = None,
     ) -> LLMResult:
         latency_ms = round((trio.current_time() - start) * 1000)
         error: str | None = None
@@ -476,6 +497,10 @@ class LLMActor:
             fields["persona"] = request.persona
         if request.signal_id is not None:
             fields["signal_id"] = request.signal_id
+        if request.user_id is not None:
+            fields["user_id"] = request.user_id
+        if limit is not None:
+            fields["limit"] = limit
         if error is not None:
             fields["error"] = error
         self._events.emit("llm", **fields)
@@ -489,6 +514,8 @@ class LLMActor:
             outcome=outcome,
             error=error,
             stack_trace=stack,
+            limit=limit,
+            notice=notice,
         )
 
 

@@ -8,17 +8,19 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 import attrs
+import orjson
 import trio
 
 from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult
 from picortex.actors.pipeline import Pipeline, failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
+from picortex.core.budget import REFUSAL_REASONS
 from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
 from picortex.errors import ConfigError, FatalDiscordError
-from picortex.types import ChannelCreate, Message, Snowflake
+from picortex.types import ChannelCreate, Message, MessageUpdate, Snowflake
 
 if TYPE_CHECKING:
     from picortex.core.personas import PersonaMatch, PersonaSet
@@ -106,6 +108,7 @@ async def _tiebreak(
             max_tokens=TIEBREAK_MAX_TOKENS,
             timeout=TIEBREAK_TIMEOUT_SECONDS,
             signal_id=str(trigger.id),
+            user_id=trigger.author.id,
         )
     )
     strongest = matches[0]
@@ -136,9 +139,10 @@ async def _tiebreak(
 def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
     """Short excerpts of what was said about the request's subject in the last 7 days.
 
-    Searches the stored messages and observations of the trigger's workspace; in a DM only
-    that DM's own, so one person's direct messages never reach another's answer. The
-    request's own messages are left out, and so are repeats of the same text.
+    Searches only the conversation the trigger is in (SPEC 8): its channel, a thread with
+    its parent channel, or the DM, so nothing said elsewhere (a private channel, another
+    person's DM) reaches the answer. The request's own messages are left out, and so are
+    repeats of the same text. Each excerpt's text is a JSON string, like context lines.
     """
     terms = pcore.salient_terms(request.text)
     if not terms:
@@ -149,12 +153,15 @@ def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
             since=time.time() - RECALL_HORIZON_SECONDS,
             workspace=pipe.workspace_of(trigger),
             limit=RECALL_FETCH,
-            channel_id=trigger.channel_id if trigger.guild_id is None else None,
+            channel_ids=recall_channels(pipe, trigger),
         )
     except Exception:
         logger.exception("memory recall failed")
         return []
     own = set(request.message_ids) | {trigger.id}
+    # Whatever was stored, only what trusted people (and the bot) said is recalled: someone
+    # removed from the trust list, or a stranger, never speaks through a persona's memory.
+    hits = [h for h in hits if h.author_id is None or pipe.is_trusted(h.author_id)]
     # Text (folded) -> [who, text]; a message's author beats an observation's persona label.
     found: dict[str, list[str]] = {}
     for hit in hits:
@@ -170,7 +177,52 @@ def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
             continue  # keep looking only to name an excerpt's author
         who = hit.author_name or (f"{hit.persona} observation" if hit.persona else "someone")
         found[key] = [who, text]
-    return [f"{who}: {text}" for who, text in found.values()]
+    return [f"{who}: {orjson.dumps(text).decode()}" for who, text in found.values()]
+
+
+def recall_channels(pipe: Pipeline, trigger: Message) -> list[Snowflake]:
+    """The channels recall may search for `trigger`: its own, and a thread's parent."""
+    channels = [trigger.channel_id]
+    parent = pipe.registry.parent_of(trigger.channel_id)
+    if parent is not None and pipe.registry.is_thread(trigger.channel_id):
+        channels.append(parent)
+    return channels
+
+
+def reindex(pipe: Pipeline, update: MessageUpdate) -> None:
+    """Apply a MESSAGE_UPDATE to memory: the new text replaces the old, whose observations
+    go; a stored message is observed again under its new text."""
+    if update.content is None:
+        return  # an embed or pin update: the text did not change
+    try:
+        stored = pipe.store.reindex_memory_message(update.id, update.content)
+    except Exception:
+        logger.exception("could not re-index edited message %s", update.id)
+        return
+    personas = current_personas(pipe) if stored else None
+    if personas is None or update.content is None:
+        return
+    for m in pcore.match(personas, update.content):
+        try:
+            pipe.store.add_observation(
+                persona=m.persona.id,
+                message_id=update.id,
+                channel_id=update.channel_id,
+                guild_id=update.guild_id,
+                trigger=m.trigger,
+                content=update.content,
+                created_at=time.time(),
+            )
+        except Exception:
+            logger.exception("could not store an observation for %s", m.persona.id)
+
+
+def forget(pipe: Pipeline, message_ids: Sequence[Snowflake]) -> None:
+    """Forget deleted messages and their observations (MESSAGE_DELETE, and bulk deletes)."""
+    try:
+        pipe.store.forget_messages(message_ids)
+    except Exception:
+        logger.exception("could not forget %d deleted messages", len(message_ids))
 
 
 def placement(pipe: Pipeline, request: Request, trigger: Message) -> Placement:
@@ -230,19 +282,20 @@ async def maybe_answer(
         tier=persona.model or "general",
         persona=persona.id,
         signal_id=str(trigger.id),
+        user_id=trigger.author.id,
     )
     if pipe.settings().replies.stream:
         await _stream(pipe, call, trigger, persona, where)
         return True
     result = await pipe.llm.complete(call)
     if not result.ok:
-        _not_answered(pipe, trigger, persona, result)
+        await _not_answered(pipe, trigger, persona, result)
         return True
     await _post(pipe, trigger, persona, result.text, where)
     return True
 
 
-def _not_answered(
+async def _not_answered(
     pipe: Pipeline, trigger: Message, persona: pcore.Persona, result: LLMResult
 ) -> None:
     """Record a persona call that gave no answer: an error row, or a skip decision."""
@@ -258,7 +311,7 @@ def _not_answered(
         return
     reason = {
         "no_key": "ANTHROPIC_API_KEY is not set",
-        "budget": "the workspace's budget ceiling is reached",
+        "budget": REFUSAL_REASONS.get(result.limit or "workspace", REFUSAL_REASONS["workspace"]),
     }.get(result.outcome, result.outcome)
     pipe.events.emit(
         "decision",
@@ -269,6 +322,9 @@ def _not_answered(
         outcome="skip",
         reason=f"persona {persona.id} selected, no answer: {reason}",
     )
+    if result.notice:
+        # A user over their own limit is told once per period, politely.
+        await _post_notice(pipe, trigger, result.notice)
 
 
 async def _stream(
@@ -301,7 +357,7 @@ async def _stream(
         return
     result = streamed.result
     if result is not None and not result.ok:
-        _not_answered(pipe, trigger, persona, result)
+        await _not_answered(pipe, trigger, persona, result)
     if streamed.reply.started:
         pipe.events.emit(
             "persona.responded",
@@ -329,6 +385,13 @@ async def _plan_for(
     if where.how == "existing thread":
         thread_id = where.channel_id
     return policy.PostPlan("channel", where.channel_id, None, where.reply_to), thread_id
+
+
+async def _post_notice(pipe: Pipeline, trigger: Message, text: str) -> None:
+    try:
+        await pipe.post(pipe.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id)
+    except Exception as exc:
+        logger.warning("could not tell %s about their limit: %s", trigger.author.id, exc)
 
 
 def _remember_thread(pipe: Pipeline, data: dict[str, object]) -> Snowflake:

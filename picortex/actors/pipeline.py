@@ -260,6 +260,16 @@ class Pipeline:
         """The budget workspace: the guild id, or `dm`."""
         return str(message.guild_id) if message.guild_id is not None else "dm"
 
+    def is_trusted(self, user_id: Snowflake) -> bool:
+        """Whether someone's words may be repeated to the model unmarked: the bot itself,
+        the owner or anyone on the trust list (an unreadable store trusts no one)."""
+        if user_id == self.bot.user_id or user_id == self.settings().owner_id:
+            return True
+        try:
+            return self.store.get_tier(user_id) is not None
+        except Exception:
+            return False
+
     def reply_target(self, command: str | None) -> policy.Target:
         """Where a reply goes under the current response policy (None: a free-chat answer)."""
         rp = self.settings().response_policy

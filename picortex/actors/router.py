@@ -15,6 +15,7 @@ from typing import Any, Final
 
 import trio
 
+from picortex.actors import persona_answer
 from picortex.actors.channel import ChannelActor
 from picortex.actors.pipeline import Pipeline
 from picortex.discord.normalize import normalize
@@ -145,13 +146,12 @@ class Router:
             await self._deliver(event)
         elif isinstance(event, MessageUpdate):
             pipe.cache.on_update(event)
+            # Recall must never show the text as it was before an edit.
+            persona_answer.reindex(pipe, event)
         elif isinstance(event, MessageDelete):
             pipe.cache.on_delete(event)
             # A deleted message (a pasted secret, say) must not come back in a recall.
-            try:
-                pipe.store.delete_memory_message(event.id)
-            except Exception:
-                logger.exception("could not forget deleted message %s", event.id)
+            persona_answer.forget(pipe, [event.id])
         elif isinstance(event, ReactionEvent):
             self._reaction(event)
         elif isinstance(event, Ready):

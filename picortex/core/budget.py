@@ -108,3 +108,111 @@ def should_warn(state: WarnState, workspace: str, period_key: str) -> tuple[bool
     kept = {pair for pair in state.warned if pair[0] != workspace}
     kept.add((workspace, period_key))
     return True, WarnState(frozenset(kept))
+
+
+# ---- reservations and limits (SPEC 9) ----------------------------------------------------
+
+# A token is about four characters of English; three is the worst case the reservation
+# assumes, so code, other scripts and short words cannot make a call dearer than reserved.
+WORST_CHARS_PER_TOKEN: Final = 3
+RATE_WINDOW_SECONDS: Final = 60.0  # `user_requests_per_minute` counts the last minute
+
+Limit = Literal["workspace", "global", "user_daily", "user_rate"]
+
+# The one short polite line a user over their own limit gets, once per period.
+USER_NOTICES: Final[dict[str, str]] = {
+    "user_daily": "Sorry, you've reached your daily limit for answers; I can help again "
+    "tomorrow (UTC).",
+    "user_rate": "Sorry, that's more questions than I can take in a minute; please ask again "
+    "in a moment.",
+}
+
+
+REFUSAL_REASONS: Final[dict[str, str]] = {
+    "workspace": "the workspace's budget ceiling is reached",
+    "global": "the global budget ceiling is reached",
+    "user_daily": "the user's daily spending limit is reached",
+    "user_rate": "the user's requests-per-minute limit is reached",
+}
+
+
+@attrs.frozen(eq=False)
+class Reservation:
+    """Money held for one running call until it is settled (its identity is the handle)."""
+
+    workspace: str
+    user_id: int | None
+    worst_usd: float
+
+
+@attrs.frozen
+class Refusal:
+    """A call refused by a limit; `notice` is the polite line to post to the user, if any."""
+
+    limit: Limit
+    notice: str | None = None
+
+    @property
+    def reason(self) -> str:
+        """Why there is no answer, for the `decision` event."""
+        return REFUSAL_REASONS[self.limit]
+
+
+def worst_case_usd(prompt_chars: int, max_tokens: int, price: PriceLike) -> float:
+    """The most a call can cost: prompt characters / 3 at the input price plus every allowed
+    output token at the output price."""
+    input_tokens = -(-max(0, prompt_chars) // WORST_CHARS_PER_TOKEN)  # rounded up
+    return cost_usd(input_tokens, max(0, max_tokens), price)
+
+
+@attrs.frozen
+class Limits:
+    """The ceilings that apply to one call; a user limit of 0 means none."""
+
+    ceiling_usd: float
+    global_ceiling_usd: float
+    user_daily_usd: float = 0.0
+    user_requests_per_minute: int = 0
+
+
+@attrs.frozen
+class Usage:
+    """Money spent and held by unsettled calls, at each level, and the user's recent calls.
+
+    The user fields are ignored for a call without a user or from the owner.
+    """
+
+    workspace_spent: float
+    workspace_held: float
+    global_spent: float
+    global_held: float
+    user_spent: float = 0.0
+    user_held: float = 0.0
+    user_recent_requests: int = 0
+
+
+def admit(limits: Limits, usage: Usage, *, user_limited: bool) -> Limit | None:
+    """Which limit refuses the call, or None when it may go ahead (and reserve).
+
+    A level refuses when what is spent plus what running calls hold has reached its
+    ceiling: running calls count at their worst case, so calls started together cannot
+    overshoot a ceiling by more than one call's worst case. NaN refuses.
+    """
+    if not usage.workspace_spent + usage.workspace_held < limits.ceiling_usd:
+        return "workspace"
+    if not usage.global_spent + usage.global_held < limits.global_ceiling_usd:
+        return "global"
+    if user_limited:
+        daily = limits.user_daily_usd
+        if daily > 0 and not usage.user_spent + usage.user_held < daily:
+            return "user_daily"
+        rate = limits.user_requests_per_minute
+        if rate > 0 and usage.user_recent_requests >= rate:
+            return "user_rate"
+    return None
+
+
+def recent_requests(starts: list[float], now: float) -> list[float]:
+    """The call start times still inside the rate window (oldest first), from `starts`."""
+    cutoff = now - RATE_WINDOW_SECONDS
+    return [t for t in starts if t > cutoff]

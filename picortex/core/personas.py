@@ -14,6 +14,7 @@ from typing import Final, Literal
 import attrs
 import yaml
 
+from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.errors import ConfigError
 
 Tier = Literal["triage", "general", "complex"]
@@ -473,6 +474,9 @@ def persona_prompt(
         )
     recent = [_clip(line, RECENT_LINE_MAX_CHARS) for line in recent_lines if line.strip()]
     if recent:
-        parts.append("Recent messages, oldest first:\n" + "\n".join(recent[-RECENT_LINES:]))
+        parts.append(
+            f"Recent messages, oldest first. {CONTEXT_FORMAT_NOTE}\n"
+            + "\n".join(recent[-RECENT_LINES:])
+        )
     parts.append("The message to answer:\n" + _clip(message, ANSWER_MESSAGE_MAX_CHARS))
     return system, [{"role": "user", "content": "\n\n".join(parts)}]

@@ -16,6 +16,7 @@ import orjson
 import trio
 
 from picortex.config import load_settings
+from picortex.core.terminal import clean_text
 
 HELP: Final = """\
 Type a message and press Enter to post it as the current user in the current channel.
@@ -33,23 +34,35 @@ WATCH_INTERVAL_SECONDS: Final = 0.1
 WHY_LINES: Final = 8
 
 
-def run_chat(*, port: int = 0, stdin: TextIO | None = None, out: TextIO | None = None) -> int:
-    """Run the interactive chat until /quit or end of input; returns the exit code."""
+def run_chat(
+    *,
+    port: int = 0,
+    stdin: TextIO | None = None,
+    out: TextIO | None = None,
+    web: bool = False,
+) -> int:
+    """Run the interactive chat until /quit or end of input; returns the exit code.
+
+    With `web`, the bot also serves its panel (address and login link printed first).
+    """
     home = Path(tempfile.mkdtemp(prefix="picortex-chat-"))
     # The transcript is the interface here; log lines would tear through it.
     logging.getLogger().setLevel(logging.CRITICAL)
     try:
-        return trio.run(_main, home, port, stdin or sys.stdin, out or sys.stdout)
+        return trio.run(_main, home, port, stdin or sys.stdin, out or sys.stdout, web)
     finally:
         shutil.rmtree(home, ignore_errors=True)
 
 
-async def _main(home: Path, port: int, stdin: TextIO, out: TextIO) -> int:
+async def _main(home: Path, port: int, stdin: TextIO, out: TextIO, web: bool = False) -> int:
     from picortex.app import Bot
     from picortex.sim import Simulator
+    from picortex.web.cli import announce, web_toml
+
+    (home / "picortex.toml").write_text(web_toml(web), encoding="utf-8")
 
     def p(text: str = "") -> None:
-        print(text, file=out, flush=True)
+        print(clean_text(text), file=out, flush=True)
 
     sim = Simulator()
     world = sim.add_default_world()
@@ -80,6 +93,8 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO) -> int:
         await sim.wait_ready()
         model = "real Claude" if os.environ.get("ANTHROPIC_API_KEY") else "the offline model"
         p(f"picortex chat: simulator at {urls.api_base}, bot using {model}.")
+        p(f"control API: {urls.control_url} (Bearer token {urls.control_token})")
+        await announce(bot, out)
         p(HELP)
         p(
             "users: "

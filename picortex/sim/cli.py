@@ -31,6 +31,7 @@ def run_sim(*, host: str = "127.0.0.1", port: int = 0, out: TextIO = sys.stdout)
                     f"  model URL (ANTHROPIC_BASE_URL):  {urls.anthropic_base_url}",
                     f"  bot token (DISCORD_BOT_TOKEN):   {sim.token}",
                     f"  control API:                     {urls.control_url}",
+                    f"  control token (Bearer):          {urls.control_token}",
                     f"  guild picortex-sim {world.guild_id}: #general {world.general_id}, "
                     f"#random {world.random_id}",
                     f"  users: alice {world.alice_id}, bob {world.bob_id}, bot {sim.bot_user_id}",

@@ -1,6 +1,9 @@
 """The simulator's HTTP control API under `/_sim/`, for benches and terminals in other processes.
 
-JSON in, JSON out; no auth (loopback only). Routes:
+JSON in, JSON out. Every request carries `Authorization: Bearer <control token>` (the
+token is random per simulator and printed at start), and a request with a body must say
+`Content-Type: application/json`: a web page can neither guess the token nor send either
+header cross-origin without a preflight this API never grants. Routes:
 
     GET  /_sim/state                         world summary (ids, names, token)
     POST /_sim/users {username, bot?}        -> {id}
@@ -32,6 +35,7 @@ JSON in, JSON out; no auth (loopback only). Routes:
 
 from __future__ import annotations
 
+import hmac
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -57,6 +61,15 @@ class _BadRequest(PicortexError):
 async def handle_control(sim: Simulator, request: HttpRequest) -> HttpResponse:
     """Serve one `/_sim/...` request."""
     route = request.path[len("/_sim") :].strip("/")
+    given = request.headers.get("authorization", "")
+    expected = f"Bearer {sim.control_token}"
+    if not hmac.compare_digest(given.encode(), expected.encode()):
+        return HttpResponse.json(
+            401, {"error": "the control API needs the simulator's control token (Bearer)"}
+        )
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if request.body and media != "application/json":
+        return HttpResponse.json(415, {"error": "the control API takes JSON bodies only"})
     try:
         body = request.json() if request.body else {}
     except orjson.JSONDecodeError:

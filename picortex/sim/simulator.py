@@ -7,6 +7,7 @@ users, read what the bot did, and inject faults. Call them from the trio run tha
 from __future__ import annotations
 
 import random
+import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
@@ -31,6 +32,7 @@ from picortex.sim.world import (
     World,
 )
 
+CONTROL_TOKEN_BYTES: Final = 24  # 192 random bits, like a session token
 # The bot token a simulator accepts unless told otherwise (a fake, not a secret).
 DEFAULT_TOKEN: Final = "sim-token"  # noqa: S105 - a fake the simulator accepts, not a secret
 # Name of the user that blasted benchmark messages come from.
@@ -60,6 +62,7 @@ class SimURLs:
     gateway_url: str
     anthropic_base_url: str
     control_url: str = ""
+    control_token: str = ""  # `Authorization: Bearer <token>` for the control API
 
 
 @attrs.frozen
@@ -107,8 +110,12 @@ class Simulator:
         required_shards: int | None = None,
         limit_identify_concurrency: bool = False,
         rate_limits: bool = True,
+        control_token: str | None = None,
     ) -> None:
         self.token = token
+        # The control API can post as anyone (the owner included) and spend a real model
+        # key in `sim --chat`: only a client that was shown this token may use it.
+        self.control_token = control_token or secrets.token_urlsafe(CONTROL_TOKEN_BYTES)
         self.world = World(SnowflakeFactory(), bot_username=bot_username)
         self._changed = trio.Event()
         self.gateway = GatewayHub(
@@ -161,6 +168,7 @@ class Simulator:
                 gateway_url=self.gateway.url,
                 anthropic_base_url=base,
                 control_url=base + "/_sim",
+                control_token=self.control_token,
             )
             task_status.started(self.urls)
 

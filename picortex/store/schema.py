@@ -136,7 +136,14 @@ CREATE TRIGGER memory_observations_au AFTER UPDATE ON memory_observations BEGIN
 END;
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY)
+# Who spent what: the user a call was made for (NULL for calls made for nobody in
+# particular, and for rows written before this migration).
+_V3_LEDGER_USER: Final = """
+ALTER TABLE budget_ledger ADD COLUMN user_id INTEGER;
+CREATE INDEX budget_ledger_user ON budget_ledger (user_id, at);
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY, _V3_LEDGER_USER)
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -11,12 +11,13 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Final, Self, cast
 
 import apsw
 import attrs
+import orjson
 
 from picortex.config import ATTENTION_MODES
 from picortex.errors import StoreError
@@ -78,6 +79,7 @@ class MemoryHit:
     persona: str | None = None  # observations only
     trigger: str | None = None  # observations only
     score: float = 0.0  # bm25: lower is a better match
+    author_id: int | None = None  # messages only
 
 
 def fts_query(text: str) -> str | None:
@@ -392,14 +394,40 @@ class Store:
 
     # ---- budget ledger -------------------------------------------------------------------
 
-    def add_spend(self, workspace: str, period_key: str, cost_usd: float, at: float) -> None:
-        """Record the cost of one model call against a workspace and period."""
+    def add_spend(
+        self,
+        workspace: str,
+        period_key: str,
+        cost_usd: float,
+        at: float,
+        *,
+        user_id: int | None = None,
+    ) -> None:
+        """Record the cost of one model call against a workspace and period (and its user)."""
         if not cost_usd >= 0:
             raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
         self._write(
-            "INSERT INTO budget_ledger (workspace, period_key, cost_usd, at) VALUES (?, ?, ?, ?)",
-            (workspace, period_key, cost_usd, at),
+            "INSERT INTO budget_ledger (workspace, period_key, cost_usd, at, user_id)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (workspace, period_key, cost_usd, at, user_id),
         )
+
+    def user_spend(self, user_id: int, since: float) -> float:
+        """USD spent on calls made for the user since `since` (Unix seconds)."""
+        value = self._one(
+            "SELECT coalesce(sum(cost_usd), 0.0) FROM budget_ledger WHERE user_id = ? AND at >= ?",
+            (user_id, since),
+        )
+        return float(cast(float, value))
+
+    def spend_by_user(self, since: float) -> dict[int, float]:
+        """USD spent since `since`, per user (calls made for a user only)."""
+        rows = self._all(
+            "SELECT user_id, sum(cost_usd) FROM budget_ledger"
+            " WHERE user_id IS NOT NULL AND at >= ? GROUP BY user_id ORDER BY user_id",
+            (since,),
+        )
+        return {cast(int, uid): float(cast(float, total)) for uid, total in rows}
 
     def spend(self, workspace: str, period_key: str) -> float:
         """USD spent by the workspace in the period."""
@@ -418,6 +446,15 @@ class Store:
             (period_key,),
         )
         return {cast(str, ws): float(cast(float, total)) for ws, total in rows}
+
+    def daily_spend(self, since: float) -> list[tuple[str, str, float]]:
+        """USD spent per workspace per UTC day (`YYYY-MM-DD`) since `since` (unix seconds)."""
+        rows = self._all(
+            "SELECT workspace, date(at, 'unixepoch'), sum(cost_usd) FROM budget_ledger"
+            " WHERE at >= ? GROUP BY 1, 2 ORDER BY 2, 1",
+            (since,),
+        )
+        return [(cast(str, ws), cast(str, day), float(cast(float, t))) for ws, day, t in rows]
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -443,7 +480,44 @@ class Store:
 
     def delete_memory_message(self, message_id: int) -> bool:
         """Forget a message (deleted on Discord); False when it was not stored."""
-        return self._write("DELETE FROM memory_messages WHERE message_id = ?", (message_id,)) > 0
+        return self.forget_messages([message_id]) > 0
+
+    def forget_messages(self, message_ids: Iterable[int]) -> int:
+        """Forget messages deleted on Discord and every observation made of them, at once.
+
+        Returns how many stored messages were dropped (observations are not counted).
+        """
+        ids = orjson.dumps([int(i) for i in message_ids]).decode()
+        with self.transaction():
+            self._run(
+                "DELETE FROM memory_observations"
+                " WHERE message_id IN (SELECT value FROM json_each(?))",
+                (ids,),
+            )
+            self._run(
+                "DELETE FROM memory_messages WHERE message_id IN (SELECT value FROM json_each(?))",
+                (ids,),
+            )
+            return self._conn.changes()
+
+    def reindex_memory_message(self, message_id: int, content: str) -> bool:
+        """Apply an edit: the stored text becomes `content`; observations of the old text go.
+
+        Returns True when the message was stored (only then is it worth observing again).
+        """
+        with self.transaction():
+            self._run(
+                "UPDATE memory_messages SET content = ? WHERE message_id = ? AND content IS NOT ?",
+                (content, message_id, content),
+            )
+            changed = self._conn.changes() > 0
+            self._run("DELETE FROM memory_observations WHERE message_id = ?", (message_id,))
+            stored = (
+                changed
+                or self._one("SELECT 1 FROM memory_messages WHERE message_id = ?", (message_id,))
+                == 1
+            )
+        return stored
 
     def add_observation(
         self,
@@ -472,6 +546,7 @@ class Store:
         limit: int = 10,
         *,
         channel_id: int | None = None,
+        channel_ids: Iterable[int] | None = None,
     ) -> list[MemoryHit]:
         """Messages and observations since `since` matching any word of `query`, best first.
 
@@ -481,16 +556,21 @@ class Store:
             workspace: a guild id as text, `"dm"` for direct messages, or None for all.
             limit: the most hits to return.
             channel_id: when given, only hits from that channel.
+            channel_ids: when given, only hits from these channels (with `channel_id`, both).
         """
         match = fts_query(query)
         if match is None or limit <= 0:
             return []
+        channels: str | None = None
+        if channel_id is not None or channel_ids is not None:
+            wanted = [*(channel_ids or ()), *(() if channel_id is None else (channel_id,))]
+            channels = orjson.dumps([int(c) for c in wanted]).decode()
         guild: int | None = None
         if workspace is not None and workspace != DM_WORKSPACE:
             if not workspace.isdigit():
                 return []
             guild = int(workspace)
-        params = (match, since, workspace is None, workspace == DM_WORKSPACE, guild, channel_id)
+        params = (match, since, workspace is None, workspace == DM_WORKSPACE, guild, channels)
         rows = self._all(_SEARCH_SQL, (*params, limit))
         return [
             MemoryHit(
@@ -504,6 +584,7 @@ class Store:
                 persona=cast("str | None", persona),
                 trigger=cast("str | None", trigger),
                 score=cast(float, score),
+                author_id=cast("int | None", author_id),
             )
             for (
                 kind,
@@ -516,6 +597,7 @@ class Store:
                 content,
                 created_at,
                 score,
+                author_id,
             ) in rows
         ]
 
@@ -538,6 +620,13 @@ class Store:
         """Forget ids seen before `older_than`; returns how many were dropped."""
         return self._write("DELETE FROM seen_events WHERE seen_at < ?", (older_than,))
 
+    def prune_resolved_errors(self, resolved_before: float) -> int:
+        """Forget invocation errors resolved before `resolved_before`; unresolved ones stay."""
+        return self._write(
+            "DELETE FROM invocation_errors WHERE resolved_at IS NOT NULL AND resolved_at < ?",
+            (resolved_before,),
+        )
+
     def prune_memory(self, older_than: float) -> int:
         """Forget stored messages and observations older than `older_than` (Unix seconds)."""
         with self.transaction():
@@ -554,21 +643,22 @@ _ERROR_COLUMNS: Final = (
 )
 
 # One fixed statement; filters switch on through parameters, so no text is ever spliced in.
-# Parameters: 1 match, 2 since, 3 all workspaces, 4 DMs only, 5 guild id, 6 channel id, 7 limit.
+# Parameters: 1 match, 2 since, 3 all workspaces, 4 DMs only, 5 guild id, 6 channel ids (a
+# JSON array, or NULL for all), 7 limit.
 _SEARCH_SQL: Final = """
 SELECT 'message', t.message_id, t.channel_id, t.guild_id, t.author_name, NULL, NULL,
-       t.content, t.created_at, bm25(memory_messages_fts) AS score
+       t.content, t.created_at, bm25(memory_messages_fts) AS score, t.author_id
 FROM memory_messages_fts JOIN memory_messages AS t ON t.message_id = memory_messages_fts.rowid
 WHERE memory_messages_fts MATCH ?1 AND t.created_at >= ?2
   AND (?3 OR (?4 AND t.guild_id IS NULL) OR t.guild_id = ?5)
-  AND (?6 IS NULL OR t.channel_id = ?6)
+  AND (?6 IS NULL OR t.channel_id IN (SELECT value FROM json_each(?6)))
 UNION ALL
 SELECT 'observation', t.message_id, t.channel_id, t.guild_id, NULL, t.persona, t.trigger,
-       t.content, t.created_at, bm25(memory_observations_fts) AS score
+       t.content, t.created_at, bm25(memory_observations_fts) AS score, NULL
 FROM memory_observations_fts JOIN memory_observations AS t ON t.id = memory_observations_fts.rowid
 WHERE memory_observations_fts MATCH ?1 AND t.created_at >= ?2
   AND (?3 OR (?4 AND t.guild_id IS NULL) OR t.guild_id = ?5)
-  AND (?6 IS NULL OR t.channel_id = ?6)
+  AND (?6 IS NULL OR t.channel_id IN (SELECT value FROM json_each(?6)))
 ORDER BY score, 9 DESC
 LIMIT ?7
 """

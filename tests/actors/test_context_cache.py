@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -141,7 +142,14 @@ async def ctx(cache: ContextCache, trigger: Message, n: int = 15) -> tuple[str, 
 
 
 def texts(lines: tuple[str, ...]) -> list[str]:
-    return [line.split(": ", 1)[1] for line in lines]
+    """The message texts of context lines (each a JSON string after the author)."""
+    decoder = json.JSONDecoder()
+    found = []
+    for line in lines:
+        rest = line.split('": ', 1)[1]
+        text, end = decoder.raw_decode(rest)
+        found.append(text + rest[end:])
+    return found
 
 
 def file_doc(tmp_path: Path, channel_id: int = CH) -> dict[str, Any]:
@@ -314,8 +322,8 @@ async def test_live_messages_fill_the_context_without_a_fetch(
         await cache.flush()
         lines = await ctx(cache, rest.post("q2"))
         assert len(rest.calls) == 1
-        assert texts(lines) == ["q1", "my answer", "thanks [attachments: cat.png]"]
-        assert lines[1].startswith("[2024-01-01 00:00 UTC] picortex: ")
+        assert texts(lines) == ["q1", "my answer", 'thanks [attachments: "cat.png"]']
+        assert lines[1].startswith('[2024-01-01 00:00 UTC] "picortex": ')
     assert own.id in [m["id"] for m in file_doc(tmp_path)["messages"]]
 
 

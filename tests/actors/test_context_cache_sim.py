@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 import trio.testing
@@ -67,7 +68,7 @@ async def test_fetch_sequence_against_the_simulator(
             first = as_message(sim.post_user_message(general, world.alice_id, f"{bot} first"))
             lines = await cache.context_for(first, max_messages=15, max_chars=4000)
             assert history_gets(sim, general) == [{"limit": "100"}]
-            assert [line.split(": ", 1)[1] for line in lines] == [
+            assert [orjson.loads(line.split(": ", 1)[1]) for line in lines] == [
                 f"general {i}" for i in range(135, 150)
             ]
 
@@ -104,7 +105,7 @@ async def test_fetch_sequence_against_the_simulator(
                 {"limit": "100", "before": str(newest[-100])},
             ]
             assert [m.id for m in cache.recent(general, 500)] == newest[-200:]
-            assert [line.split(": ", 1)[1] for line in lines] == [
+            assert [orjson.loads(line.split(": ", 1)[1]) for line in lines] == [
                 f"later {i}" for i in range(235, 250)
             ]
 

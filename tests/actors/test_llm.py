@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import orjson
 import pytest
 import trio
@@ -22,6 +23,7 @@ from picortex.actors.llm import (
     price_of,
 )
 from picortex.config import BUILTIN_PRICES, ModelTiers, Price
+from picortex.core.budget import Refusal, Reservation
 from picortex.errors import FaultInjected
 from picortex.runtime.faults import FaultPoints
 from tests.helpers import RecordingSink
@@ -99,14 +101,21 @@ class FakeBudget:
     def __init__(self, allowed: bool = True) -> None:
         self.allowed = allowed
         self.checked: list[str] = []
+        self.worst: list[float] = []
         self.recorded: list[tuple[str, float]] = []
+        self.settled = 0
 
-    def check(self, workspace: str) -> bool:
+    def reserve(self, workspace: str, user_id: int | None, worst_usd: float) -> Any:
         self.checked.append(workspace)
-        return self.allowed
+        self.worst.append(worst_usd)
+        if not self.allowed:
+            return Refusal("workspace")
+        return Reservation(workspace, user_id, worst_usd)
 
-    def record(self, workspace: str, cost_usd: float) -> None:
-        self.recorded.append((workspace, cost_usd))
+    def settle(self, held: Reservation, cost_usd: float) -> None:
+        self.settled += 1
+        if cost_usd > 0:
+            self.recorded.append((held.workspace, cost_usd))
 
 
 def make_actor(
@@ -296,7 +305,7 @@ async def test_budget_at_ceiling_makes_no_call() -> None:
 
 async def test_broken_budget_check_fails_closed() -> None:
     class Broken(FakeBudget):
-        def check(self, workspace: str) -> bool:
+        def reserve(self, workspace: str, user_id: int | None, worst_usd: float) -> Any:
             raise RuntimeError("ledger unavailable")
 
     sink = RecordingSink()
@@ -585,3 +594,43 @@ async def test_image_blocks_reach_the_model_as_base64_sources() -> None:
             ],
         }
     ]
+
+
+@pytest.mark.parametrize("ceiling", [0.000001, 0.01, 0.05])
+async def test_thirty_simultaneous_calls_overshoot_a_ceiling_by_one_call_at_most(
+    tmp_path: Any, jump_clock: MockClock, ceiling: float
+) -> None:
+    from picortex.actors.ledger import LedgerBudget
+    from picortex.config import BudgetSettings, load_settings
+    from picortex.core.budget import worst_case_usd
+    from picortex.store import Store
+
+    base = load_settings({"PICORTEX_HOME": str(tmp_path)})
+    settings = attrs.evolve(base, budget=BudgetSettings(ceiling, "day", 20.0, 0.0, 0))
+    sink = RecordingSink()
+    store = Store.open(tmp_path / "picortex.db")
+    ledger = LedgerBudget(store, lambda: settings, sink)
+    one = request(max_tokens=1024)
+    price = BUILTIN_PRICES["claude-sonnet-5-5"]
+    worst = worst_case_usd(one.prompt_chars, one.max_tokens, price)
+    # Every call costs its full worst case, and answers after a second: all 30 overlap.
+    model = FakeModel(reply("ok", -(-one.prompt_chars // 3), 1024, delay=1.0))
+    outcomes: list[str] = []
+    try:
+        async with running(make_actor(model, sink, budget=ledger)) as actor:
+
+            async def ask() -> None:
+                outcomes.append((await actor.complete(one)).outcome)
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(30):
+                    nursery.start_soon(ask)
+        spent = store.spend(one.workspace, ledger.period_key())
+    finally:
+        store.close()
+    made = outcomes.count("ok")
+    assert made == len(model.requests) >= 1
+    assert outcomes.count("budget") == 30 - made
+    assert spent == pytest.approx(made * worst)
+    assert spent <= ceiling + worst + 1e-12
+    assert ledger.held_usd() == 0.0

@@ -187,6 +187,7 @@ def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text(
     tmp_path: Path, store: Store
 ) -> None:
     pipe, _ = make_pipe(tmp_path, store)
+    trust(store)
     now = time.time()
     earlier = message(1, "espresso at 9pm gave me insomnia", author=BOB)
     remember(store, earlier, now - 3600)
@@ -198,11 +199,12 @@ def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text(
     for m in (trigger, follow):
         remember(store, m, now)
     excerpts = persona_answer.recall(pipe, request_for(trigger, follow), follow)
-    assert excerpts == ["Bob: espresso at 9pm gave me insomnia"]
+    assert excerpts == ['Bob: "espresso at 9pm gave me insomnia"']
 
 
 def test_dm_recall_stays_in_that_dm(tmp_path: Path, store: Store) -> None:
     pipe, _ = make_pipe(tmp_path, store)
+    trust(store)
     now = time.time()
     remember(
         store,
@@ -212,8 +214,31 @@ def test_dm_recall_stays_in_that_dm(tmp_path: Path, store: Store) -> None:
     remember(store, message(2, "insomnia since the move", channel=DM, guild=None), now)
     trigger = message(3, "insomnia again", channel=DM, guild=None)
     assert persona_answer.recall(pipe, request_for(trigger), trigger) == [
-        "Alice: insomnia since the move"
+        'Alice: "insomnia since the move"'
     ]
+
+
+def trust(store: Store) -> None:
+    """Bob and Alice on the trust list: recall only repeats trusted people."""
+    store.set_tier(BOB.id, "user")
+    store.set_tier(ALICE.id, "trusted")
+
+
+def test_recall_leaves_out_untrusted_authors_and_other_channels(
+    tmp_path: Path, store: Store
+) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    store.set_tier(ALICE.id, "user")
+    now = time.time()
+    remember(store, message(1, "insomnia tip from a stranger", author=BOB), now)
+    remember(store, message(2, "insomnia in the other channel", channel=GENERAL + 1), now)
+    remember(store, message(3, "insomnia here", channel=GENERAL), now)
+    trigger = message(5, "insomnia again?")
+    assert persona_answer.recall(pipe, request_for(trigger), trigger) == ['Alice: "insomnia here"']
+    # In a thread, its parent channel is the same conversation.
+    pipe.registry.add(Channel(60, ChannelType.PUBLIC_THREAD, GUILD, GENERAL, "t"))
+    inside = message(61, "insomnia again?", channel=60)
+    assert persona_answer.recall(pipe, request_for(inside), inside) == ['Alice: "insomnia here"']
 
 
 def test_recall_without_salient_words_is_empty(tmp_path: Path, store: Store) -> None:

@@ -124,3 +124,37 @@ async def test_tiny_ceiling_in_a_dm_fails_open_and_status_shows_spend(
         text = status.stdout
         assert "budget (this period):" in text
         assert f"  {w.guild_id}: $" in text and "  dm: $" in text
+
+
+async def test_a_user_over_the_rate_limit_gets_one_polite_line_and_the_owner_none(
+    tmp_path: Path,
+) -> None:
+    # No continuation window: each question is a request of its own.
+    toml = "continuation_seconds = 0\n[budget]\nuser_requests_per_minute = 1\n"
+    async with running_bot(tmp_path, toml=toml, relaxed_limits=True) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        asks = []
+        for i in range(3):
+            asks.append(run.say(w.general_id, w.bob_id, f"{run.mention()} question {i}?"))
+            await decision(run, asks[-1])
+        with trio.fail_after(WAIT):
+            await run.wait_until(lambda: bool(run.replies_to(int(asks[1]["id"]))))
+        await trio.sleep(SETTLE)
+        assert len(run.sim.model.calls) == 1
+        (polite,) = run.replies_to(int(asks[1]["id"]))
+        assert polite["content"].startswith("Sorry,")
+        assert run.replies_to(int(asks[2]["id"])) == []  # told once per period, not again
+        skips = [e["reason"] for e in run.events("decision") if e["outcome"] == "skip"]
+        assert skips == ["no answer: the user's requests-per-minute limit is reached"] * 2
+        refusals = run.events("budget")
+        assert [(e["limit"], e["user_id"]) for e in refusals] == [("user_rate", w.bob_id)] * 2
+        # The owner has no per-user limits, and the log says who spent what.
+        for i in range(2):
+            msg = run.say(w.general_id, w.alice_id, f"{run.mention()} owner {i}?")
+            with trio.fail_after(WAIT):
+                await run.wait_until(lambda m=msg: bool(run.replies_to(int(m["id"]))))
+        spenders = [e.get("user_id") for e in run.events("llm") if e["outcome"] == "ok"]
+        assert spenders == [w.bob_id, w.alice_id, w.alice_id]
+        status = run.bot.snapshot()
+        assert set(status["budget_users"]) == {str(w.bob_id), str(w.alice_id)}

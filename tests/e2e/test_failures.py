@@ -97,3 +97,28 @@ async def test_post_failure_is_a_post_failure(tmp_path: Path) -> None:
         unresolved = await run.cli("errors", "--unresolved")
         assert unresolved.returncode == 0
         assert "post" in unresolved.stdout
+
+
+async def test_the_configured_key_and_token_are_redacted_whatever_their_shape(
+    tmp_path: Path,
+) -> None:
+    from urllib.parse import quote
+
+    gateway_key = "gw-live/Key+of=another-shape-0042"
+    env = {"ANTHROPIC_API_KEY": gateway_key}
+    async with running_bot(tmp_path, toml=TOML, env=env) as run:
+        w = run.world
+        token = run.sim.token
+        echoed = f"invalid x-api-key {gateway_key} ({quote(gateway_key, safe='')}), token {token}"
+        run.sim.model.script(ModelReply(status=401, error_message=echoed))
+        run.say(w.general_id, w.alice_id, f"{run.mention()} this will fail")
+        await run.wait_event("cortex.invocation_failed")
+        rows = await _errors_json(run)
+        stored = orjson.dumps(rows).decode()
+        log = (run.home / "actions.jsonl").read_text()
+        for text in (stored, log):
+            assert "[redacted]" in text
+            assert gateway_key not in text
+            assert quote(gateway_key, safe="") not in text
+        printed = await run.cli("log", "-n", "50")
+        assert gateway_key not in printed.stdout + printed.stderr

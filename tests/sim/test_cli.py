@@ -38,7 +38,11 @@ def test_run_sim_prints_urls_serves_and_exits_0_on_ctrl_c() -> None:
         assert "/_sim" in text
         me = httpx.get(api_base + "/users/@me", headers={"Authorization": f"Bot {token}"})
         assert me.json()["username"] == "picortex"
-        channels = httpx.get(api_base.replace("/api/v10", "/_sim/state")).json()
+        control = next(line.split()[-1] for line in lines if "control token" in line)
+        state_url = api_base.replace("/api/v10", "/_sim/state")
+        assert httpx.get(state_url).status_code == 401
+        auth = {"Authorization": f"Bearer {control}"}
+        channels = httpx.get(state_url, headers=auth).json()
         assert [c["name"] for c in channels["guilds"][0]["channels"]] == ["general", "random"]
         assert {u["username"] for u in channels["users"]} >= {"alice", "bob"}
         proc.send_signal(signal.SIGINT)

@@ -15,7 +15,9 @@ from .conftest import raw_gateway
 
 @pytest.fixture
 async def control(urls: SimURLs) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=urls.control_url) as client:
+    async with httpx.AsyncClient(
+        base_url=urls.control_url, headers={"Authorization": f"Bearer {urls.control_token}"}
+    ) as client:
         yield client
 
 
@@ -128,3 +130,28 @@ async def test_model_script_over_http(
     wrong = await control.post("/model/script", json={"replies": [{"colour": "red"}]})
     assert wrong.status_code == 400
     assert (await control.get("/model/calls")).json() == []
+
+
+async def test_the_control_api_needs_the_token_and_json(urls: SimURLs, world: DefaultWorld) -> None:
+    message = {"channel_id": str(world.general_id), "author": "alice", "content": "hi"}
+    async with httpx.AsyncClient(base_url=urls.control_url) as anyone:
+        refused = await anyone.post("/messages", json=message)
+        assert refused.status_code == 401
+        assert "control token" in refused.json()["error"]
+        wrong = await anyone.post(
+            "/messages", json=message, headers={"Authorization": "Bearer guess"}
+        )
+        assert wrong.status_code == 401
+        assert (await anyone.get("/state")).status_code == 401
+        # A web page's form post: the right token would still need a JSON content type.
+        form = await anyone.post(
+            "/messages",
+            content=b"channel_id=1&content=hi",
+            headers={
+                "Authorization": f"Bearer {urls.control_token}",
+                "Content-Type": "application/x-www-form-urlencoded",
+            },
+        )
+        assert form.status_code == 415
+    assert urls.control_token and len(urls.control_token) >= 32
+    assert Simulator().control_token != Simulator().control_token

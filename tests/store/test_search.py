@@ -97,3 +97,43 @@ def test_any_stored_text_and_query_never_raise(store: Store, content: str, query
     store.add_observation("p", 2, 20, 5, query[:20], content, 1.0)
     assert isinstance(store.search_memory(query, 0.0, "5"), list)
     assert isinstance(store.search_memory(content, 0.0, None), list)
+
+
+def _fresh(tmp_path: Path) -> Store:
+    return Store.open(tmp_path / "recall.db")
+
+
+def _add(store: Store, mid: int, channel: int, text: str) -> None:
+    store.add_memory_message(mid, channel, 1, 9, "alice", text, 100.0)
+    store.add_observation("sleep", mid, channel, 1, "insomnia", text, 100.0)
+
+
+def test_search_is_limited_to_the_given_channels(tmp_path: Path) -> None:
+    with _fresh(tmp_path) as store:
+        _add(store, 1, 10, "insomnia in ten")
+        _add(store, 2, 20, "insomnia in twenty")
+        _add(store, 3, 30, "insomnia in thirty")
+        hits = store.search_memory("insomnia", 0.0, "1", limit=20, channel_ids=[10, 20])
+        assert {h.channel_id for h in hits} == {10, 20}
+        assert {h.author_id for h in hits if h.kind == "message"} == {9}
+        assert store.search_memory("insomnia", 0.0, "1", limit=20, channel_ids=[]) == []
+
+
+def test_forget_messages_drops_messages_and_their_observations(tmp_path: Path) -> None:
+    with _fresh(tmp_path) as store:
+        for mid in (1, 2, 3):
+            _add(store, mid, 10, f"insomnia number {mid}")
+        assert store.forget_messages([1, 3, 99]) == 2
+        hits = store.search_memory("insomnia", 0.0, None, limit=20)
+        assert {h.message_id for h in hits} == {2}
+        assert store.forget_messages([]) == 0
+
+
+def test_an_edit_reindexes_the_text_and_drops_stale_observations(tmp_path: Path) -> None:
+    with _fresh(tmp_path) as store:
+        _add(store, 1, 10, "insomnia secret before the edit")
+        assert store.reindex_memory_message(1, "all fine now")
+        assert store.search_memory("secret", 0.0, None, limit=20) == []
+        (hit,) = store.search_memory("fine", 0.0, None, limit=20)
+        assert (hit.kind, hit.message_id) == ("message", 1)
+        assert not store.reindex_memory_message(77, "never stored")

@@ -1,0 +1,53 @@
+"""The pruner: at start-up and hourly, old memory, resolved errors and seen ids go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+
+from picortex.actors.pruner import DAY, PRUNE_EVERY_SECONDS, Pruner
+from picortex.store import Store
+from tests.helpers import RecordingSink
+
+NOW = 2_000_000_000.0
+
+
+def seed(store: Store, now: float) -> None:
+    for mid, age_days in ((1, 15), (2, 13)):
+        at = now - age_days * DAY
+        store.add_memory_message(mid, 10, 1, 9, "alice", f"insomnia {mid}", at)
+        store.add_observation("sleep", mid, 10, 1, "insomnia", f"insomnia {mid}", at)
+    for age_days, resolved_days in ((200, 91), (200, 89), (200, None)):
+        eid = store.add_invocation_error(
+            "1", "", "5", "generate", "boom", None, now - age_days * DAY
+        )
+        if resolved_days is not None:
+            store.resolve_invocation_error(eid, "fixed", now - resolved_days * DAY)
+    store.mark_seen(100, now - 8 * DAY)
+    store.mark_seen(101, now - 6 * DAY)
+
+
+async def test_prunes_at_start_and_then_hourly(tmp_path: Path, autojump_clock: object) -> None:
+    clock = [NOW]
+    sink = RecordingSink()
+    with Store.open(tmp_path / "picortex.db") as store:
+        seed(store, NOW)
+        pruner = Pruner(store, sink, wall_clock=lambda: clock[0])
+        async with trio.open_nursery() as nursery:
+            await nursery.start(pruner.run)
+            (first,) = sink.of("prune")
+            assert (first["memory"], first["invocation_errors"], first["seen_ids"]) == (2, 1, 1)
+            assert {h.message_id for h in store.search_memory("insomnia", 0.0, None)} == {2}
+            assert len(store.invocation_errors()) == 2  # the unresolved one always stays
+            assert not store.is_seen(100) and store.is_seen(101)
+            # Two days on, the next hourly rounds drop what has aged out since.
+            clock[0] = NOW + 2 * DAY
+            await trio.sleep(PRUNE_EVERY_SECONDS + 1)
+            assert pruner.rounds == 2
+            second = sink.of("prune")[-1]
+            assert (second["memory"], second["seen_ids"]) == (2, 1)
+            await trio.sleep(PRUNE_EVERY_SECONDS)
+            assert pruner.rounds == 3
+            assert len(sink.of("prune")) == 2  # nothing to drop: no event
+            nursery.cancel_scope.cancel()

@@ -1,0 +1,676 @@
+"""The panel's ASGI app through an in-process client: auth, pages, API, changes, metrics."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import orjson
+import pytest
+import trio
+
+from picortex.actors.llm import LLMRequest, LLMResult
+from picortex.actors.pipeline import ChannelRegistry, SettingsSource
+from picortex.chathome import ChatHome
+from picortex.config import Settings
+from picortex.core.personas import PersonaSet
+from picortex.core.triggerlog import TriggerEntry
+from picortex.store import Store
+from picortex.types import Channel, ChannelType, Message, User
+from picortex.web.app import PanelApp
+from picortex.web.auth import load_or_create_token, make_login_code
+from picortex.web.panel import Panel
+
+OWNER = 1001
+BOB = 1002
+GUILD = 500
+GENERAL = 600
+THREAD = 601
+CATEGORY = 602
+DM = 700
+DELAY = 2.0
+
+
+@attrs.define
+class Sink:
+    """Collects events instead of writing them."""
+
+    rows: list[dict[str, Any]] = attrs.field(factory=list)
+
+    def emit(self, event: str, /, **fields: object) -> None:
+        self.rows.append({"event": event, **fields})
+
+    def of(self, event: str) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["event"] == event]
+
+
+@attrs.define
+class FakeCache:
+    messages: dict[int, list[Message]] = attrs.field(factory=dict)
+
+    def recent(self, channel_id: int, n: int) -> list[Message]:
+        return self.messages.get(channel_id, [])[-n:]
+
+
+@attrs.define
+class FakeRest:
+    posted: list[tuple[int, str, Any]] = attrs.field(factory=list)
+
+    async def create_message(
+        self,
+        channel_id: int,
+        content: str,
+        *,
+        reply_to: int | None = None,
+        allowed_mentions: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        self.posted.append((channel_id, content, allowed_mentions))
+        return {"id": str(9000 + len(self.posted)), "channel_id": str(channel_id)}
+
+
+@attrs.define
+class FakeModel:
+    """Answers "respond" for messages that mention cake, "skip" otherwise."""
+
+    requests: list[LLMRequest] = attrs.field(factory=list)
+
+    async def complete(self, request: LLMRequest) -> LLMResult:
+        self.requests.append(request)
+        prompt = request.messages[-1].content
+        new = prompt.rsplit("cake", 1)
+        verdict = len(new) > 1 and "cake" in prompt.split("New message")[-1]
+        text = orjson.dumps({"should_respond": verdict, "reason": "cake" if verdict else "no cake"})
+        return LLMResult(text.decode(), request.model or "m", 10, 5, 0.00002, 3, "ok")
+
+
+def message(mid: int, channel: int, author: int, name: str, text: str) -> Message:
+    return Message(
+        id=mid,
+        channel_id=channel,
+        guild_id=GUILD,
+        author=User(author, name),
+        content=text,
+        timestamp="2026-12-01T10:00:00+00:00",
+    )
+
+
+@attrs.define
+class Env:
+    client: httpx.AsyncClient
+    app: PanelApp
+    panel: Panel
+    store: Store
+    sink: Sink
+    rest: FakeRest
+    model: FakeModel
+    home: Path
+    token: str
+
+    async def login(self) -> str:
+        page = await self.client.get("/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert csrf is not None
+        r = await self.client.post("/login", data={"token": self.token, "csrf": csrf.group(1)})
+        assert r.status_code == 303
+        return await self.csrf()
+
+    async def csrf(self) -> str:
+        page = await self.client.get("/chats")
+        found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert found is not None
+        return found.group(1)
+
+    def bearer(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+@pytest.fixture
+async def env(tmp_path: Path) -> AsyncIterator[Env]:
+    home = tmp_path / "home"
+    home.mkdir()
+    store = Store.open(home / "picortex.db")
+    settings = Settings(home=home, owner_id=OWNER)
+    source = SettingsSource(settings, store)
+    registry = ChannelRegistry()
+    registry.add(Channel(GENERAL, ChannelType.GUILD_TEXT, GUILD, None, "general"))
+    registry.add(Channel(THREAD, ChannelType.PUBLIC_THREAD, GUILD, GENERAL, "a thread"))
+    registry.add(Channel(CATEGORY, ChannelType.GUILD_CATEGORY, GUILD, None, "Text Channels"))
+    cache = FakeCache(
+        {
+            GENERAL: [
+                message(11, GENERAL, BOB, "bob", "what a nice day"),
+                message(12, GENERAL, BOB, "bob", "who wants cake?"),
+            ]
+        }
+    )
+    sink = Sink()
+    rest = FakeRest()
+    model = FakeModel()
+    trigger = TriggerEntry(
+        id=21,
+        channel_id=DM,
+        guild_id=None,
+        author_id=BOB,
+        author_name="bob",
+        content="hi in a dm",
+        timestamp="2026-12-01T10:00:00+00:00",
+        trusted=True,
+    )
+    panel = Panel(
+        settings=source,
+        store=store,
+        events=sink,
+        home=home,
+        action_log_path=home / "actions.jsonl",
+        snapshot=lambda: {
+            "gateway": {"state": "connected", "heartbeat_latency_ms": 41.5, "reconnects": 2},
+            "mailboxes": [{"channel_id": str(GENERAL), "name": "general", "depth": 3}],
+            "restarts": {"llm": 1},
+            "budget": {},
+            "channel_actors": 1,
+        },
+        registry=registry,
+        cache=cache,
+        llm=model,
+        rest=rest,
+        personas=PersonaSet,
+        triggers=lambda: [trigger],
+        dm_channels={},
+    )
+    token = load_or_create_token(home)
+    app = PanelApp(panel, token, wrong_token_delay=DELAY)
+    transport = httpx.ASGITransport(app=app.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://panel.test") as client:
+        yield Env(client, app, panel, store, sink, rest, model, home, token)
+    store.close()
+
+
+def write_log(home: Path, rows: list[dict[str, Any]]) -> None:
+    with open(home / "actions.jsonl", "ab") as f:
+        for row in rows:
+            f.write(orjson.dumps({"ts": "2026-12-01T10:00:00.000Z", **row}) + b"\n")
+
+
+# ----- auth ------------------------------------------------------------------------------
+
+
+async def test_token_file_is_private_and_stable(env: Env) -> None:
+    path = env.home / "web.token"
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert load_or_create_token(env.home) == env.token
+    assert len(env.token) >= 32
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/", "/chats", f"/chats/{GENERAL}", "/activity", "/trust", "/errors", "/personas", "/send"],
+)
+async def test_pages_redirect_to_login_without_a_session(env: Env, path: str) -> None:
+    r = await env.client.get(path)
+    assert r.status_code == 303
+    assert r.headers["location"] == "/login"
+
+
+@pytest.mark.parametrize(
+    "path", ["/api/status", "/api/chats", "/api/log", "/api/trust", "/metrics"]
+)
+async def test_api_answers_401_without_auth(env: Env, path: str) -> None:
+    r = await env.client.get(path)
+    assert r.status_code == 401
+    assert isinstance(r.json()["error"], str)
+
+
+async def test_login_page_and_static_need_no_auth(env: Env) -> None:
+    assert (await env.client.get("/login")).status_code == 200
+    css = await env.client.get("/static/panel.css")
+    assert css.status_code == 200
+    assert "body" in css.text
+
+
+async def test_login_sets_a_strict_httponly_session_cookie(env: Env) -> None:
+    r = await env.client.post("/login", data={"token": env.token})
+    assert r.status_code == 303
+    cookie = r.headers["set-cookie"].lower()
+    assert "picortex_session=" in cookie
+    assert "httponly" in cookie
+    assert "samesite=strict" in cookie
+    page = await env.client.get("/")
+    assert page.status_code == 200
+    assert "connected" in page.text
+
+
+async def test_wrong_token_is_answered_slowly(env: Env, autojump_clock: trio.abc.Clock) -> None:
+    start = trio.current_time()
+    r = await env.client.post("/login", data={"token": "guess"})
+    assert r.status_code == 401
+    assert trio.current_time() - start >= DELAY
+    assert "picortex_session" not in r.headers.get("set-cookie", "")
+    start = trio.current_time()
+    r = await env.client.get("/api/chats", headers={"Authorization": "Bearer guess"})
+    assert r.status_code == 401
+    assert trio.current_time() - start >= DELAY
+
+
+async def test_parallel_wrong_guesses_wait_in_line(
+    env: Env, autojump_clock: trio.abc.Clock
+) -> None:
+    start = trio.current_time()
+
+    async def guess() -> None:
+        await env.client.post("/login", data={"token": "guess"})
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(guess)
+    assert trio.current_time() - start >= 3 * DELAY
+
+
+async def test_one_time_link_logs_in_once(env: Env) -> None:
+    code = make_login_code(env.token, time.time())
+    r = await env.client.get(f"/login?once={code}")
+    assert r.status_code == 303
+    assert "picortex_session=" in r.headers["set-cookie"]
+    other = httpx.AsyncClient(transport=env.client._transport, base_url="http://panel.test")
+    async with other:
+        again = await other.get(f"/login?once={code}")
+        assert again.status_code == 401
+        assert "picortex_session=" not in again.headers.get("set-cookie", "")
+
+
+async def test_a_link_signed_with_another_token_fails(env: Env) -> None:
+    code = make_login_code("another-token-entirely-0000000000000", time.time())
+    r = await env.client.get(f"/login?once={code}")
+    assert r.status_code == 401
+
+
+async def test_login_with_a_forged_csrf_is_refused(env: Env) -> None:
+    await env.client.get("/login")
+    r = await env.client.post("/login", data={"token": env.token, "csrf": "forged"})
+    assert r.status_code == 403
+
+
+async def test_forms_without_the_csrf_token_change_nothing(env: Env) -> None:
+    await env.login()
+    r = await env.client.post(f"/chats/{GENERAL}/attention", data={"mode": "always"})
+    assert r.status_code == 403
+    assert env.store.get_chat_config(GENERAL) is None
+    r = await env.client.post("/trust", data={"user_id": str(BOB), "tier": "user", "csrf": "x"})
+    assert r.status_code == 403
+    assert env.store.get_tier(BOB) is None
+
+
+async def test_api_change_with_cookie_needs_the_csrf_header(env: Env) -> None:
+    csrf = await env.login()
+    url = f"/api/chats/{GENERAL}/attention"
+    r = await env.client.post(url, json={"mode": "always"})
+    assert r.status_code == 403
+    r = await env.client.post(url, json={"mode": "always"}, headers={"X-CSRF-Token": csrf})
+    assert r.status_code == 200
+
+
+async def test_logout_ends_the_session(env: Env) -> None:
+    csrf = await env.login()
+    await env.client.post("/logout", data={"csrf": csrf})
+    r = await env.client.get("/")
+    assert r.status_code == 303
+
+
+# ----- pages -----------------------------------------------------------------------------
+
+
+async def test_every_page_renders(env: Env) -> None:
+    await env.login()
+    for path in [
+        "/",
+        "/chats",
+        f"/chats/{GENERAL}",
+        "/activity",
+        "/trust",
+        "/errors",
+        "/personas",
+        "/send",
+    ]:
+        r = await env.client.get(path)
+        assert r.status_code == 200, path
+        assert "<main>" in r.text
+        assert "https://" not in r.text  # nothing from a CDN
+
+
+async def test_overview_draws_spend_per_workspace(env: Env) -> None:
+    now = time.time()
+    env.store.add_spend(str(GUILD), "p", 0.25, now)
+    env.store.add_spend("dm", "p", 0.5, now - 86400)
+    await env.login()
+    page = await env.client.get("/")
+    assert "<svg" in page.text
+    assert page.text.count("<rect x=") == 2
+    assert str(GUILD) in page.text
+    assert "$0.2500" in page.text
+
+
+async def test_chat_page_with_unknown_id_is_404(env: Env) -> None:
+    await env.login()
+    r = await env.client.get("/chats/123456")
+    assert r.status_code == 404
+    r = await env.client.get("/chats/not-a-number")
+    assert r.status_code == 404
+
+
+# ----- changes through the executor --------------------------------------------------------
+
+
+async def test_attention_radio_form_goes_through_the_executor(env: Env) -> None:
+    csrf = await env.login()
+    r = await env.client.post(
+        f"/chats/{GENERAL}/attention", data={"mode": "discriminate", "csrf": csrf}
+    )
+    assert r.status_code == 303
+    config = env.store.get_chat_config(GENERAL)
+    assert config is not None
+    assert config.attention_mode == "discriminate"
+    [event] = env.sink.of("command")
+    assert event["source"] == "web"
+    assert event["command"] == "attention"
+    assert event["text"] == "attention discriminate"
+    assert event["result"] == "ok"
+    assert event["requester"] == str(OWNER)
+    page = await env.client.get(f"/chats/{GENERAL}")
+    assert "Attention mode is now discriminate (was mentions-only)." in page.text
+    assert 'value="discriminate" checked' in page.text
+    assert ChatHome(env.home, str(GENERAL)).exists()
+
+
+async def test_thread_follows_its_parent_until_set(env: Env) -> None:
+    env.store.set_attention_mode(GENERAL, "always", 0)
+    r = await env.client.get("/api/chats", headers=env.bearer())
+    chats = {c["chat_id"]: c for c in r.json()}
+    assert chats[str(THREAD)]["attention_mode"] == "always"
+    assert chats[str(THREAD)]["kind"] == "thread"
+    assert chats[str(GENERAL)]["kind"] == "text"
+    assert chats[str(DM)] == {
+        "chat_id": str(DM),
+        "name": "DM with bob",
+        "guild_id": None,
+        "kind": "dm",
+        "attention_mode": "always",
+    }
+    assert str(CATEGORY) not in chats
+
+
+async def test_api_attention_returns_the_chat_and_refuses_bad_modes(env: Env) -> None:
+    url = f"/api/chats/{GENERAL}/attention"
+    r = await env.client.post(url, json={"mode": "silent"}, headers=env.bearer())
+    assert r.status_code == 200
+    assert r.json()["attention_mode"] == "silent"
+    assert r.json()["chat_id"] == str(GENERAL)
+    for body in [{"mode": "loud"}, {}, [1], {"mode": 3}]:
+        r = await env.client.post(url, json=body, headers=env.bearer())
+        assert r.status_code == 400
+        assert r.json()["error"].endswith(".")
+    r = await env.client.post(url, content=b"{not json", headers=env.bearer())
+    assert r.status_code == 400
+    r = await env.client.post(
+        "/api/chats/abc/attention", json={"mode": "silent"}, headers=env.bearer()
+    )
+    assert r.status_code == 400
+    config = env.store.get_chat_config(GENERAL)
+    assert config is not None and config.attention_mode == "silent"
+
+
+async def test_trust_api_add_list_delete(env: Env) -> None:
+    h = env.bearer()
+    r = await env.client.post(
+        "/api/trust", json={"user_id": str(BOB), "tier": "trusted"}, headers=h
+    )
+    assert r.status_code == 200
+    assert r.json() == {"user_id": str(BOB), "tier": "trusted"}
+    assert env.store.get_tier(BOB) == "trusted"
+    listed = (await env.client.get("/api/trust", headers=h)).json()
+    assert {"user_id": str(BOB), "tier": "trusted", "owner": False} in listed
+    assert {"user_id": str(OWNER), "tier": "admin", "owner": True} in listed
+    r = await env.client.delete(f"/api/trust/{BOB}", headers=h)
+    assert r.status_code == 204
+    assert env.store.get_tier(BOB) is None
+    events = env.sink.of("command")
+    assert [e["command"] for e in events] == ["whitelist", "whitelist"]
+    assert all(e["source"] == "web" for e in events)
+
+
+async def test_trust_api_bad_input_is_one_sentence(env: Env) -> None:
+    h = env.bearer()
+    cases = [
+        ("post", "/api/trust", {"user_id": "bob", "tier": "user"}),
+        ("post", "/api/trust", {"user_id": str(BOB), "tier": "king"}),
+        ("post", "/api/trust", {"user_id": str(OWNER), "tier": "user"}),
+        ("delete", f"/api/trust/{OWNER}", None),
+        ("delete", f"/api/trust/{BOB}", None),
+        ("delete", "/api/trust/x1", None),
+    ]
+    for method, url, body in cases:
+        if method == "post":
+            r = await env.client.post(url, json=body, headers=h)
+        else:
+            r = await env.client.delete(url, headers=h)
+        assert r.status_code == 400, (url, body)
+        error = r.json()["error"]
+        assert error and "\n" not in error
+    assert env.store.trust_list() == []
+
+
+async def test_trust_form_adds_a_user(env: Env) -> None:
+    csrf = await env.login()
+    await env.client.post("/trust", data={"user_id": str(BOB), "tier": "user", "csrf": csrf})
+    assert env.store.get_tier(BOB) == "user"
+    page = await env.client.get("/trust")
+    assert "Added as user: @bob." in page.text
+    await env.client.post(f"/trust/{BOB}/remove", data={"csrf": csrf})
+    assert env.store.get_tier(BOB) is None
+
+
+async def test_errors_are_listed_and_resolved(env: Env) -> None:
+    eid = env.store.add_invocation_error("500", "default", "77", "generate", "boom", None, 1.0)
+    h = env.bearer()
+    rows = (await env.client.get("/api/errors?unresolved=1", headers=h)).json()
+    assert [r["id"] for r in rows] == [str(eid)]
+    assert rows[0]["signal_id"] == "77"
+    r = await env.client.post(f"/api/errors/{eid}/resolve", json={"as": "fixed"}, headers=h)
+    assert r.status_code == 200
+    assert r.json()["resolution"] == "fixed"
+    assert (await env.client.get("/api/errors?unresolved=1", headers=h)).json() == []
+    assert len((await env.client.get("/api/errors", headers=h)).json()) == 1
+    r = await env.client.post(f"/api/errors/{eid}/resolve", json={"as": "forgotten"}, headers=h)
+    assert r.status_code == 400
+    r = await env.client.post("/api/errors/999/resolve", json={"as": "fixed"}, headers=h)
+    assert r.status_code == 400
+    assert r.json() == {"error": "No invocation error has id 999."}
+    assert env.sink.of("command")[0]["source"] == "web"
+
+
+async def test_send_posts_without_pings_and_logs_a_manual_event(env: Env) -> None:
+    h = env.bearer()
+    r = await env.client.post(
+        "/api/send", json={"channel_id": str(GENERAL), "content": "hello @everyone"}, headers=h
+    )
+    assert r.status_code == 200
+    assert r.json()["channel_id"] == str(GENERAL)
+    assert env.rest.posted == [(GENERAL, "hello @everyone", {"parse": []})]
+    [event] = env.sink.of("manual")
+    assert event["source"] == "web"
+    assert event["content_length"] == len("hello @everyone")
+    assert event["channel_id"] == str(GENERAL)
+    for body in [
+        {"channel_id": "x", "content": "a"},
+        {"channel_id": str(GENERAL), "content": ""},
+        {"channel_id": str(GENERAL), "content": "a" * 2001},
+    ]:
+        r = await env.client.post("/api/send", json=body, headers=h)
+        assert r.status_code == 400
+    assert len(env.rest.posted) == 1
+
+
+# ----- prompts ------------------------------------------------------------------------------
+
+
+def git_log(home: Path, chat: int) -> list[str]:
+    out = subprocess.run(
+        ["git", "log", "--format=%s"],
+        cwd=home / "chats" / str(chat),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.splitlines()
+
+
+async def test_prompt_save_is_a_commit_with_a_diff_in_history(env: Env) -> None:
+    csrf = await env.login()
+    page = await env.client.get(f"/chats/{GENERAL}")
+    assert "Seed discriminator prompt" in page.text
+    text = ChatHome(env.home, str(GENERAL)).read_prompt() + "Only answer about cake.\n"
+    r = await env.client.post(f"/chats/{GENERAL}/prompt", data={"prompt": text, "csrf": csrf})
+    assert r.status_code == 303
+    assert git_log(env.home, GENERAL)[0] == "Prompt edited in the web panel"
+    assert ChatHome(env.home, str(GENERAL)).read_prompt() == text
+    page = await env.client.get(f"/chats/{GENERAL}")
+    assert "<ins>+Only answer about cake.</ins>\n" in page.text
+    assert "diff --git" not in page.text
+    assert "Saved the discriminator prompt as a new version." in page.text
+    events = [e for e in env.sink.of("command") if e["command"] == "prompt"]
+    assert events and events[0]["source"] == "web"
+    await env.client.post(f"/chats/{GENERAL}/prompt", data={"prompt": text, "csrf": csrf})
+    assert len(git_log(env.home, GENERAL)) == 2  # unchanged: no new commit
+
+
+async def test_discriminator_test_shows_decision_reason_and_cost(env: Env) -> None:
+    csrf = await env.login()
+    r = await env.client.post(f"/chats/{GENERAL}/test", data={"n": "2", "csrf": csrf})
+    assert r.status_code == 200
+    assert len(env.model.requests) == 2
+    assert all(req.stage == "discriminate" for req in env.model.requests)
+    rows = re.findall(r'<td class="decision (\w+)">', r.text)
+    assert rows == ["skip", "respond"]
+    assert "who wants cake?" in r.text
+    assert "$0.000020" in r.text
+    r = await env.client.post(f"/chats/{GENERAL}/test", data={"n": "99", "csrf": csrf})
+    assert r.status_code == 303
+    assert len(env.model.requests) == 2
+
+
+# ----- activity and the log API ------------------------------------------------------------
+
+
+async def test_activity_shows_the_message_beside_each_decision(env: Env) -> None:
+    write_log(
+        env.home,
+        [
+            {
+                "event": "decision",
+                "message_id": 12,
+                "channel_id": GENERAL,
+                "author_id": BOB,
+                "outcome": "ignore",
+                "reason": "untrusted author: never answered",
+            },
+            {
+                "event": "decision",
+                "message_id": 11,
+                "channel_id": GENERAL,
+                "author_id": OWNER,
+                "outcome": "respond",
+                "reason": "mention of the bot",
+            },
+        ],
+    )
+    await env.login()
+    page = await env.client.get("/activity?message_id=12")
+    assert "untrusted author: never answered" in page.text
+    assert "who wants cake?" in page.text
+    assert "mention of the bot" not in page.text
+
+
+async def test_log_api_filters_and_counts_after_filtering(env: Env) -> None:
+    rows: list[dict[str, Any]] = []
+    for i in range(30):
+        rows.append(
+            {
+                "event": "decision",
+                "message_id": 100 + i,
+                "channel_id": GENERAL,
+                "author_id": BOB if i % 2 else OWNER,
+                "outcome": "respond",
+                "reason": "r",
+            }
+        )
+        rows.append({"event": "llm", "signal_id": str(100 + i), "model": "m", "cost_usd": 0.1})
+    write_log(env.home, rows)
+    h = env.bearer()
+    got = (await env.client.get("/api/log?n=5&event=decision", headers=h)).json()
+    assert [g["message_id"] for g in got] == ["125", "126", "127", "128", "129"]
+    got = (await env.client.get(f"/api/log?n=3&user_id={BOB}", headers=h)).json()
+    assert [g["message_id"] for g in got] == ["125", "127", "129"]
+    got = (await env.client.get("/api/log?message_id=107", headers=h)).json()
+    assert [g["event"] for g in got] == ["decision", "llm"]
+    got = (await env.client.get(f"/api/log?channel_id={GENERAL}&n=1000", headers=h)).json()
+    assert len(got) == 30
+    assert all(isinstance(g["channel_id"], str) for g in got)
+    for bad in ["n=0", "n=abc", "n=1001", "channel_id=general", "message_id=-1"]:
+        r = await env.client.get(f"/api/log?{bad}", headers=h)
+        assert r.status_code == 400, bad
+
+
+async def test_status_api_has_string_ids(env: Env) -> None:
+    r = await env.client.get("/api/status", headers=env.bearer())
+    assert r.status_code == 200
+    assert r.json()["mailboxes"][0]["channel_id"] == str(GENERAL)
+
+
+# ----- metrics and personas -----------------------------------------------------------------
+
+
+async def test_metrics_in_prometheus_text_format(env: Env) -> None:
+    write_log(
+        env.home,
+        [
+            {"event": "decision", "outcome": "respond"},
+            {
+                "event": "llm",
+                "model": "claude-haiku-5-5",
+                "stage": "discriminate",
+                "outcome": "ok",
+                "cost_usd": 0.0004,
+            },
+            {"event": "rest", "outcome": "rate_limited"},
+        ],
+    )
+    r = await env.client.get("/metrics", headers=env.bearer())
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    assert 'picortex_decisions_total{outcome="respond"} 1.0' in text
+    assert (
+        'picortex_model_calls_total{model="claude-haiku-5-5",outcome="ok",stage="discriminate"} 1.0'
+        in text
+    )
+    assert 'picortex_model_cost_usd_total{model="claude-haiku-5-5"} 0.0004' in text
+    assert "picortex_rest_rate_limited_total 1.0" in text
+    assert f'picortex_mailbox_depth{{channel_id="{GENERAL}"}} 3.0' in text
+    assert 'picortex_actor_restarts_total{actor="llm"} 1.0' in text
+    assert "picortex_gateway_heartbeat_latency_seconds 0.0415" in text
+    write_log(env.home, [{"event": "decision", "outcome": "respond"}])
+    text = (await env.client.get("/metrics", headers=env.bearer())).text
+    assert 'picortex_decisions_total{outcome="respond"} 2.0' in text
+
+
+async def test_personas_page_shows_validation_errors(env: Env) -> None:
+    (env.home / "agents.yaml").write_text("personas:\n  - id: x\n", encoding="utf-8")
+    await env.login()
+    page = await env.client.get("/personas")
+    assert page.status_code == 200
+    assert "The file has an error" in page.text
+    assert "personas:" in page.text
