@@ -116,6 +116,8 @@ class Bot:
         self.source.subscribe(lambda s: self.cache.set_fetch_cooldown(s.fetch_cooldown_seconds))
         personas = PersonaLoader(settings.home)
         personas.load()  # bad persona files stop the start with exit code 2
+        for warning in personas.current.warnings:
+            logger.warning("%s", warning)
         self.pipe = Pipeline(
             settings=self.source,
             store=self.store,
@@ -227,6 +229,7 @@ class Bot:
             "mailboxes": self.router.mailbox_depths(),
             "mailbox_overflows": self.router.mailbox_overflows(),
             "restarts": restarts,
+            "warnings": list(self.pipe.personas.current.warnings) if self.pipe.personas else [],
             "budget": self.budget.summary(),
             "budget_global": self.budget.totals(),
             "budget_users": self.budget.users(),

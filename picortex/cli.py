@@ -46,58 +46,121 @@ def _count(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree of SPEC section 2."""
-    p = _Parser(prog="picortex", description="A long-lived Discord bot runtime.")
+    from picortex.logview import EVENT_TYPES
+
+    p = _Parser(
+        prog="picortex",
+        description="A long-lived Discord bot runtime.",
+        epilog="Every command reads PICORTEX_HOME (default ~/.picortex).",
+    )
     p.add_argument("--version", action="version", version=f"picortex {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run the bot until SIGINT/SIGTERM")
-    run.add_argument("--shard", type=_shard, default=(0, 1), metavar="ID/COUNT")
+    run.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="ID/COUNT",
+        help="connect as shard ID of COUNT (default 0/1: one shard)",
+    )
 
     demo = sub.add_parser("demo", help="zero-setup showcase against the built-in simulator")
-    demo.add_argument("--keep", action="store_true", help="keep the demo home for inspection")
-    demo.add_argument("--speed", type=float, default=1.0, help="shorten windows by this factor")
+    demo.add_argument(
+        "--keep", action="store_true", help="keep the demo home for inspection afterwards"
+    )
+    demo.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="shorten the continuation and poll windows by this factor (default 1)",
+    )
+    demo.add_argument(
+        "--offline",
+        action="store_true",
+        help="use the simulator's offline model even when ANTHROPIC_API_KEY is set",
+    )
     demo.add_argument("--web", action="store_true", help="serve the panel, stay up until Ctrl-C")
 
     sim = sub.add_parser("sim", help="run the built-in Discord simulator")
-    sim.add_argument("--chat", action="store_true", help="chat with the bot from this terminal")
-    sim.add_argument("--port", type=int, default=0)
+    sim.add_argument(
+        "--chat",
+        action="store_true",
+        help="also run the bot and chat with it from this terminal as a user",
+    )
+    sim.add_argument(
+        "--port",
+        type=int,
+        default=0,
+        help="the simulator's HTTP port for REST, model and control (default 0: any free port)",
+    )
     sim.add_argument("--web", action="store_true", help="with --chat: serve the panel too")
 
-    log = sub.add_parser("log", help="read actions.jsonl")
-    log.add_argument("-n", type=_count, default=None, metavar="N", help="last N lines")
-    log.add_argument("--follow", "-f", action="store_true")
-    log.add_argument("--event", action="append", default=[], metavar="TYPE")
-    log.add_argument("--json", action="store_true", help="raw JSON lines")
+    log = sub.add_parser(
+        "log",
+        help="read actions.jsonl",
+        description="Read the action log (actions.jsonl and its rotated files).",
+        epilog="event types: " + ", ".join(EVENT_TYPES),
+    )
+    log.add_argument("-n", type=_count, default=None, metavar="N", help="only the last N lines")
+    log.add_argument(
+        "--follow", "-f", action="store_true", help="keep printing new lines as they come"
+    )
+    log.add_argument(
+        "--event",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="only events of this type (repeatable); the types are listed below",
+    )
+    log.add_argument("--json", action="store_true", help="print the raw JSON lines")
 
     errors = sub.add_parser("errors", help="list failed model invocations")
-    errors.add_argument("--unresolved", action="store_true")
-    errors.add_argument("--json", action="store_true")
-    errors.add_argument("--patterns", action="store_true")
+    errors.add_argument("--unresolved", action="store_true", help="only errors not yet resolved")
+    errors.add_argument("--json", action="store_true", help="print a JSON array of the rows")
+    errors.add_argument(
+        "--patterns",
+        action="store_true",
+        help="group unresolved failures by persona and stage",
+    )
     esub = errors.add_subparsers(dest="errors_command", parser_class=_Parser)
     resolve = esub.add_parser("resolve", help="mark an error resolved")
-    resolve.add_argument("id", type=int)
+    resolve.add_argument("id", type=int, help="the error's id (first column of the list)")
     resolve.add_argument(
-        "--as", dest="resolution", required=True, choices=["fixed", "dismissed", "composted"]
+        "--as",
+        dest="resolution",
+        required=True,
+        choices=["fixed", "dismissed", "composted"],
+        help="how it was resolved",
     )
 
     disc = sub.add_parser("discriminator", help="the attention discriminator")
     dsub = disc.add_subparsers(dest="disc_command", required=True, parser_class=_Parser)
     dtest = dsub.add_parser("test", help="run it on a chat's last cached messages")
-    dtest.add_argument("chat")
-    dtest.add_argument("-n", type=_count, default=5)
+    dtest.add_argument("chat", help="the chat's channel id")
+    dtest.add_argument(
+        "-n", type=_count, default=5, help="how many recent messages to decide (default 5)"
+    )
 
     prompts = sub.add_parser("prompts", help="discriminator prompt versions")
     psub = prompts.add_subparsers(dest="prompts_command", required=True, parser_class=_Parser)
     phist = psub.add_parser("history", help="the prompt's version history")
-    phist.add_argument("chat")
+    phist.add_argument("chat", help="the chat's channel id")
 
     config = sub.add_parser("config", help="read or change runtime config")
     csub = config.add_subparsers(dest="config_command", required=True, parser_class=_Parser)
-    cget = csub.add_parser("get")
-    cget.add_argument("key", nargs="?")
-    cset = csub.add_parser("set")
-    cset.add_argument("key")
-    cset.add_argument("value")
+    cget = csub.add_parser("get", help="print one key, or every key without one")
+    cget.add_argument("key", nargs="?", help="a dotted key such as budget.ceiling_usd")
+    cset = csub.add_parser("set", help="change a key; the running bot sees it at once")
+    cset.add_argument("key", help="a dotted key such as budget.ceiling_usd")
+    cset.add_argument("value", help="the new value")
+
+    backup = sub.add_parser(
+        "backup",
+        help="copy picortex.db consistently, even while the bot runs",
+        description="A consistent copy of picortex.db (SQLite's online backup).",
+    )
+    backup.add_argument("path", help="the new file to write (never overwritten)")
 
     sub.add_parser("status", help="ask the running bot how it is")
     sub.add_parser("web", help="the panel's address and a one-time login link")
@@ -153,5 +216,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # chat home git cannot write: one sentence, and the exit code the error's class says.
         print(f"picortex: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:
+        # A file or folder the command needs cannot be used: say which, in one sentence.
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"picortex: {where}{e.strerror or e}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_OK

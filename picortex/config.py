@@ -674,3 +674,30 @@ def load_settings(
     # From here on these exact values are redacted wherever they would be written.
     remember_secrets(settings.discord_token, settings.anthropic_api_key)
     return settings.with_runtime(overrides) if overrides else settings
+
+
+def load_settings_for_reading(
+    env: Mapping[str, str] | None = None,
+) -> tuple[Settings, str | None]:
+    """Settings for the commands that only read (`log`, `errors`, `status`).
+
+    A broken `picortex.toml` must not keep anyone from reading the log that says why: its
+    sentence is returned beside settings built from the environment alone.
+
+    Returns:
+        The settings, and the configuration error's sentence (None when the file is fine).
+    """
+    env = os.environ if env is None else env
+    try:
+        return load_settings(env), None
+    except ConfigError as exc:
+        problem = str(exc)
+    home = Path(_env(env, "PICORTEX_HOME") or DEFAULT_HOME).expanduser()
+    action_log = _env(env, "PICORTEX_ACTION_LOG")
+    cache_dir = _env(env, "PICORTEX_CACHE_DIR")
+    settings = attrs.evolve(
+        Settings(home=home),
+        action_log_path=Path(action_log).expanduser() if action_log else home / "actions.jsonl",
+        cache_dir=Path(cache_dir).expanduser() if cache_dir else home / "cache",
+    )
+    return settings, problem

@@ -65,6 +65,11 @@ class _Demo:
     seen_bot_ids: set[int] = attrs.field(factory=set)
     seen_log_lines: int = 0
     scene_no: int = 0
+    # Log rows before this index belong to earlier scenes: a scene waits only on its own.
+    scene_start: int = 0
+    # The scene that injects a model failure on purpose sets this; others stop at one.
+    failure_expected: bool = False
+    model_failures: list[str] = attrs.field(factory=list)
     problems: list[str] = attrs.field(factory=list)
 
     # -- output ---------------------------------------------------------------------------
@@ -72,8 +77,12 @@ class _Demo:
     def p(self, text: str = "") -> None:
         print(clean_text(text), file=self.out, flush=True)
 
-    def scene(self, title: str) -> None:
+    def scene(self, title: str, *, failure_expected: bool = False) -> None:
+        # What the last scene left in the log is printed under that scene, not this one.
+        self.report()
         self.scene_no += 1
+        self.scene_start = self.seen_log_lines
+        self.failure_expected = failure_expected
         self.p()
         self.p(f"[{self.scene_no}] {title}")
 
@@ -136,10 +145,25 @@ class _Demo:
         return rows
 
     async def wait_for(self, what: str, predicate: Callable[[list[dict[str, Any]]], bool]) -> bool:
+        """Wait until this scene's log rows satisfy `predicate`; stop at once on a model error.
+
+        Returns False (and notes the problem) when the scene cannot go on: the model failed
+        where no failure was staged, or nothing happened within SCENE_TIMEOUT_SECONDS.
+        """
+        if self.model_failures and self.model_failures[-1].startswith(f"{self.scene_no}:"):
+            return False  # this scene already stopped on a model error
         with trio.move_on_after(SCENE_TIMEOUT_SECONDS):
             while True:
-                if predicate(self.log()):
+                rows = self.log()[self.scene_start :]
+                if predicate(rows):
                     return True
+                failure = None if self.failure_expected else _model_failure(rows)
+                if failure is not None:
+                    self.model_failures.append(f"{self.scene_no}: {failure}")
+                    self.problems.append(f"scene {self.scene_no}: the model failed")
+                    self.report()
+                    self.p(f"  !! the model failed ({failure}); this scene stops here")
+                    return False
                 # The log is a file another task appends to: polling it is the simple way.
                 await trio.sleep(0.05)
         self.problems.append(f"scene {self.scene_no}: no {what} within {SCENE_TIMEOUT_SECONDS:g} s")
@@ -209,6 +233,16 @@ class _Demo:
             if len(text) > SNIPPET_CHARS:
                 text = text[: SNIPPET_CHARS - 1] + "…"
             self.p(f"  <- picortex in {self.where(int(message['channel_id']))}: {text}")
+
+
+def _model_failure(rows: list[dict[str, Any]]) -> str | None:
+    """The error of the first failed model call among `rows`, if any."""
+    for row in rows:
+        if row["event"] == "llm" and row.get("error"):
+            return str(row["error"])
+        if row["event"] == "cortex.invocation_failed":
+            return str(row.get("error") or "invocation failed")
+    return None
 
 
 def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
@@ -402,7 +436,10 @@ async def _play(demo: _Demo, speed: float) -> None:
     await demo.answered()
     demo.report()
 
-    demo.scene("A model failure (injected on purpose) becomes an error row; the bot carries on")
+    demo.scene(
+        "A model failure (injected on purpose) becomes an error row; the bot carries on",
+        failure_expected=True,
+    )
     dm = sim.open_dm(w.bob_id)
     m = demo.say(dm, w.bob_id, f"tell me about {FAULT_WORD} physics")
     await demo.wait_for(
@@ -442,10 +479,12 @@ def run_demo(
     speed: float,
     out: TextIO,
     env: Mapping[str, str] | None = None,
+    offline: bool = False,
     web: bool = False,
 ) -> int:
     """Play the demo; returns 0 when every scene did what it shows.
 
+    With `offline` the simulator's model endpoint is used even when ANTHROPIC_API_KEY is set.
     With `web`, the panel is served against the simulator and stays up until Ctrl-C.
     """
     if speed <= 0:
@@ -458,7 +497,7 @@ def run_demo(
     level = root.level
     root.setLevel(logging.CRITICAL)
     try:
-        code = trio.run(_main, home, speed, out, environ, keep, web)
+        code = trio.run(_main, home, speed, out, environ, keep, offline, web)
     finally:
         root.setLevel(level)
         if not keep:
@@ -469,9 +508,15 @@ def run_demo(
 
 
 async def _main(
-    home: Path, speed: float, out: TextIO, environ: Mapping[str, str], keep: bool, web: bool
+    home: Path,
+    speed: float,
+    out: TextIO,
+    environ: Mapping[str, str],
+    keep: bool,
+    offline: bool,
+    web: bool,
 ) -> int:
-    real_key = environ.get("ANTHROPIC_API_KEY")
+    real_key = None if offline else environ.get("ANTHROPIC_API_KEY")
     sim = Simulator(heartbeat_interval_ms=5000)
     world = sim.add_default_world()
     carol = sim.add_user("carol", global_name="Carol")
@@ -516,11 +561,15 @@ async def _main(
         demo = _Demo(sim, bot, world, carol, out, offline=not real_key)
         demo.p("picortex demo")
         if real_key:
-            demo.p("model: real Claude (ANTHROPIC_API_KEY is set)")
-        else:
             demo.p(
-                "model: the simulator's OFFLINE model endpoint, a stand-in that echoes and "
-                "follows simple rules (set ANTHROPIC_API_KEY to use real Claude)"
+                "model: real Claude (ANTHROPIC_API_KEY is set; `picortex demo --offline` uses "
+                "the simulator's offline model instead)"
+            )
+        else:
+            why = "--offline" if offline else "ANTHROPIC_API_KEY is not set"
+            demo.p(
+                f"model: the simulator's OFFLINE model endpoint ({why}), a stand-in that echoes "
+                "and follows simple rules"
             )
         demo.p(f"Discord: the built-in simulator at {urls.api_base}")
         demo.p("cast: alice (the owner), bob (a friend, not yet trusted), carol (untrusted)")
@@ -555,5 +604,12 @@ async def _main(
     if demo.problems:
         demo.p()
         demo.p("Some scenes did not finish: " + "; ".join(demo.problems))
+        if demo.model_failures:
+            first = demo.model_failures[0].partition(": ")[2]
+            demo.p(f"The model calls failed ({first}).")
+            demo.p(
+                "Check ANTHROPIC_API_KEY (and ANTHROPIC_BASE_URL), or run `picortex demo "
+                "--offline` to use the simulator's offline model."
+            )
         return 1
     return 0

@@ -148,6 +148,14 @@ def run_status(settings: Settings, *, out: TextIO, timeout: float = CLIENT_TIMEO
     """
     data = _ask(settings.home, timeout)
     if isinstance(data, str):
+        from picortex.store.lock import running_pid
+
+        holder = running_pid(settings.home)
+        if holder is not None:
+            data = (
+                f"picortex (pid {holder}) holds {settings.home} but its control socket does "
+                "not answer; it may still be starting, or be stuck."
+            )
         print(data, file=out)
         return 1
     for line in format_status(data):
@@ -177,9 +185,14 @@ def format_status(data: dict[str, Any]) -> list[str]:
     busiest = sorted(mailboxes, key=lambda m: (-int(m.get("depth", 0)), str(m.get("name"))))
     for m in busiest[:STATUS_MAILBOXES_SHOWN]:
         lines.append(f"  #{m.get('name')} ({m.get('channel_id')}): {m.get('depth', 0)} queued")
+    for warning in data.get("warnings") or ():
+        lines.append(f"warning:           {warning}")
     restarts = data.get("restarts") or {}
     shown = ", ".join(f"{name} {count}" for name, count in sorted(restarts.items()))
     lines.append(f"actor restarts:    {shown or 'none'}")
+    web = data.get("web")
+    if isinstance(web, dict):
+        lines.append(f"web panel:         {web.get('url') or 'not served (see the log)'}")
     budget = data.get("budget", {})
     if budget:
         lines.append("budget (this period):")

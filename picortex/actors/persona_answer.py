@@ -62,6 +62,8 @@ def current_personas(pipe: Pipeline) -> PersonaSet | None:
     try:
         if loader.reload_if_changed() is not None:
             pipe.events.emit("personas", action="reloaded", count=len(loader.current))
+            for warning in loader.current.warnings:
+                logger.warning("%s", warning)
     except ConfigError as exc:
         # The loader reports one bad edit once; the previous personas stay in use.
         pipe.events.emit("error", scope="personas", message=str(exc))

@@ -21,6 +21,8 @@ Tier = Literal["triage", "general", "complex"]
 
 TIERS: Final[tuple[Tier, ...]] = ("triage", "general", "complex")
 AGENTS_FILE: Final = "agents.yaml"
+# The keys agents.yaml may have at its top level; others are warned about, not fatal.
+_TOP_LEVEL_KEYS: Final = frozenset({"personas"})
 PROFILES_DIR: Final = "personas"
 # Ids name files (`personas/<id>.md`), so no path separators or dots.
 _ID = re.compile(r"\w[\w-]*")
@@ -70,6 +72,8 @@ class PersonaSet:
 
     personas: tuple[Persona, ...] = ()
     source: str = AGENTS_FILE
+    # Sentences about what was ignored (an unknown top-level key): shown, never fatal.
+    warnings: tuple[str, ...] = ()
 
     def __iter__(self) -> Iterator[Persona]:
         return iter(self.personas)
@@ -174,9 +178,15 @@ def parse_agents(text: str, source_name: str, profiles: Mapping[str, str]) -> Pe
         return PersonaSet((), source_name)
     if not isinstance(data, dict):
         raise ConfigError(f"{source_name}: must be a mapping with a personas: list")
+    warnings = tuple(
+        f"{source_name}: unknown key {key!s}: is ignored (the list of personas goes under "
+        "personas:)"
+        for key in data
+        if key not in _TOP_LEVEL_KEYS
+    )
     entries = data.get("personas")
     if entries is None:
-        return PersonaSet((), source_name)
+        return PersonaSet((), source_name, warnings)
     if not isinstance(entries, list):
         raise ConfigError(f"{source_name}: personas: must be a list of entries")
     personas: list[Persona] = []
@@ -209,7 +219,7 @@ def parse_agents(text: str, source_name: str, profiles: Mapping[str, str]) -> Pe
                 profile=profile.strip() if profile and profile.strip() else None,
             )
         )
-    return PersonaSet(tuple(personas), source_name)
+    return PersonaSet(tuple(personas), source_name, warnings)
 
 
 def _read_text(path: Path) -> str:

@@ -57,6 +57,8 @@ ACTIVITY_EVENTS: Final = (
     "gateway",
 )
 PACKAGE_DIR: Final = Path(__file__).parent
+# The largest form or JSON body the panel reads: a prompt is at most 20,000 characters.
+MAX_BODY_BYTES: Final = 256 * 1024
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -119,6 +121,11 @@ class PanelApp:
         async with self._wrong_lock:
             await anyio.sleep(self.wrong_token_delay)
 
+    @staticmethod
+    def _too_large(request: Request) -> bool:
+        length = request.headers.get("content-length", "")
+        return length.isdigit() and int(length) > MAX_BODY_BYTES
+
     def page(self, handler: Callable[[Request, Session], Awaitable[Response]]) -> Handler:
         """An HTML page: a session or a 303 to /login; POSTs must carry the CSRF token."""
 
@@ -127,6 +134,8 @@ class PanelApp:
             if session is None:
                 return RedirectResponse("/login", status_code=303)
             if request.method == "POST":
+                if self._too_large(request):
+                    return HTMLResponse("That form is too large.", status_code=413)
                 form = await request.form()
                 if form.get("csrf") != session.csrf:
                     return HTMLResponse(
@@ -155,6 +164,8 @@ class PanelApp:
                     and request.headers.get("x-csrf-token") != session.csrf
                 ):
                     return _error(403, "A change with a session cookie needs X-CSRF-Token.")
+            if self._too_large(request):
+                return _error(413, "The body is too large.")
             try:
                 return await handler(request)
             except PanelInputError as exc:
@@ -227,6 +238,8 @@ class PanelApp:
         return response
 
     async def login(self, request: Request) -> Response:
+        if self._too_large(request):
+            return self._login_form(request, "That form is too large.", 413)
         form = await request.form()
         # The login form carries a CSRF nonce (double-submitted in a cookie); a script that
         # posts only the token is let in too, since the token itself is the secret.

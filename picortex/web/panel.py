@@ -463,10 +463,10 @@ class Panel:
         own = self.store.get_chat_config(chat_id)
         model = discriminator_model(settings, own.discriminator_model if own else None)
         lines: list[TestLine] = []
+        chat = self.chat(chat_id)
         for index in picks:
             message = messages[index]
             is_dm = message.guild_id is None
-            chat = self.chat(chat_id)
             meta = disc.ChatMeta(
                 chat_id=str(chat_id),
                 kind="dm" if is_dm else "group",

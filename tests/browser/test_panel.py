@@ -138,6 +138,17 @@ def test_other_pages_render(page: Page, live: LiveBot) -> None:
         screenshot(page, name)
 
 
+def test_pages_fit_a_phone_screen(page: Page, live: LiveBot) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    log_in(page, live)
+    for path in ["/", "/chats", f"/chats/{live.running.world.general_id}", "/activity", "/trust"]:
+        page.goto(path)
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, (path, overflow)
+    page.goto("/chats")
+    screenshot(page, "panel-phone-chats")
+
+
 def test_send_a_manual_message(page: Page, live: LiveBot) -> None:
     run = live.running
     log_in(page, live)

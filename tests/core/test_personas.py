@@ -366,3 +366,13 @@ def test_loader_reloads_only_on_change_and_keeps_the_last_good_set(tmp_path: Pat
 
     (tmp_path / "personas" / "fitness.md").write_text("Bea", encoding="utf-8")
     assert loader.reload_if_changed() is not None  # a new profile file is a change
+
+
+def test_an_unknown_top_level_key_is_a_warning_not_silence() -> None:
+    text = "persona:\n  - id: sleep\n    name: S\n    description: d\n    domain_triggers: [x]\n"
+    found = parse_agents(text, "agents.yaml", {})
+    assert len(found) == 0
+    assert found.warnings == (
+        "agents.yaml: unknown key persona: is ignored (the list of personas goes under personas:)",
+    )
+    assert parse_agents("personas: []\n", "agents.yaml", {}).warnings == ()

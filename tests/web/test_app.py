@@ -674,3 +674,14 @@ async def test_personas_page_shows_validation_errors(env: Env) -> None:
     assert page.status_code == 200
     assert "The file has an error" in page.text
     assert "personas:" in page.text
+
+
+async def test_oversized_bodies_are_refused_unread(env: Env) -> None:
+    big = "x" * (300 * 1024)
+    r = await env.client.post("/login", data={"token": big})
+    assert r.status_code == 413
+    r = await env.client.post(
+        "/api/send", json={"channel_id": "1", "content": big}, headers=env.bearer()
+    )
+    assert r.status_code == 413
+    assert env.rest.posted == []

@@ -73,3 +73,13 @@ def test_sim_chat_without_web_serves_no_panel() -> None:
     out = io.StringIO()
     assert run_chat(stdin=io.StringIO("/quit\n"), out=out) == 0
     assert "panel:" not in out.getvalue()
+
+
+def test_status_names_the_panel() -> None:
+    from picortex.actors.control import format_status
+
+    lines = format_status({"web": {"url": "http://127.0.0.1:8765"}})
+    assert "web panel:         http://127.0.0.1:8765" in lines
+    lines = format_status({"web": {"url": None}})
+    assert "web panel:         not served (see the log)" in lines
+    assert not any(line.startswith("web panel") for line in format_status({"web": None}))
