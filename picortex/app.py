@@ -42,7 +42,6 @@ from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
 from picortex.actors.web import WebActor
 from picortex.config import Settings
-from picortex.core.personas import PersonaLoader
 from picortex.core.redact import remember_secrets
 from picortex.discord.gateway import GatewayActor
 from picortex.discord.protocol import GatewayTimings
@@ -58,6 +57,7 @@ from picortex.runtime.supervisor import (
     run_root,
 )
 from picortex.store import Store
+from picortex.store.personas import PersonaLoader
 
 logger = logging.getLogger(__name__)
 

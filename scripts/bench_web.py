@@ -27,11 +27,11 @@ import trio
 
 from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
-from picortex.chathome import ChatHome
 from picortex.config import Settings
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.store import Store
+from picortex.store.chathome import ChatHome
 from picortex.types import Channel, ChannelType, Message, User
 from picortex.web.app import PanelApp
 from picortex.web.auth import load_or_create_token

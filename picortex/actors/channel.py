@@ -26,7 +26,6 @@ from picortex.actors.pipeline import (
     failure_text,
     lines_text,
 )
-from picortex.chathome import ChatHome, default_prompt_template
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import discriminator as disc
@@ -36,6 +35,7 @@ from picortex.core.budget import REFUSAL_REASONS
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore, tier_of
+from picortex.store.chathome import ChatHome, default_prompt_template
 from picortex.types import Message, Snowflake
 
 logger = logging.getLogger(__name__)

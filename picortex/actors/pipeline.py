@@ -22,13 +22,13 @@ from picortex.actors.llm import LLMActor, LLMRequest, LLMResult
 from picortex.actors.stream_reply import ChannelSurface, StreamedReply
 from picortex.config import Settings
 from picortex.core import policy
-from picortex.core.personas import PersonaLoader
 from picortex.core.redact import redact
 from picortex.core.split import split_reply
 from picortex.core.stream import with_cut_notice
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store
+from picortex.store.personas import PersonaLoader
 from picortex.types import Channel, ChannelType, EventSink, Message, Snowflake
 
 logger = logging.getLogger(__name__)

@@ -23,11 +23,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
+from picortex.cli.errors import error_record
 from picortex.core.commands import ATTENTION_MODES
 from picortex.core.redact import redact_obj
 from picortex.core.trust import TIER_LABELS
 from picortex.errors import PanelInputError
-from picortex.errorsview import error_record
 from picortex.store import RESOLUTIONS
 from picortex.web import charts
 from picortex.web.auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_SECONDS, Session, Sessions

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, TextIO
 
 import trio
 
-from picortex.actors.control import query_status
 from picortex.actors.web import panel_url
+from picortex.cli.status import query_status
 from picortex.config import Settings
 from picortex.web.auth import LINK_SECONDS, load_or_create_token, login_link
 

@@ -14,7 +14,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
-from picortex.logview import log_files
+from picortex.cli.log import log_files
 
 BLOCK_BYTES: Final = 64 * 1024
 # How far back one request looks: a few tens of thousands of lines, a few tens of ms.

@@ -23,15 +23,16 @@ from picortex.actors.discriminate import build_request, discriminator_model, his
 from picortex.actors.discriminate import interpret as interpret_result
 from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
-from picortex.chathome import ChatHome, ChatHomeError
 from picortex.core import commands as cmds
 from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
-from picortex.core.personas import AGENTS_FILE, PersonaSet, load_personas
+from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier
 from picortex.errors import ConfigError, PanelInputError
 from picortex.store import RESOLUTIONS, InvocationError, Store
+from picortex.store.chathome import ChatHome, ChatHomeError
+from picortex.store.personas import load_personas
 from picortex.types import ChannelType, EventSink, Message, Snowflake
 from picortex.web.logtail import LogFilter, TailResult, tail
 

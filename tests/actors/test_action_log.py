@@ -19,8 +19,8 @@ import pytest
 import trio
 
 from picortex.actors.action_log import ActionLog
+from picortex.cli.log import run_log
 from picortex.errors import FaultInjected
-from picortex.logview import run_log
 from picortex.runtime.faults import FaultPoints
 
 TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4.GaBcDe.abcdefghijklmnopqrstuvwxyz0123456789AB"

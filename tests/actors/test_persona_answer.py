@@ -21,9 +21,9 @@ from picortex.actors.pipeline import (
 )
 from picortex.config import ResponsePolicySettings, load_settings
 from picortex.core.continuation import Request
-from picortex.core.personas import PersonaLoader
 from picortex.discord.rest import DiscordHTTPError
 from picortex.store import Store
+from picortex.store.personas import PersonaLoader
 from picortex.types import Channel, ChannelType, Message, User
 from tests.helpers import RecordingSink
 

@@ -11,10 +11,8 @@ from hypothesis import strategies as st
 
 from picortex.core.personas import (
     Persona,
-    PersonaLoader,
     PersonaSet,
     fts_query,
-    load_personas,
     match,
     parse_agents,
     parse_tiebreak,
@@ -23,6 +21,7 @@ from picortex.core.personas import (
     tiebreak_prompt,
 )
 from picortex.errors import ConfigError
+from picortex.store.personas import PersonaLoader, load_personas
 
 AGENTS = """\
 personas:

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from picortex.actors import control
-from picortex.actors.control import format_status, run_status
+from picortex.cli import status
+from picortex.cli.log import format_event
+from picortex.cli.status import format_status, run_status
 from picortex.config import Settings
 from picortex.core.terminal import clean_line, clean_text
-from picortex.logview import format_event
 
 EVIL = "hi\x1b[2J\x1b]0;owned\x07\r\x9b31m\u202eevil\x00"
 
@@ -59,7 +59,7 @@ def test_status_and_log_lines_never_carry_control_characters() -> None:
 
 def test_run_status_prints_clean_lines(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     snapshot = {"triggers": [{"author_name": EVIL, "content": EVIL}]}
-    monkeypatch.setattr(control, "_ask", lambda home, timeout: snapshot)
+    monkeypatch.setattr(status, "_ask", lambda home, timeout: snapshot)
     out = io.StringIO()
     assert run_status(Settings(home=tmp_path), out=out) == 0
     assert not _unsafe(out.getvalue().replace("\n", ""))

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import trio
 
-from picortex.chathome import PROMPT_RELPATH
 from picortex.sim.model import ModelReply
+from picortex.store.chathome import PROMPT_RELPATH
 from tests.e2e.harness import Running, running_bot
 
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim

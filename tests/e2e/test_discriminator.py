@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import trio
 
-from picortex.chathome import HAND_EDIT_MESSAGE, PROMPT_RELPATH, SEED_MESSAGE
+from picortex.cli.discriminator import run_discriminator_test
 from picortex.config import load_settings
 from picortex.core import discriminator as disc
-from picortex.discriminator_cli import run_discriminator_test
 from picortex.sim.model import ModelReply
+from picortex.store.chathome import HAND_EDIT_MESSAGE, PROMPT_RELPATH, SEED_MESSAGE
 from tests.e2e.harness import Running, running_bot
 
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim

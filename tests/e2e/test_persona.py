@@ -15,7 +15,7 @@ import orjson
 import pytest
 import trio
 
-from picortex.errorsview import run_errors
+from picortex.cli.errors import run_errors
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running, running_bot
 

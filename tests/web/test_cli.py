@@ -52,7 +52,7 @@ def test_web_keys_default_and_validate(tmp_path: Path) -> None:
 def test_sim_chat_with_web_prints_the_panel_address_and_a_login_link() -> None:
     import httpx
 
-    from picortex.sim.chat import run_chat
+    from picortex.cli.chat import run_chat
 
     out = io.StringIO()
     stdin = io.StringIO("/quit\n")
@@ -68,7 +68,7 @@ def test_sim_chat_with_web_prints_the_panel_address_and_a_login_link() -> None:
 
 
 def test_sim_chat_without_web_serves_no_panel() -> None:
-    from picortex.sim.chat import run_chat
+    from picortex.cli.chat import run_chat
 
     out = io.StringIO()
     assert run_chat(stdin=io.StringIO("/quit\n"), out=out) == 0
@@ -76,7 +76,7 @@ def test_sim_chat_without_web_serves_no_panel() -> None:
 
 
 def test_status_names_the_panel() -> None:
-    from picortex.actors.control import format_status
+    from picortex.cli.status import format_status
 
     lines = format_status({"web": {"url": "http://127.0.0.1:8765"}})
     assert "web panel:         http://127.0.0.1:8765" in lines

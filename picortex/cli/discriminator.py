@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
@@ -16,7 +18,6 @@ from picortex.actors.discriminate import (
 )
 from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import LLMActor
-from picortex.chathome import ChatHome, ChatHomeError
 from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
@@ -24,6 +25,7 @@ from picortex.core.terminal import clean_line
 from picortex.errors import ConfigError
 from picortex.files import private_dir
 from picortex.store import Store
+from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.types import Message, NullSink
 
 PREVIEW_CHARS = 60  # of each message, so a decision stays one readable line
@@ -220,3 +222,10 @@ def run_prompts_history(settings: Settings, chat: str, *, out: TextIO) -> int:
     for version in versions:
         print(f"  {version.commit[:10]}  {version.date}  {version.message}", file=out)
     return 0
+
+
+def command(args: argparse.Namespace) -> int:
+    """`discriminator test CHAT [-n N]`."""
+    from picortex.cli import common
+
+    return run_discriminator_test(common.settings(), args.chat, args.n, out=sys.stdout)

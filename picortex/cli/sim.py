@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import errno
 import signal
 import sys
 from functools import partial
@@ -9,6 +11,7 @@ from typing import TextIO
 
 import trio
 
+from picortex.errors import ConfigError
 from picortex.sim.simulator import Simulator
 
 
@@ -46,3 +49,27 @@ def run_sim(*, host: str = "127.0.0.1", port: int = 0, out: TextIO = sys.stdout)
     out.write("simulator stopped\n")
     out.flush()
     return 0
+
+
+def command(args: argparse.Namespace) -> int:
+    """Serve the simulator alone, or with the bot and a terminal chat (`--chat`)."""
+    try:
+        if args.chat:
+            from picortex.cli.chat import run_chat
+
+            return run_chat(port=args.port, web=args.web)
+        return run_sim(port=args.port, out=sys.stdout)
+    except (OSError, BaseExceptionGroup) as exc:
+        if not _address_in_use(exc):
+            raise
+        raise ConfigError(
+            f"port {args.port} is already in use; choose another with --port, or leave "
+            "--port out to take any free one"
+        ) from None
+
+
+def _address_in_use(exc: BaseException) -> bool:
+    """True when `exc` is (or a group holds) the error of binding a port already taken."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_address_in_use(inner) for inner in exc.exceptions)
+    return isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE

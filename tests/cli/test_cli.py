@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from picortex import cli
-from picortex.actors.control import format_status
-from picortex.logview import EVENT_TYPES
+from picortex.cli.log import EVENT_TYPES
+from picortex.cli.status import format_status
 from picortex.store.lock import hold_home, running_pid
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from picortex.logview import format_event, log_files, run_log
+from picortex.cli.log import format_event, log_files, run_log
 
 
 def line(i: int, event: str = "tick", **fields: object) -> bytes:

@@ -13,12 +13,12 @@ import orjson
 import pytest
 
 from picortex.actors.context_cache import FILE_VERSION
-from picortex.chathome import HAND_EDIT_MESSAGE, SEED_MESSAGE, ChatHome
+from picortex.cli.discriminator import run_discriminator_test, run_prompts_history
 from picortex.config import Settings, load_settings
 from picortex.core.budget import period_key
-from picortex.discriminator_cli import run_discriminator_test, run_prompts_history
 from picortex.errors import ConfigError
 from picortex.store import Store
+from picortex.store.chathome import HAND_EDIT_MESSAGE, SEED_MESSAGE, ChatHome
 
 try:  # the HTTP library the installed SDK is built on
     import httpx2 as sdk_http

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Final, TextIO
@@ -10,6 +12,7 @@ from typing import Final, TextIO
 import attrs
 import orjson
 
+from picortex.cli import common
 from picortex.core.redact import redact, redact_json_bytes
 from picortex.core.terminal import clean_line, clean_text
 from picortex.store import RESOLUTIONS, InvocationError, Store
@@ -193,3 +196,23 @@ def run_resolve(
         return 2
     out.write(f"Invocation error {id} resolved as {resolution}.\n")
     return 0
+
+
+def command(args: argparse.Namespace) -> int:
+    """List failed invocations, or resolve one."""
+    settings = common.reading_settings()
+    store = common.open_store(settings)
+    try:
+        if args.errors_command == "resolve":
+            return run_resolve(
+                store, args.id, args.resolution, sys.stdout, time.time(), err=sys.stderr
+            )
+        return run_errors(
+            store,
+            unresolved=args.unresolved,
+            as_json=args.json,
+            patterns=args.patterns,
+            out=sys.stdout,
+        )
+    finally:
+        store.close()

@@ -7,9 +7,11 @@ without a Discord account or an API key.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import textwrap
 from collections.abc import Callable, Mapping
@@ -613,3 +615,10 @@ async def _main(
             )
         return 1
     return 0
+
+
+def command(args: argparse.Namespace) -> int:
+    """Play the demo."""
+    return run_demo(
+        keep=args.keep, speed=args.speed, out=sys.stdout, offline=args.offline, web=args.web
+    )

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from picortex.chathome import (
+from picortex.store.chathome import (
     HAND_EDIT_MESSAGE,
     RESTORE_MESSAGE,
     SEED_MESSAGE,

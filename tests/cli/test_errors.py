@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from picortex.errorsview import COLUMNS, failure_patterns, rfc3339, run_errors, run_resolve
+from picortex.cli.errors import COLUMNS, failure_patterns, rfc3339, run_errors, run_resolve
 from picortex.store import Store
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z

@@ -6,7 +6,9 @@ file at all and `--follow` was not given (nothing has been logged yet, or the pa
 
 from __future__ import annotations
 
+import argparse
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -15,6 +17,7 @@ from typing import BinaryIO, Final, TextIO
 
 import orjson
 
+from picortex.cli import common
 from picortex.core.redact import redact
 from picortex.core.terminal import clean_line
 
@@ -254,3 +257,17 @@ def _emit_lines(reader: _Reader, data: bytes, name: str) -> bytes:
         if record is not None:
             reader.show(raw, record)
     return rest
+
+
+def command(args: argparse.Namespace) -> int:
+    """Print (and follow) the action log."""
+    settings = common.reading_settings()
+    return run_log(
+        settings.action_log_path,
+        n=args.n,
+        follow=args.follow,
+        events=tuple(args.event),
+        as_json=args.json,
+        out=sys.stdout,
+        err=sys.stderr,
+    )

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from picortex.cli.config import run_config_get, run_config_set
 from picortex.config import RUNTIME_KEYS, Settings, load_settings
-from picortex.configcmd import run_config_get, run_config_set
 from picortex.errors import ConfigError
 from picortex.store import Store
 

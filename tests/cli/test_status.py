@@ -9,15 +9,8 @@ from typing import Any
 
 import trio
 
-from picortex.actors.control import (
-    UNIX_PATH_MAX,
-    ControlServer,
-    format_status,
-    query_status,
-    run_status,
-    socket_path,
-    unix_address,
-)
+from picortex.actors.control import UNIX_PATH_MAX, ControlServer, socket_path, unix_address
+from picortex.cli.status import format_status, query_status, run_status
 from picortex.config import load_settings
 
 SNAPSHOT: dict[str, Any] = {

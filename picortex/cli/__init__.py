@@ -1,12 +1,19 @@
-"""The `picortex` command line: argument parsing and dispatch, nothing else."""
+"""The `picortex` command line: the parser and the dispatch; one module per command.
+
+Each command module (`run`, `demo`, `sim`, `log`, `errors`, `config`, `discriminator`,
+`prompts`, `status`, `backup`, `web`) has `command(args) -> exit code`. Commands read files
+and talk to the bot; they never decide.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Final
 
 from picortex import __version__
 from picortex.errors import PicortexError, SupervisorExhausted
@@ -44,9 +51,26 @@ def _count(text: str) -> int:
     return value
 
 
+# Command -> the module of this package that runs it (imported only when used, so that
+# `picortex log` does not load trio, httpx and the bot).
+_MODULES: Final = {
+    "run": "run",
+    "demo": "demo",
+    "sim": "sim",
+    "log": "log",
+    "errors": "errors",
+    "discriminator": "discriminator",
+    "prompts": "prompts",
+    "config": "config",
+    "backup": "backup",
+    "status": "status",
+    "web": "web",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree of SPEC section 2."""
-    from picortex.logview import EVENT_TYPES
+    from picortex.cli.log import EVENT_TYPES
 
     p = _Parser(
         prog="picortex",
@@ -190,6 +214,23 @@ def _quiet_http(record: logging.LogRecord) -> bool:
     return not (record.name.startswith("httpx") and record.levelno < logging.WARNING)
 
 
+def _log_to_stderr() -> None:
+    """Log lines to stderr, redacted and without httpx's per-request noise.
+
+    Only when nobody logs yet: a program that calls `main` with its own handlers (a test
+    runner) keeps them untouched.
+    """
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("picortex: %(levelname)s: %(message)s"))
+    handler.addFilter(_quiet_http)
+    handler.addFilter(_RedactingFilter())
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `picortex` console script."""
     parser = build_parser()
@@ -200,14 +241,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Whatever picortex or a tool it runs (git, for chat homes) creates is the owner's alone;
     # the files that matter are also chmodded explicitly, so this is a second line.
     os.umask(0o077)
-    logging.basicConfig(level=logging.INFO, format="picortex: %(levelname)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(_quiet_http)
-        handler.addFilter(_RedactingFilter())
+    _log_to_stderr()
     try:
-        from picortex import subcommands
-
-        return subcommands.dispatch(args)
+        module = importlib.import_module(f"picortex.cli.{_MODULES[args.command]}")
+        run_command: Callable[[argparse.Namespace], int] = module.command
+        return run_command(args)
     except SupervisorExhausted as e:
         print(f"picortex: giving up: {e}", file=sys.stderr)
         return EXIT_SUPERVISOR_GAVE_UP

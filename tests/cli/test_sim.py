@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_run_sim_prints_urls_serves_and_exits_0_on_ctrl_c() -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    code = "from picortex.sim.cli import run_sim; raise SystemExit(run_sim())"
+    code = "from picortex.cli.sim import run_sim; raise SystemExit(run_sim())"
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
         stdout=subprocess.PIPE,

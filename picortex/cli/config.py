@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 import time
 from collections.abc import Callable
 from typing import Final, TextIO
 
+from picortex.cli import common
 from picortex.config import (
     ATTENTION_MODES,
     NO_OVERRIDE,
@@ -135,3 +137,17 @@ def run_config_set(
     store.set_runtime_config(name, text)
     out.write(f"{name} = {text}\n")
     return 0
+
+
+def command(args: argparse.Namespace) -> int:
+    """`config get [KEY]` or `config set KEY VALUE`."""
+    settings = common.settings()
+    store = common.open_store(settings)
+    try:
+        if args.config_command == "get":
+            return run_config_get(store, settings, args.key, sys.stdout, err=sys.stderr)
+        return run_config_set(
+            store, settings, args.key, args.value, sys.stdout, err=sys.stderr, now=time.time()
+        )
+    finally:
+        store.close()
