@@ -57,7 +57,7 @@ def run_chat(
 async def _main(home: Path, port: int, stdin: TextIO, out: TextIO, web: bool = False) -> int:
     from picortex.app import Bot
     from picortex.sim import Simulator
-    from picortex.web.cli import announce, web_toml
+    from picortex.web.launch import announce, web_toml
 
     (home / "picortex.toml").write_text(web_toml(web), encoding="utf-8")
 

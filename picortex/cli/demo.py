@@ -28,7 +28,7 @@ from picortex.core.terminal import clean_text
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
 from picortex.sim.world import tiny_png
-from picortex.web.cli import announce, until_interrupted, web_toml
+from picortex.web.launch import announce, until_interrupted, web_toml
 
 # How long one scene may wait for the bot before the demo reports it and moves on.
 SCENE_TIMEOUT_SECONDS: Final = 30.0

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from picortex.cli.web import run_web
 from picortex.config import load_settings
 from picortex.errors import ConfigError
 from picortex.web.auth import Sessions, load_or_create_token
-from picortex.web.cli import run_web
 
 
 def test_web_prints_address_and_a_one_time_link(tmp_path: Path) -> None:
