@@ -749,12 +749,20 @@ class ChannelActor:
                     await typing_shown.wait()
             return True
 
+        ask = self._asks.get(trigger.id)
+        surface = None
+        if ask is not None:
+            # A slash `ask`: the answer grows in the deferred response (SPEC 15).
+            surface = interactions.AnswerSurface(pipe, ask.interaction, ask.deferred.wait)
         streamed = await pipe.stream_answer(
             request,
             lambda: pipe.resolve_plan(plan),
             trigger_id=trigger.id,
             before_first_post=before_first_post,
+            surface=surface,
         )
+        if ask is not None and streamed.reply.started:
+            ask.answered = True
         result = streamed.result
         if streamed.reply.failure is not None:
             message, trace = failure_text(streamed.reply.failure)

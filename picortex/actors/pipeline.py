@@ -19,7 +19,7 @@ import trio
 
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.llm import LLMActor, LLMRequest, LLMResult
-from picortex.actors.stream_reply import ChannelSurface, StreamedReply
+from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply
 from picortex.config import Settings
 from picortex.core import policy
 from picortex.core.redact import redact
@@ -452,15 +452,18 @@ class Pipeline:
         *,
         trigger_id: Snowflake,
         before_first_post: Callable[[], Awaitable[bool]] | None = None,
+        surface: AnswerSurface | None = None,
     ) -> Streamed:
         """Make the model call streamed and show the answer as it is written (SPEC 16).
 
-        `plan` is awaited at the first post (where the reply goes). The call is one
+        `plan` is awaited at the first post (where the reply goes), unless `surface` says
+        where the answer is written instead (a slash `ask`). The call is one
         request, never retried; a stream cut midway leaves what arrived plus one line
         saying so. A reply that could not be posted cancels the call. Logs the `reply`
         event; the caller records failures.
         """
-        surface = ChannelSurface(self.rest, plan, timeout=POST_TIMEOUT_SECONDS)
+        if surface is None:
+            surface = ChannelSurface(self.rest, plan, timeout=POST_TIMEOUT_SECONDS)
         reply = StreamedReply(surface, before_first_post=before_first_post)
         result: LLMResult | None = None
         with trio.CancelScope() as call_scope:
@@ -511,6 +514,14 @@ class Pipeline:
         return Streamed(result, reply, surface)
 
 
+class AnswerSurface(ReplySurface, Protocol):
+    """Where a streamed answer is written, and what the `reply` event says about it."""
+
+    target: str
+    channel_id: Snowflake | None
+    message_ids: list[Snowflake]
+
+
 @attrs.frozen
 class Streamed:
     """How a streamed answer went: the call's result (None when the call was cancelled
@@ -518,7 +529,7 @@ class Streamed:
 
     result: LLMResult | None
     reply: StreamedReply
-    surface: ChannelSurface
+    surface: AnswerSurface
 
     @property
     def message_ids(self) -> list[Snowflake]:

@@ -417,6 +417,18 @@ class RestClient:
         )
         return _as_object(result)
 
+    async def edit_followup_message(
+        self, application_id: int, token: str, message_id: int, message: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Edit one follow-up message of an interaction (a streamed answer growing)."""
+        result = await self._request(
+            "PATCH",
+            "/webhooks/{application_id}/{interaction_token}/messages/{message_id}",
+            f"/webhooks/{application_id}/{_token(token)}/messages/{message_id}",
+            message,
+        )
+        return _as_object(result)
+
     async def create_followup_message(
         self, application_id: int, token: str, message: dict[str, Any]
     ) -> dict[str, Any]:
