@@ -96,6 +96,12 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
             assert changed["applied"] == "now" and changed["value"] == "30"
             # It reaches the running bot like `picortex config set` does.
             await run.wait_until(lambda: run.bot.source.refresh().poll_seconds == 30.0)
+            _, chat = await _call(
+                session, "set_config", key=f"attention.{w.general_id}", value="silent"
+            )
+            assert (chat["key"], chat["value"]) == (f"attention.{w.general_id}", "silent")
+            mode = run.bot.store.get_chat_config(w.general_id)
+            assert mode is not None and mode.attention_mode == "silent"
 
             _, errors = await _call(session, "list_errors", unresolved=True)
             assert [e["id"] for e in errors] == [error_id]
