@@ -141,6 +141,15 @@ class WebSettings:
     port: int = 8765
 
 
+@attrs.frozen
+class SlashSettings:
+    """`/picortex` application commands (SPEC 15)."""
+
+    enabled: bool = True
+    # Registered per guild (updates show at once) instead of globally; empty: global.
+    guild_ids: tuple[int, ...] = ()
+
+
 def _secret_repr(value: str | None) -> str:
     return "None" if value is None else "'[hidden]'"
 
@@ -167,6 +176,7 @@ class Settings:
     models: ModelTiers = ModelTiers()
     budget: BudgetSettings = BudgetSettings()
     web: WebSettings = WebSettings()
+    slash: SlashSettings = SlashSettings()
     prices: Mapping[str, Price] = attrs.field(factory=lambda: BUILTIN_PRICES, converter=_proxy)
     discord_token: str | None = attrs.field(default=None, repr=_secret_repr)
     api_base: str = DEFAULT_API_BASE
@@ -353,6 +363,17 @@ def _check_commands(key: str, value: object) -> tuple[str, ...]:
 _check_reply_mode = _check_choice(REPLY_MODES)
 
 
+def _check_guild_ids(key: str, value: object) -> tuple[int, ...]:
+    if isinstance(value, list | tuple):
+        try:
+            ids = [_check_snowflake(key, v) for v in value]
+        except _Invalid:
+            pass
+        else:
+            return tuple(dict.fromkeys(i for i in ids if i is not None))
+    raise _Invalid(f"{key} must be a list of Discord guild ids, got {_show(value)}")
+
+
 def _check_overrides(key: str, value: object) -> Mapping[str, str]:
     if not isinstance(value, dict):
         raise _Invalid(f'{key} must be a table of command = "channel" or "dm", got {_show(value)}')
@@ -466,6 +487,9 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "web.enabled": _Key(_check_bool, _text_bool, runtime=False),
         "web.host": _Key(_check_host, _text_stripped, runtime=False),
         "web.port": _Key(_check_port, _text_int, runtime=False),
+        # Commands are registered on READY, so these take effect at the next start.
+        "slash.enabled": _Key(_check_bool, _text_bool, runtime=False),
+        "slash.guild_ids": _Key(_check_guild_ids, _text_list, runtime=False),
     }
 )
 _SECTIONS: Final = frozenset(key.partition(".")[0] for key in _KEYS if "." in key)

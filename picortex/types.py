@@ -159,6 +159,8 @@ class Ready:
     user: User
     guild_ids: tuple[Snowflake, ...] = ()
     shard: tuple[int, int] | None = None
+    # READY's `application.id`: the id application commands are registered under.
+    application_id: Snowflake | None = None
 
 
 @attrs.frozen
@@ -187,6 +189,52 @@ class ThreadListSync:
     threads: tuple[Channel, ...] = ()
 
 
+class InteractionType(IntEnum):
+    """Discord's interaction types that reach a bot over the gateway."""
+
+    PING = 1
+    APPLICATION_COMMAND = 2
+    MESSAGE_COMPONENT = 3
+    APPLICATION_COMMAND_AUTOCOMPLETE = 4
+    MODAL_SUBMIT = 5
+
+
+@attrs.frozen
+class InteractionOption:
+    """One option of a slash command as the user filled it in (nested for subcommands)."""
+
+    name: str
+    type: int
+    value: str | int | float | bool | None = None
+    options: tuple[InteractionOption, ...] = ()
+    focused: bool = False  # the option being typed, in an autocomplete interaction
+
+
+@attrs.frozen
+class Interaction:
+    """A normalized INTERACTION_CREATE (slash command or autocomplete).
+
+    The token answers the interaction for 15 minutes: a secret, never in a repr or a log.
+    """
+
+    id: Snowflake
+    application_id: Snowflake
+    type: int
+    token: str = attrs.field(repr=False)
+    channel_id: Snowflake
+    user: User
+    guild_id: Snowflake | None = None  # None in a DM
+    command_name: str = ""
+    options: tuple[InteractionOption, ...] = ()
+    # Users named by user options (`data.resolved.users`), by id.
+    resolved_users: tuple[User, ...] = ()
+
+    @property
+    def is_dm(self) -> bool:
+        """True when the interaction came from outside a guild."""
+        return self.guild_id is None
+
+
 @attrs.frozen
 class NormalizeError:
     """A payload that could not be normalized; logged, never raised in the reader."""
@@ -205,6 +253,7 @@ Event = (
     | GuildCreate
     | ChannelCreate
     | ThreadListSync
+    | Interaction
     | NormalizeError
 )
 

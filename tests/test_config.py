@@ -57,6 +57,8 @@ DEFAULTS: dict[str, object] = {
     "models.complex": "claude-opus-5-5",
     "budget.ceiling_usd": 5.0,
     "budget.period": "day",
+    "slash.enabled": True,
+    "slash.guild_ids": (),
 }
 
 
@@ -101,6 +103,8 @@ FROM_FILE = [
     ('[models]\ncomplex = "c"', "models.complex", "c"),
     ("[budget]\nceiling_usd = 0.25", "budget.ceiling_usd", 0.25),
     ('[budget]\nperiod = "month"', "budget.period", "month"),
+    ("[slash]\nenabled = false", "slash.enabled", False),
+    ('[slash]\nguild_ids = ["81384788765712384", 42]', "slash.guild_ids", (81384788765712384, 42)),
 ]
 
 
@@ -150,6 +154,9 @@ BAD = [
     ('[prices."m"]\ninput = -1\noutput = 1', "prices.m.input", "-1"),
     ('[prices."m"]\ninput = 1', "prices.m", ""),
     ('prices = "cheap"', "prices", '"cheap"'),
+    ('[slash]\nenabled = "no"', "slash.enabled", '"no"'),
+    ('[slash]\nguild_ids = ["general"]', "slash.guild_ids", '["general"]'),
+    ("[slash]\nguild_ids = 5", "slash.guild_ids", "5"),
 ]
 
 

@@ -9,6 +9,8 @@ the decision; a `context` event (context_count) once the answer's context is bui
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -18,7 +20,7 @@ import attrs
 import trio
 
 from picortex import config as config_mod
-from picortex.actors import discriminate, persona_answer
+from picortex.actors import discriminate, interactions, persona_answer
 from picortex.actors.llm import ChatTurn, LLMRequest
 from picortex.actors.pipeline import (
     TYPING_FIRST_WAIT_SECONDS,
@@ -30,13 +32,14 @@ from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
+from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
 from picortex.core.budget import REFUSAL_REASONS
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
-from picortex.core.trust import Tier, should_ignore, tier_of
+from picortex.core.trust import Tier, may_run, should_ignore, tier_of
 from picortex.store.chathome import ChatHome, default_prompt_template
-from picortex.types import Message, Snowflake
+from picortex.types import Interaction, InteractionType, Message, Snowflake
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ CONTEXT_TIMEOUT_SECONDS: Final = 30.0
 class Inbox(Protocol):
     """The mailbox an actor reads: it belongs to the supervisor and outlives the actor."""
 
-    async def receive(self) -> Message: ...
+    async def receive(self) -> Message | Interaction: ...
 
     def done(self) -> None: ...
 
@@ -76,6 +79,17 @@ class _Slot:
         """
         if self.previous is not None and not self.previous.is_set():
             await self.previous.wait()
+
+
+@attrs.define(eq=False)
+class _Ask:
+    """A slash `ask` being answered: the deferral goes first, the answer edits it."""
+
+    interaction: Interaction
+    deferred: trio.Event = attrs.field(factory=trio.Event)
+    answered: bool = False
+    # Why there is no answer, for the user, when generation skipped or failed.
+    failure: str = "Sorry, I could not answer that this time."
 
 
 @attrs.define(eq=False)
@@ -104,6 +118,7 @@ class ChannelActor:
         self._nursery: trio.Nursery | None = None
         self._idle = trio.Event()  # set while no child task runs
         self._idle.set()
+        self._asks: dict[Snowflake, _Ask] = {}  # slash `ask`s in progress, by interaction id
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Handle messages until idle for IDLE_EXIT_SECONDS with nothing queued."""
@@ -114,7 +129,7 @@ class ChannelActor:
                 self._nursery = nursery
                 task_status.started()
                 while True:
-                    message: Message | None = None
+                    message: Message | Interaction | None = None
                     with trio.move_on_after(IDLE_EXIT_SECONDS):
                         message = await self._inbox.receive()
                     if message is None:
@@ -176,7 +191,10 @@ class ChannelActor:
 
     # ----- one message ---------------------------------------------------------------------
 
-    async def _handle(self, msg: Message, nursery: trio.Nursery) -> None:
+    async def _handle(self, msg: Message | Interaction, nursery: trio.Nursery) -> None:
+        if isinstance(msg, Interaction):
+            await self._interaction(msg, nursery)
+            return
         pipe = self._pipe
         arrived = pipe.arrivals.pop(msg.id, None)
         now = trio.current_time() if arrived is None else arrived
@@ -268,8 +286,42 @@ class ChannelActor:
         self, msg: Message, command_text: str, tier: Tier, nursery: trio.Nursery
     ) -> None:
         pipe = self._pipe
-        settings = pipe.settings()
         command = cmds.parse_command(command_text)
+        name, reply, poll_to_start, _ = await self._execute(msg, command, command_text, tier)
+        if poll_to_start is not None and pipe.spawn is not None:
+            from picortex.actors.polls import run_poll
+
+            pipe.spawn(run_poll, pipe, msg, poll_to_start)
+            return
+        plan = pipe.reply_plan(msg, name)
+        slot = self._new_slot()
+
+        async def post_reply() -> None:
+            try:
+                await slot.turn()
+                await pipe.post(plan, reply, command=name, trigger_id=msg.id)
+            except Exception as exc:
+                logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
+            finally:
+                slot.done.set()
+
+        self._spawn(nursery, post_reply)
+
+    async def _execute(
+        self,
+        msg: Message,
+        command: cmds.Command,
+        command_text: str,
+        tier: Tier,
+        *,
+        source: str | None = None,
+    ) -> tuple[str, str, cmds.StartPoll | None, cmds.CommandResult]:
+        """Run a command (typed or slash) through the executor, apply and log its changes.
+
+        Returns its name, the reply text, the poll to start (if any) and the result.
+        """
+        pipe = self._pipe
+        settings = pipe.settings()
         name = cmds.command_name(command)
         chat_id = msg.channel_id
         mode = self._mode(msg)
@@ -315,28 +367,12 @@ class ChannelActor:
             command=name,
             text=command_text[:200],
             result=result.outcome,
+            **({"source": source} if source else {}),
         )
         pipe.triggers.add(entry_from_message(msg, trusted=True, command=command_text))
         article = "an" if tier.label[0] in "aeiou" else "a"
         self._decision(msg, "command", f"{name} command from {article} {tier.label}")
-        if poll_to_start is not None and pipe.spawn is not None:
-            from picortex.actors.polls import run_poll
-
-            pipe.spawn(run_poll, pipe, msg, poll_to_start)
-            return
-        plan = pipe.reply_plan(msg, name)
-        slot = self._new_slot()
-
-        async def post_reply() -> None:
-            try:
-                await slot.turn()
-                await pipe.post(plan, reply, command=name, trigger_id=msg.id)
-            except Exception as exc:
-                logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
-            finally:
-                slot.done.set()
-
-        self._spawn(nursery, post_reply)
+        return name, reply, poll_to_start, result
 
     async def _ensure_chat_home(self, chat_id: Snowflake) -> None:
         home = ChatHome(self._pipe.home, str(chat_id))
@@ -344,6 +380,113 @@ class ChannelActor:
             await trio.to_thread.run_sync(home.ensure)
         except Exception as exc:
             logger.warning("chat home for %s not ready: %s", chat_id, exc)
+
+    # ----- slash commands (SPEC 15) ---------------------------------------------------------
+
+    async def _interaction(self, inter: Interaction, nursery: trio.Nursery) -> None:
+        """A slash command or autocomplete: same trust tiers and executor as typed commands.
+
+        Every command gets an answer whatever the chat's attention mode: a message, or for
+        `ask` a deferral at once and the model's answer as its edit.
+        """
+        pipe = self._pipe
+        pipe.arrivals.pop(inter.id, None)
+        settings = pipe.settings.refresh()
+        if inter.user.bot or inter.user.id == pipe.bot.user_id:
+            return
+        author = inter.user.id
+        stored = None if author == settings.owner_id else pipe.store.get_tier(author)
+        tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
+        if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
+            # Config keys are for those who may change config; others see no suggestions.
+            allowed = tier is not None and may_run("config", tier)
+            choices = sl.autocomplete_choices(inter, config_mod.RUNTIME_KEYS) if allowed else []
+            self._spawn(nursery, lambda: interactions.autocomplete(pipe, inter, choices))
+            return
+        if inter.type != InteractionType.APPLICATION_COMMAND:
+            return
+        action = sl.action_for(inter)
+        text = sl.render_action(action)
+        msg = interactions.as_message(inter, f"{cmds.SLASH_PREFIX} {text}")
+        name = sl.Ask.NAME if isinstance(action, sl.Ask) else None
+
+        def reply(answer: str, *, ephemeral: bool, command: str | None) -> None:
+            self._spawn(
+                nursery,
+                lambda: _ignore(
+                    interactions.respond(pipe, inter, answer, ephemeral=ephemeral, command=command)
+                ),
+            )
+
+        if tier is None:
+            self._decision(msg, "ignore", "slash command from an untrusted user: refused privately")
+            reply(interactions.REFUSAL, ephemeral=True, command=name)
+            return
+        if isinstance(action, sl.NotOurs):
+            self._decision(msg, "ignore", f"unknown application command /{action.name}")
+            reply(f"This bot answers `/{sl.COMMAND_NAME}` only.", ephemeral=True, command=None)
+            return
+        if isinstance(action, sl.Ask):
+            self._ask(msg, inter, action, tier, nursery)
+            return
+        name, answer, poll, result = await self._execute(msg, action, text, tier, source="slash")
+        # Refusals, mistakes and sensitive commands are for the requester's eyes only.
+        ephemeral = not result.ok or pipe.reply_target(name) == "dm"
+        if poll is None:
+            reply(answer, ephemeral=ephemeral, command=name)
+            return
+
+        async def start_poll() -> None:
+            if not await interactions.respond(pipe, inter, answer, ephemeral=False, command=name):
+                return
+            poll_id = await interactions.original_message_id(pipe, inter)
+            if poll_id is not None and pipe.spawn is not None:
+                from picortex.actors.polls import run_poll
+
+                pipe.spawn(functools.partial(run_poll, poll_message_id=poll_id), pipe, msg, poll)
+
+        self._spawn(nursery, start_poll)
+
+    def _ask(
+        self, msg: Message, inter: Interaction, action: sl.Ask, tier: Tier, nursery: trio.Nursery
+    ) -> None:
+        """`/picortex ask`: defer now, answer by editing the deferred response."""
+        pipe = self._pipe
+        mode = self._mode(msg)
+        self._decision(msg, "respond", "slash command: always answered", mode=mode)
+        self._trigger(msg, tier, mode=mode, command=sl.Ask.NAME)
+        pipe.triggers.add(entry_from_message(msg, trusted=True, command=msg.content))
+        ask = _Ask(inter)
+        self._asks[inter.id] = ask
+
+        async def acknowledge() -> None:
+            try:
+                await interactions.defer(pipe, inter)
+            finally:
+                ask.deferred.set()
+
+        self._spawn(nursery, acknowledge)
+        request = cont.Request(
+            parent_id=inter.id,
+            channel_id=inter.channel_id,
+            author_id=inter.user.id,
+            message_ids=(inter.id,),
+            texts=(action.text,),
+        )
+        trigger = attrs.evolve(msg, content=action.text)
+        self._start(request, trigger, self._new_slot(), nursery, typing=False)
+
+    async def _settle_ask(self, gen: _Generation) -> None:
+        """A slash `ask` that got no answer still gets one sentence saying why."""
+        ask = self._asks.get(gen.trigger.id)
+        if ask is None or ask.answered:
+            return
+        ask.answered = True
+        await ask.deferred.wait()
+        with contextlib.suppress(Exception):  # finish_deferred logs its failures
+            await interactions.finish_deferred(
+                self._pipe, ask.interaction, ask.failure, command=sl.Ask.NAME
+            )
 
     # ----- attention (SPEC 5 step 5) ----------------------------------------------------------
 
@@ -515,7 +658,10 @@ class ChannelActor:
                     logger.error("answer to message %s failed: %s", gen.trigger.id, message)
                 # A skipped or failed answer still holds its place until the earlier ones post.
                 await gen.slot.turn()
+                await self._settle_ask(gen)
         finally:
+            if not gen.replaced:
+                self._asks.pop(gen.trigger.id, None)
             self._cont = cont.on_answered(self._cont, gen.request)
             self._inflight.discard(gen)
             if self._current.get(gen.request.parent_id) is gen:
@@ -532,7 +678,7 @@ class ChannelActor:
         async with pipe.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background
         ) as shown:
-            if self._persona_matches(gen.request):
+            if gen.trigger.id not in self._asks and self._persona_matches(gen.request):
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
                 handled = await persona_answer.maybe_answer(pipe, gen.request, trigger, lines)
@@ -561,9 +707,12 @@ class ChannelActor:
                 with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
                     await shown.wait()
         if not result.ok:
-            self._skip_or_fail(
+            reason = self._skip_or_fail(
                 trigger, result.outcome, result.error, result.stack_trace, None, result.limit
             )
+            ask = self._asks.get(trigger.id)
+            if ask is not None and reason is not None:
+                ask.failure = f"Sorry, {reason.removeprefix('no answer: ')}."
             if result.notice:
                 # A user over their own limit is told once per period, politely.
                 await self._post_answer(gen, result.notice, persona=None)
@@ -612,7 +761,8 @@ class ChannelActor:
         trace: str | None,
         persona: str | None,
         limit: str | None = None,
-    ) -> None:
+    ) -> str | None:
+        """Log why there is no answer; returns the reason when it was a skip, not a failure."""
         pipe = self._pipe
         if outcome in ("error", "timeout"):
             pipe.record_failure(
@@ -623,13 +773,14 @@ class ChannelActor:
                 error=error or outcome,
                 stack_trace=trace,
             )
-            return
+            return None
         reason = {
             "no_key": "no answer: ANTHROPIC_API_KEY is not set",
             "budget": "no answer: "
             + REFUSAL_REASONS.get(limit or "workspace", REFUSAL_REASONS["workspace"]),
         }.get(outcome, f"no answer: {outcome}")
         self._decision(trigger, "skip", reason)
+        return reason
 
     async def _post_answer(self, gen: _Generation, text: str, *, persona: str | None) -> None:
         pipe = self._pipe
@@ -641,8 +792,16 @@ class ChannelActor:
             return
         # From here on the answer is posted whatever comes: a follow-up now is a new request.
         self._cont = cont.on_answered(self._cont, gen.request)
+        ask = self._asks.get(trigger.id)
         with trio.CancelScope(shield=True):
             try:
+                if ask is not None:
+                    ask.answered = True
+                    await ask.deferred.wait()
+                    await interactions.finish_deferred(
+                        pipe, ask.interaction, text, command=sl.Ask.NAME
+                    )
+                    return
                 await pipe.post(plan, text, command=None, trigger_id=trigger.id)
             except Exception as exc:
                 message, trace = failure_text(exc)
@@ -654,6 +813,11 @@ class ChannelActor:
                     error=message,
                     stack_trace=trace,
                 )
+
+
+async def _ignore(result: Awaitable[object]) -> None:
+    """Await a helper that logs its own failures; its return value is not needed."""
+    await result
 
 
 def _lone_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:

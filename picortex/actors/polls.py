@@ -18,8 +18,13 @@ logger = logging.getLogger(__name__)
 REACTIONS_PAGE: Final = 100  # Discord's most users per Get Reactions call
 
 
-async def run_poll(pipe: Pipeline, trigger: Message, poll: StartPoll) -> None:
-    """Run one poll in the trigger's channel; failures are logged, never raised."""
+async def run_poll(
+    pipe: Pipeline, trigger: Message, poll: StartPoll, *, poll_message_id: Snowflake | None = None
+) -> None:
+    """Run one poll in the trigger's channel; failures are logged, never raised.
+
+    With `poll_message_id` the poll is already posted (a slash command's response).
+    """
     seconds = pipe.settings().poll_seconds
     plan = policy.plan_post(
         "channel",
@@ -30,8 +35,11 @@ async def run_poll(pipe: Pipeline, trigger: Message, poll: StartPoll) -> None:
     )
     try:
         text = pcore.format_poll(poll.question, poll.options, seconds)
-        posted = await pipe.post(plan, text, command="poll", trigger_id=trigger.id)
-        poll_id = posted[0]
+        if poll_message_id is None:
+            posted = await pipe.post(plan, text, command="poll", trigger_id=trigger.id)
+            poll_id = posted[0]
+        else:
+            poll_id = poll_message_id
         emojis = pcore.NUMBER_EMOJI[: len(poll.options)]
         for emoji in emojis:
             await pipe.rest.add_reaction(trigger.channel_id, poll_id, emoji)

@@ -17,6 +17,7 @@ import trio
 
 from picortex.actors import persona_answer
 from picortex.actors.channel import ChannelActor
+from picortex.actors.interactions import register_commands
 from picortex.actors.pipeline import Pipeline
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
@@ -24,6 +25,7 @@ from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, Restart
 from picortex.types import (
     ChannelCreate,
     GuildCreate,
+    Interaction,
     Message,
     MessageDelete,
     MessageUpdate,
@@ -58,7 +60,7 @@ class Router:
         self._pipe = pipe
         self._channels = channels
         self._inbox: Mailbox[tuple[str, Any]] = Mailbox(ROUTER_QUEUE, name="router")
-        self._mailboxes: dict[Snowflake, Mailbox[Message]] = {}
+        self._mailboxes: dict[Snowflake, Mailbox[Message | Interaction]] = {}
         self._seen: OrderedDict[Snowflake, None] = OrderedDict()
         self._routed = 0
         self.replays_dropped = 0
@@ -144,6 +146,10 @@ class Router:
                 return
             pipe.cache.on_message(event)
             await self._deliver(event)
+        elif isinstance(event, Interaction):
+            # A replayed interaction was answered (or is past answering) already.
+            if not self._is_replay(event.id):
+                await self._deliver(event)
         elif isinstance(event, MessageUpdate):
             pipe.cache.on_update(event)
             # Recall must never show the text as it was before an edit.
@@ -159,6 +165,8 @@ class Router:
             pipe.bot.username = event.user.username
             # A new session (not a RESUME): events may have been missed since the last one.
             pipe.cache.on_session_start()
+            if event.application_id is not None and pipe.spawn is not None:
+                pipe.spawn(register_commands, pipe, event.application_id)
         elif isinstance(event, GuildCreate):
             for channel in (*event.channels, *event.threads):
                 pipe.registry.add(channel)
@@ -203,7 +211,7 @@ class Router:
                 emoji=event.emoji,
             )
 
-    async def _deliver(self, message: Message) -> None:
+    async def _deliver(self, message: Message | Interaction) -> None:
         channel_id = message.channel_id
         mailbox = self._mailboxes.get(channel_id)
         if mailbox is None:
@@ -223,7 +231,9 @@ class Router:
             return
         await self._ensure_actor(channel_id, mailbox)
 
-    async def _ensure_actor(self, channel_id: Snowflake, mailbox: Mailbox[Message]) -> None:
+    async def _ensure_actor(
+        self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
+    ) -> None:
         """Start the channel's actor unless it is running."""
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:

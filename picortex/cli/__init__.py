@@ -1,7 +1,7 @@
 """The `picortex` command line: the parser and the dispatch; one module per command.
 
 Each command module (`run`, `demo`, `sim`, `log`, `errors`, `config`, `discriminator`,
-`prompts`, `status`, `backup`, `web`) has `command(args) -> exit code`. Commands read files
+`prompts`, `status`, `backup`, `web`, `mcp`) has `command(args) -> exit code`. Commands read files
 and talk to the bot; they never decide.
 """
 
@@ -65,6 +65,7 @@ _MODULES: Final = {
     "backup": "backup",
     "status": "status",
     "web": "web",
+    "mcp": "mcp",
 }
 
 
@@ -188,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("status", help="ask the running bot how it is")
     sub.add_parser("web", help="the panel's address and a one-time login link")
+    sub.add_parser("mcp", help="serve the Model Context Protocol on stdio (for assistants)")
     return p
 
 

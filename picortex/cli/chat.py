@@ -26,11 +26,17 @@ Commands:
   /channel NAME    switch to a guild channel (general, random)
   /as NAME         post as another user (alice is the owner, bob and carol are not trusted)
   /thread          switch to the newest thread (a persona answers in one)
+  //picortex ...    run the slash command, e.g. //picortex attention show,
+                   //picortex ask what is a snowflake?, //picortex whitelist add @bob trusted
   /react N         react to the bot's last message here with number N (vote in a poll)
   /why             show the bot's last decisions and their reasons
   /help            this text
   /quit            leave (Ctrl-D works too)"""
 WATCH_INTERVAL_SECONDS: Final = 0.1
+# Discord's message type for a slash command's answer (CHAT_INPUT_COMMAND).
+SLASH_ANSWER_TYPE: Final = 20
+# How long a slash command's watcher waits for answers (the token lives 15 minutes).
+SLASH_WATCH_SECONDS: Final = 15 * 60.0
 WHY_LINES: Final = 8
 
 
@@ -91,6 +97,9 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO, web: bool = F
         bot = Bot(load_settings(env))
         await nursery.start(bot.run)
         await sim.wait_ready()
+        # Slash commands work once the bot has registered them (right after READY).
+        with trio.move_on_after(5.0):
+            await sim.wait_until(lambda: bool(sim.app_commands()))
         model = "real Claude" if os.environ.get("ANTHROPIC_API_KEY") else "the offline model"
         p(f"picortex chat: simulator at {urls.api_base}, bot using {model}.")
         p(f"control API: {urls.control_url} (Bearer token {urls.control_token})")
@@ -152,12 +161,12 @@ async def _main(home: Path, port: int, stdin: TextIO, out: TextIO, web: bool = F
                     p("No threads yet.")
             elif text.startswith("/react"):
                 _react(sim, state, text.partition(" ")[2].strip(), p)
+            elif text.startswith("//"):
+                await _slash(sim, state, _mentions(text[2:], sim, users), nursery, p)
             elif text == "/why":
                 _why(bot.settings.action_log_path, bot, p)
             else:
-                content = text.replace("@bot", f"<@{sim.bot_user_id}>")
-                for name, user_id in users.items():
-                    content = content.replace(f"@{name}", f"<@{user_id}>")
+                content = _mentions(text, sim, users)
                 sim.post_user_message(state["channel"], state["author"], content)
                 await trio.sleep(WATCH_INTERVAL_SECONDS * 3)
         nursery.cancel_scope.cancel()
@@ -172,11 +181,51 @@ async def _watch(sim: Any, where: Callable[[int], str], p: Callable[[str], None]
         await trio.sleep(WATCH_INTERVAL_SECONDS)
         for message in sim.bot_messages():
             mid = int(message["id"])
-            if mid in seen:
-                continue
+            if mid in seen or message.get("type") == SLASH_ANSWER_TYPE:
+                continue  # slash answers are shown by the command's own watcher
             seen.add(mid)
             place = where(int(message["channel_id"]))
             p(f"\n  <- picortex in {place}: {message.get('content', '')}")
+
+
+def _mentions(text: str, sim: Any, users: dict[str, int]) -> str:
+    """`@bot` and `@name` as real mentions."""
+    content = text.replace("@bot", f"<@{sim.bot_user_id}>")
+    for name, user_id in users.items():
+        content = content.replace(f"@{name}", f"<@{user_id}>")
+    return content
+
+
+async def _slash(
+    sim: Any, state: dict[str, Any], line: str, nursery: trio.Nursery, p: Callable[[str], None]
+) -> None:
+    """Run a slash command as the current user and print each answer as it comes."""
+    from picortex.sim.world import SimError
+
+    try:
+        interaction = sim.run_slash(state["channel"], state["author"], line)
+    except (SimError, ValueError) as exc:
+        p(f"  (not sent: {exc})")
+        return
+
+    async def watch() -> None:
+        shown = 0
+        with trio.move_on_after(SLASH_WATCH_SECONDS):
+            while True:
+                for answer in interaction.answers[shown:]:
+                    if answer.kind == "deferred":
+                        p("\n  <- picortex is thinking...")
+                    elif answer.kind != "autocomplete":
+                        who = " (only you see this)" if answer.ephemeral else ""
+                        p(f"\n  <- picortex{who}: {answer.content}")
+                shown = len(interaction.answers)
+                await trio.sleep(WATCH_INTERVAL_SECONDS)
+
+    nursery.start_soon(watch)
+    # The first answer comes within Discord's 3 s: show it before the next prompt.
+    with trio.move_on_after(3.0):
+        await sim.wait_until(lambda: bool(interaction.answers))
+    await trio.sleep(WATCH_INTERVAL_SECONDS * 2)
 
 
 def _why(path: Path, bot: Any, p: Callable[[str], None]) -> None:

@@ -50,6 +50,8 @@ EVENT_TYPES: Final = (
     "gateway",
     "rest",
     "supervisor",
+    "slash",
+    "interaction",
     "error",
 )
 

@@ -105,6 +105,11 @@ def parse_poll(text: str) -> Poll | PollHelp | PollError:
     return _check(question, options)
 
 
+def check_poll(question: str, options: list[str]) -> Poll | PollError:
+    """A poll from a question and options given separately (a slash command's fields)."""
+    return _check(question.strip(), [o.strip() for o in options])
+
+
 def _find_close_quote(text: str, start: int) -> int:
     for i in range(start, len(text)):
         if text[i] in _CLOSE_QUOTES:

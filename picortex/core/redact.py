@@ -1,5 +1,5 @@
-"""Redaction of secrets: Discord token shapes, `mfa.` tokens, `sk-ant-` keys (any case) and the
-configured token and key values exactly (also URL-encoded) become `[redacted]`.
+"""Redaction of secrets: Discord token shapes, `mfa.` tokens, interaction tokens, `sk-ant-` keys
+(any case) and the configured token and key values exactly (also URL-encoded) become `[redacted]`.
 
 Works on text, on nested values, and on JSON text (keeping it valid JSON). The configured
 values are the one piece of state: `remember_secrets` registers them once per process, so
@@ -33,9 +33,12 @@ _TAIL: Final = rf"(?:\.[{_C}]+)*"
 _DISCORD: Final = rf"(?<![{_C}])[{_C}]{{20,}}\.[{_C}]{{6,}}\.[{_C}]{{27,}}{_TAIL}"
 _MFA: Final = rf"mfa\.[{_C}]{{20,}}{_TAIL}"
 _ANTHROPIC: Final = rf"(?i:sk-ant-)[{_C}]+{_TAIL}"
+# An interaction token: base64url of `interaction:<id>:<secret>`, so it starts the same way.
+_INTERACTION_START: Final = "aW50ZXJhY3Rpb24"
+_INTERACTION: Final = rf"{_INTERACTION_START}[{_C}]{{16,}}{_TAIL}"
 
-_SECRET_TEXT: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}")
-_SECRET_BYTES: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}".encode())
+_SECRET_TEXT: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}|{_INTERACTION}")
+_SECRET_BYTES: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}|{_INTERACTION}".encode())
 
 # Cheap necessary conditions, checked before the full pattern, since most text holds no
 # secret. Patterns that start with a literal scan at C speed, the faster the rarer the
@@ -44,8 +47,8 @@ _SECRET_BYTES: Final = re.compile(f"{_DISCORD}|{_MFA}|{_ANTHROPIC}".encode())
 _HINT: Final = rf"\.(?:[{_C}]{{6,}}\.|(?<=mfa\.)[{_C}])"
 _HINT_TEXT: Final = re.compile(_HINT)
 _HINT_BYTES: Final = re.compile(_HINT.encode())
-_KEY_TEXT: Final = re.compile("(?i)k-ant-")
-_KEY_BYTES: Final = re.compile(b"(?i)k-ant-")
+_KEY_TEXT: Final = re.compile(f"(?i:k-ant-)|{_INTERACTION_START}")
+_KEY_BYTES: Final = re.compile(f"(?i:k-ant-)|{_INTERACTION_START}".encode())
 # A configured value shorter than this is not taken as a secret to hunt for: replacing a
 # few common characters everywhere would garble every line, and no real token is so short.
 SECRET_MIN_CHARS: Final = 8

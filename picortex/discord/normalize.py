@@ -17,6 +17,9 @@ from picortex.types import (
     ChannelCreate,
     Event,
     GuildCreate,
+    Interaction,
+    InteractionOption,
+    InteractionType,
     Message,
     MessageDelete,
     MessageReference,
@@ -333,7 +336,18 @@ def _ready(value: object) -> Ready:
         user=_user(data["user"], "user"),
         guild_ids=guild_ids,
         shard=shard,
+        application_id=_ready_application(data.get("application")),
     )
+
+
+def _ready_application(value: object) -> Snowflake | None:
+    """READY's `application.id`; None when absent or junk (a READY is never lost over it)."""
+    if type(value) is not dict:
+        return None
+    try:
+        return _snowflake(value.get("id"), "application.id")
+    except _Junk:
+        return None
 
 
 def _guild_create(value: object) -> GuildCreate:
@@ -371,6 +385,78 @@ def _thread_list_sync(value: object) -> ThreadListSync:
     )
 
 
+# Subcommands nest at most two levels (group, subcommand) under the command.
+_OPTION_DEPTH: Final = 3
+_OPTION_VALUE_TYPES: Final = (str, int, float, bool)
+
+
+def _options(value: object, depth: int = 0) -> tuple[InteractionOption, ...]:
+    if value is None:
+        return ()
+    if depth >= _OPTION_DEPTH:
+        raise _Junk("options are nested too deep")
+    found: list[InteractionOption] = []
+    for raw in _array(value, "options"):
+        data = _object(raw, "option")
+        kind = data.get("type")
+        if type(kind) is not int:
+            raise _Junk("option.type is not an integer")
+        option_value = data.get("value")
+        if option_value is not None and type(option_value) not in _OPTION_VALUE_TYPES:
+            raise _Junk("option.value is not a string, number or boolean")
+        found.append(
+            InteractionOption(
+                name=_string(data.get("name"), "option.name"),
+                type=kind,
+                value=option_value,
+                options=_options(data.get("options"), depth + 1),
+                focused=data.get("focused") is True,
+            )
+        )
+    return tuple(found)
+
+
+def _interaction(value: object) -> Interaction:
+    data = _object(value, "payload")
+    kind = data.get("type")
+    if type(kind) is not int:
+        raise _Junk("type is not an integer")
+    guild_id = _optional_snowflake(data.get("guild_id"), "guild_id")
+    member = data.get("member")
+    if member is not None:
+        # In a guild the user is inside `member` (a nickname may be set there too).
+        member_data = _object(member, "member")
+        base = _user(member_data.get("user"), "member.user")
+        nick = _optional_string(member_data.get("nick"), "member.nick")
+        user = User(base.id, base.username, nick or base.global_name, base.bot) if nick else base
+    else:
+        user = _user(data.get("user"), "user")
+    channel_id = data.get("channel_id")
+    if channel_id is None and data.get("channel") is not None:
+        channel_id = _object(data["channel"], "channel").get("id")
+    command = _object(data.get("data") or {}, "data")
+    resolved = _object(command.get("resolved") or {}, "data.resolved")
+    users = _object(resolved.get("users") or {}, "data.resolved.users")
+    token = _string(data.get("token"), "token")
+    if not token:
+        raise _Junk("token is empty")
+    return Interaction(
+        id=_snowflake(data.get("id"), "id"),
+        application_id=_snowflake(data.get("application_id"), "application_id"),
+        type=kind,
+        token=token,
+        channel_id=_snowflake(channel_id, "channel_id"),
+        user=user,
+        guild_id=guild_id,
+        command_name=_string(command.get("name", ""), "data.name")
+        if kind
+        in (InteractionType.APPLICATION_COMMAND, InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE)
+        else "",
+        options=_options(command.get("options")),
+        resolved_users=tuple(_user(u, "data.resolved.users[]") for u in users.values()),
+    )
+
+
 _NORMALIZERS: Final[dict[str, Callable[[object], Event]]] = {
     "MESSAGE_CREATE": _message,
     "MESSAGE_UPDATE": _message_update,
@@ -385,6 +471,7 @@ _NORMALIZERS: Final[dict[str, Callable[[object], Event]]] = {
     "THREAD_UPDATE": _channel_create,
     "CHANNEL_UPDATE": _channel_create,
     "THREAD_LIST_SYNC": _thread_list_sync,
+    "INTERACTION_CREATE": _interaction,
 }
 
 HANDLED_EVENTS: Final = frozenset(_NORMALIZERS)
@@ -397,6 +484,9 @@ def _error(event: str, exc: Exception, data: object) -> NormalizeError:
         reason = f"missing field {exc.args[0]!r}" if exc.args else "missing field"
     else:
         reason = f"{type(exc).__name__}: {exc}"
+    if type(data) is dict and "token" in data:
+        # An interaction's token is a secret: it never reaches an error or a log line.
+        data = {**data, "token": "[redacted]"}
     try:
         excerpt = _EXCERPT.repr(data)
     except Exception:  # a pathological object must not break the error path itself

@@ -71,6 +71,8 @@ MAX_RATE_LIMIT_RETRIES: Final = 5
 REPLY_ALLOWED_MENTIONS: Final[Mapping[str, Any]] = {"parse": ("users",), "replied_user": True}
 PLAIN_ALLOWED_MENTIONS: Final[Mapping[str, Any]] = {"parse": ("users",)}
 _NEVER_PARSED: Final = frozenset({"everyone", "roles"})
+# The placeholder of an interaction token in a route: routes, never paths, are logged.
+INTERACTION_TOKEN: Final = "{interaction_token}"  # noqa: S105 (a placeholder)
 
 
 class _Once:
@@ -284,6 +286,79 @@ class RestClient:
         result = await self._request("GET", "/channels/{channel_id}", f"/channels/{channel_id}")
         return _as_object(result)
 
+    # ---- application commands and interactions (SPEC 15) ----------------------------------
+
+    async def bulk_overwrite_global_commands(
+        self, application_id: int, commands: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Replace every global application command of the application with `commands`."""
+        result = await self._request(
+            "PUT",
+            "/applications/{application_id}/commands",
+            f"/applications/{application_id}/commands",
+            commands,
+        )
+        return _as_list(result)
+
+    async def bulk_overwrite_guild_commands(
+        self, application_id: int, guild_id: int, commands: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """Replace the application's commands in one guild with `commands`."""
+        result = await self._request(
+            "PUT",
+            "/applications/{application_id}/guilds/{guild_id}/commands",
+            f"/applications/{application_id}/guilds/{guild_id}/commands",
+            commands,
+        )
+        return _as_list(result)
+
+    async def create_interaction_response(
+        self, interaction_id: int, token: str, response: dict[str, Any]
+    ) -> None:
+        """The initial response to an interaction (due within 3 s of its creation)."""
+        await self._request(
+            "POST",
+            "/interactions/{interaction_id}/{interaction_token}/callback",
+            f"/interactions/{interaction_id}/{_token(token)}/callback",
+            response,
+        )
+
+    async def edit_original_interaction_response(
+        self, application_id: int, token: str, message: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Edit the interaction's first response (a deferred one gets its content here)."""
+        result = await self._request(
+            "PATCH",
+            "/webhooks/{application_id}/{interaction_token}/messages/@original",
+            f"/webhooks/{application_id}/{_token(token)}/messages/@original",
+            message,
+        )
+        return _as_object(result)
+
+    async def get_original_interaction_response(
+        self, application_id: int, token: str
+    ) -> dict[str, Any]:
+        """The interaction's first response as a message object."""
+        result = await self._request(
+            "GET",
+            "/webhooks/{application_id}/{interaction_token}/messages/@original",
+            f"/webhooks/{application_id}/{_token(token)}/messages/@original",
+        )
+        return _as_object(result)
+
+    async def create_followup_message(
+        self, application_id: int, token: str, message: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Another message answering the interaction (valid for 15 minutes)."""
+        result = await self._request(
+            "POST",
+            "/webhooks/{application_id}/{interaction_token}",
+            f"/webhooks/{application_id}/{_token(token)}",
+            message,
+            params={"wait": "true"},
+        )
+        return _as_object(result)
+
     # ---- the request loop --------------------------------------------------------------------
 
     async def _request(
@@ -291,7 +366,7 @@ class RestClient:
         method: str,
         template: str,
         path: str,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | list[Any] | None = None,
         *,
         params: Mapping[str, str] | None = None,
         optional: bool = False,
@@ -430,6 +505,9 @@ class RestClient:
         self._events.emit("rest", outcome="error", route=route, status=status, code=code)
         if status in (401, 403):
             self._count_invalid(trio.current_time())
+        if status == 401 and INTERACTION_TOKEN in route:
+            # An expired or unknown interaction token: that interaction only, not our bot token.
+            raise DiscordHTTPError(status, code, text)
         if status == 401:
             self._fatal = True
             logger.debug("Discord answered 401 Unauthorized: the bot token is invalid")
@@ -534,6 +612,11 @@ class RestClient:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+
+def _token(token: str) -> str:
+    """An interaction token as one path segment (they are base64url, so normally unchanged)."""
+    return quote(token, safe="")
 
 
 def _emoji(emoji: str) -> str:

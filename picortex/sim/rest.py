@@ -19,6 +19,7 @@ import attrs
 import orjson
 
 from picortex.sim.httpserver import HttpRequest, HttpResponse
+from picortex.sim.interactions import SimInteractions
 from picortex.sim.ratelimit import RateLimiter, RouteLimit, Verdict, bucket_hash
 from picortex.sim.world import (
     MAX_CONTENT_CHARS,
@@ -156,6 +157,56 @@ _ROUTES: Final = (
         READ_LIMIT,
         "get_reactions",
     ),
+    # Application commands (bulk overwrite, list) and interaction responses.
+    _Route("GET", ("applications", "{app}", "commands"), "commands", READ_LIMIT, "get_commands"),
+    _Route("PUT", ("applications", "{app}", "commands"), "commands", WRITE_LIMIT, "put_commands"),
+    _Route(
+        "GET",
+        ("applications", "{app}", "guilds", "{guild}", "commands"),
+        "guild.commands",
+        READ_LIMIT,
+        "get_commands",
+    ),
+    _Route(
+        "PUT",
+        ("applications", "{app}", "guilds", "{guild}", "commands"),
+        "guild.commands",
+        WRITE_LIMIT,
+        "put_commands",
+    ),
+    # Interaction routes are authorized by their token, not the bot's.
+    _Route(
+        "POST",
+        ("interactions", "{interaction}", "{token}", "callback"),
+        "interaction.callback",
+        LOOSE_LIMIT,
+        "interaction_callback",
+        auth=False,
+    ),
+    _Route(
+        "GET",
+        ("webhooks", "{app}", "{token}", "messages", "@original"),
+        "webhook.original",
+        LOOSE_LIMIT,
+        "get_original",
+        auth=False,
+    ),
+    _Route(
+        "PATCH",
+        ("webhooks", "{app}", "{token}", "messages", "@original"),
+        "webhook.original",
+        WRITE_LIMIT,
+        "edit_original",
+        auth=False,
+    ),
+    _Route(
+        "POST",
+        ("webhooks", "{app}", "{token}"),
+        "webhook.followup",
+        WRITE_LIMIT,
+        "followup",
+        auth=False,
+    ),
 )
 
 
@@ -191,6 +242,7 @@ class DiscordRest:
         self._gateway_url = gateway_url
         self._gateway_bot = gateway_bot
         self._limit_overrides: dict[str, RouteLimit] = {}
+        self.interactions = SimInteractions(world, clock)
 
     # -------------------------------------------------------------- configuration
 
@@ -530,6 +582,34 @@ class DiscordRest:
         users = sorted(u for u in message.reactions.get(emoji, []) if u > after)[:limit]
         return 200, [self.world.user_payload(u) for u in users]
 
+    def _get_commands(self, call: _Call) -> tuple[int, Any]:
+        return 200, self.interactions.registered(call.params["app"], call.params.get("guild"))
+
+    def _put_commands(self, call: _Call) -> tuple[int, Any]:
+        return 200, self.interactions.overwrite(
+            call.params["app"], call.params.get("guild"), call.body
+        )
+
+    def _interaction_callback(self, call: _Call) -> tuple[int, Any]:
+        answer = self.interactions.callback(
+            call.params["interaction"],
+            call.params["token"],
+            call.body,
+            with_response=call.query.get("with_response", "").lower() in ("true", "1"),
+        )
+        return (204, None) if answer is None else (200, answer)
+
+    def _get_original(self, call: _Call) -> tuple[int, Any]:
+        return 200, self.interactions.original(call.params["app"], call.params["token"])
+
+    def _edit_original(self, call: _Call) -> tuple[int, Any]:
+        return 200, self.interactions.edit_original(
+            call.params["app"], call.params["token"], call.body
+        )
+
+    def _followup(self, call: _Call) -> tuple[int, Any]:
+        return 200, self.interactions.followup(call.params["app"], call.params["token"], call.body)
+
     def _reaction_message(self, call: _Call) -> SimMessage:
         return self.world.message(call.params["channel"], call.params["message"])
 
@@ -555,7 +635,7 @@ def _match_pattern(pattern: tuple[str, ...], segments: tuple[str, ...]) -> dict[
     for want, got in zip(pattern, segments, strict=True):
         if want.startswith("{"):
             name = want[1:-1]
-            if name == "emoji":
+            if name in ("emoji", "token"):
                 params[name] = got
             elif got.isdigit():
                 params[name] = int(got)

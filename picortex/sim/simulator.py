@@ -19,6 +19,7 @@ import trio
 from picortex.sim.control import handle_control
 from picortex.sim.gateway import DEFAULT_HEARTBEAT_MS, GatewayHub, GatewayStats
 from picortex.sim.httpserver import HttpRequest, HttpResponse, serve_http
+from picortex.sim.interactions import SimInteraction
 from picortex.sim.model import OfflineModel
 from picortex.sim.ratelimit import RateLimiter
 from picortex.sim.rest import API_PREFIX, DiscordRest, InjectedError, RecordedRequest
@@ -257,6 +258,25 @@ class Simulator:
         )
         self._flush()
         return self.world.message_payload(message, gateway=True)
+
+    def run_slash(
+        self, channel_id: int, user_id: int, line: str, *, autocomplete: str | None = None
+    ) -> SimInteraction:
+        """A user runs a registered slash command (INTERACTION_CREATE), e.g.
+        `picortex attention mode:silent`; with `autocomplete`, types into that option."""
+        interaction = self.rest.interactions.run(
+            channel_id, user_id, line, autocomplete=autocomplete
+        )
+        self._flush()
+        return interaction
+
+    def app_commands(self, guild_id: int | None = None) -> list[Json]:
+        """The application commands registered globally, or in one guild."""
+        return self.rest.interactions.registered(self.world.application_id, guild_id)
+
+    async def wait_answered(self, interaction: SimInteraction, kinds: int = 1) -> None:
+        """Until the bot has sent `kinds` answers (response, edits, follow-ups) to it."""
+        await self.wait_until(lambda: len(interaction.answers) >= kinds)
 
     def edit_message(self, channel_id: int, message_id: int, content: str) -> Json:
         """Edit a message's content (MESSAGE_UPDATE); returns the payload as dispatched."""

@@ -143,7 +143,15 @@ ALTER TABLE budget_ledger ADD COLUMN user_id INTEGER;
 CREATE INDEX budget_ledger_user ON budget_ledger (user_id, at);
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY, _V3_LEDGER_USER)
+_V4_APP_COMMANDS: Final = """
+CREATE TABLE app_commands (
+    scope         TEXT PRIMARY KEY,   -- 'global' or 'guild:<guild id>'
+    hash          TEXT NOT NULL,      -- digest of the application id, scope and command tree
+    registered_at REAL NOT NULL
+) STRICT;
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_MEMORY, _V3_LEDGER_USER, _V4_APP_COMMANDS)
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
 LATEST_VERSION: Final = len(MIGRATIONS)

@@ -308,6 +308,20 @@ class Store:
 
     # ---- chat config ---------------------------------------------------------------------
 
+    def app_commands_hash(self, scope: str) -> str | None:
+        """The digest of the command tree last registered in `scope` (SPEC 15)."""
+        value = self._one("SELECT hash FROM app_commands WHERE scope = ?", (scope,))
+        return value if isinstance(value, str) else None
+
+    def set_app_commands_hash(self, scope: str, digest: str, now: float) -> None:
+        """Remember that the tree with `digest` is registered in `scope`."""
+        self._write(
+            "INSERT INTO app_commands (scope, hash, registered_at) VALUES (?, ?, ?) "
+            "ON CONFLICT (scope) DO UPDATE SET hash = excluded.hash, "
+            "registered_at = excluded.registered_at",
+            (scope, digest, now),
+        )
+
     def get_chat_config(self, chat_id: int) -> ChatConfig | None:
         """The chat's own settings, or None when it uses the defaults."""
         rows = self._all(

@@ -255,7 +255,19 @@ def test_ready() -> None:
         User(1000000000000000001, "picortex", None, True),
         (int(GUILD), 2),
         (0, 1),
+        application_id=1,
     )
+
+
+def test_ready_with_junk_application_is_still_ready() -> None:
+    payload = {
+        "user": BOT,
+        "session_id": "abc",
+        "resume_gateway_url": "wss://r.example",
+        "application": {"id": "not-an-id"},
+    }
+    ready = normalize("READY", payload)
+    assert isinstance(ready, Ready) and ready.application_id is None
 
 
 def test_guild_create_fills_in_guild_ids_of_channels_and_threads() -> None:

@@ -26,3 +26,30 @@ def test_chat_terminal_round_trip() -> None:
     assert "untrusted author" in out
     assert "[DM as carol]>" in out
     assert out.rstrip().endswith("bye")
+
+
+def test_chat_terminal_sends_slash_commands() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PICORTEX_"))}
+    script = (
+        "//picortex attention show\n"
+        "//picortex whitelist add @bob trusted\n"
+        "//picortex nonsense\n"
+        "/as carol\n"
+        "//picortex ask hello?\n"
+        "/quit\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "picortex", "sim", "--chat"],
+        input=script,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "<- picortex: Attention mode: `mentions-only`" in out
+    assert "<- picortex (only you see this): Added as trusted:" in out
+    assert "(not sent: no subcommand 'nonsense')" in out
+    assert "<- picortex (only you see this): You are not on this bot's trust list" in out

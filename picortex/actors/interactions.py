@@ -1,0 +1,299 @@
+"""Slash-command I/O (SPEC 15): registering `/picortex` on READY and answering interactions.
+
+The channel actor decides; these helpers send the interaction responses Discord expects:
+a message (type 4) or a deferral (type 5) within 3 s, then edits of `@original` and
+follow-up messages for what is longer than one message. Interaction tokens travel only in
+request paths and are never written to a log line or an event.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Final, Protocol, cast
+
+import trio
+
+from picortex.actors.pipeline import ERROR_MESSAGE_MAX_CHARS, Pipeline, failure_text
+from picortex.core import policy
+from picortex.core import slash as sl
+from picortex.core.redact import redact
+from picortex.core.split import split_reply
+from picortex.errors import FatalDiscordError
+from picortex.types import Interaction, Message, Snowflake
+
+logger = logging.getLogger(__name__)
+
+# An initial response must reach Discord within 3 s of the interaction; one that cannot is
+# given up a little before, since a later one is refused anyway.
+RESPONSE_DEADLINE_SECONDS: Final = 2.8
+# Edits and follow-ups ride on the 15-minute token; an answer's post gets this long.
+FOLLOW_UP_TIMEOUT_SECONDS: Final = 60.0
+GLOBAL_SCOPE: Final = "global"
+REFUSAL: Final = "You are not on this bot's trust list, so it cannot do that for you."
+
+
+class InteractionRest(Protocol):
+    """The REST calls slash commands make (picortex.discord.rest.RestClient)."""
+
+    async def bulk_overwrite_global_commands(
+        self, application_id: int, commands: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]: ...
+
+    async def bulk_overwrite_guild_commands(
+        self, application_id: int, guild_id: int, commands: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]: ...
+
+    async def create_interaction_response(
+        self, interaction_id: int, token: str, response: dict[str, Any]
+    ) -> None: ...
+
+    async def edit_original_interaction_response(
+        self, application_id: int, token: str, message: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    async def get_original_interaction_response(
+        self, application_id: int, token: str
+    ) -> dict[str, Any]: ...
+
+    async def create_followup_message(
+        self, application_id: int, token: str, message: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+
+def _rest(pipe: Pipeline) -> InteractionRest:
+    # The app passes a RestClient, which has every interaction route.
+    return cast(InteractionRest, pipe.rest)
+
+
+def as_message(interaction: Interaction, text: str) -> Message:
+    """The interaction as the message a typed command would have been (for one executor)."""
+    return Message(
+        id=interaction.id,
+        channel_id=interaction.channel_id,
+        author=interaction.user,
+        content=text,
+        timestamp="",
+        guild_id=interaction.guild_id,
+    )
+
+
+def _message_body(text: str, *, ephemeral: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "content": text,
+        # Answers mention people by name only: nobody is pinged by a slash answer.
+        "allowed_mentions": policy.allowed_mentions(ping_users=False),
+    }
+    if ephemeral:
+        body["flags"] = sl.EPHEMERAL
+    return body
+
+
+def _note_failure(pipe: Pipeline, interaction: Interaction, what: str, exc: Exception) -> None:
+    if isinstance(exc, FatalDiscordError) and pipe.fatal is not None:
+        pipe.fatal(exc)
+    message = failure_text(exc)[0]
+    pipe.events.emit(
+        "error",
+        scope="interaction",
+        interaction_id=interaction.id,
+        channel_id=interaction.channel_id,
+        message=f"{what}: {message}",
+    )
+    logger.warning("interaction %s: %s failed: %s", interaction.id, what, message)
+
+
+async def respond(
+    pipe: Pipeline,
+    interaction: Interaction,
+    text: str,
+    *,
+    ephemeral: bool,
+    command: str | None,
+) -> bool:
+    """Answer with a message (type 4); past 2000 characters the rest follows as follow-ups.
+
+    Logs a `reply` event; returns False (after logging why) when Discord refused it.
+    """
+    chunks = split_reply(text) or ["(empty answer)"]
+    rest = _rest(pipe)
+    try:
+        with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
+            await rest.create_interaction_response(
+                interaction.id,
+                interaction.token,
+                {
+                    "type": sl.CHANNEL_MESSAGE_WITH_SOURCE,
+                    "data": _message_body(chunks[0], ephemeral=ephemeral),
+                },
+            )
+        with trio.fail_after(FOLLOW_UP_TIMEOUT_SECONDS):
+            for chunk in chunks[1:]:
+                await rest.create_followup_message(
+                    interaction.application_id,
+                    interaction.token,
+                    _message_body(chunk, ephemeral=ephemeral),
+                )
+    except Exception as exc:
+        _note_failure(pipe, interaction, "response", exc)
+        _reply_event(pipe, interaction, command, ephemeral, "failed", len(text), exc)
+        return False
+    _reply_event(pipe, interaction, command, ephemeral, "posted", len(text), None)
+    return True
+
+
+async def defer(pipe: Pipeline, interaction: Interaction) -> bool:
+    """Acknowledge at once (type 5: "thinking..."); the answer comes by editing `@original`."""
+    try:
+        with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
+            await _rest(pipe).create_interaction_response(
+                interaction.id,
+                interaction.token,
+                {"type": sl.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE},
+            )
+    except Exception as exc:
+        _note_failure(pipe, interaction, "deferral", exc)
+        return False
+    pipe.events.emit(
+        "interaction",
+        action="deferred",
+        interaction_id=interaction.id,
+        channel_id=interaction.channel_id,
+    )
+    return True
+
+
+async def finish_deferred(
+    pipe: Pipeline, interaction: Interaction, text: str, *, command: str | None
+) -> list[Snowflake]:
+    """Put the answer into the deferred response; the rest past 2000 characters follows.
+
+    Returns the ids of the messages written; raises when the first edit fails.
+    """
+    chunks = split_reply(text) or ["(empty answer)"]
+    rest = _rest(pipe)
+    posted: list[Snowflake] = []
+    try:
+        with trio.fail_after(FOLLOW_UP_TIMEOUT_SECONDS):
+            first = await rest.edit_original_interaction_response(
+                interaction.application_id,
+                interaction.token,
+                _message_body(chunks[0], ephemeral=False),
+            )
+            posted.append(int(first.get("id", 0) or 0))
+            for chunk in chunks[1:]:
+                data = await rest.create_followup_message(
+                    interaction.application_id,
+                    interaction.token,
+                    _message_body(chunk, ephemeral=False),
+                )
+                posted.append(int(data.get("id", 0) or 0))
+    except Exception as exc:
+        _note_failure(pipe, interaction, "answer", exc)
+        _reply_event(pipe, interaction, command, False, "failed", len(text), exc, parts=len(posted))
+        raise
+    _reply_event(
+        pipe, interaction, command, False, "posted", len(text), None, parts=len(posted), ids=posted
+    )
+    return posted
+
+
+async def original_message_id(pipe: Pipeline, interaction: Interaction) -> Snowflake | None:
+    """The id of the interaction's first response message, when Discord tells it."""
+    try:
+        data = await _rest(pipe).get_original_interaction_response(
+            interaction.application_id, interaction.token
+        )
+        return int(data["id"])
+    except Exception as exc:
+        _note_failure(pipe, interaction, "original response", exc)
+        return None
+
+
+async def autocomplete(
+    pipe: Pipeline, interaction: Interaction, choices: list[dict[str, str]]
+) -> None:
+    """Answer an autocomplete interaction (type 8) with up to 25 choices."""
+    try:
+        with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
+            await _rest(pipe).create_interaction_response(
+                interaction.id,
+                interaction.token,
+                {
+                    "type": sl.APPLICATION_COMMAND_AUTOCOMPLETE_RESULT,
+                    "data": {"choices": choices[: sl.MAX_CHOICES]},
+                },
+            )
+    except Exception as exc:
+        _note_failure(pipe, interaction, "autocomplete", exc)
+
+
+def _reply_event(
+    pipe: Pipeline,
+    interaction: Interaction,
+    command: str | None,
+    ephemeral: bool,
+    result: str,
+    chars: int,
+    exc: Exception | None,
+    *,
+    parts: int | None = None,
+    ids: list[Snowflake] | None = None,
+) -> None:
+    fields: dict[str, object] = {
+        "command": command,
+        "mode": "interaction",
+        "target": interaction.channel_id,
+        "trigger_id": interaction.id,
+        "result": result,
+        "ephemeral": ephemeral,
+        "chars": chars,
+    }
+    if parts is not None:
+        fields["parts"] = parts
+    if ids:
+        fields["message_ids"] = ids
+    if exc is not None:
+        fields["error"] = redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS]
+    pipe.events.emit("reply", **fields)
+
+
+# ----- registration on READY -------------------------------------------------------------
+
+
+async def register_commands(pipe: Pipeline, application_id: Snowflake) -> None:
+    """Bulk-overwrite the `/picortex` tree where `[slash]` says, unless already registered.
+
+    With `guild_ids` set, the commands go to those guilds only and global commands are left
+    as they are. Failures are logged; the bot runs on without slash commands.
+    """
+    settings = pipe.settings().slash
+    if not settings.enabled:
+        return
+    scopes: list[tuple[str, Snowflake | None]] = (
+        [(f"guild:{g}", g) for g in settings.guild_ids]
+        if settings.guild_ids
+        else [(GLOBAL_SCOPE, None)]
+    )
+    rest = _rest(pipe)
+    for scope, guild_id in scopes:
+        tree = sl.command_tree(global_scope=guild_id is None)
+        digest = sl.tree_hash(application_id, scope, tree)
+        try:
+            if pipe.store.app_commands_hash(scope) == digest:
+                pipe.events.emit("slash", action="unchanged", scope=scope)
+                continue
+            if guild_id is None:
+                await rest.bulk_overwrite_global_commands(application_id, tree)
+            else:
+                await rest.bulk_overwrite_guild_commands(application_id, guild_id, tree)
+            pipe.store.set_app_commands_hash(scope, digest, time.time())
+        except Exception as exc:
+            if isinstance(exc, FatalDiscordError) and pipe.fatal is not None:
+                pipe.fatal(exc)
+            message = failure_text(exc)[0]
+            pipe.events.emit("slash", action="failed", scope=scope, error=message)
+            logger.warning("registering slash commands (%s) failed: %s", scope, message)
+            continue
+        pipe.events.emit("slash", action="registered", scope=scope, commands=len(tree))
+        logger.info("registered /%s commands (%s)", sl.COMMAND_NAME, scope)

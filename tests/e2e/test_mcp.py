@@ -1,0 +1,139 @@
+"""`picortex mcp` over stdio, driven by the MCP SDK's own client, on a home where the bot ran."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from tests.e2e.harness import running_bot
+
+TOOLS = {
+    "get_action_log",
+    "get_status",
+    "get_config",
+    "set_config",
+    "list_errors",
+    "resolve_error",
+    "get_trust_list",
+}
+
+
+@asynccontextmanager
+async def mcp_session(home: Path, owner_id: int) -> AsyncIterator[ClientSession]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PICORTEX_", "DISCORD_"))}
+    env.update({"PICORTEX_HOME": str(home), "PICORTEX_OWNER_ID": str(owner_id)})
+    params = StdioServerParameters(command=sys.executable, args=["-m", "picortex", "mcp"], env=env)
+    with open(os.devnull, "w") as errlog:
+        async with (
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            yield session
+
+
+async def _call(session: ClientSession, name: str, **args: Any) -> tuple[bool, Any]:
+    result = await session.call_tool(name, args)
+    text = result.content[0].text  # type: ignore[union-attr]
+    if result.is_error:
+        return True, text
+    return False, orjson.loads(text)
+
+
+async def test_every_tool_over_stdio(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "trusted")
+        run.sim.model.script("Hello Alice.")
+        asked = run.say(w.general_id, w.alice_id, f"{run.mention()} hi")
+        await run.wait_event("reply", trigger_id=int(asked["id"]))
+        error_id = run.bot.store.add_invocation_error(
+            workspace_id=str(w.guild_id),
+            persona="default",
+            signal_id="1",
+            stage="generate",
+            error_message="APITimeoutError: the model did not answer",
+            stack_trace=None,
+            created_at=1.0,
+        )
+        run.bot.events.flush()
+
+        async with mcp_session(run.home, w.alice_id) as session:
+            listed = await session.list_tools()
+            by_name = {t.name: t for t in listed.tools}
+            assert set(by_name) == TOOLS
+            assert all(t.description and t.input_schema["type"] == "object" for t in listed.tools)
+            assert by_name["resolve_error"].input_schema["required"] == ["id", "as"]
+            assert by_name["get_action_log"].input_schema["properties"]["n"]["type"] == "integer"
+
+            bad, log = await _call(session, "get_action_log", n=5, message_id=asked["id"])
+            fields = ("message_id", "trigger_id", "parent_id", "signal_id")
+            assert not bad and log
+            assert all(any(str(e.get(f)) == asked["id"] for f in fields) for e in log)
+            assert {e["event"] for e in log} >= {"decision", "reply"}
+            _, decisions = await _call(session, "get_action_log", event="decision", n=1)
+            assert len(decisions) == 1 and decisions[0]["event"] == "decision"
+            _, by_user = await _call(session, "get_action_log", user_id=str(w.alice_id), n=100)
+            assert by_user and all(str(w.alice_id) in orjson.dumps(e).decode() for e in by_user)
+
+            _, status = await _call(session, "get_status")
+            assert status["running"] is True and status["gateway"]["session_id"]
+
+            _, config = await _call(session, "get_config")
+            assert config["wakeword"] == {"value": "!s", "runtime": False}
+            _, one = await _call(session, "get_config", key="poll_seconds")
+            assert one == {"poll_seconds": {"value": "120", "runtime": False}}
+
+            _, changed = await _call(session, "set_config", key="poll_seconds", value="30")
+            assert changed["applied"] == "now" and changed["value"] == "30"
+            # It reaches the running bot like `picortex config set` does.
+            await run.wait_until(lambda: run.bot.source.refresh().poll_seconds == 30.0)
+
+            _, errors = await _call(session, "list_errors", unresolved=True)
+            assert [e["id"] for e in errors] == [error_id]
+            _, resolved = await _call(session, "resolve_error", id=error_id, **{"as": "fixed"})
+            assert resolved["resolution"] == "fixed"
+            _, errors = await _call(session, "list_errors", unresolved=True)
+            assert errors == []
+
+            _, trust = await _call(session, "get_trust_list")
+            assert trust == [
+                {"user_id": str(w.alice_id), "tier": "admin", "owner": True},
+                {"user_id": str(w.bob_id), "tier": "trusted", "owner": False},
+            ]
+
+            # Bad arguments: a tool error with one sentence, never a crash.
+            for name, args, words in (
+                ("get_action_log", {"n": 0}, "`n` must be"),
+                ("get_action_log", {"channel_id": "general"}, "Discord id"),
+                ("get_config", {"key": "no_such_key"}, "unknown config key"),
+                ("set_config", {"key": "poll_seconds", "value": "soon"}, "poll_seconds"),
+                ("set_config", {"key": "wakeword"}, "`value` is required"),
+                ("resolve_error", {"id": 999, "as": "fixed"}, "No invocation error has id 999"),
+                ("resolve_error", {"id": error_id, "as": "maybe"}, "`as` must be one of"),
+                ("no_such_tool", {}, "no tool named"),
+            ):
+                is_error, text = await _call(session, name, **args)
+                assert is_error, (name, args)
+                assert words in text and "\n" not in text and "Traceback" not in text
+    # The bot has stopped: a change is stored and applies at the next start.
+    async with mcp_session(run.home, w.alice_id) as session:
+        _, status = await _call(session, "get_status")
+        assert status["running"] is False
+        _, later = await _call(session, "set_config", key="wakeword", value="!pc")
+        assert later["applied"] == "next start" and "next start" in later["message"]
+    from picortex.store import Store
+
+    store = Store.open(run.home / "picortex.db")
+    try:
+        assert store.runtime_config()["wakeword"] == "!pc"
+    finally:
+        store.close()
