@@ -12,6 +12,7 @@ import logging
 import time
 from typing import Any, Final, Protocol, cast
 
+import attrs
 import trio
 
 from picortex.actors.pipeline import ERROR_MESSAGE_MAX_CHARS, Pipeline, failure_text
@@ -29,6 +30,10 @@ logger = logging.getLogger(__name__)
 RESPONSE_DEADLINE_SECONDS: Final = 2.8
 # Edits and follow-ups ride on the 15-minute token; an answer's post gets this long.
 FOLLOW_UP_TIMEOUT_SECONDS: Final = 60.0
+# A command still waiting in its channel's mailbox this long after it arrived (the channel is
+# busy, say with a discriminator call) is deferred, so Discord's 3 s are never missed; the
+# answer then edits the deferred response.
+DEFER_AFTER_SECONDS: Final = 1.5
 GLOBAL_SCOPE: Final = "global"
 REFUSAL: Final = "You are not on this bot's trust list, so it cannot do that for you."
 
@@ -78,6 +83,63 @@ def as_message(interaction: Interaction, text: str) -> Message:
     )
 
 
+@attrs.define(eq=False)
+class Ack:
+    """The initial response to one interaction: sent once, by whoever comes first.
+
+    `state` goes `pending` -> `responded` (the channel actor answered in time) or
+    `pending` -> `deferring` -> `deferred` | `failed` (the deadline came first); `done` is
+    set once a deferral is over, whatever its outcome.
+    """
+
+    interaction: Interaction
+    ephemeral: bool  # what a deferral promises: an answer only the user sees
+    state: str = "pending"
+    done: trio.Event = attrs.field(factory=trio.Event)
+
+
+def expect(pipe: Pipeline, interaction: Interaction, *, ephemeral: bool, arrived: float) -> None:
+    """Track a new command interaction and defer it if its channel has not answered in time."""
+    ack = Ack(interaction, ephemeral)
+    pipe.acks[interaction.id] = ack
+    if pipe.spawn is not None:
+        pipe.spawn(_deadline, pipe, ack, arrived + DEFER_AFTER_SECONDS)
+
+
+async def _deadline(pipe: Pipeline, ack: Ack, at: float) -> None:
+    await trio.sleep_until(at)
+    if ack.state != "pending":
+        return
+    ack.state = "deferring"
+    try:
+        ok = await _send_deferral(pipe, ack.interaction, ephemeral=ack.ephemeral)
+        ack.state = "deferred" if ok else "failed"
+    finally:
+        ack.done.set()
+
+
+async def _claim(pipe: Pipeline, interaction: Interaction) -> str:
+    """Take the right to answer: `respond` (nobody has), `edit` (deferred), `lost` (failed)."""
+    ack: Ack | None = pipe.acks.pop(interaction.id, None)
+    if ack is None or ack.state == "pending":
+        if ack is not None:
+            ack.state = "responded"
+        return "respond"
+    await ack.done.wait()
+    return "edit" if ack.state == "deferred" else "lost"
+
+
+def predicted_ephemeral(pipe: Pipeline, interaction: Interaction) -> bool:
+    """Whether the answer will be private, judged before the channel handles it."""
+    settings = pipe.settings()
+    user = interaction.user.id
+    trusted = user == settings.owner_id or pipe.store.get_tier(user) is not None
+    if not trusted:
+        return True
+    name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
+    return name != sl.Ask.NAME and pipe.reply_target(name) == "dm"
+
+
 def _message_body(text: str, *, ephemeral: bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "content": text,
@@ -115,6 +177,16 @@ async def respond(
 
     Logs a `reply` event; returns False (after logging why) when Discord refused it.
     """
+    claim = await _claim(pipe, interaction)
+    if claim == "edit":
+        try:
+            await finish_deferred(pipe, interaction, text, command=command, ephemeral=ephemeral)
+        except Exception:
+            return False  # logged by finish_deferred
+        return True
+    if claim == "lost":
+        _reply_event(pipe, interaction, command, ephemeral, "failed", len(text), None)
+        return False
     chunks = split_reply(text) or ["(empty answer)"]
     rest = _rest(pipe)
     try:
@@ -144,12 +216,20 @@ async def respond(
 
 async def defer(pipe: Pipeline, interaction: Interaction) -> bool:
     """Acknowledge at once (type 5: "thinking..."); the answer comes by editing `@original`."""
+    claim = await _claim(pipe, interaction)
+    if claim != "respond":
+        return claim == "edit"  # the deadline deferred it already
+    return await _send_deferral(pipe, interaction, ephemeral=False)
+
+
+async def _send_deferral(pipe: Pipeline, interaction: Interaction, *, ephemeral: bool) -> bool:
+    response: dict[str, Any] = {"type": sl.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE}
+    if ephemeral:
+        response["data"] = {"flags": sl.EPHEMERAL}
     try:
         with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
             await _rest(pipe).create_interaction_response(
-                interaction.id,
-                interaction.token,
-                {"type": sl.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE},
+                interaction.id, interaction.token, response
             )
     except Exception as exc:
         _note_failure(pipe, interaction, "deferral", exc)
@@ -164,7 +244,12 @@ async def defer(pipe: Pipeline, interaction: Interaction) -> bool:
 
 
 async def finish_deferred(
-    pipe: Pipeline, interaction: Interaction, text: str, *, command: str | None
+    pipe: Pipeline,
+    interaction: Interaction,
+    text: str,
+    *,
+    command: str | None,
+    ephemeral: bool = False,
 ) -> list[Snowflake]:
     """Put the answer into the deferred response; the rest past 2000 characters follows.
 
@@ -185,15 +270,25 @@ async def finish_deferred(
                 data = await rest.create_followup_message(
                     interaction.application_id,
                     interaction.token,
-                    _message_body(chunk, ephemeral=False),
+                    _message_body(chunk, ephemeral=ephemeral),
                 )
                 posted.append(int(data.get("id", 0) or 0))
     except Exception as exc:
         _note_failure(pipe, interaction, "answer", exc)
-        _reply_event(pipe, interaction, command, False, "failed", len(text), exc, parts=len(posted))
+        _reply_event(
+            pipe, interaction, command, ephemeral, "failed", len(text), exc, parts=len(posted)
+        )
         raise
     _reply_event(
-        pipe, interaction, command, False, "posted", len(text), None, parts=len(posted), ids=posted
+        pipe,
+        interaction,
+        command,
+        ephemeral,
+        "posted",
+        len(text),
+        None,
+        parts=len(posted),
+        ids=posted,
     )
     return posted
 

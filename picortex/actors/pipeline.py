@@ -242,6 +242,9 @@ class Pipeline:
     # When each message reached its channel's mailbox (set by the router, taken by the
     # actor): the continuation window counts from arrival, not from when it was handled.
     arrivals: dict[Snowflake, float] = attrs.field(factory=dict)
+    # Slash interactions not answered yet, by id: whoever comes first answers Discord within
+    # its 3 s, the channel actor with a response or the router's deadline with a deferral.
+    acks: dict[Snowflake, Any] = attrs.field(factory=dict)
 
     def workspace_of(self, message: Message) -> str:
         """The budget workspace: the guild id, or `dm`."""

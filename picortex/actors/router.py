@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import trio
 
-from picortex.actors import persona_answer
+from picortex.actors import interactions, persona_answer
 from picortex.actors.channel import ChannelActor
 from picortex.actors.interactions import register_commands
 from picortex.actors.pipeline import Pipeline
@@ -26,6 +26,7 @@ from picortex.types import (
     ChannelCreate,
     GuildCreate,
     Interaction,
+    InteractionType,
     Message,
     MessageDelete,
     MessageUpdate,
@@ -149,6 +150,13 @@ class Router:
         elif isinstance(event, Interaction):
             # A replayed interaction was answered (or is past answering) already.
             if not self._is_replay(event.id):
+                if event.type == InteractionType.APPLICATION_COMMAND:
+                    interactions.expect(
+                        pipe,
+                        event,
+                        ephemeral=interactions.predicted_ephemeral(pipe, event),
+                        arrived=trio.current_time(),
+                    )
                 await self._deliver(event)
         elif isinstance(event, MessageUpdate):
             pipe.cache.on_update(event)

@@ -26,6 +26,7 @@ SUB_COMMAND: Final = 1
 SUB_COMMAND_GROUP: Final = 2
 STRING: Final = 3
 USER: Final = 6
+SUBCOMMANDS: Final = frozenset({SUB_COMMAND, SUB_COMMAND_GROUP})
 # Discord's application command type for slash commands, and the interaction contexts.
 CHAT_INPUT: Final = 1
 CONTEXT_GUILD: Final = 0

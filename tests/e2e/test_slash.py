@@ -267,3 +267,29 @@ async def test_a_slash_poll_counts_reactions_on_the_response(tmp_path: Path) -> 
         result = await run.wait_event("poll", action="result")
         assert result[0]["message_id"] == poll.original_id
         await trio.sleep(0)
+
+
+async def test_a_busy_channel_defers_in_time_and_edits_the_answer_in(tmp_path: Path) -> None:
+    from picortex.sim.model import ModelReply
+
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        await _registered(run)
+        run.bot.store.set_attention_mode(w.general_id, "discriminate", 0.0)
+        # The channel is busy for 4 s classifying a message (the discriminator allows 5 s).
+        run.sim.model.script(
+            ModelReply('{"should_respond": false, "reason": "chatter"}', delay=4.0)
+        )
+        run.say(w.general_id, w.alice_id, "just chatting here")
+        await run.wait_until(lambda: len(run.sim.model.calls) == 1)
+        shown = run.sim.run_slash(w.general_id, w.alice_id, "picortex attention")
+        started = trio.current_time()
+        await _answer(run, shown)
+        # Deferred before Discord's 3 s ran out, then the answer edited in.
+        assert shown.response_type == 5 and shown.responded_at is not None
+        assert shown.responded_at - shown.created_at < 3.0
+        answer = await _answer(run, shown, kinds=2)
+        assert answer.startswith("Attention mode: `discriminate`.")
+        assert [a.kind for a in shown.answers] == ["deferred", "edit"]
+        assert trio.current_time() - started >= 2.0  # it waited for the channel's turn
+        await run.wait_event("reply", trigger_id=shown.id, result="posted")
