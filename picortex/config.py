@@ -37,6 +37,8 @@ SNOWFLAKE_MAX: Final = 2**63 - 1
 PORT_MAX: Final = 65535
 OVERRIDES_PREFIX: Final = "response_policy.overrides."
 NO_OVERRIDE: Final = "none"  # runtime value that removes a per-command override
+PRICES_PREFIX: Final = "prices."  # `prices.<model>.input` / `.output` at runtime
+PRICE_FIELDS: Final = ("input", "output")
 _GOT_MAX_CHARS: Final = (
     60  # a quoted bad value longer than this is cut, so the error stays one line
 )
@@ -209,6 +211,10 @@ class Settings:
         """The value of a dotted key such as `attention.group` (ConfigError if unknown)."""
         if key.startswith(OVERRIDES_PREFIX):
             return self.response_policy.overrides.get(key[len(OVERRIDES_PREFIX) :])
+        price_key = _price_key(key)
+        if price_key is not None:
+            price = self.prices.get(price_key[0])
+            return None if price is None else getattr(price, price_key[1])
         if key not in _KEYS:
             raise ConfigError(f"unknown config key {_show(key)}")
         head, _, rest = key.partition(".")
@@ -512,6 +518,9 @@ def runtime_key(key: str) -> str:
                 f"{OVERRIDES_PREFIX}<command> needs a lowercase command name, got {_show(command)}"
             )
         return OVERRIDES_PREFIX + command
+    price_key = _price_key(key)
+    if price_key is not None:
+        return f"{PRICES_PREFIX}{price_key[0]}.{price_key[1]}"
     canonical = key.lower()
     spec = _KEYS.get(canonical)
     if spec is None:
@@ -532,6 +541,8 @@ def parse_runtime_value(key: str, text: str) -> object:
             if text.strip().lower() == NO_OVERRIDE:
                 return None
             return _check_reply_mode(key, text.strip())
+        if _price_key(key) is not None:
+            return _check_price(key, _text_number(text))
         spec = _KEYS[key]
         return spec.check(key, spec.from_text(text))
     except _Invalid as exc:
@@ -558,8 +569,28 @@ def format_value(value: object) -> str:
     return str(value)
 
 
+def _price_key(key: str) -> tuple[str, str] | None:
+    """(model, field) of a `prices.<model>.input|output` key, or None for other keys."""
+    key = key.strip()
+    if not key.lower().startswith(PRICES_PREFIX):
+        return None
+    model, _, field = key[len(PRICES_PREFIX) :].rpartition(".")
+    field = field.lower()
+    if field not in PRICE_FIELDS or not model or any(c.isspace() for c in model):
+        return None
+    return model, field
+
+
 def _set_key(settings: Settings, key: str, value: object) -> Settings:
     """A copy of settings with one dotted key changed (value already checked)."""
+    price_key = _price_key(key)
+    if price_key is not None:
+        model, field = price_key
+        # A model without a price yet takes the dearest known price for the other field.
+        old = settings.price_for(model)
+        prices = dict(settings.prices)
+        prices[model] = attrs.evolve(old, **{field: float(cast(float, value))})
+        return attrs.evolve(settings, prices=prices)
     if key.startswith(OVERRIDES_PREFIX):
         command = key[len(OVERRIDES_PREFIX) :]
         overrides = dict(settings.response_policy.overrides)

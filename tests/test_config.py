@@ -537,3 +537,18 @@ def test_numbers_have_upper_bounds_in_the_file(tmp_path: Path, toml: str) -> Non
         load_settings({"PICORTEX_HOME": str(tmp_path)})
     assert "must be at most" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_prices_can_be_set_at_runtime_within_bounds(tmp_path: Path) -> None:
+    assert runtime_key(" prices.claude-opus-5-5.INPUT ") == "prices.claude-opus-5-5.input"
+    assert parse_runtime_value("prices.claude-opus-5-5.output", "25") == 25.0
+    settings = load_settings(
+        {"PICORTEX_HOME": str(tmp_path)},
+        overrides={"prices.claude-opus-5-5.input": "3", "prices.my-model.output": "7"},
+    )
+    assert settings.prices["claude-opus-5-5"] == Price(3.0, 20.0)
+    assert settings.prices["my-model"] == Price(3.0, 7.0)  # the dearest known for the rest
+    assert settings.value_of("prices.my-model.output") == 7.0
+    for bad in ("prices.x.input", "prices..input", "prices.x.cache"):
+        with pytest.raises(ConfigError):
+            parse_runtime_value(bad, "5000" if bad == "prices.x.input" else "1")

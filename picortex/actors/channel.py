@@ -850,4 +850,8 @@ def _config_values(settings: config_mod.Settings) -> dict[str, str]:
             values[key] = config_mod.format_value(settings.value_of(key))
         except Exception:
             logger.debug("config key %s has no readable value", key)
+    for model, price in settings.prices.items():
+        for field in config_mod.PRICE_FIELDS:
+            key = f"{config_mod.PRICES_PREFIX}{model}.{field}"
+            values[key] = config_mod.format_value(getattr(price, field))
     return values

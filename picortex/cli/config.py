@@ -14,6 +14,8 @@ from picortex.config import (
     ATTENTION_MODES,
     NO_OVERRIDE,
     OVERRIDES_PREFIX,
+    PRICE_FIELDS,
+    PRICES_PREFIX,
     RUNTIME_KEYS,
     Settings,
     format_value,
@@ -67,6 +69,11 @@ def run_config_get(
             name = OVERRIDES_PREFIX + command
             mark = "  (runtime)" if name in stored else ""
             out.write(f"{name} = {mode}{mark}\n")
+        for model, price in sorted(effective.prices.items()):
+            for field in PRICE_FIELDS:
+                name = f"{PRICES_PREFIX}{model}.{field}"
+                mark = "  (runtime)" if name in stored else ""
+                out.write(f"{name} = {_shown(getattr(price, field))}{mark}\n")
         return 0
     chat_id = _chat_id(key)
     if chat_id is not None:

@@ -42,7 +42,9 @@ def test_get_all_lists_every_runtime_key(store: Store, settings: Settings) -> No
     code, out, err = _get(store, settings, None)
     assert (code, err) == (0, "")
     lines = out.splitlines()
-    assert [line.split(" = ")[0] for line in lines] == list(RUNTIME_KEYS)
+    prices = [f"prices.{m}.{f}" for m in sorted(settings.prices) for f in ("input", "output")]
+    assert [line.split(" = ")[0] for line in lines] == [*RUNTIME_KEYS, *prices]
+    assert "prices.claude-opus-5-5.output = 20" in lines
     assert "wakeword = ?f" in lines
     assert "attention.group = mentions-only" in lines
     assert "response_policy.sensitive_commands = whitelist, config" in lines

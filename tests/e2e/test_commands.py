@@ -153,3 +153,16 @@ async def test_attention_show_names_no_local_path(tmp_path: Path) -> None:
         text = await _reply(run, msg)
         assert str(tmp_path) not in text
         assert f"PICORTEX_HOME/chats/{w.general_id}/.picortex/prompts/discriminator.md" in text
+
+
+async def test_the_owner_sets_a_price_from_chat_and_the_model_calls_use_it(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, relaxed_limits=True) as run:
+        w = run.world
+        dm = run.dm_id(w.alice_id)
+        text = f"{run.mention()} !s config set prices.claude-sonnet-5-5.output 12"
+        run.say(w.general_id, w.alice_id, text)
+        (reply,) = await run.sim.wait_bot_messages(1, dm)
+        assert reply["content"] == "`prices.claude-sonnet-5-5.output` is now `12`."
+        assert run.bot.store.runtime_config() == {"prices.claude-sonnet-5-5.output": "12"}
+        shown = await run.cli("config", "get", "prices.claude-sonnet-5-5.output")
+        assert shown.stdout.strip() == "prices.claude-sonnet-5-5.output = 12  (runtime)"
