@@ -9,6 +9,7 @@ The SDK is anyio-based and runs here under trio.
 
 from __future__ import annotations
 
+import io
 import logging
 import time
 from collections import deque
@@ -23,16 +24,15 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
 from picortex import __version__
+from picortex.cli.config import run_config_set
 from picortex.cli.errors import error_record
 from picortex.cli.log import log_files
 from picortex.cli.status import query_status
 from picortex.config import (
-    NO_OVERRIDE,
     OVERRIDES_PREFIX,
     RUNTIME_KEYS,
     Settings,
     format_value,
-    parse_runtime_value,
     runtime_key,
 )
 from picortex.errors import ConfigError, PicortexError
@@ -294,19 +294,16 @@ class Tools:
         args = _args(raw, ("key", "value"))
         key = _required_text(args, "key")
         value = _required_text(args, "value")
-        try:
-            name = runtime_key(key)
-            parsed = parse_runtime_value(name, value)
-            text = NO_OVERRIDE if parsed is None else format_value(parsed)
-            # What is stored must load again at start-up: check the round trip first.
-            self.settings.with_runtime({name: text})
-        except ConfigError as exc:
-            raise _BadArgument(_sentence(exc)) from None
+        out, err = io.StringIO(), io.StringIO()
         store = self._store()
         try:
-            store.set_runtime_config(name, text)
+            # Exactly what `picortex config set` does, `attention.<chat_id>` included.
+            code = run_config_set(store, self.settings, key, value, out, err=err, now=time.time())
         finally:
             store.close()
+        if code != 0:
+            raise _BadArgument(_sentence(ConfigError(err.getvalue())))
+        name, _, text = out.getvalue().strip().partition(" = ")
         running = query_status(self.settings.home) is not None
         return {
             "key": name,

@@ -55,14 +55,16 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         run.sim.model.script("Hello Alice.")
         asked = run.say(w.general_id, w.alice_id, f"{run.mention()} hi")
         await run.wait_event("reply", trigger_id=int(asked["id"]))
-        error_id = run.bot.store.add_invocation_error(
-            workspace_id=str(w.guild_id),
-            persona="default",
-            signal_id="1",
-            stage="generate",
-            error_message="APITimeoutError: the model did not answer",
-            stack_trace=None,
-            created_at=1.0,
+        error_id = await run.bot.store.call(
+            lambda db: db.add_invocation_error(
+                workspace_id=str(w.guild_id),
+                persona="default",
+                signal_id="1",
+                stage="generate",
+                error_message="APITimeoutError: the model did not answer",
+                stack_trace=None,
+                created_at=1.0,
+            )
         )
         run.bot.events.flush()
 
@@ -96,6 +98,12 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
             assert changed["applied"] == "now" and changed["value"] == "30"
             # It reaches the running bot like `picortex config set` does.
             await run.wait_until(lambda: run.bot.source.refresh().poll_seconds == 30.0)
+            _, chat = await _call(
+                session, "set_config", key=f"attention.{w.general_id}", value="silent"
+            )
+            assert (chat["key"], chat["value"]) == (f"attention.{w.general_id}", "silent")
+            mode = run.bot.store.get_chat_config(w.general_id)
+            assert mode is not None and mode.attention_mode == "silent"
 
             _, errors = await _call(session, "list_errors", unresolved=True)
             assert [e["id"] for e in errors] == [error_id]
