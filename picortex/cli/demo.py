@@ -216,7 +216,9 @@ class _Demo:
         mid = int(message["id"])
 
         def done(rows: list[dict[str, Any]]) -> bool:
-            return any(r["event"] == "reply" and r.get("trigger_id") == mid for r in rows)
+            return any(
+                r["event"] == "reply" and as_int_id(r.get("trigger_id")) == mid for r in rows
+            )
 
         return await self.wait_for("complete answer", done)
 

@@ -178,7 +178,7 @@ async def test_a_persona_answer_streams_into_its_thread(
         trigger = await ask(run, general, "I slept terribly last night")
         (done,) = await run.wait_event("persona.responded")
         thread_id = int(trigger["id"])  # a thread started from a message has its id
-        assert done["thread_id"] == thread_id
+        assert done["thread_id"] == str(thread_id)
         assert run.sim.bot_messages(general) == []
         assert [m["content"] for m in run.sim.bot_messages(thread_id)] == split_reply(answer)
         times = sorted(p.at for p in edits(run, thread_id))
