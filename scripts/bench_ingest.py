@@ -439,7 +439,7 @@ async def measure(bot: Bot, world: World, args: argparse.Namespace) -> Result:
     cpu0 = process_cpu(pid)
     since = len(sim.requests)
     async with trio.open_nursery() as nursery:
-        if bot.home is not None:
+        if bot.home is not None and not args.no_contention:
             # Meanwhile, another process changes the config and holds the database a while.
             home = bot.home
             cli = [sys.executable, "-m", "picortex", "config", "set", "poll_seconds", "120"]
@@ -600,6 +600,11 @@ def main() -> int:
     parser.add_argument("--memory-messages", type=int, default=200_000)
     parser.add_argument("--memory-channels", type=int, default=2_000)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory check")
+    parser.add_argument(
+        "--no-contention",
+        action="store_true",
+        help="no `picortex config set` and no held write lock during picortex's bursts",
+    )
     parser.add_argument(
         "--clients",
         type=lambda text: text.split(","),
