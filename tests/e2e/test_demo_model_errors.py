@@ -78,7 +78,7 @@ def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(tmp_path: Pa
     assert "within 30 s" not in out
     # Scenes are printed in order, each header once.
     numbers = [int(n) for n in re.findall(r"^\[(\d+)\] ", out, flags=re.MULTILINE)]
-    assert numbers == list(range(1, 11))
+    assert numbers == list(range(1, 13))
     # The staged failure of scene 8 is reported under scene 8, not after it.
     scene8 = out.split("[8] ")[1].split("[9] ")[0]
     assert "invocation failed at stage" in scene8
