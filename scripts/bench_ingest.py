@@ -81,6 +81,7 @@ RSS_TARGET_MIB: Final = 100.0
 # The memory phase sends its stream in chunks, so the simulator never holds it all at once.
 MEMORY_CHUNK: Final = 20_000
 LOCK_HOLD_SECONDS: Final = 1.0
+QUIET_SECONDS: Final = 12.0
 TEXT: Final = (
     "the quick brown fox jumps over a lazy dog while people in the channel talk about their "
     "weekend plans the weather a new game release dinner recipes and music they like"
@@ -484,7 +485,9 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
                 if status is not None and status["ingest"]["chatter"] >= sent:
                     break
                 await trio.sleep(0.5)
-        await trio.sleep(1.0)  # a group commit would have happened by now
+        # The channels go quiet: a group commit, and the context cache's delayed writes
+        # (after which it keeps only its most recent channels in memory), are done by now.
+        await trio.sleep(QUIET_SECONDS)
         rss1, db1 = process_rss_mib(bot.proc.pid), db_bytes(bot.home)
         ingest = status["ingest"] if status else {}
         grew = rss1 - rss0
