@@ -2,7 +2,9 @@
 
     root (rest_for_one, in start order)
       action_log
-      services (one_for_one): context_cache, llm, polls, control, web (when [web] enabled)
+      store (the database's owner: its own thread, group commit, read models)
+      services (one_for_one): context_cache, llm, polls, control, loop_lag, pruner,
+        web (when [web] enabled)
       gateway
       channels (dynamic one_for_one, one transient actor per channel)
       router
@@ -12,8 +14,9 @@ The services sit under their own one_for_one supervisor rather than in the root'
 rest_for_one chain: a crashed LLM or cache actor is restarted alone, so it never
 reconnects the gateway (which would lose events and a resumable session).
 
-The store is opened before the tree starts and closed after it stops: SQLite calls are
-short and synchronous, so every actor uses the one connection directly from trio's thread.
+The store is opened before the tree starts and closed after it stops; while the tree runs,
+the store actor owns the connection on a thread of its own (picortex/store/actor.py), so no
+SQLite call (or busy wait) ever runs on the event loop.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from picortex.discord.rest import RestClient
 from picortex.errors import ConfigError, FatalDiscordError, PicortexError
 from picortex.files import private_dir
 from picortex.runtime.faults import FaultPoints
+from picortex.runtime.lag import LoopLag
 from picortex.runtime.supervisor import (
     ChildSpec,
     DynamicSupervisor,
@@ -56,7 +60,7 @@ from picortex.runtime.supervisor import (
     Supervisor,
     run_root,
 )
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 from picortex.store.personas import PersonaLoader
 
 logger = logging.getLogger(__name__)
@@ -82,7 +86,7 @@ class Bot:
         private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
-        self.store = Store.open(settings.db_path)
+        self.store = StoreActor(Store.open(settings.db_path))
         self.source = SettingsSource(settings, self.store)
         live = self.source()
         self.events = ActionLog(
@@ -143,6 +147,7 @@ class Bot:
             timings=gateway_timings,
         )
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
+        self.lag = LoopLag()
         self.pruner = Pruner(self.store, self.events)
         self.web: WebActor | None = None
         if live.web.enabled:
@@ -161,6 +166,7 @@ class Bot:
                 ChildSpec("llm", self.llm.run),
                 ChildSpec("polls", self._polls),
                 ChildSpec("control", self.control.run),
+                ChildSpec("loop_lag", self.lag.run),
                 ChildSpec("pruner", self.pruner.run),
                 *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
@@ -171,6 +177,7 @@ class Bot:
             Strategy.REST_FOR_ONE,
             [
                 ChildSpec("action_log", self.events.run, grace=10.0),
+                ChildSpec("store", self.store.run, grace=15.0),
                 ChildSpec("services", self.services.run, grace=25.0),
                 # The gateway comes before the pipeline: it only needs the router's mailbox,
                 # which outlives the router, so a crash loop in the channels never drops the
@@ -228,6 +235,8 @@ class Bot:
             "channel_actors": len(self.channels.children()),
             "mailboxes": self.router.mailbox_depths(),
             "mailbox_overflows": self.router.mailbox_overflows(),
+            "ingest": self.router.ingest_counts(),
+            "loop_lag_ms": self.lag.take(),
             "restarts": restarts,
             "warnings": list(self.pipe.personas.current.warnings) if self.pipe.personas else [],
             "budget": self.budget.summary(),

@@ -51,12 +51,17 @@ DEFAULT_SYSTEM_PROMPT: Final = (
 )
 # An answer never waits longer than this for its context.
 CONTEXT_TIMEOUT_SECONDS: Final = 30.0
+# Messages handled per wake-up at most when the mailbox is deep: a backlog is drained
+# without an idle timer and a scheduler round per message, yet other actors still get turns.
+DRAIN_BATCH: Final = 32
 
 
 class Inbox(Protocol):
     """The mailbox an actor reads: it belongs to the supervisor and outlives the actor."""
 
     async def receive(self) -> Message | Interaction: ...
+
+    def receive_nowait(self) -> Message | Interaction: ...
 
     def done(self) -> None: ...
 
@@ -136,14 +141,18 @@ class ChannelActor:
                         if self._tasks == 0 and self._inbox.depth == 0:
                             break
                         continue
-                    try:
-                        await self._handle(message, nursery)
-                    except Exception:
-                        # Only the message in hand is lost (SPEC 12): answers to earlier
-                        # messages finish first, or are logged as abandoned.
-                        await self._drain()
-                        raise
-                    self._inbox.done()
+                    for _ in range(DRAIN_BATCH):
+                        try:
+                            await self._handle(message, nursery)
+                        except Exception:
+                            # Only the message in hand is lost (SPEC 12): answers to earlier
+                            # messages finish first, or are logged as abandoned.
+                            await self._drain()
+                            raise
+                        self._inbox.done()
+                        if not self._inbox.depth:
+                            break
+                        message = self._inbox.receive_nowait()
         except BaseExceptionGroup as group:
             # Surface a lone crash as itself, so the supervisor logs what actually failed.
             lone = _lone_error(group)
@@ -207,7 +216,6 @@ class ChannelActor:
             return
         if pipe.faults is not None:
             pipe.faults.check("mailbox", msg.content)
-        self._remember(msg)
         author = msg.author.id
         stored = None if author == settings.owner_id else pipe.store.get_tier(author)
         tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
@@ -224,6 +232,8 @@ class ChannelActor:
             what = "command from an untrusted author" if command_text is not None else None
             self._decision(msg, "ignore", what or "untrusted author: never answered")
             return
+        # Only trusted authors' words are kept for recall (SPEC 8): strangers cost no write.
+        self._remember(msg)
 
         if command_text is None:
             window = cont.window_for(self._cont, msg.channel_id, msg.author.id, now)
@@ -357,6 +367,12 @@ class ChannelActor:
                 await self._ensure_chat_home(chat_id)
             elif isinstance(change, cmds.StartPoll):
                 poll_to_start = change
+        if result.changes:
+            # Trust and config changes are durable before anyone is told they are made.
+            try:
+                await pipe.store.flush()
+            except Exception as exc:
+                logger.error("a %s change may not be saved: %s", name, exc)
         self._trigger(msg, tier, mode=mode, command=name)
         pipe.events.emit(
             "command",

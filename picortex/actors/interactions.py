@@ -375,14 +375,14 @@ async def register_commands(pipe: Pipeline, application_id: Snowflake) -> None:
         tree = sl.command_tree(global_scope=guild_id is None)
         digest = sl.tree_hash(application_id, scope, tree)
         try:
-            if pipe.store.app_commands_hash(scope) == digest:
+            if await _registered_hash(pipe, scope) == digest:
                 pipe.events.emit("slash", action="unchanged", scope=scope)
                 continue
             if guild_id is None:
                 await rest.bulk_overwrite_global_commands(application_id, tree)
             else:
                 await rest.bulk_overwrite_guild_commands(application_id, guild_id, tree)
-            pipe.store.set_app_commands_hash(scope, digest, time.time())
+            _remember_hash(pipe, scope, digest, time.time())
         except Exception as exc:
             if isinstance(exc, FatalDiscordError) and pipe.fatal is not None:
                 pipe.fatal(exc)
@@ -392,3 +392,13 @@ async def register_commands(pipe: Pipeline, application_id: Snowflake) -> None:
             continue
         pipe.events.emit("slash", action="registered", scope=scope, commands=len(tree))
         logger.info("registered /%s commands (%s)", sl.COMMAND_NAME, scope)
+
+
+async def _registered_hash(pipe: Pipeline, scope: str) -> str | None:
+    """The digest of the tree last registered in `scope`, read on the store's thread."""
+    return await pipe.store.read(lambda db: db.app_commands_hash(scope))
+
+
+def _remember_hash(pipe: Pipeline, scope: str, digest: str, now: float) -> None:
+    """Queue remembering that the tree with `digest` is registered in `scope`."""
+    pipe.store.submit(lambda db: db.set_app_commands_hash(scope, digest, now))

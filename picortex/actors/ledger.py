@@ -17,7 +17,7 @@ import trio
 from picortex.config import Settings
 from picortex.core import budget
 from picortex.core.budget import Refusal, Reservation
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,7 @@ class LedgerBudget:
 
     def __init__(
         self,
-        store: Store,
+        store: Store | StoreActor,
         settings: Callable[[], Settings],
         events: EventSink,
         *,

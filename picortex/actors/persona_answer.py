@@ -24,6 +24,7 @@ from picortex.types import ChannelCreate, Message, MessageUpdate, Snowflake
 
 if TYPE_CHECKING:
     from picortex.core.personas import PersonaMatch, PersonaSet
+    from picortex.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -138,7 +139,7 @@ async def _tiebreak(
     return strongest, f"tiebreak {result.outcome}: strongest match"
 
 
-def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
+async def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
     """Short excerpts of what was said about the request's subject in the last 7 days.
 
     Searches only the conversation the trigger is in (SPEC 8): its channel, a thread with
@@ -150,12 +151,16 @@ def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
     if not terms:
         return []
     try:
-        hits = pipe.store.search_memory(
-            " ".join(terms),
-            since=time.time() - RECALL_HORIZON_SECONDS,
-            workspace=pipe.workspace_of(trigger),
-            limit=RECALL_FETCH,
-            channel_ids=recall_channels(pipe, trigger),
+        since = time.time() - RECALL_HORIZON_SECONDS
+        channels = recall_channels(pipe, trigger)
+        hits = await pipe.store.read(
+            lambda db: db.search_memory(
+                " ".join(terms),
+                since=since,
+                workspace=pipe.workspace_of(trigger),
+                limit=RECALL_FETCH,
+                channel_ids=channels,
+            )
         )
     except Exception:
         logger.exception("memory recall failed")
@@ -194,29 +199,31 @@ def recall_channels(pipe: Pipeline, trigger: Message) -> list[Snowflake]:
 def reindex(pipe: Pipeline, update: MessageUpdate) -> None:
     """Apply a MESSAGE_UPDATE to memory: the new text replaces the old, whose observations
     go; a stored message is observed again under its new text."""
-    if update.content is None:
+    content = update.content
+    if content is None:
         return  # an embed or pin update: the text did not change
-    try:
-        stored = pipe.store.reindex_memory_message(update.id, update.content)
-    except Exception:
-        logger.exception("could not re-index edited message %s", update.id)
-        return
-    personas = current_personas(pipe) if stored else None
-    if personas is None or update.content is None:
-        return
-    for m in pcore.match(personas, update.content):
-        try:
-            pipe.store.add_observation(
-                persona=m.persona.id,
-                message_id=update.id,
-                channel_id=update.channel_id,
-                guild_id=update.guild_id,
-                trigger=m.trigger,
-                content=update.content,
-                created_at=time.time(),
-            )
-        except Exception:
-            logger.exception("could not store an observation for %s", m.persona.id)
+    personas = current_personas(pipe)
+    matches = pcore.match(personas, content) if personas is not None else []
+    now = time.time()
+
+    def apply(db: Store) -> bool:
+        # One step on the store's thread: no reader ever sees the old observations gone
+        # and the new ones not yet there.
+        stored = db.reindex_memory_message(update.id, content)
+        if stored:
+            for m in matches:
+                db.add_observation(
+                    persona=m.persona.id,
+                    message_id=update.id,
+                    channel_id=update.channel_id,
+                    guild_id=update.guild_id,
+                    trigger=m.trigger,
+                    content=content,
+                    created_at=now,
+                )
+        return stored
+
+    pipe.store.submit(apply)
 
 
 def forget(pipe: Pipeline, message_ids: Sequence[Snowflake]) -> None:
@@ -259,7 +266,7 @@ async def maybe_answer(
     if len(matches) > 1:
         chosen, tiebreak = await _tiebreak(pipe, request, trigger, matches)
     persona = chosen.persona
-    excerpts = recall(pipe, request, trigger)
+    excerpts = await recall(pipe, request, trigger)
     system, messages = pcore.persona_prompt(
         persona, excerpts, list(lines)[-pcore.RECENT_LINES :], request.text
     )

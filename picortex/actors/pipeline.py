@@ -25,7 +25,7 @@ from picortex.core.redact import redact
 from picortex.core.split import split_reply
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 from picortex.store.personas import PersonaLoader
 from picortex.types import Channel, ChannelType, EventSink, Message, Snowflake
 
@@ -133,12 +133,12 @@ class ChannelRegistry:
 class SettingsSource:
     """The current settings: the file and environment, plus runtime config from the store.
 
-    Runtime changes made by another process (`picortex config set`) are picked up on the
-    next `refresh`, by watching SQLite's data_version (one cheap pragma per message); this
-    process's own writes are picked up by `refresh(force=True)`.
+    Runtime changes (this process's, or another's `picortex config set`, which the store
+    actor notices) are picked up on the next `refresh`, by comparing the store's
+    `config_version`: an integer compare per message, no SQLite call.
     """
 
-    def __init__(self, base: Settings, store: Store) -> None:
+    def __init__(self, base: Settings, store: Store | StoreActor) -> None:
         self._base = base
         self._store = store
         self._version: object = None
@@ -153,7 +153,11 @@ class SettingsSource:
 
     def refresh(self, *, force: bool = False) -> Settings:
         """Re-read runtime config when another connection changed the database (or `force`)."""
-        version = self._store.pragma("data_version")
+        store = self._store
+        # A bare Store (tools, tests) is watched through SQLite's data_version instead.
+        version = (
+            store.config_version if isinstance(store, StoreActor) else store.pragma("data_version")
+        )
         if not force and version == self._version:
             return self._current
         self._version = version
@@ -221,7 +225,7 @@ class Pipeline:
     """Everything a channel actor needs, passed in by the app."""
 
     settings: SettingsSource
-    store: Store
+    store: StoreActor
     rest: Rest
     cache: ContextCache
     llm: LLMActor
@@ -288,28 +292,36 @@ class Pipeline:
         """A failed invocation: a `cortex.invocation_failed` event and an error row (SPEC 9)."""
         error = redact(error)[:ERROR_MESSAGE_MAX_CHARS]
         trace = redact(stack_trace) if stack_trace else None
-        row_id: int | None = None
-        try:
-            row_id = self.store.add_invocation_error(
-                workspace_id=workspace,
-                persona=persona or DEFAULT_PERSONA,
-                signal_id="" if signal_id is None else str(signal_id),
+        created_at = time.time()
+
+        def emit(row_id: object) -> None:
+            self.events.emit(
+                "cortex.invocation_failed",
                 stage=stage,
-                error_message=error,
-                stack_trace=trace,
-                created_at=time.time(),
+                workspace=workspace,
+                persona=persona,
+                signal_id=signal_id,
+                error=error,
+                error_id=row_id,
+            )
+
+        # The event is written once the row is committed, so it can name the row's id.
+        try:
+            self.store.submit(
+                lambda db: db.add_invocation_error(
+                    workspace_id=workspace,
+                    persona=persona or DEFAULT_PERSONA,
+                    signal_id="" if signal_id is None else str(signal_id),
+                    stage=stage,
+                    error_message=error,
+                    stack_trace=trace,
+                    created_at=created_at,
+                ),
+                on_done=emit,
             )
         except Exception:
             logger.exception("could not store an invocation error")
-        self.events.emit(
-            "cortex.invocation_failed",
-            stage=stage,
-            workspace=workspace,
-            persona=persona,
-            signal_id=signal_id,
-            error=error,
-            error_id=row_id,
-        )
+            emit(None)
 
     @asynccontextmanager
     async def typing(

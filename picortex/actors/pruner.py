@@ -14,7 +14,7 @@ from typing import Final
 
 import trio
 
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class Pruner:
 
     def __init__(
         self,
-        store: Store,
+        store: Store | StoreActor,
         events: EventSink,
         *,
         wall_clock: Callable[[], float] = time.time,
@@ -56,13 +56,19 @@ class Pruner:
         """Prune now, then hourly, until cancelled."""
         task_status.started()
         while True:
-            self._round()
+            await self._round()
             await trio.sleep(self._every)
 
-    def _round(self) -> None:
+    async def _round(self) -> None:
         self.rounds += 1
+        store = self._store
+        now = self._clock()
         try:
-            dropped = prune_once(self._store, self._clock())
+            if isinstance(store, StoreActor):
+                # On the store's own thread, in its order: a long delete never stalls the bot.
+                dropped = await store.call(lambda db: prune_once(db, now))
+            else:
+                dropped = prune_once(store, now)
         except Exception as exc:  # a busy or full disk: try again next round
             logger.warning("pruning failed, retrying in an hour: %s", exc)
             return

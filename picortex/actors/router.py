@@ -2,15 +2,16 @@
 
 The gateway reader calls `on_dispatch` synchronously; it only queues (never blocks, so a busy
 bot cannot starve the heartbeat). The router's own task then deduplicates by message id
-(persisted, so a restart does not answer twice), applies live cache updates, and hands each
-message to its channel's mailbox, starting the channel actor on demand.
+(persisted by the store actor in groups, so a restart does not answer twice), applies live
+cache updates, decides chatter inline (picortex/core/chatter.py: counted, never logged one by
+one, never stored) and hands every other message to its channel's mailbox, starting the
+channel actor on demand. Mailboxes of channels that went quiet are released.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import OrderedDict
 from typing import Any, Final
 
 import trio
@@ -19,6 +20,8 @@ from picortex.actors import interactions, persona_answer
 from picortex.actors.channel import ChannelActor
 from picortex.actors.interactions import register_commands
 from picortex.actors.pipeline import Pipeline
+from picortex.core.attention import mode_for_chat
+from picortex.core.chatter import is_chatter
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, Restart
@@ -43,15 +46,11 @@ logger = logging.getLogger(__name__)
 ROUTER_QUEUE: Final = 10_000
 # Messages waiting in one channel's mailbox.
 CHANNEL_MAILBOX: Final = 500
-# Recently seen message ids kept in memory in front of the seen-events table.
-SEEN_MEMORY: Final = 50_000
-# Seen-event rows older than this are pruned: Discord never replays that far back.
-SEEN_KEEP_SECONDS: Final = 7 * 24 * 3600
-PRUNE_EVERY: Final = 10_000
 # Dispatches the router takes per wake-up at most: a burst is drained in batches this big.
 ROUTER_BATCH: Final = 64
-# Recall looks back 7 days (SPEC 8); keep a little more, then let the table shrink.
-MEMORY_KEEP_SECONDS: Final = 14 * 24 * 3600
+# How often chatter and routing counts go to the action log as one `ingest` event (when
+# anything arrived), and idle channels' mailboxes are released.
+INGEST_EVERY_SECONDS: Final = 60.0
 
 
 class Router:
@@ -62,9 +61,12 @@ class Router:
         self._channels = channels
         self._inbox: Mailbox[tuple[str, Any]] = Mailbox(ROUTER_QUEUE, name="router")
         self._mailboxes: dict[Snowflake, Mailbox[Message | Interaction]] = {}
-        self._seen: OrderedDict[Snowflake, None] = OrderedDict()
-        self._routed = 0
         self.replays_dropped = 0
+        self.chatter = 0  # messages decided inline as chatter
+        self.delivered = 0  # messages handed to a channel mailbox
+        self._reported = (0, 0)
+        self._report_at = 0.0
+        self._released_overflows = 0  # overflows of mailboxes since released
 
     @property
     def inbox(self) -> Mailbox[tuple[str, Any]]:
@@ -90,7 +92,49 @@ class Router:
 
     def mailbox_overflows(self) -> int:
         """Messages refused by full channel mailboxes so far."""
-        return sum(mb.overflows for mb in self._mailboxes.values())
+        return self._released_overflows + sum(mb.overflows for mb in self._mailboxes.values())
+
+    def ingest_counts(self) -> dict[str, int]:
+        """Messages seen so far by path (for `picortex status`)."""
+        return {
+            "chatter": self.chatter,
+            "delivered": self.delivered,
+            "replays_dropped": self.replays_dropped,
+            "mailboxes": len(self._mailboxes),
+        }
+
+    def release_idle(self) -> int:
+        """Forget the mailboxes of channels with no actor and nothing queued; how many."""
+        idle = [
+            cid
+            for cid, mb in self._mailboxes.items()
+            if not mb.depth and mb.in_hand is None and self._channels.get(f"channel-{cid}") is None
+        ]
+        for cid in idle:
+            self._released_overflows += self._mailboxes.pop(cid).overflows
+        return len(idle)
+
+    def _report(self) -> None:
+        """One `ingest` event with what arrived since the last one (none when nothing did)."""
+        now = trio.current_time()
+        counts = (self.chatter, self.delivered)
+        chatter, delivered = (c - r for c, r in zip(counts, self._reported, strict=True))
+        if chatter or delivered:
+            self._pipe.events.emit(
+                "ingest",
+                chatter=chatter,
+                delivered=delivered,
+                seconds=round(now - self._report_at, 1),
+                mailboxes=len(self._mailboxes),
+            )
+        self._reported = counts
+        self._report_at = now
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await trio.sleep(INGEST_EVERY_SECONDS)
+            self._report()
+            self.release_idle()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Route queued dispatches until cancelled."""
@@ -99,10 +143,17 @@ class Router:
         for channel_id, mailbox in list(self._mailboxes.items()):
             if mailbox.depth:
                 await self._ensure_actor(channel_id, mailbox)
-        task_status.started()
+        self._report_at = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._housekeeping)
+            task_status.started()
+            await self._loop()
+
+    async def _loop(self) -> None:
         inbox = self._inbox
         while True:
             name, data = await inbox.receive()
+            self._pipe.settings.refresh()
             await self._route(name, data)
             inbox.done()
             # In a burst, take what queued up meanwhile without a scheduler round per dispatch
@@ -128,11 +179,27 @@ class Router:
             return
         if isinstance(event, Message):
             if event.author.id == pipe.bot.user_id:
-                # Our own replies only feed the context; the pipeline would ignore them
-                # anyway (SPEC 5 step 1), so they cost no mailbox hop and no database write.
+                # Our own replies feed the context and recall (SPEC 8); the pipeline would
+                # ignore them anyway (SPEC 5 step 1), so they cost no mailbox hop.
+                pipe.cache.on_message(event)
+                if name == "MESSAGE_CREATE":
+                    self._remember_answer(event)
+                return
+            store = pipe.store
+            seen = store.seen(event.id)
+            if seen is None:  # an id older than memory holds: only SQLite knows
+                seen = await store.was_handled(event.id)
+            if name == "MESSAGE_CREATE" and self._is_chatter(event):
+                # Decided here: counted, fed to the context, never logged one by one and never
+                # stored (a replay of it is as harmless as it is: nothing was answered).
+                if seen:
+                    self.replays_dropped += 1
+                    return
+                store.note_seen(event.id)
+                self.chatter += 1
                 pipe.cache.on_message(event)
                 return
-            if self._is_replay(event.id):
+            if seen:
                 self.replays_dropped += 1
                 if name == "MESSAGE_CREATE":
                     pipe.events.emit(
@@ -145,11 +212,20 @@ class Router:
                         reason="replayed event already handled",
                     )
                 return
+            # Persisted with the store's next group (within milliseconds).
+            store.mark_handled(event.id)
             pipe.cache.on_message(event)
             await self._deliver(event)
         elif isinstance(event, Interaction):
             # A replayed interaction was answered (or is past answering) already.
-            if not self._is_replay(event.id):
+            store = pipe.store
+            seen = store.seen(event.id)
+            if seen is None:
+                seen = await store.was_handled(event.id)
+            if seen:
+                self.replays_dropped += 1
+            else:
+                store.mark_handled(event.id)
                 if event.type == InteractionType.APPLICATION_COMMAND:
                     interactions.expect(
                         pipe,
@@ -184,24 +260,44 @@ class Router:
             for thread in event.threads:
                 pipe.registry.add(thread)
 
-    def _is_replay(self, message_id: Snowflake) -> bool:
-        """True when the message was handled before (in memory, else in the store)."""
-        if message_id in self._seen:
-            return True
-        self._seen[message_id] = None
-        if len(self._seen) > SEEN_MEMORY:
-            self._seen.popitem(last=False)
-        now = time.time()
-        try:
-            new = self._pipe.store.mark_seen(message_id, now)
-        except Exception:
-            logger.exception("seen-events table unavailable; relying on memory")
+    def _is_chatter(self, message: Message) -> bool:
+        """Whether the message is chatter (core.chatter), with trust and mode from memory."""
+        if message.guild_id is None:
+            return False  # a DM always addresses the bot
+        pipe = self._pipe
+        settings = pipe.settings()
+        author = message.author.id
+        trusted = author == settings.owner_id or pipe.store.get_tier(author) is not None
+        if trusted:
             return False
-        self._routed += 1
-        if self._routed % PRUNE_EVERY == 0:
-            self._pipe.store.prune_seen(now - SEEN_KEEP_SECONDS)
-            self._pipe.store.prune_memory(now - MEMORY_KEEP_SECONDS)
-        return not new
+        own = pipe.store.get_chat_config(message.channel_id)
+        parent = None
+        if own is None:
+            parent_id = pipe.registry.parent_of(message.channel_id)
+            if parent_id is not None:
+                parent = pipe.store.get_chat_config(parent_id)
+        mode = mode_for_chat(
+            own.attention_mode if own is not None else None,
+            parent.attention_mode if parent is not None else None,
+            False,
+            settings.attention,
+        )
+        return is_chatter(message, bot_user_id=pipe.bot.user_id, trusted=False, mode=mode)
+
+    def _remember_answer(self, message: Message) -> None:
+        """Store one of the bot's own answers for recall."""
+        try:
+            self._pipe.store.add_memory_message(
+                message_id=message.id,
+                channel_id=message.channel_id,
+                guild_id=message.guild_id,
+                author_id=message.author.id,
+                author_name=message.author.display_name,
+                content=message.content,
+                created_at=time.time(),
+            )
+        except Exception:
+            logger.exception("could not store answer %s for recall", message.id)
 
     def _reaction(self, event: ReactionEvent) -> None:
         pipe = self._pipe
@@ -227,6 +323,7 @@ class Router:
             self._mailboxes[channel_id] = mailbox
         # Stamped before queueing: the continuation window counts from arrival.
         self._pipe.arrivals[message.id] = trio.current_time()
+        self.delivered += 1
         if not mailbox.send_nowait(message):
             self._pipe.arrivals.pop(message.id, None)
             self._pipe.events.emit(

@@ -195,6 +195,9 @@ class Supervisor:
         self._period = period
         self._rng = rng if rng is not None else random.Random()
         self._slots: list[_Slot] = []
+        # The same slots by child name: a dynamic supervisor is asked per message whether a
+        # channel's actor runs, among thousands of channels.
+        self._named: dict[str, _Slot] = {}
         self._window: deque[tuple[float, Exception | None]] = deque()
         self._notices: deque[tuple[_Slot, int, Exception | None]] = deque()
         self._wake = trio.Event()
@@ -266,16 +269,15 @@ class Supervisor:
 
     def _reset(self) -> None:
         self._slots = [_Slot(spec) for spec in self._specs]
+        self._named = {slot.spec.name: slot for slot in self._slots}
         self._window.clear()
         self._notices.clear()
         self._wake = trio.Event()
         self._closing = False
 
     def _find(self, name: str) -> _Slot | None:
-        for slot in self._slots:
-            if slot.spec.name == name and slot.state is not _State.REMOVED:
-                return slot
-        return None
+        slot = self._named.get(name)
+        return slot if slot is not None and slot.state is not _State.REMOVED else None
 
     async def _supervise(self, task_status: trio.TaskStatus[None]) -> None:
         await self._start_pending()
@@ -593,6 +595,7 @@ class DynamicSupervisor(Supervisor):
             raise ValueError(f"supervisor {self.name!r} already has a child named {spec.name!r}")
         slot = _Slot(spec)
         self._slots.append(slot)
+        self._named[spec.name] = slot
         try:
             outcome = await self._spawn(slot)
         except BaseException:
@@ -631,6 +634,8 @@ class DynamicSupervisor(Supervisor):
         slot.state = _State.REMOVED
         if slot in self._slots:
             self._slots.remove(slot)
+        if self._named.get(slot.spec.name) is slot:
+            del self._named[slot.spec.name]
 
 
 async def run_root(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from picortex.store.actor import StoreActor
 from picortex.store.store import (
     DM_WORKSPACE,
     RESOLUTIONS,
@@ -23,5 +24,6 @@ __all__ = [
     "InvocationError",
     "MemoryHit",
     "Store",
+    "StoreActor",
     "fts_query",
 ]

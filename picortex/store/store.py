@@ -626,6 +626,25 @@ class Store:
         )
         return changed > 0
 
+    def mark_seen_many(self, rows: list[tuple[int, float]]) -> None:
+        """Remember many handled message ids (id, seen_at) in one statement."""
+        with self.transaction():
+            try:
+                self._conn.executemany(
+                    "INSERT INTO seen_events (message_id, seen_at) VALUES (?, ?)"
+                    " ON CONFLICT (message_id) DO NOTHING",
+                    rows,
+                )
+            except apsw.Error as exc:
+                raise StoreError(f"{self.path}: database error ({exc})") from exc
+
+    def newest_seen(self, limit: int) -> list[int]:
+        """The `limit` highest handled message ids, highest first."""
+        rows = self._all(
+            "SELECT message_id FROM seen_events ORDER BY message_id DESC LIMIT ?", (limit,)
+        )
+        return [cast(int, row[0]) for row in rows]
+
     def is_seen(self, message_id: int) -> bool:
         """Whether the message id was handled before."""
         return self._one("SELECT 1 FROM seen_events WHERE message_id = ?", (message_id,)) == 1

@@ -30,7 +30,7 @@ from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier
 from picortex.errors import ConfigError, PanelInputError
-from picortex.store import RESOLUTIONS, InvocationError, Store
+from picortex.store import RESOLUTIONS, InvocationError, Store, StoreActor
 from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.store.personas import load_personas
 from picortex.types import ChannelType, EventSink, Message, Snowflake
@@ -207,7 +207,7 @@ class Panel:
         self,
         *,
         settings: SettingsSource,
-        store: Store,
+        store: Store | StoreActor,
         events: EventSink,
         home: Path,
         action_log_path: Path,

@@ -22,7 +22,7 @@ from picortex.actors.pipeline import (
 from picortex.config import ResponsePolicySettings, load_settings
 from picortex.core.continuation import Request
 from picortex.discord.rest import DiscordHTTPError
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 from picortex.store.personas import PersonaLoader
 from picortex.types import Channel, ChannelType, Message, User
 from tests.helpers import RecordingSink
@@ -130,11 +130,12 @@ def make_pipe(
     loader = PersonaLoader(tmp_path)
     loader.load()
     sink = RecordingSink()
+    actor = StoreActor(store)
     registry = ChannelRegistry()
     registry.add(Channel(GENERAL, ChannelType.GUILD_TEXT, GUILD, None, "general"))
     pipe = Pipeline(
-        settings=SettingsSource(base, store),
-        store=store,
+        settings=SettingsSource(base, actor),
+        store=actor,
         rest=cast(Any, rest or FakeRest()),
         cache=cast(Any, None),
         llm=cast(Any, llm or FakeLLM()),
@@ -180,11 +181,11 @@ def remember(store: Store, msg: Message, at: float) -> None:
 # -- recall ---------------------------------------------------------------------------------
 
 
-def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text(
+async def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text(
     tmp_path: Path, store: Store
 ) -> None:
     pipe, _ = make_pipe(tmp_path, store)
-    trust(store)
+    trust(pipe.store)
     now = time.time()
     earlier = message(1, "espresso at 9pm gave me insomnia", author=BOB)
     remember(store, earlier, now - 3600)
@@ -195,13 +196,13 @@ def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text(
     follow = message(6, "the espresso maybe?")
     for m in (trigger, follow):
         remember(store, m, now)
-    excerpts = persona_answer.recall(pipe, request_for(trigger, follow), follow)
+    excerpts = await persona_answer.recall(pipe, request_for(trigger, follow), follow)
     assert excerpts == ['Bob: "espresso at 9pm gave me insomnia"']
 
 
-def test_dm_recall_stays_in_that_dm(tmp_path: Path, store: Store) -> None:
+async def test_dm_recall_stays_in_that_dm(tmp_path: Path, store: Store) -> None:
     pipe, _ = make_pipe(tmp_path, store)
-    trust(store)
+    trust(pipe.store)
     now = time.time()
     remember(
         store,
@@ -210,38 +211,42 @@ def test_dm_recall_stays_in_that_dm(tmp_path: Path, store: Store) -> None:
     )
     remember(store, message(2, "insomnia since the move", channel=DM, guild=None), now)
     trigger = message(3, "insomnia again", channel=DM, guild=None)
-    assert persona_answer.recall(pipe, request_for(trigger), trigger) == [
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == [
         'Alice: "insomnia since the move"'
     ]
 
 
-def trust(store: Store) -> None:
+def trust(store: StoreActor) -> None:
     """Bob and Alice on the trust list: recall only repeats trusted people."""
     store.set_tier(BOB.id, "user")
     store.set_tier(ALICE.id, "trusted")
 
 
-def test_recall_leaves_out_untrusted_authors_and_other_channels(
+async def test_recall_leaves_out_untrusted_authors_and_other_channels(
     tmp_path: Path, store: Store
 ) -> None:
     pipe, _ = make_pipe(tmp_path, store)
-    store.set_tier(ALICE.id, "user")
+    pipe.store.set_tier(ALICE.id, "user")
     now = time.time()
     remember(store, message(1, "insomnia tip from a stranger", author=BOB), now)
     remember(store, message(2, "insomnia in the other channel", channel=GENERAL + 1), now)
     remember(store, message(3, "insomnia here", channel=GENERAL), now)
     trigger = message(5, "insomnia again?")
-    assert persona_answer.recall(pipe, request_for(trigger), trigger) == ['Alice: "insomnia here"']
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == [
+        'Alice: "insomnia here"'
+    ]
     # In a thread, its parent channel is the same conversation.
     pipe.registry.add(Channel(60, ChannelType.PUBLIC_THREAD, GUILD, GENERAL, "t"))
     inside = message(61, "insomnia again?", channel=60)
-    assert persona_answer.recall(pipe, request_for(inside), inside) == ['Alice: "insomnia here"']
+    assert await persona_answer.recall(pipe, request_for(inside), inside) == [
+        'Alice: "insomnia here"'
+    ]
 
 
-def test_recall_without_salient_words_is_empty(tmp_path: Path, store: Store) -> None:
+async def test_recall_without_salient_words_is_empty(tmp_path: Path, store: Store) -> None:
     pipe, _ = make_pipe(tmp_path, store)
     trigger = message(3, "is it?")
-    assert persona_answer.recall(pipe, request_for(trigger), trigger) == []
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == []
 
 
 # -- placement ------------------------------------------------------------------------------
@@ -317,6 +322,7 @@ async def test_failed_tiebreak_falls_back_and_records_the_strongest(
         ("generate", "general"),
     ]
     assert llm.requests[1].persona == "fitness"
+    await pipe.store.flush()
     rows = store.invocation_errors()
     assert [(r.stage, r.persona) for r in rows] == [("tiebreak", "fitness")]
     assert sink.of("persona")[0]["tiebreak"] == "tiebreak error: strongest match"
@@ -341,6 +347,7 @@ async def test_existing_thread_error_reuses_the_message_thread(
     trigger = message(50, "slept badly")
     await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
     assert rest.posts == [(50, "a fine answer", None)]
+    await pipe.store.flush()
     assert store.invocation_errors() == []
 
 
@@ -350,6 +357,7 @@ async def test_server_error_on_the_thread_is_a_post_failure(tmp_path: Path, stor
     trigger = message(50, "slept badly")
     await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
     assert rest.posts == []
+    await pipe.store.flush()
     assert [(r.stage, r.persona) for r in store.invocation_errors()] == [("post", "sleep")]
     assert sink.of("persona.responded") == []
 
@@ -363,6 +371,7 @@ async def test_refused_answer_is_a_skip_not_an_error(
     pipe, sink = make_pipe(tmp_path, store, FakeLLM(failed(outcome)))
     trigger = message(50, "slept badly")
     assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    await pipe.store.flush()
     assert store.invocation_errors() == []
     skip = sink.of("decision")[0]
     assert skip["outcome"] == "skip" and why in skip["reason"]
@@ -379,11 +388,12 @@ async def test_persona_model_tier_is_used(tmp_path: Path, store: Store) -> None:
     assert llm.requests[0].tier == "complex"
 
 
-def test_observe_records_every_match(tmp_path: Path, store: Store) -> None:
+async def test_observe_records_every_match(tmp_path: Path, store: Store) -> None:
     pipe, _ = make_pipe(tmp_path, store)
     msg = message(50, "so tired after my workout")
     matches = persona_answer.observe(pipe, msg, msg.content)
     assert {m.persona.id for m in matches} == {"sleep", "fitness"}
+    await pipe.store.flush()  # observations are written in the store actor's next group
     hits = store.search_memory("tired", since=0.0, workspace=str(GUILD), limit=10)
     assert sorted((h.persona, h.trigger) for h in hits if h.kind == "observation") == [
         ("fitness", "workout"),

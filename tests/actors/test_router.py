@@ -19,7 +19,7 @@ async def test_a_replayed_message_is_answered_once(tmp_path: Path) -> None:
         # Discord may deliver an event twice; the router drops what it has handled.
         run.bot.router.on_dispatch("MESSAGE_CREATE", payload)
         run.bot.router.on_dispatch("MESSAGE_CREATE", payload)
-        marker = run.say(w.general_id, w.bob_id, "a later message")
+        marker = run.say(w.general_id, w.bob_id, f"{run.mention()} a later message")
         await run.wait_event("decision", message_id=int(marker["id"]))
         assert len(run.replies_to(int(payload["id"]))) == 1
         assert run.bot.router.replays_dropped == 2

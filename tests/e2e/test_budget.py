@@ -39,7 +39,8 @@ async def test_tiny_ceiling_stops_the_second_call_in_a_guild(
         with trio.fail_after(WAIT):
             await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
         assert len(run.sim.model.calls) == 1
-        spent = run.bot.store.spend(str(w.guild_id), run.bot.budget.period_key())
+        key = run.bot.budget.period_key()
+        spent = await run.bot.store.read(lambda db: db.spend(str(w.guild_id), key))
         assert spent > 0.000001
 
         # Same workspace (the guild), another channel: no call, a budget event, no reply.
@@ -75,7 +76,8 @@ async def test_tiny_ceiling_stops_the_second_call_in_a_guild(
         lines = budget_warnings(caplog)
         assert len(lines) == 1
         assert str(w.guild_id) in lines[0]
-        assert run.bot.store.invocation_errors() == []  # a refusal is not a failure
+        # A refusal is not a failure.
+        assert await run.bot.store.read(lambda db: db.invocation_errors()) == []
 
 
 async def test_tiny_ceiling_in_a_dm_fails_open_and_status_shows_spend(

@@ -116,8 +116,9 @@ async def test_untrusted_follow_up_is_ignored(tmp_path: Path) -> None:
         run.say(w.general_id, w.alice_id, f"{run.mention()} !s whitelist remove <@{w.bob_id}>")
         await run.wait_event("command")
         follow = run.say(w.general_id, w.bob_id, "and one more thing")
-        decision = await run.wait_event("decision", message_id=int(follow["id"]))
-        assert decision[0]["outcome"] == "ignore"
+        # Untrusted now: chatter, decided at once and counted, never a continuation.
+        await run.wait_until(lambda: run.bot.router.chatter == 1)
+        assert int(follow["id"]) in {m.id for m in run.bot.cache.recent(w.general_id, 50)}
         assert run.events("continuation") == []
         assert len(run.sim.model.calls) == 1
         assert len(run.sim.bot_messages(w.general_id)) == 1

@@ -56,7 +56,7 @@ async def test_a_crash_lets_the_answer_in_progress_finish(tmp_path: Path) -> Non
         run.sim.model.script(ModelReply(text="the slow answer", delay=2.0))
         asked = run.say(w.general_id, w.alice_id, f"{run.mention()} think about it")
         await run.wait_until(lambda: len(run.sim.model.calls) == 1)
-        boom = run.say(w.general_id, w.bob_id, "this goes BOOM")
+        boom = run.say(w.general_id, w.bob_id, f"{run.mention()} this goes BOOM")
         await run.wait_event("supervisor", action="crash")
         # Only bob's message was lost; alice's answer was posted.
         await run.wait_until(lambda: bool(run.replies_to(int(asked["id"]))))
@@ -77,7 +77,7 @@ async def test_an_answer_a_crash_cannot_wait_for_is_logged_as_abandoned(tmp_path
         run.sim.model.script(ModelReply(text="never posted", delay=3.0))
         asked = run.say(w.general_id, w.alice_id, f"{run.mention()} think very hard")
         await run.wait_until(lambda: len(run.sim.model.calls) == 1)
-        run.say(w.general_id, w.bob_id, "this goes BOOM")
+        run.say(w.general_id, w.bob_id, f"{run.mention()} this goes BOOM")
         abandoned = await run.wait_event("error", scope="generate", message_id=int(asked["id"]))
         assert abandoned[0]["message"] == "abandoned: channel actor crashed"
         await run.wait_event("supervisor", action="crash")

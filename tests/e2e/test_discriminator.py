@@ -96,7 +96,7 @@ async def test_scripted_answers_decide_and_fail_open_or_closed(
         assert llm[0]["stage"] == "discriminate"
         assert llm[0]["model"] == "claude-haiku-5-5"
         assert llm[0]["cost_usd"] < disc.CLASSIFICATION_BUDGET_USD
-        rows = run.bot.store.invocation_errors()
+        rows = await run.bot.store.read(lambda db: db.invocation_errors())
         if error is None:
             assert rows == []
         else:
@@ -309,7 +309,8 @@ async def test_discriminator_test_cli_prints_each_decision_reason_and_cost(
         assert len(run.sim.model.calls) == 3
         assert all(c.model == "claude-haiku-5-5" for c in run.sim.model.calls)
         assert "Bob: good morning all" in prompt_of(run.sim.model.calls[1])  # as history
-        assert run.bot.store.spend(str(w.guild_id), run.bot.budget.period_key()) > 0
+        key = run.bot.budget.period_key()
+        assert await run.bot.store.read(lambda db: db.spend(str(w.guild_id), key)) > 0
 
 
 def test_discriminator_test_cli_in_process_without_a_key(tmp_path: Path) -> None:

@@ -55,14 +55,16 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         run.sim.model.script("Hello Alice.")
         asked = run.say(w.general_id, w.alice_id, f"{run.mention()} hi")
         await run.wait_event("reply", trigger_id=int(asked["id"]))
-        error_id = run.bot.store.add_invocation_error(
-            workspace_id=str(w.guild_id),
-            persona="default",
-            signal_id="1",
-            stage="generate",
-            error_message="APITimeoutError: the model did not answer",
-            stack_trace=None,
-            created_at=1.0,
+        error_id = await run.bot.store.call(
+            lambda db: db.add_invocation_error(
+                workspace_id=str(w.guild_id),
+                persona="default",
+                signal_id="1",
+                stage="generate",
+                error_message="APITimeoutError: the model did not answer",
+                stack_trace=None,
+                created_at=1.0,
+            )
         )
         run.bot.events.flush()
 

@@ -45,8 +45,10 @@ def user_text(call: Any) -> str:
     return "\n".join(str(m["content"]) for m in call.messages)
 
 
-def observations(run: Running, word: str) -> list[tuple[str, int, str | None]]:
-    hits = run.bot.store.search_memory(word, since=0.0, workspace=None, limit=50)
+async def observations(run: Running, word: str) -> list[tuple[str, int, str | None]]:
+    hits = await run.bot.store.read(
+        lambda db: db.search_memory(word, since=0.0, workspace=None, limit=50)
+    )
     return sorted(
         (h.persona or "", h.message_id, h.trigger) for h in hits if h.kind == "observation"
     )
@@ -82,7 +84,7 @@ async def test_sleep_persona_answers_in_a_new_thread_named_after_it(tmp_path: Pa
         assert persona["tiebreak"] == "single match"
         assert persona["thread"] == "new thread"
         assert persona["matches"] == [{"id": "sleep", "trigger": "slept", "strength": 1}]
-        assert observations(run, "slept") == [("sleep", trigger_id, "slept")]
+        assert await observations(run, "slept") == [("sleep", trigger_id, "slept")]
 
 
 async def test_in_thread_message_is_answered_in_that_thread(tmp_path: Path) -> None:
@@ -145,8 +147,8 @@ async def test_two_matches_make_one_tiebreak_call_and_one_reply(tmp_path: Path) 
         ]
         # Both matches are observations, also the persona that did not answer.
         trigger_id = int(sent["id"])
-        assert ("sleep", trigger_id, "sleep") in observations(run, "sleep")
-        assert ("fitness", trigger_id, "tired") in observations(run, "tired")
+        assert ("sleep", trigger_id, "sleep") in await observations(run, "sleep")
+        assert ("fitness", trigger_id, "tired") in await observations(run, "tired")
 
 
 async def test_tiebreak_answer_that_is_no_candidate_falls_back_to_strongest(
@@ -174,7 +176,7 @@ async def test_failed_tiebreak_is_an_error_row_and_the_strongest_answers(tmp_pat
         run.say(w.general_id, w.alice_id, f"{run.mention()} so tired after my workout")
         with trio.fail_after(WAIT):
             await run.wait_event("persona.responded")
-        rows = run.bot.store.invocation_errors()
+        rows = await run.bot.store.read(lambda db: db.invocation_errors())
         assert [(r.stage, r.persona) for r in rows] == [("tiebreak", "fitness")]
         assert run.events("persona")[0]["selected"] == "fitness"
         assert len(run.events("cortex.invocation_failed")) == 1
@@ -189,7 +191,7 @@ async def test_failed_generate_call_is_an_error_row_and_no_crash(tmp_path: Path)
             failed = await run.wait_event("cortex.invocation_failed")
         assert failed[0]["stage"] == "generate"
         assert failed[0]["persona"] == "sleep"
-        rows = run.bot.store.invocation_errors()
+        rows = await run.bot.store.read(lambda db: db.invocation_errors())
         assert len(rows) == 1
         row = rows[0]
         assert (row.stage, row.persona, row.signal_id) == ("generate", "sleep", sent["id"])
@@ -205,7 +207,9 @@ async def test_failed_generate_call_is_an_error_row_and_no_crash(tmp_path: Path)
         assert run.events("supervisor") == []
         # `picortex errors --patterns` groups the failure by persona and stage.
         out = io.StringIO()
-        assert run_errors(run.bot.store, unresolved=True, as_json=True, patterns=True, out=out) == 0
+        assert (
+            run_errors(run.bot.store.db, unresolved=True, as_json=True, patterns=True, out=out) == 0
+        )
         patterns = orjson.loads(out.getvalue())
         assert [(p["persona"], p["stage"], p["count"]) for p in patterns] == [
             ("sleep", "generate", 1)
@@ -248,13 +252,13 @@ async def test_without_api_key_routing_and_observations_only(
         assert run.sim.bot_messages() == [] and run.sim.threads() == []
         persona = run.events("persona")[0]
         assert persona["selected"] == "fitness"
-        assert {o[0] for o in observations(run, "tired")} == {"sleep", "fitness"}
-        assert all(o[1] == int(sent["id"]) for o in observations(run, "tired"))
+        assert {o[0] for o in await observations(run, "tired")} == {"sleep", "fitness"}
+        assert all(o[1] == int(sent["id"]) for o in await observations(run, "tired"))
         assert {e["outcome"] for e in run.events("llm")} == {"no_key"}
         skip = run.events("decision")[-1]
         assert "ANTHROPIC_API_KEY" in skip["reason"]
         assert any("ANTHROPIC_API_KEY is not set" in r.getMessage() for r in caplog.records)
-        assert run.bot.store.invocation_errors() == []
+        assert await run.bot.store.read(lambda db: db.invocation_errors()) == []
 
 
 async def test_exhausted_budget_makes_no_persona_call(tmp_path: Path) -> None:
@@ -273,7 +277,7 @@ async def test_exhausted_budget_makes_no_persona_call(tmp_path: Path) -> None:
         assert "budget" in skip[0]["reason"]
         assert len(run.sim.bot_messages()) == 1
         # Routing and observations still happen.
-        assert {(o[0], o[2]) for o in observations(run, "workout")} == {
+        assert {(o[0], o[2]) for o in await observations(run, "workout")} == {
             ("sleep", "tired"),
             ("fitness", "workout"),
         }
@@ -330,7 +334,7 @@ async def test_follow_up_is_answered_in_the_same_thread(tmp_path: Path) -> None:
             done = await run.wait_event("persona.responded", count=2)
         assert run.events("continuation")[0]["message_id"] == int(follow["id"])
         # A follow-up's own match is an observation too.
-        assert ("sleep", int(follow["id"]), "insomnia") in observations(run, "insomnia")
+        assert ("sleep", int(follow["id"]), "insomnia") in await observations(run, "insomnia")
         assert len(run.sim.threads()) == 1
         assert done[1]["thread_id"] == int(first["id"])
         assert len(run.sim.bot_messages(int(first["id"]))) == 2
@@ -437,7 +441,7 @@ async def test_no_permission_for_threads_still_answers_in_the_channel(tmp_path: 
         errors = run.events("error")
         assert [e["scope"] for e in errors] == ["thread"]
         assert "Missing Permissions" in errors[0]["message"]
-        assert run.bot.store.invocation_errors() == []
+        assert await run.bot.store.read(lambda db: db.invocation_errors()) == []
 
 
 async def test_failed_post_is_an_error_row_at_stage_post(tmp_path: Path) -> None:
@@ -449,7 +453,7 @@ async def test_failed_post_is_an_error_row_at_stage_post(tmp_path: Path) -> None
         with trio.fail_after(WAIT):
             failed = await run.wait_event("cortex.invocation_failed")
         assert (failed[0]["stage"], failed[0]["persona"]) == ("post", "sleep")
-        rows = run.bot.store.invocation_errors()
+        rows = await run.bot.store.read(lambda db: db.invocation_errors())
         assert [(r.stage, r.persona, r.workspace_id) for r in rows] == [("post", "sleep", "dm")]
         assert run.events("persona.responded") == []
         assert len(run.sim.model.calls) == 1  # the answer was made once and not retried

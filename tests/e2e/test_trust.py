@@ -136,7 +136,7 @@ async def test_whitelist_reply_never_falls_back_to_the_channel(tmp_path: Path) -
         assert posts == []
         # The bot carries on: a later question is answered in the channel.
         run.sim.clear_rest_errors()
-        later = run.say(w.general_id, w.bob_id, "ignored: bob is untrusted")
+        later = run.say(w.general_id, w.bob_id, f"{run.mention()} ignored: bob is untrusted")
         await run.wait_event("decision", message_id=int(later["id"]))
         run.sim.model.script("fine, thanks")
         ask = run.say(w.random_id, w.alice_id, f"{run.mention()} all well?")

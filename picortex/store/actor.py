@@ -1,0 +1,623 @@
+"""The store actor: `picortex.db` on a thread of its own, writes committed in groups.
+
+The event loop never waits on SQLite. Writes are queued; one worker thread owns the
+connection and commits them in groups (one transaction per GROUP_SECONDS or GROUP_ROWS,
+whichever comes first), so SQLite's busy waits (another process holding the write lock)
+happen there, never on the event loop. A caller that must know its write is durable (a trust
+change, a handled mark) awaits `flush()`. What the decision path reads (trust tiers, chat
+config, runtime config, handled message ids) is served from memory: this process's writes
+change it at once, and another process's commits (`picortex config set`) are seen through
+SQLite's `data_version`, polled on the worker thread, and reloaded.
+
+Every query stays behind `Store` (the one place that speaks SQL); this class only decides
+where and when those queries run, so another backend can slot in behind the same calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from typing import Any, Final, TypeVar, cast
+
+import apsw
+import attrs
+import trio
+
+from picortex.errors import StoreError
+from picortex.store.store import TIERS, ChatConfig, InvocationError, Store
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# A group is committed this long after its first write at most: a durable write waits no
+# longer than this plus one commit, and a burst costs one transaction per few milliseconds.
+GROUP_SECONDS: Final = 0.005
+# ... or as soon as it holds this many writes, so one transaction never grows unbounded.
+GROUP_ROWS: Final = 500
+# How often the worker looks for another process's commits (one cheap pragma), so that
+# `picortex config set` reaches the running bot at once without a query per message.
+COHERENCE_SECONDS: Final = 0.02
+# Handled message ids kept in memory. Ids are time-ordered snowflakes: an id above the
+# highest one let go is known unseen without a query; only an older replay asks SQLite.
+SEEN_MEMORY: Final = 100_000
+# Budget periods whose spend is kept in memory (the current one and the one before).
+SPEND_PERIODS: Final = 2
+# At shutdown, queued writes get this long to be committed.
+FLUSH_GRACE_SECONDS: Final = 10.0
+
+_WRITE: Final = 0
+_READ: Final = 1
+_SEEN: Final = 2
+_STOP: Final = 3
+
+Finish = Callable[[bool, object], None]
+
+
+@attrs.define(slots=True)
+class _Op:
+    kind: int
+    fn: Callable[[Store], object] | None = None
+    row: tuple[int, float] | None = None
+    finish: Finish | None = None
+    seq: int = 0
+
+
+@attrs.frozen
+class _Snapshot:
+    """What the decision path reads, as committed when `seq` was the last write applied."""
+
+    seq: int
+    trust: dict[int, str]
+    chats: dict[int, ChatConfig]
+    runtime: dict[str, str]
+
+
+class StoreActor:
+    """The store's owner: queued writes on one thread, read models in memory."""
+
+    def __init__(self, store: Store) -> None:
+        self.db = store  # used by the worker thread; elsewhere only before it starts
+        self._queue: queue.SimpleQueue[list[_Op]] = queue.SimpleQueue()
+        # Ops queued during one scheduler round, handed to the worker together: one wake-up
+        # of the thread (and one GIL hand-off) per round, not one per write.
+        self._outbox: list[_Op] = []
+        self._thread: threading.Thread | None = None
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._seq = 0  # writes queued so far that change a read model
+        self._done_seq = 0  # ... of which committed (worker side)
+        self._pending: list[tuple[int, Callable[[], None]]] = []
+        snap = self._load(0)
+        self._trust = snap.trust
+        self._chats = snap.chats
+        self._runtime = snap.runtime
+        self.config_version = 0  # bumped whenever the runtime config changes
+        self._data_version = store.pragma("data_version")
+        self._seen: OrderedDict[int, None] = OrderedDict()
+        self._seen_floor = 0
+        newest = store.newest_seen(SEEN_MEMORY + 1)
+        if len(newest) > SEEN_MEMORY:
+            self._seen_floor = newest.pop()
+        for message_id in reversed(newest):
+            self._seen[message_id] = None
+        self._spend: dict[str, dict[str, float]] = {}  # period key -> workspace -> USD
+        self._user_spend: dict[float, dict[int, float]] = {}  # day start -> user -> USD
+        self.commits = 0  # transactions committed (for tests and benches)
+        self.write_errors = 0
+
+    @property
+    def path(self) -> Any:
+        """The database file."""
+        return self.db.path
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Start the worker; commit what is queued when stopped."""
+        self._token = trio.lowlevel.current_trio_token()
+        self._start()
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.move_on_after(FLUSH_GRACE_SECONDS, shield=True):
+                try:
+                    await self.flush()
+                except StoreError as exc:
+                    logger.error("queued writes lost at shutdown: %s", exc)
+
+    def close(self) -> None:
+        """Commit what is queued, stop the worker and close the connection (idempotent)."""
+        self._handover()
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            self._queue.put([_Op(_STOP)])
+            thread.join(FLUSH_GRACE_SECONDS)
+        self._thread = None
+        self.db.close()
+
+    def _start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._work, name="picortex-store", daemon=True)
+            self._thread.start()
+
+    # ---- queueing ------------------------------------------------------------------------
+
+    def _put(self, op: _Op) -> None:
+        outbox = self._outbox
+        outbox.append(op)
+        if len(outbox) > 1:
+            return  # a hand-over is already scheduled
+        token = self._token
+        if token is not None:
+            try:
+                token.run_sync_soon(self._handover)
+            except trio.RunFinishedError:
+                self._token = None
+            else:
+                return
+        self._handover()
+
+    def _handover(self) -> None:
+        """Give the worker every op queued since the last hand-over."""
+        ops = self._outbox
+        if ops:
+            self._outbox = []
+            self._start()
+            self._queue.put(ops)
+
+    def submit(
+        self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
+    ) -> None:
+        """Queue a write; `on_done(result)` runs on the event loop once it is committed."""
+        finish: Finish | None = None
+        if on_done is not None:
+            token = trio.lowlevel.current_trio_token()
+
+            def finish(ok: bool, value: object) -> None:
+                if ok:
+                    _soon(token, on_done, value)
+
+        self._put(_Op(_WRITE, fn=fn, finish=finish))
+
+    async def call(self, fn: Callable[[Store], T], *, write: bool = True) -> T:
+        """Run `fn(store)` on the store thread after everything queued before it; its result.
+
+        A write is committed (durable) when this returns.
+
+        Raises:
+            Exception: whatever `fn` raised, or StoreError when the commit failed.
+        """
+        token = trio.lowlevel.current_trio_token()
+        done = trio.Event()
+        box: list[tuple[bool, object]] = []
+
+        def finish(ok: bool, value: object) -> None:
+            box.append((ok, value))
+            _soon(token, done.set)
+
+        self._put(_Op(_WRITE if write else _READ, fn=fn, finish=finish))
+        await done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise cast(BaseException, value)
+        return cast(T, value)
+
+    async def read(self, fn: Callable[[Store], T]) -> T:
+        """Run a query on the store thread (it sees every write queued before it)."""
+        return await self.call(fn, write=False)
+
+    async def flush(self) -> None:
+        """Wait until every write queued so far is committed.
+
+        Raises:
+            StoreError: when the group holding them could not be committed.
+        """
+        await self.call(_nothing)
+
+    def _model_write(self, fn: Callable[[Store], object], change: Callable[[], None]) -> None:
+        """Queue a write that a read model mirrors; apply `change` to the model now."""
+        self._seq += 1
+        seq = self._seq
+        change()
+        self._pending.append((seq, change))
+        self._put(_Op(_WRITE, fn=fn, seq=seq))
+
+    # ---- the worker thread ----------------------------------------------------------------
+
+    def _work(self) -> None:
+        q = self._queue
+        pending: deque[_Op] = deque()
+        last_check = time.monotonic()
+        while True:
+            if not pending:
+                try:
+                    pending.extend(q.get(timeout=COHERENCE_SECONDS))
+                except queue.Empty:
+                    if not self._check_foreign():
+                        return
+                    last_check = time.monotonic()
+                    continue
+            # Writes wait up to GROUP_SECONDS for company, unless a read (or stop) is
+            # already waiting behind them.
+            urgent = any(op.kind in (_READ, _STOP) for op in pending)
+            deadline = time.monotonic() + GROUP_SECONDS
+            while not urgent and len(pending) < GROUP_ROWS:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                try:
+                    more = q.get(timeout=left)
+                except queue.Empty:
+                    break
+                pending.extend(more)
+                urgent = any(op.kind in (_READ, _STOP) for op in more)
+            batch: list[_Op] = []
+            while pending and len(batch) < GROUP_ROWS:
+                op = pending.popleft()
+                batch.append(op)
+                if op.kind in (_READ, _STOP):
+                    break
+            stop = self._commit(batch)
+            now = time.monotonic()
+            if stop:
+                return
+            if now - last_check >= COHERENCE_SECONDS:
+                if not self._check_foreign():
+                    return
+                last_check = now
+
+    def _commit(self, batch: list[_Op]) -> bool:
+        """Commit the batch's writes in one transaction, then run its read; True on stop."""
+        db = self.db
+        writes = [op for op in batch if op.kind in (_WRITE, _SEEN)]
+        results: list[tuple[bool, object]] = []
+        if writes:
+            seen: list[tuple[int, float]] = []
+            try:
+                with db.transaction():
+                    for op in writes:
+                        if op.kind == _SEEN:
+                            assert op.row is not None
+                            seen.append(op.row)
+                            results.append((True, None))
+                            continue
+                        assert op.fn is not None
+                        try:
+                            results.append((True, op.fn(db)))  # a savepoint each
+                        except Exception as exc:
+                            results.append((False, exc))
+                    if seen:
+                        db.mark_seen_many(seen)
+                self.commits += 1
+            except Exception as exc:
+                self.write_errors += 1
+                logger.error("a group of %d writes was not committed: %s", len(writes), exc)
+                failed = StoreError(f"not committed: {exc}")
+                results = [(False, failed)] * len(writes)
+            self._done_seq = max(self._done_seq, *(op.seq for op in writes))
+            for op, (ok, value) in zip(writes, results, strict=True):
+                if op.finish is not None:
+                    op.finish(ok, value)
+                elif not ok:
+                    logger.error("a queued write failed: %s", value)
+        stop = False
+        for op in batch:
+            if op.kind == _STOP:
+                stop = True
+            elif op.kind == _READ:
+                assert op.fn is not None and op.finish is not None
+                try:
+                    value = op.fn(db)
+                except Exception as exc:
+                    op.finish(False, exc)
+                else:
+                    op.finish(True, value)
+        return stop
+
+    def _check_foreign(self) -> bool:
+        """Reload the read models when another connection committed (worker thread).
+
+        Returns False once the connection is closed: the worker has nothing left to do.
+        """
+        try:
+            version = self.db.pragma("data_version")
+            if version == self._data_version:
+                return True
+            self._data_version = version
+            snap = self._load(self._done_seq)
+        except StoreError as exc:
+            if isinstance(exc.__cause__, apsw.ConnectionClosedError):
+                return False
+            logger.warning("could not look for changes by other processes: %s", exc)
+            return True
+        token = self._token
+        if token is not None:
+            _soon(token, self._apply, snap)
+        return True
+
+    def _load(self, seq: int) -> _Snapshot:
+        db = self.db
+        return _Snapshot(
+            seq=seq,
+            trust=dict(db.trust_list()),
+            chats={c.chat_id: c for c in db.chat_configs()},
+            runtime=db.runtime_config(),
+        )
+
+    def _apply(self, snap: _Snapshot) -> None:
+        """Take a reloaded snapshot, then redo this process's writes it does not hold yet."""
+        self._pending = [(seq, change) for seq, change in self._pending if seq > snap.seq]
+        before = self._runtime
+        self._trust = dict(snap.trust)
+        self._chats = dict(snap.chats)
+        self._runtime = dict(snap.runtime)
+        for _, change in self._pending:
+            change()
+        if self._runtime != before:
+            self.config_version += 1
+
+    # ---- trust list (read model) ------------------------------------------------------------
+
+    def get_tier(self, user_id: int) -> str | None:
+        """The user's trust tier, or None when not on the list."""
+        return self._trust.get(user_id)
+
+    def trust_list(self) -> list[tuple[int, str]]:
+        """Every (user_id, tier) on the trust list, by user id."""
+        return sorted(self._trust.items())
+
+    def set_tier(self, user_id: int, tier: str) -> None:
+        """Add the user to the trust list, or change their tier (await `flush` for durability)."""
+        if tier not in TIERS:
+            raise ValueError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+
+        def change() -> None:
+            self._trust[user_id] = tier
+
+        self._model_write(lambda db: db.set_tier(user_id, tier), change)
+
+    def remove_trust(self, user_id: int) -> bool:
+        """Remove the user from the trust list; False when they were not on it."""
+        if user_id not in self._trust:
+            return False
+
+        def change() -> None:
+            self._trust.pop(user_id, None)
+
+        self._model_write(lambda db: db.remove_trust(user_id), change)
+        return True
+
+    # ---- runtime config (read model) --------------------------------------------------------
+
+    def runtime_config(self) -> dict[str, str]:
+        """Every runtime config override: dotted key -> text value."""
+        return dict(self._runtime)
+
+    def set_runtime_config(self, key: str, value: str) -> None:
+        """Store one runtime override (already validated by the caller)."""
+
+        def change() -> None:
+            if self._runtime.get(key) != value:
+                self._runtime[key] = value
+                self.config_version += 1
+
+        self._model_write(lambda db: db.set_runtime_config(key, value), change)
+
+    def delete_runtime_config(self, key: str) -> bool:
+        """Drop one runtime override, so the file's value applies again."""
+        if key not in self._runtime:
+            return False
+
+        def change() -> None:
+            if self._runtime.pop(key, None) is not None:
+                self.config_version += 1
+
+        self._model_write(lambda db: db.delete_runtime_config(key), change)
+        return True
+
+    # ---- chat config (read model) -----------------------------------------------------------
+
+    def get_chat_config(self, chat_id: int) -> ChatConfig | None:
+        """The chat's own settings, or None when it uses the defaults."""
+        return self._chats.get(chat_id)
+
+    def chat_configs(self) -> list[ChatConfig]:
+        """Every chat with its own settings, by chat id."""
+        return [self._chats[k] for k in sorted(self._chats)]
+
+    def set_attention_mode(self, chat_id: int, mode: str, now: float) -> None:
+        """Set the chat's attention mode, keeping its other settings."""
+        from picortex.config import ATTENTION_MODES
+
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention mode must be one of {', '.join(ATTENTION_MODES)}")
+
+        def change() -> None:
+            old = self._chats.get(chat_id)
+            self._chats[chat_id] = (
+                ChatConfig(chat_id, mode, None, None, now)
+                if old is None
+                else attrs.evolve(old, attention_mode=mode, updated_at=now)
+            )
+
+        self._model_write(lambda db: db.set_attention_mode(chat_id, mode, now), change)
+
+    def delete_chat_config(self, chat_id: int) -> bool:
+        """Forget the chat's own settings, so the defaults apply again."""
+        if chat_id not in self._chats:
+            return False
+
+        def change() -> None:
+            self._chats.pop(chat_id, None)
+
+        self._model_write(lambda db: db.delete_chat_config(chat_id), change)
+        return True
+
+    # ---- handled message ids ------------------------------------------------------------------
+
+    def seen(self, message_id: int) -> bool | None:
+        """True when handled before, False when surely not, None when only SQLite knows."""
+        if message_id in self._seen:
+            return True
+        if message_id > self._seen_floor:
+            return False
+        return None
+
+    def is_seen(self, message_id: int) -> bool:
+        """Whether the message id was handled (from memory; an old id counts as handled)."""
+        return self.seen(message_id) is not False
+
+    async def was_handled(self, message_id: int) -> bool:
+        """Whether the message id was handled before, asking SQLite only for an old id."""
+        known = self.seen(message_id)
+        if known is not None:
+            return known
+        return await self.read(lambda db: db.is_seen(message_id))
+
+    def note_seen(self, message_id: int) -> None:
+        """Remember an id in memory only (chatter: a replay of it costs nothing either way)."""
+        seen = self._seen
+        seen[message_id] = None
+        if len(seen) > SEEN_MEMORY:
+            old, _ = seen.popitem(last=False)
+            if old > self._seen_floor:
+                self._seen_floor = old
+
+    def mark_handled(self, message_id: int, at: float | None = None) -> None:
+        """Remember that a message was handled: at once in memory, persisted in the next group."""
+        self.note_seen(message_id)
+        self._put(_Op(_SEEN, row=(message_id, time.time() if at is None else at)))
+
+    # ---- memory, errors, spend: queued writes --------------------------------------------------
+
+    def add_memory_message(
+        self,
+        message_id: int,
+        channel_id: int,
+        guild_id: int | None,
+        author_id: int,
+        author_name: str,
+        content: str,
+        created_at: float,
+    ) -> None:
+        """Queue a message for recall; storing it again updates an edited text."""
+        self.submit(
+            lambda db: db.add_memory_message(
+                message_id, channel_id, guild_id, author_id, author_name, content, created_at
+            )
+        )
+
+    def delete_memory_message(self, message_id: int) -> None:
+        """Queue forgetting a message (deleted on Discord)."""
+        self.submit(lambda db: db.delete_memory_message(message_id))
+
+    def forget_messages(self, message_ids: Iterable[int]) -> None:
+        """Queue forgetting deleted messages and every observation made of them."""
+        ids = list(message_ids)
+        self.submit(lambda db: db.forget_messages(ids))
+
+    # ---- the panel's reads and rare writes -------------------------------------------------
+    # These run on the caller's thread (the panel's requests, never the message path): they
+    # take the connection's lock, so they wait for a group commit in progress.
+
+    def invocation_errors(self, unresolved_only: bool = False) -> list[InvocationError]:
+        """Invocation errors, oldest first (see Store.invocation_errors)."""
+        return self.db.invocation_errors(unresolved_only)
+
+    def invocation_error(self, error_id: int) -> InvocationError | None:
+        """One invocation error by id, or None."""
+        return self.db.invocation_error(error_id)
+
+    def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
+        """Mark an error resolved; False when no error has that id."""
+        return self.db.resolve_invocation_error(error_id, resolution, resolved_at)
+
+    def daily_spend(self, since: float) -> list[tuple[str, str, float]]:
+        """USD spent per workspace per UTC day since `since` (see Store.daily_spend)."""
+        return self.db.daily_spend(since)
+
+    def add_observation(
+        self,
+        persona: str,
+        message_id: int,
+        channel_id: int,
+        guild_id: int | None,
+        trigger: str,
+        content: str,
+        created_at: float,
+    ) -> None:
+        """Queue recording that a persona's trigger matched a message."""
+        self.submit(
+            lambda db: db.add_observation(
+                persona, message_id, channel_id, guild_id, trigger, content, created_at
+            )
+        )
+
+    def add_spend(
+        self,
+        workspace: str,
+        period_key: str,
+        cost_usd: float,
+        at: float,
+        *,
+        user_id: int | None = None,
+    ) -> None:
+        """Queue the cost of one model call against a workspace and period (and its user)."""
+        if not cost_usd >= 0:
+            raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
+        totals = self._period_spend(period_key)
+        totals[workspace] = totals.get(workspace, 0.0) + cost_usd
+        if user_id is not None:
+            for since, users in self._user_spend.items():
+                if at >= since:
+                    users[user_id] = users.get(user_id, 0.0) + cost_usd
+        self.submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
+
+    def user_spend(self, user_id: int, since: float) -> float:
+        """USD spent on calls made for the user since `since` (a day's start), from memory."""
+        return self.spend_by_user(since).get(user_id, 0.0)
+
+    def spend_by_user(self, since: float) -> dict[int, float]:
+        """USD spent since `since` (a day's start), per user, from memory."""
+        users = self._user_spend.get(since)
+        if users is None:
+            # Once a day, before any of its spend was queued here.
+            users = self._user_spend[since] = self.db.spend_by_user(since)
+            while len(self._user_spend) > SPEND_PERIODS:
+                del self._user_spend[next(iter(self._user_spend))]
+        return dict(users)
+
+    def spend(self, workspace: str, period_key: str) -> float:
+        """USD spent by the workspace in the period, from memory."""
+        return self._period_spend(period_key).get(workspace, 0.0)
+
+    def spend_by_workspace(self, period_key: str) -> dict[str, float]:
+        """USD spent in the period, per workspace that spent anything, from memory."""
+        totals = self._period_spend(period_key)
+        return {w: totals[w] for w in sorted(totals)}
+
+    def _period_spend(self, period_key: str) -> dict[str, float]:
+        """The period's totals: read from SQLite once per period, then kept by `add_spend`."""
+        totals = self._spend.get(period_key)
+        if totals is None:
+            # Once a period (a day or a month), before any of its spend was queued here.
+            totals = self._spend[period_key] = self.db.spend_by_workspace(period_key)
+            while len(self._spend) > SPEND_PERIODS:
+                del self._spend[next(iter(self._spend))]
+        return totals
+
+
+def _nothing(db: Store) -> None:
+    return None
+
+
+def _soon(token: trio.lowlevel.TrioToken, fn: Callable[..., object], *args: object) -> None:
+    """Run `fn(*args)` on the event loop (from the worker thread); dropped once it ended."""
+    with contextlib.suppress(trio.RunFinishedError):
+        token.run_sync_soon(fn, *args)
