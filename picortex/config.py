@@ -98,6 +98,14 @@ class ResponsePolicySettings:
 
 
 @attrs.frozen
+class ReplySettings:
+    """How answers are shown (SPEC 16)."""
+
+    # Stream the answer: post the first sentence, then edit the reply as it grows.
+    stream: bool = True
+
+
+@attrs.frozen
 class AttentionSettings:
     """Default attention modes for chats without their own (SPEC 7)."""
 
@@ -173,6 +181,7 @@ class Settings:
     poll_enabled: bool = False
     poll_seconds: float = 120.0
     response_policy: ResponsePolicySettings = ResponsePolicySettings()
+    replies: ReplySettings = ReplySettings()
     attention: AttentionSettings = AttentionSettings()
     discriminator: DiscriminatorSettings = DiscriminatorSettings()
     models: ModelTiers = ModelTiers()
@@ -467,6 +476,7 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "response_policy.default_mode": _Key(_check_reply_mode, _text_stripped, runtime=True),
         "response_policy.sensitive_commands": _Key(_check_commands, _text_list, runtime=True),
         "response_policy.overrides": _Key(_check_overrides, _text_raw, runtime=False),
+        "replies.stream": _Key(_check_bool, _text_bool, runtime=True),
         "attention.dm": _Key(_check_choice(ATTENTION_MODES), _text_stripped, runtime=True),
         "attention.group": _Key(_check_choice(ATTENTION_MODES), _text_stripped, runtime=True),
         "discriminator.model": _Key(_check_model, _text_stripped, runtime=True),

@@ -13,6 +13,8 @@ the actor, with backoff and within its intensity).
     +-- GatewayError                 the gateway had nothing usable to connect to  retryable
     +-- ModelError                   the model endpoint's answer was unusable      retryable
     |   +-- MalformedAnswer          not a Messages API response
+    |   +-- StreamCut                a streamed answer stopped before its end
+    +-- AttachmentRefused            an attachment body not fetched (host, size)   retryable
     +-- PromptTooLarge               no discriminator prompt fits the budget       retryable
     +-- ContextUnavailable           the context cache could not answer            retryable
     +-- CorruptCacheFile             a context cache file is damaged (a ValueError) retryable
@@ -23,6 +25,7 @@ the actor, with backoff and within its intensity).
     +-- FaultInjected                raised on purpose by PICORTEX_FAULT_INJECT    retryable
     +-- SimError                     the simulator was asked for what it lacks     retryable
     +-- ApiError                     the simulated Discord answers an error status retryable
+    +-- CutConnection                a simulated stream drops its connection       retryable
 
 Private signals that never leave their module (`normalize._Junk`, `config._Invalid`,
 `sim.control._BadRequest`) derive from PicortexError too. A wrong argument from a caller in
@@ -109,6 +112,24 @@ class MalformedAnswer(ModelError):
     """The model endpoint's body is not a Messages API response."""
 
 
+class StreamCut(ModelError):
+    """A streamed answer stopped before `message_stop`: `text` is what had arrived.
+
+    The tokens are those the stream reported before it stopped (Anthropic bills them).
+    """
+
+    def __init__(self, reason: str, text: str, input_tokens: int, output_tokens: int) -> None:
+        super().__init__(f"the answer stream was cut after {len(text)} characters: {reason}")
+        self.text = text
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+
+
+class AttachmentRefused(PicortexError):
+    """An attachment body was not fetched: a host that is not Discord's, too large, or a
+    failed download. The message is one short phrase for the prompt's file list."""
+
+
 class PromptTooLarge(PicortexError):
     """No discriminator prompt fits the budget: the template and metadata alone are too big."""
 
@@ -171,6 +192,10 @@ class ApiError(PicortexError):
 def is_fatal(error: BaseException) -> bool:
     """True when retrying cannot help: the error's class says it is fatal."""
     return isinstance(error, PicortexError) and error.fatal
+
+
+class CutConnection(PicortexError):
+    """Raised by a simulated streamed body to drop the connection without finishing it."""
 
 
 class PanelInputError(PicortexError):

@@ -369,6 +369,12 @@ def test_unknown_stored_override_is_warned_and_skipped(
     assert any("gone.key" in r.getMessage() for r in caplog.records)
 
 
+def test_replies_stream_is_on_by_default_and_can_be_turned_off(tmp_path: Path) -> None:
+    assert load_settings(env=_home(tmp_path)).replies.stream is True
+    off = load_settings(env=_home(tmp_path), overrides={"replies.stream": "off"})
+    assert off.replies.stream is False
+
+
 def test_runtime_keys_are_the_documented_set() -> None:
     assert set(RUNTIME_KEYS) == {
         "wakeword",
@@ -378,6 +384,7 @@ def test_runtime_keys_are_the_documented_set() -> None:
         "fetch_cooldown_seconds",
         "poll_enabled",
         "poll_seconds",
+        "replies.stream",
         "response_policy.default_mode",
         "response_policy.sensitive_commands",
         "attention.dm",

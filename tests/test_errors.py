@@ -14,8 +14,8 @@ from picortex.errors import PicortexError, is_fatal
 def _defined_exceptions() -> list[type[BaseException]]:
     found: list[type[BaseException]] = []
     for info in pkgutil.walk_packages(picortex.__path__, "picortex."):
-        if info.name.startswith("picortex.net") or info.name.endswith("__main__"):
-            continue  # the old HTTP/1.1 client on its way out; __main__ runs the CLI
+        if info.name.endswith("__main__"):
+            continue  # __main__ runs the CLI
         module = importlib.import_module(info.name)
         for _, value in inspect.getmembers(module, inspect.isclass):
             if issubclass(value, BaseException) and value.__module__ == info.name:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol, cast
 
 import attrs
@@ -63,6 +64,10 @@ class InteractionRest(Protocol):
 
     async def create_followup_message(
         self, application_id: int, token: str, message: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    async def edit_followup_message(
+        self, application_id: int, token: str, message_id: int, message: dict[str, Any]
     ) -> dict[str, Any]: ...
 
 
@@ -149,6 +154,62 @@ def _message_body(text: str, *, ephemeral: bool) -> dict[str, Any]:
     if ephemeral:
         body["flags"] = sl.EPHEMERAL
     return body
+
+
+class AnswerSurface:
+    """A streamed `ask` answer (SPEC 15, 16): the deferred response grows by edits, and past
+    2000 characters the answer continues in follow-up messages, edited the same way.
+
+    Args:
+        before_first: awaited before the first write (the deferral must be sent first).
+    """
+
+    target = "interaction"
+
+    def __init__(
+        self,
+        pipe: Pipeline,
+        interaction: Interaction,
+        before_first: Callable[[], Awaitable[None]],
+        *,
+        timeout: float = FOLLOW_UP_TIMEOUT_SECONDS,
+    ) -> None:
+        self._rest = _rest(pipe)
+        self._interaction = interaction
+        self._before_first = before_first
+        self._timeout = timeout
+        self.channel_id: Snowflake | None = interaction.channel_id
+        self.message_ids: list[Snowflake] = []
+
+    async def post(self, index: int, text: str) -> None:
+        """The first part edits the deferred response; later parts are follow-ups."""
+        inter = self._interaction
+        body = _message_body(text, ephemeral=False)
+        with trio.fail_after(self._timeout):
+            if index == 0:
+                await self._before_first()
+                data = await self._rest.edit_original_interaction_response(
+                    inter.application_id, inter.token, body
+                )
+            else:
+                data = await self._rest.create_followup_message(
+                    inter.application_id, inter.token, body
+                )
+        self.message_ids.append(int(data.get("id", 0) or 0))
+
+    async def edit(self, index: int, text: str) -> None:
+        """Change one part of the answer."""
+        inter = self._interaction
+        body = _message_body(text, ephemeral=False)
+        with trio.fail_after(self._timeout):
+            if index == 0:
+                await self._rest.edit_original_interaction_response(
+                    inter.application_id, inter.token, body
+                )
+            else:
+                await self._rest.edit_followup_message(
+                    inter.application_id, inter.token, self.message_ids[index], body
+                )
 
 
 def _note_failure(pipe: Pipeline, interaction: Interaction, what: str, exc: Exception) -> None:

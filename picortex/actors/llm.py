@@ -2,6 +2,8 @@
 
 It owns the AsyncAnthropic client, routes tiers to models, enforces a deadline per call,
 asks the budget before calling, prices each call from its `usage` and logs one `llm` event.
+A call either returns the whole typed `Message` (`messages.create`) or streams its text as
+it is written (`messages.stream`, SPEC 16); either way it is one request, never retried.
 """
 
 from __future__ import annotations
@@ -11,24 +13,21 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
 
 import anthropic
 import attrs
-import orjson
 import trio
 
 from picortex.config import ModelTiers, Price
 from picortex.core import budget as budget_core
 from picortex.core.budget import Refusal, Reservation
 from picortex.core.redact import redact
-from picortex.errors import FaultInjected
-from picortex.errors import MalformedAnswer as MalformedAnswer
-from picortex.net.http11 import httpx_transport, proxy_configured
+from picortex.errors import FaultInjected, StreamCut
 from picortex.types import EventSink
 
 if TYPE_CHECKING:
-    from anthropic.types import MessageParam
+    from anthropic.types import ContentBlockParam, ImageBlockParam, MessageParam
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +44,19 @@ DEFAULT_MAX_TOKENS: Final = 1024
 FALLBACK_PRICE: Final = Price(4.0, 20.0)
 # The stored error text stays short enough for one log line and one database cell.
 ERROR_MAX_CHARS: Final = 500
+# Anthropic scales an image down to about 1,600 tokens at most; in prompt characters (about
+# four per token) that is what one image may cost, for the budget's worst case.
+IMAGE_WORST_CHARS: Final = 1600 * 4
+# The model client's own HTTP limits. Calls run concurrently from every channel, but a bot
+# has a handful in flight at once; a bounded pool keeps a runaway from opening thousands.
+MODEL_MAX_CONNECTIONS: Final = 32
+MODEL_MAX_KEEPALIVE: Final = 8
+# An idle connection is dropped before a load balancer would drop it under us (~60 s).
+MODEL_KEEPALIVE_EXPIRY: Final = 30.0
+# Connecting takes well under a second; a streamed answer may pause between events (pings
+# come every few seconds). The whole call's deadline is `LLMRequest.timeout` (fail_after).
+MODEL_CONNECT_TIMEOUT: Final = 10.0
+MODEL_READ_TIMEOUT: Final = 60.0
 
 
 class Budget(Protocol):
@@ -78,11 +90,45 @@ class FaultCheck(Protocol):
 
 
 @attrs.frozen
+class TextPart:
+    """A text content block."""
+
+    text: str
+
+
+@attrs.frozen
+class ImagePart:
+    """An image content block: base64 data and its media type (image/png, ...)."""
+
+    media_type: str
+    data: str
+
+
+ContentPart = TextPart | ImagePart
+
+
+@attrs.frozen
 class ChatTurn:
-    """One turn of the conversation sent to the model."""
+    """One turn of the conversation sent to the model: plain text, or content blocks."""
 
     role: Role
-    content: str
+    content: str | tuple[ContentPart, ...]
+
+    @property
+    def prompt_chars(self) -> int:
+        """The turn's size in prompt characters; an image counts as its worst case."""
+        if isinstance(self.content, str):
+            return len(self.content)
+        return sum(
+            len(p.text) if isinstance(p, TextPart) else IMAGE_WORST_CHARS for p in self.content
+        )
+
+    @property
+    def text(self) -> str:
+        """The turn's text (its text blocks joined), for fault checks and logs."""
+        if isinstance(self.content, str):
+            return self.content
+        return "\n".join(p.text for p in self.content if isinstance(p, TextPart))
 
 
 def _validate_tier(_instance: object, _attribute: object, value: str | None) -> None:
@@ -115,7 +161,7 @@ class LLMRequest:
     @property
     def prompt_chars(self) -> int:
         """Characters of the whole prompt (system and turns), for the worst-case reservation."""
-        return len(self.system) + sum(len(turn.content) for turn in self.messages)
+        return len(self.system) + sum(turn.prompt_chars for turn in self.messages)
 
 
 @attrs.frozen
@@ -155,12 +201,12 @@ def price_of(model: str, prices: Mapping[str, Price]) -> Price:
 
 
 def usage_tokens(usage: Any) -> tuple[int, int]:
-    """Input and output tokens of a response's `usage` object.
+    """Input and output tokens of a response's `usage` (the SDK's Usage object).
 
     Cache writes and reads count as input tokens at the input price: picortex does not ask
     for prompt caching, so they are rare, and this errs on the side of the budget.
     """
-    if not isinstance(usage, Mapping):
+    if usage is None:
         return 0, 0
     input_tokens = _count(usage, "input_tokens")
     input_tokens += _count(usage, "cache_creation_input_tokens")
@@ -168,8 +214,8 @@ def usage_tokens(usage: Any) -> tuple[int, int]:
     return input_tokens, _count(usage, "output_tokens")
 
 
-def _count(usage: Mapping[str, Any], key: str) -> int:
-    value = usage.get(key)
+def _count(usage: Any, key: str) -> int:
+    value = usage.get(key) if isinstance(usage, Mapping) else getattr(usage, key, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
 
 
@@ -182,34 +228,35 @@ class ModelAnswer:
     output_tokens: int
 
 
-def parse_message(body: bytes) -> ModelAnswer:
-    """Read a Messages API response body (content blocks and usage).
+TextSink = Callable[[str], None]
 
-    Raises:
-        MalformedAnswer: the body is not a Messages API response.
-    """
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise MalformedAnswer("the model's answer is not JSON") from None
-    content = data.get("content") if isinstance(data, dict) else None
-    if not isinstance(content, list):
-        raise MalformedAnswer("the model's answer has no content list")
-    text = "".join(
-        block["text"]
-        for block in content
-        if isinstance(block, dict)
-        and block.get("type") == "text"
-        and isinstance(block.get("text"), str)
+
+def message_text(message: Any) -> str:
+    """The text blocks of a typed `Message`, joined (tool use and thinking are left out)."""
+    return "".join(
+        block.text for block in message.content if getattr(block, "type", None) == "text"
     )
-    input_tokens, output_tokens = usage_tokens(data.get("usage"))
-    return ModelAnswer(text, input_tokens, output_tokens)
+
+
+def _content_param(part: ContentPart) -> ContentBlockParam:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    image: ImageBlockParam = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": cast(Any, part.media_type), "data": part.data},
+    }
+    return image
 
 
 def _message_param(turn: ChatTurn) -> MessageParam:
+    content: Any = (
+        turn.content
+        if isinstance(turn.content, str)
+        else [_content_param(part) for part in turn.content]
+    )
     if turn.role == "user":
-        return {"role": "user", "content": turn.content}
-    return {"role": "assistant", "content": turn.content}
+        return {"role": "user", "content": content}
+    return {"role": "assistant", "content": content}
 
 
 class LLMActor:
@@ -297,7 +344,7 @@ class LLMActor:
             # Anthropic's API reference authenticates with x-api-key; send it beside the
             # SDK's own Authorization header so any endpoint that follows the docs accepts us.
             default_headers={"x-api-key": self._api_key},
-            http_client=(self._http_client_factory or default_http_client)(),
+            http_client=(self._http_client_factory or model_http_client)(),
         ) as client:
             self._client = client
             self._ready.set()
@@ -313,8 +360,13 @@ class LLMActor:
                 self._client = None
                 self._ready = trio.Event()
 
-    async def complete(self, request: LLMRequest) -> LLMResult:
-        """Make one model call and report it; see LLMResult for the outcomes."""
+    async def complete(self, request: LLMRequest, *, on_text: TextSink | None = None) -> LLMResult:
+        """Make one model call and report it; see LLMResult for the outcomes.
+
+        With `on_text` the answer is streamed: `on_text(text_so_far)` is called as text
+        arrives (synchronously, so it must not block). A stream cut midway is an "error"
+        whose tokens so far are still paid for; what `on_text` last saw is what was written.
+        """
         model = self.model_for(request)
         start = trio.current_time()
         if self._api_key is None:
@@ -335,8 +387,22 @@ class LLMActor:
             held = answer
         try:
             with trio.fail_after(request.timeout):
-                response = await self._call(request, model)
+                response = await self._call(request, model, on_text)
         except BaseException as exc:
+            if isinstance(exc, StreamCut) and (exc.input_tokens or exc.output_tokens):
+                # Part of an answer was generated and is billed: settle on what it cost.
+                cost = price.cost(exc.input_tokens, exc.output_tokens)
+                self._settle(held, cost)
+                return self._finish(
+                    request,
+                    model,
+                    start,
+                    "error",
+                    input_tokens=exc.input_tokens,
+                    output_tokens=exc.output_tokens,
+                    cost=cost,
+                    failure=exc,
+                )
             # No cost to record: give the budget its reservation back (cancellation too).
             self._settle(held, 0.0)
             if isinstance(exc, trio.TooSlowError):
@@ -370,28 +436,28 @@ class LLMActor:
         except Exception:  # the answer is paid for already; losing it helps nobody
             logger.exception("could not settle a budget reservation (cost %.6g USD)", cost)
 
-    async def _call(self, request: LLMRequest, model: str) -> ModelAnswer:
+    async def _call(self, request: LLMRequest, model: str, on_text: TextSink | None) -> ModelAnswer:
         if self._client is None:
             await self._ready.wait()
         client = self._client
         if client is None:
             raise RuntimeError("the LLM client closed while the call was waiting for it")
         if self._faults is not None:
-            last = request.messages[-1].content if request.messages else ""
+            last = request.messages[-1].text if request.messages else ""
             self._faults.check("llm", last)
-        body: dict[str, Any] = {
-            "model": model,
-            "max_tokens": request.max_tokens,
-            "messages": [_message_param(turn) for turn in request.messages],
-        }
-        if request.system:
-            body["system"] = request.system
-        # POST /v1/messages through the client's generic `post`, for the raw response: the
-        # typed `messages.create` path spends more CPU transforming the parameters and
-        # building response objects than the whole HTTP exchange costs, for the two fields
-        # read here. Status errors still raise the SDK's APIStatusError subclasses.
-        response = await client.post("/v1/messages", cast_to=sdk_httpx().Response, body=body)
-        return parse_message(await response.aread())
+        messages = [_message_param(turn) for turn in request.messages]
+        system: Any = request.system if request.system else anthropic.NOT_GIVEN
+        if on_text is None:
+            message = await client.messages.create(
+                model=model, max_tokens=request.max_tokens, messages=messages, system=system
+            )
+            return ModelAnswer(message_text(message), *usage_tokens(message.usage))
+        return await _stream(
+            client.messages.stream(
+                model=model, max_tokens=request.max_tokens, messages=messages, system=system
+            ),
+            on_text,
+        )
 
     def _finish(
         self,
@@ -453,19 +519,64 @@ class LLMActor:
         )
 
 
+async def _stream(manager: Any, on_text: TextSink) -> ModelAnswer:
+    """Read one `messages.stream` to its `message_stop`, reporting the text as it grows.
+
+    Raises:
+        StreamCut: the stream failed or ended before `message_stop`.
+    """
+    text = ""
+    input_tokens = output_tokens = 0
+    final: Any = None
+    try:
+        async with manager as stream:
+            async for event in stream:
+                kind = event.type
+                if kind == "content_block_delta" and event.delta.type == "text_delta":
+                    text += event.delta.text
+                    on_text(text)
+                elif kind == "message_start":
+                    input_tokens, output_tokens = usage_tokens(event.message.usage)
+                elif kind == "message_delta":
+                    # Cumulative counts (Anthropic's streaming docs); input may be restated.
+                    delta_in, output_tokens = usage_tokens(event.usage)
+                    input_tokens = max(input_tokens, delta_in)
+                elif kind == "message_stop":
+                    final = event.message  # the helper's accumulated Message
+    except Exception as exc:
+        if not text and not input_tokens:
+            raise  # nothing was generated: an ordinary failed call
+        reason = f"{type(exc).__name__}: {exc}"
+        raise StreamCut(reason, text, input_tokens, output_tokens) from exc
+    if final is None:
+        raise StreamCut("it ended before message_stop", text, input_tokens, output_tokens)
+    final_in, final_out = usage_tokens(final.usage)
+    return ModelAnswer(text, max(final_in, input_tokens), max(final_out, output_tokens))
+
+
 def sdk_httpx() -> ModuleType:
     """The httpx package the model SDK is built on (it may ship its own copy)."""
     base = anthropic.DefaultAsyncHttpxClient
     return sys.modules[base.__mro__[1].__module__.partition(".")[0]]
 
 
-def default_http_client() -> Any:
-    """The SDK's own default client, carried by the keep-alive HTTP/1.1 pool.
+def model_http_client(transport: Any = None) -> Any:
+    """The SDK's own HTTP client, tuned: bounded pool, our timeouts, no redirects.
 
-    The transport is built for the httpx package the SDK uses. With a proxy in the
-    environment the SDK's own transport stays, as it speaks to proxies.
+    Redirects are never followed: a 30x from the model endpoint is an error, so the API
+    key never travels to another origin. Proxies come from the environment (`trust_env`,
+    the SDK's own handling), so there is one code path with or without one. `transport`
+    is for tests only.
     """
-    base = anthropic.DefaultAsyncHttpxClient
-    if proxy_configured():
-        return base()
-    return base(transport=httpx_transport(sdk_httpx()))
+    http = sdk_httpx()
+    extra: dict[str, Any] = {} if transport is None else {"transport": transport}
+    return anthropic.DefaultAsyncHttpxClient(
+        limits=http.Limits(
+            max_connections=MODEL_MAX_CONNECTIONS,
+            max_keepalive_connections=MODEL_MAX_KEEPALIVE,
+            keepalive_expiry=MODEL_KEEPALIVE_EXPIRY,
+        ),
+        timeout=http.Timeout(MODEL_READ_TIMEOUT, connect=MODEL_CONNECT_TIMEOUT),
+        follow_redirects=False,
+        **extra,
+    )

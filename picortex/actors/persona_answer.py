@@ -11,7 +11,7 @@ import attrs
 import orjson
 import trio
 
-from picortex.actors.llm import ChatTurn, LLMRequest
+from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult
 from picortex.actors.pipeline import Pipeline, failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
@@ -283,50 +283,117 @@ async def maybe_answer(
         thread=where.how,
         recall=len(excerpts),
     )
-    result = await pipe.llm.complete(
-        LLMRequest(
-            stage="generate",
-            system=system,
-            messages=tuple(ChatTurn("user", m["content"]) for m in messages),
-            workspace=pipe.workspace_of(trigger),
-            tier=persona.model or "general",
-            persona=persona.id,
-            signal_id=str(trigger.id),
-            user_id=trigger.author.id,
-        )
+    call = LLMRequest(
+        stage="generate",
+        system=system,
+        messages=tuple(ChatTurn("user", m["content"]) for m in messages),
+        workspace=pipe.workspace_of(trigger),
+        tier=persona.model or "general",
+        persona=persona.id,
+        signal_id=str(trigger.id),
+        user_id=trigger.author.id,
     )
+    if pipe.settings().replies.stream:
+        await _stream(pipe, call, trigger, persona, where)
+        return True
+    result = await pipe.llm.complete(call)
     if not result.ok:
-        if result.outcome in ("error", "timeout"):
-            pipe.record_failure(
-                stage="generate",
-                workspace=pipe.workspace_of(trigger),
-                persona=persona.id,
-                signal_id=trigger.id,
-                error=result.error or result.outcome,
-                stack_trace=result.stack_trace,
-            )
-        else:
-            reason = {
-                "no_key": "ANTHROPIC_API_KEY is not set",
-                "budget": REFUSAL_REASONS.get(
-                    result.limit or "workspace", REFUSAL_REASONS["workspace"]
-                ),
-            }.get(result.outcome, result.outcome)
-            pipe.events.emit(
-                "decision",
-                message_id=trigger.id,
-                channel_id=trigger.channel_id,
-                guild_id=trigger.guild_id,
-                author_id=trigger.author.id,
-                outcome="skip",
-                reason=f"persona {persona.id} selected, no answer: {reason}",
-            )
-            if result.notice:
-                # A user over their own limit is told once per period, politely.
-                await _post_notice(pipe, trigger, result.notice)
+        await _not_answered(pipe, trigger, persona, result)
         return True
     await _post(pipe, trigger, persona, result.text, where)
     return True
+
+
+async def _not_answered(
+    pipe: Pipeline, trigger: Message, persona: pcore.Persona, result: LLMResult
+) -> None:
+    """Record a persona call that gave no answer: an error row, or a skip decision."""
+    if result.outcome in ("error", "timeout"):
+        pipe.record_failure(
+            stage="generate",
+            workspace=pipe.workspace_of(trigger),
+            persona=persona.id,
+            signal_id=trigger.id,
+            error=result.error or result.outcome,
+            stack_trace=result.stack_trace,
+        )
+        return
+    reason = {
+        "no_key": "ANTHROPIC_API_KEY is not set",
+        "budget": REFUSAL_REASONS.get(result.limit or "workspace", REFUSAL_REASONS["workspace"]),
+    }.get(result.outcome, result.outcome)
+    pipe.events.emit(
+        "decision",
+        message_id=trigger.id,
+        channel_id=trigger.channel_id,
+        guild_id=trigger.guild_id,
+        author_id=trigger.author.id,
+        outcome="skip",
+        reason=f"persona {persona.id} selected, no answer: {reason}",
+    )
+    if result.notice:
+        # A user over their own limit is told once per period, politely.
+        await _post_notice(pipe, trigger, result.notice)
+
+
+async def _stream(
+    pipe: Pipeline,
+    request: LLMRequest,
+    trigger: Message,
+    persona: pcore.Persona,
+    where: Placement,
+) -> None:
+    """The persona's answer streamed into its thread (opened at the first sentence)."""
+    thread: list[Snowflake | None] = []
+
+    async def plan() -> policy.PostPlan:
+        resolved, thread_id = await _plan_for(pipe, trigger, persona, where)
+        thread.append(thread_id)
+        return await pipe.resolve_plan(resolved)
+
+    streamed = await pipe.stream_answer(request, plan, trigger_id=trigger.id)
+    failure = streamed.reply.failure
+    if failure is not None:
+        message, trace = failure_text(failure)
+        pipe.record_failure(
+            stage="post",
+            workspace=pipe.workspace_of(trigger),
+            persona=persona.id,
+            signal_id=trigger.id,
+            error=message,
+            stack_trace=trace,
+        )
+        return
+    result = streamed.result
+    if result is not None and not result.ok:
+        await _not_answered(pipe, trigger, persona, result)
+    if streamed.reply.started:
+        pipe.events.emit(
+            "persona.responded",
+            message_id=trigger.id,
+            channel_id=trigger.channel_id,
+            persona=persona.id,
+            thread_id=thread[0] if thread else None,
+            posted=streamed.message_ids,
+        )
+
+
+async def _plan_for(
+    pipe: Pipeline, trigger: Message, persona: pcore.Persona, where: Placement
+) -> tuple[policy.PostPlan, Snowflake | None]:
+    """Where the answer is posted, opening its thread when it needs a new one."""
+    thread_id: Snowflake | None = None
+    if where.how == "dm":
+        return policy.PostPlan("dm", None, trigger.author.id, None), None
+    if where.how == "new thread":
+        name = f"{persona.name} responding"[:THREAD_NAME_MAX]
+        thread_id = await _open_thread(pipe, trigger, name)
+        if thread_id is None:
+            return policy.PostPlan("channel", trigger.channel_id, None, trigger.id), None
+        return policy.PostPlan("channel", thread_id, None, None), thread_id
+    if where.how == "existing thread":
+        thread_id = where.channel_id
+    return policy.PostPlan("channel", where.channel_id, None, where.reply_to), thread_id
 
 
 async def _post_notice(pipe: Pipeline, trigger: Message, text: str) -> None:
@@ -371,19 +438,7 @@ async def _post(
     # Shielded: an answer that is paid for is posted even if a follow-up arrives now.
     with trio.CancelScope(shield=True):
         try:
-            if where.how == "dm":
-                plan = policy.PostPlan("dm", None, trigger.author.id, None)
-            elif where.how == "new thread":
-                name = f"{persona.name} responding"[:THREAD_NAME_MAX]
-                thread_id = await _open_thread(pipe, trigger, name)
-                if thread_id is None:
-                    plan = policy.PostPlan("channel", trigger.channel_id, None, trigger.id)
-                else:
-                    plan = policy.PostPlan("channel", thread_id, None, None)
-            else:
-                if where.how == "existing thread":
-                    thread_id = where.channel_id
-                plan = policy.PostPlan("channel", where.channel_id, None, where.reply_to)
+            plan, thread_id = await _plan_for(pipe, trigger, persona, where)
             posted = await pipe.post(plan, text, command=None, trigger_id=trigger.id)
         except Exception as exc:
             if isinstance(exc, FatalDiscordError) and pipe.fatal is not None:

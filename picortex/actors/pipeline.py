@@ -18,11 +18,13 @@ import attrs
 import trio
 
 from picortex.actors.context_cache import ContextCache
-from picortex.actors.llm import LLMActor
+from picortex.actors.llm import LLMActor, LLMRequest, LLMResult
+from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply
 from picortex.config import Settings
 from picortex.core import policy
 from picortex.core.redact import redact
 from picortex.core.split import split_reply
+from picortex.core.stream import with_cut_notice
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store, StoreActor
@@ -60,11 +62,22 @@ class Rest(Protocol):
         allowed_mentions: dict[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 
+    async def edit_message(
+        self,
+        channel_id: int,
+        message_id: int,
+        content: str,
+        *,
+        allowed_mentions: dict[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
     async def start_thread_from_message(
         self, channel_id: int, message_id: int, name: str
     ) -> dict[str, Any]: ...
 
     async def create_dm(self, user_id: int) -> dict[str, Any]: ...
+
+    async def download_attachment(self, url: str, *, max_bytes: int) -> bytes: ...
 
     async def trigger_typing(
         self, channel_id: int, *, on_sent: Callable[[], None] | None = None
@@ -439,6 +452,104 @@ class Pipeline:
             chars=len(text),
         )
         return posted
+
+    async def resolve_plan(self, plan: policy.PostPlan) -> policy.PostPlan:
+        """The plan with its DM channel opened, when it goes to a DM."""
+        if plan.dm_user_id is None:
+            return plan
+        channel_id = await self.dm_channel(plan.dm_user_id)
+        return attrs.evolve(plan, channel_id=channel_id)
+
+    async def stream_answer(
+        self,
+        request: LLMRequest,
+        plan: Callable[[], Awaitable[policy.PostPlan]],
+        *,
+        trigger_id: Snowflake,
+        before_first_post: Callable[[], Awaitable[bool]] | None = None,
+        surface: AnswerSurface | None = None,
+    ) -> Streamed:
+        """Make the model call streamed and show the answer as it is written (SPEC 16).
+
+        `plan` is awaited at the first post (where the reply goes), unless `surface` says
+        where the answer is written instead (a slash `ask`). The call is one
+        request, never retried; a stream cut midway leaves what arrived plus one line
+        saying so. A reply that could not be posted cancels the call. Logs the `reply`
+        event; the caller records failures.
+        """
+        if surface is None:
+            surface = ChannelSurface(self.rest, plan, timeout=POST_TIMEOUT_SECONDS)
+        reply = StreamedReply(surface, before_first_post=before_first_post)
+        result: LLMResult | None = None
+        with trio.CancelScope() as call_scope:
+
+            async def write() -> None:
+                await reply.run()
+                if reply.failure is not None or reply.abandoned:
+                    call_scope.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write)
+                result = await self.llm.complete(request, on_text=reply.feed)
+                if result.ok:
+                    reply.finish(result.text)
+                elif reply.text:
+                    reply.finish(with_cut_notice(reply.text))
+                else:
+                    reply.stop()
+        failure = reply.failure
+        if failure is not None:
+            if isinstance(failure, FatalDiscordError) and self.fatal is not None:
+                self.fatal(failure)
+            self.events.emit(
+                "reply",
+                command=None,
+                mode=surface.target,
+                target=surface.channel_id,
+                trigger_id=trigger_id,
+                result="failed",
+                error=redact(f"{type(failure).__name__}: {failure}")[:ERROR_MESSAGE_MAX_CHARS],
+                parts=len(surface.message_ids),
+                streamed=True,
+            )
+        elif reply.started:
+            self.events.emit(
+                "reply",
+                command=None,
+                mode=surface.target,
+                target=surface.channel_id,
+                trigger_id=trigger_id,
+                result="posted" if result is not None and result.ok else "cut",
+                message_ids=surface.message_ids,
+                parts=len(surface.message_ids),
+                chars=len(reply.shown_text),
+                streamed=True,
+                edits=reply.edits,
+            )
+        return Streamed(result, reply, surface)
+
+
+class AnswerSurface(ReplySurface, Protocol):
+    """Where a streamed answer is written, and what the `reply` event says about it."""
+
+    target: str
+    channel_id: Snowflake | None
+    message_ids: list[Snowflake]
+
+
+@attrs.frozen
+class Streamed:
+    """How a streamed answer went: the call's result (None when the call was cancelled
+    because the reply could not be posted), the reply, and where it went."""
+
+    result: LLMResult | None
+    reply: StreamedReply
+    surface: AnswerSurface
+
+    @property
+    def message_ids(self) -> list[Snowflake]:
+        """The ids of the reply's messages."""
+        return self.surface.message_ids
 
 
 def failure_text(exc: BaseException) -> tuple[str, str]:

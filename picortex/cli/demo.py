@@ -27,6 +27,7 @@ from picortex.config import load_settings
 from picortex.core.terminal import clean_text
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
+from picortex.sim.world import tiny_png
 from picortex.web.launch import announce, until_interrupted, web_toml
 
 # How long one scene may wait for the bot before the demo reports it and moves on.
@@ -35,6 +36,8 @@ POLL_SECONDS: Final = 4.0
 CONTINUATION_SECONDS: Final = 6.0
 FAULT_WORD: Final = "kaboom"
 SNIPPET_CHARS: Final = 160
+# The offline model's pace for the streamed scene: seconds between deltas (before --speed).
+STREAM_PACE_SECONDS: Final = 0.06
 
 AGENTS_YAML: Final = """\
 personas:
@@ -109,10 +112,20 @@ class _Demo:
             text = text.replace(f"<@{user_id}>", f"@{self.user(user_id)}")
         return text
 
-    def say(self, channel_id: int, author_id: int, content: str) -> dict[str, Any]:
+    def say(
+        self,
+        channel_id: int,
+        author_id: int,
+        content: str,
+        attachments: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
         shown = self.readable(content)
+        if attachments:
+            shown += " [attached: " + ", ".join(a["filename"] for a in attachments) + "]"
         self.p(f"  {self.where(channel_id)} {self.user(author_id)}: {shown}")
-        return self.sim.post_user_message(channel_id, author_id, content)
+        return self.sim.post_user_message(
+            channel_id, author_id, content, attachments=attachments or ()
+        )
 
     @property
     def at(self) -> str:
@@ -171,11 +184,36 @@ class _Demo:
         return await self.wait_for("decision", done)
 
     async def answered(self, count: int = 1) -> bool:
-        def done(_rows: list[dict[str, Any]]) -> bool:
-            fresh = [m for m in self.sim.bot_messages() if int(m["id"]) not in self.seen_bot_ids]
-            return len(fresh) >= count
+        def fresh() -> list[int]:
+            return [
+                int(m["id"])
+                for m in self.sim.bot_messages()
+                if int(m["id"]) not in self.seen_bot_ids
+            ]
 
-        return await self.wait_for("answer", done)
+        ok = await self.wait_for("answer", lambda _rows: len(fresh()) >= count)
+        # A streamed answer is complete once its `reply` event lists its messages.
+        with trio.move_on_after(SCENE_TIMEOUT_SECONDS):
+            while True:
+                listed = {
+                    int(i)
+                    for r in self.log()
+                    if r["event"] == "reply"
+                    for i in r.get("message_ids", ())
+                }
+                if listed.issuperset(fresh()):
+                    break
+                await trio.sleep(0.05)
+        return ok
+
+    async def replied(self, message: Mapping[str, Any]) -> bool:
+        """Wait until the answer to `message` is complete (a streamed one included)."""
+        mid = int(message["id"])
+
+        def done(rows: list[dict[str, Any]]) -> bool:
+            return any(r["event"] == "reply" and r.get("trigger_id") == mid for r in rows)
+
+        return await self.wait_for("complete answer", done)
 
     async def settle(self, seconds: float = 0.3) -> None:
         await trio.sleep(seconds)
@@ -257,10 +295,54 @@ def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
     if event == "reply" and row.get("mode") == "interaction" and row.get("result") == "posted":
         private = ", only the user sees it" if row.get("ephemeral") else ""
         return f"interaction answered ({row.get('command') or 'refusal'}{private})"
+    if event == "reply" and row.get("streamed") and row.get("result") != "failed":
+        if not row.get("edits") and row.get("result") == "posted":
+            return None
+        parts = row.get("parts")
+        edits = row.get("edits")
+        cut = "; the stream was cut" if row.get("result") == "cut" else ""
+        return (
+            f"reply: streamed into {parts} message{'s' if parts != 1 else ''}, "
+            f"edited {edits} time{'s' if edits != 1 else ''} as it grew{cut}"
+        )
     if event == "reply" and row.get("result") != "posted":
         return f"reply failed: {row.get('error')}"
     del demo
     return None
+
+
+_LONG_ANSWER: Final = "Give her a quiet week and a routine she can trust. " + "\n".join(
+    [
+        "",
+        *(
+            f"{n}. {tip} This matters because a cat new to a place reads every change as a "
+            "possible threat, and calm repetition is what tells her the office is safe."
+            for n, tip in enumerate(
+                [
+                    "Start her in one small room with food, water, litter and a hiding box.",
+                    "Keep feeding times fixed, and let the same person feed her at first.",
+                    "Let people visit one at a time; nobody picks her up in the first days.",
+                    "Add a scratching post near her bed, and one near the door she watches.",
+                    "Open the next room only when she eats and grooms in front of people.",
+                    "Put the litter tray far from her food; cats refuse to use one too close.",
+                    "Keep the cleaning crew's vacuum away from her room for the first week.",
+                    "Give her high places: a shelf or cat tree lets her watch from safety.",
+                    "Play with a wand toy at the same hour daily; it burns off night energy.",
+                    "Book a vet check in the first fortnight, and keep her records at hand.",
+                ],
+                start=1,
+            )
+        ),
+        "",
+        "A feeding plan the team can share:",
+        "```",
+        "08:00  wet food, 1/2 pouch   (whoever opens the office)",
+        "13:00  fresh water, check tray",
+        "17:30  wet food, 1/2 pouch   (whoever leaves last)",
+        "```",
+        "Most cats settle within two or three weeks; a slower cat is not an unhappy one.",
+    ]
+)
 
 
 async def _play(demo: _Demo, speed: float) -> None:
@@ -286,6 +368,25 @@ async def _play(demo: _Demo, speed: float) -> None:
     m = demo.say(general, w.bob_id, f"{at} what would be a good name for her?")
     await demo.decided(m)
     await demo.answered()
+    demo.report()
+
+    demo.scene("An image question (in a DM): the screenshot reaches the model as an image")
+    m = demo.say(
+        sim.open_dm(w.bob_id),
+        w.bob_id,
+        "what colour is this swatch?",
+        attachments=[{"filename": "swatch.png", "data": tiny_png(8, 8, (30, 90, 200))}],
+    )
+    await demo.decided(m)
+    await demo.replied(m)
+    demo.report()
+
+    demo.scene("A long answer streams: posted at its first sentence, then edited as it grows")
+    if demo.offline:
+        sim.model.script(ModelReply(text=_LONG_ANSWER, pace=STREAM_PACE_SECONDS / speed))
+    m = demo.say(general, w.alice_id, f"{at} how do we help the new office cat settle in?")
+    await demo.decided(m)
+    await demo.replied(m)
     demo.report()
 
     demo.scene("A follow-up inside the continuation window joins the same request")

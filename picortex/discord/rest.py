@@ -22,6 +22,7 @@ import orjson
 import trio
 
 from picortex import PROJECT_URL, __version__
+from picortex.core import attachments
 from picortex.discord.http import discord_client, sent_trace
 from picortex.discord.ratelimit import (
     GLOBAL_BUDGET,
@@ -38,7 +39,12 @@ from picortex.discord.ratelimit import (
     major_parameter,
     retry_after,
 )
-from picortex.errors import DiscordHTTPError, FatalDiscordError, InvalidRequestGuardError
+from picortex.errors import (
+    AttachmentRefused,
+    DiscordHTTPError,
+    FatalDiscordError,
+    InvalidRequestGuardError,
+)
 from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
@@ -71,6 +77,8 @@ MAX_RATE_LIMIT_RETRIES: Final = 5
 REPLY_ALLOWED_MENTIONS: Final[Mapping[str, Any]] = {"parse": ("users",), "replied_user": True}
 PLAIN_ALLOWED_MENTIONS: Final[Mapping[str, Any]] = {"parse": ("users",)}
 _NEVER_PARSED: Final = frozenset({"everyone", "roles"})
+# An attachment body comes from Discord's CDN in well under this; a stalled one is dropped.
+ATTACHMENT_TIMEOUT: Final = 15.0
 # The placeholder of an interaction token in a route: routes, never paths, are logged.
 INTERACTION_TOKEN: Final = "{interaction_token}"  # noqa: S105 (a placeholder)
 
@@ -175,6 +183,69 @@ class RestClient:
             "POST", "/channels/{channel_id}/messages", f"/channels/{channel_id}/messages", body
         )
         return _as_object(result)
+
+    async def edit_message(
+        self,
+        channel_id: int,
+        message_id: int,
+        content: str,
+        *,
+        allowed_mentions: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Change the content of one of the bot's own messages (a streamed reply growing).
+
+        Mentions are narrowed as for `create_message`; a reply's ping is never renewed.
+        """
+        body = {
+            "content": content,
+            "allowed_mentions": _safe_allowed_mentions(allowed_mentions, reply=False),
+        }
+        result = await self._request(
+            "PATCH",
+            "/channels/{channel_id}/messages/{message_id}",
+            f"/channels/{channel_id}/messages/{message_id}",
+            body,
+        )
+        return _as_object(result)
+
+    async def download_attachment(
+        self, url: str, *, max_bytes: int, timeout: float = ATTACHMENT_TIMEOUT
+    ) -> bytes:
+        """The body of a message attachment, read up to `max_bytes`, over the same client.
+
+        Only Discord's attachment hosts (https) and the API base's own origin are asked;
+        redirects are not followed; the bot token is never sent.
+
+        Raises:
+            AttachmentRefused: the host is not allowed, the body is larger than
+                `max_bytes`, or the download failed or took longer than `timeout`.
+        """
+        if not attachments.url_allowed(url, self._api_base):
+            raise AttachmentRefused("not on Discord's attachment hosts")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            with trio.fail_after(timeout):
+                request = self._http.build_request("GET", url, headers={"User-Agent": USER_AGENT})
+                response = await self._http.send(request, stream=True, follow_redirects=False)
+                try:
+                    if response.status_code != 200:
+                        raise AttachmentRefused(f"download answered HTTP {response.status_code}")
+                    declared = response.headers.get("content-length", "")
+                    if declared.isdigit() and int(declared) > max_bytes:
+                        raise AttachmentRefused("too large")
+                    async for chunk in response.aiter_bytes():
+                        size += len(chunk)
+                        if size > max_bytes:
+                            raise AttachmentRefused("too large")
+                        chunks.append(chunk)
+                finally:
+                    await response.aclose()
+        except trio.TooSlowError:
+            raise AttachmentRefused("download timed out") from None
+        except httpx.HTTPError as exc:
+            raise AttachmentRefused(f"download failed ({type(exc).__name__})") from None
+        return b"".join(chunks)
 
     async def start_thread_from_message(
         self, channel_id: int, message_id: int, name: str
@@ -343,6 +414,18 @@ class RestClient:
             "GET",
             "/webhooks/{application_id}/{interaction_token}/messages/@original",
             f"/webhooks/{application_id}/{_token(token)}/messages/@original",
+        )
+        return _as_object(result)
+
+    async def edit_followup_message(
+        self, application_id: int, token: str, message_id: int, message: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Edit one follow-up message of an interaction (a streamed answer growing)."""
+        result = await self._request(
+            "PATCH",
+            "/webhooks/{application_id}/{interaction_token}/messages/{message_id}",
+            f"/webhooks/{application_id}/{_token(token)}/messages/{message_id}",
+            message,
         )
         return _as_object(result)
 

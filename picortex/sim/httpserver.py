@@ -1,9 +1,14 @@
-"""A small HTTP/1.1 server on trio and h11: keep-alive, Content-Length bodies, one handler."""
+"""A small HTTP/1.1 server on trio and h11: keep-alive, one handler.
+
+Bodies are sent whole with a Content-Length, or streamed (chunked) from an async iterator,
+as Server-Sent Events are; a stream that raises CutConnection drops the connection midway.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
 from functools import partial
 from http import HTTPStatus
 from typing import Any, Final
@@ -13,6 +18,8 @@ import attrs
 import h11
 import orjson
 import trio
+
+from picortex.errors import CutConnection
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +52,16 @@ class HttpRequest:
 
 @attrs.frozen
 class HttpResponse:
-    """A response: status, body bytes and extra headers (Content-Length is added)."""
+    """A response: status, body bytes and extra headers (Content-Length is added).
+
+    With `stream`, the body is what the iterator yields, each part sent as it comes
+    (chunked transfer encoding); `body` is then ignored.
+    """
 
     status: int
     body: bytes = b""
     headers: tuple[tuple[str, str], ...] = ()
+    stream: Callable[[], AsyncGenerator[bytes, None]] | None = None
 
     @classmethod
     def json(
@@ -95,7 +107,10 @@ async def _serve_connection(handler: Handler, stream: trio.SocketStream) -> None
                 response = HttpResponse.json(
                     500, {"message": "500: Internal Server Error", "code": 0}
                 )
-            await _send_response(conn, stream, response)
+            try:
+                await _send_response(conn, stream, response)
+            except CutConnection:
+                return
             if conn.our_state is h11.MUST_CLOSE or conn.their_state is h11.MUST_CLOSE:
                 return
             try:
@@ -164,6 +179,21 @@ async def _send_response(
 ) -> None:
     headers = [(name.encode("ascii"), value.encode("latin-1")) for name, value in response.headers]
     headers.append((b"Server", SERVER_NAME.encode("ascii")))
+    if response.stream is not None:
+        # No length: h11 frames the body with chunked encoding (or closes, for HTTP/1.0).
+        await stream.send_all(
+            conn.send(
+                h11.Response(
+                    status_code=response.status, headers=headers, reason=_reason(response.status)
+                )
+            )
+        )
+        async with aclosing(response.stream()) as parts:
+            async for part in parts:
+                if part:
+                    await stream.send_all(conn.send(h11.Data(data=part)))
+        await stream.send_all(conn.send(h11.EndOfMessage()))
+        return
     if response.status not in (204, 304):
         headers.append((b"Content-Length", str(len(response.body)).encode("ascii")))
     data = conn.send(

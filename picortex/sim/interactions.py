@@ -67,7 +67,7 @@ def _invalid_token() -> ApiError:
 class SimAnswer:
     """One message the bot sent for an interaction (first response, edit or follow-up)."""
 
-    kind: str  # "response", "deferred", "edit", "followup", "autocomplete"
+    kind: str  # "response", "deferred", "edit", "followup", "edit_followup", "autocomplete"
     content: str
     ephemeral: bool
     message_id: int | None = None
@@ -512,6 +512,22 @@ class SimInteractions:
             message = self.world.message(interaction.channel_id, message_id)
             return self.world.message_payload(message, gateway=False)
         return self._ephemeral_payload(interaction, content)
+
+    def edit_followup(self, application_id: int, token: str, message_id: Any, body: Any) -> Json:
+        """PATCH /webhooks/{app}/{token}/messages/{message_id}: edit one follow-up."""
+        interaction = self._by_token(application_id, token)
+        try:
+            wanted = int(message_id)
+        except (TypeError, ValueError):
+            raise unknown_message() from None
+        if not any(a.kind == "followup" and a.message_id == wanted for a in interaction.answers):
+            raise unknown_message()
+        content = _content(body if isinstance(body, dict) else {}, required=False)
+        interaction.answers.append(SimAnswer("edit_followup", content, False, wanted))
+        self.world.edit_message(interaction.channel_id, wanted, content)
+        return self.world.message_payload(
+            self.world.message(interaction.channel_id, wanted), gateway=False
+        )
 
     def _post(
         self, interaction: SimInteraction, content: str, ephemeral: bool, flags: int

@@ -14,6 +14,15 @@ Answers with the Messages API's JSON shapes: a `message` object on success and A
 - anything else gets `(offline model) You said: <the last non-empty line of the last user
   turn>`.
 
+A request with `"stream": true` is answered with Server-Sent Events in the order Anthropic's
+streaming docs give (message_start, content_block_start, ping, content_block_delta...,
+content_block_stop, message_delta with the usage, message_stop). The pace is configurable
+(`stream_pace` seconds between deltas of `stream_chunk_chars` characters, on trio's clock),
+so tests can make slow streams; a scripted reply may cut its stream midway (`cut_after`),
+by dropping the connection or, with `stream_error`, by an `error` event.
+
+A request carrying image blocks gets `(offline model) I see N image(s).` before its answer.
+
 Token counts are estimates: input about len(system + messages text) / 4, output len(text) / 4.
 """
 
@@ -22,19 +31,23 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any, Final
 
 import attrs
 import orjson
 import trio
 
+from picortex.errors import CutConnection
 from picortex.sim.httpserver import HttpRequest, HttpResponse
 
 # Characters per token in the usage estimate.
 CHARS_PER_TOKEN: Final = 4
 # The longest line the default answer quotes back.
 QUOTE_MAX_CHARS: Final = 300
+# Streamed answers: characters per text delta, and seconds between deltas by default.
+STREAM_CHUNK_CHARS: Final = 24
+STREAM_PACE_SECONDS: Final = 0.0
 
 _ERROR_TYPES: Final = {
     400: "invalid_request_error",
@@ -63,7 +76,10 @@ class ModelReply:
 
     `text` None means the default answer; `status` other than 200 answers with Anthropic's
     error body (`error_type` defaults from the status); `delay` seconds pass first (on trio's
-    clock), to provoke client timeouts.
+    clock), to provoke client timeouts. For a streamed request, `pace` (None: the model's
+    default) is the seconds between text deltas, and `cut_after` cuts the stream once that
+    many characters were sent: the connection drops, or an `error` event of `stream_error`'s
+    type is sent. `status` 30x answers a redirect to `location`.
     """
 
     text: str | None = None
@@ -74,6 +90,10 @@ class ModelReply:
     stop_reason: str = "end_turn"
     input_tokens: int | None = None
     output_tokens: int | None = None
+    pace: float | None = None
+    cut_after: int | None = None
+    stream_error: str | None = None
+    location: str = ""
 
 
 @attrs.frozen
@@ -97,6 +117,10 @@ class OfflineModel:
         self._script: deque[ModelReply] = deque()
         self._count = 0
         self._notify = notify
+        # Streamed answers: seconds between deltas and characters per delta (tests and the
+        # demo slow streams down to show edits).
+        self.stream_pace = STREAM_PACE_SECONDS
+        self.stream_chunk_chars = STREAM_CHUNK_CHARS
 
     def script(self, *replies: str | ModelReply) -> None:
         """Queue answers for the next calls, in order (a str is a plain text answer)."""
@@ -151,6 +175,10 @@ class OfflineModel:
         reply = self._script.popleft() if self._script else ModelReply()
         if reply.delay > 0:
             await trio.sleep(reply.delay)
+        if 300 <= reply.status < 400:
+            return HttpResponse(
+                reply.status, b"", (("location", reply.location), ("request-id", request_id))
+            )
         if reply.status != 200:
             error_type = reply.error_type or _ERROR_TYPES.get(reply.status, "api_error")
             detail = reply.error_message or f"Simulated {error_type}."
@@ -169,6 +197,8 @@ class OfflineModel:
         output_tokens = reply.output_tokens
         if output_tokens is None:
             output_tokens = max(1, len(text) // CHARS_PER_TOKEN)
+        if body.get("stream") is True:
+            return self._stream(body, reply, text, input_tokens, output_tokens, request_id)
         answer = {
             "id": "msg_" + _digest(f"msg{self._count}", 12),
             "type": "message",
@@ -186,6 +216,99 @@ class OfflineModel:
             },
         }
         return HttpResponse.json(200, answer, (("request-id", request_id),))
+
+    def _stream(
+        self,
+        body: dict[str, Any],
+        reply: ModelReply,
+        text: str,
+        input_tokens: int,
+        output_tokens: int,
+        request_id: str,
+    ) -> HttpResponse:
+        """The answer as Server-Sent Events, paced on trio's clock."""
+        message_id = "msg_" + _digest(f"msg{self._count}", 12)
+        pace = self.stream_pace if reply.pace is None else reply.pace
+        size = max(1, self.stream_chunk_chars)
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            yield _sse(
+                "message_start",
+                {
+                    "type": "message_start",
+                    "message": {
+                        "id": message_id,
+                        "type": "message",
+                        "role": "assistant",
+                        "model": body["model"],
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": {"input_tokens": input_tokens, "output_tokens": 1},
+                    },
+                },
+            )
+            yield _sse(
+                "content_block_start",
+                {"type": "content_block_start", "index": 0, "content_block": _EMPTY_TEXT},
+            )
+            yield _sse("ping", {"type": "ping"})
+            sent = 0
+            while sent < len(text):
+                if reply.cut_after is not None and sent >= reply.cut_after:
+                    break
+                end = sent + size
+                if reply.cut_after is not None:
+                    end = min(end, reply.cut_after)
+                if pace > 0:
+                    await trio.sleep(pace)
+                delta = {"type": "text_delta", "text": text[sent:end]}
+                yield _sse(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+                sent = end
+            if reply.cut_after is not None and sent < len(text):
+                if reply.stream_error is None:
+                    raise CutConnection
+                error = {"type": reply.stream_error, "message": f"Simulated {reply.stream_error}."}
+                yield _sse("error", {"type": "error", "error": error})
+                return
+            yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
+            yield _sse(
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
+                    "usage": {"output_tokens": output_tokens},
+                },
+            )
+            yield _sse("message_stop", {"type": "message_stop"})
+
+        headers = (
+            ("Content-Type", "text/event-stream; charset=utf-8"),
+            ("Cache-Control", "no-cache"),
+            ("request-id", request_id),
+        )
+        return HttpResponse(200, b"", headers, stream=events)
+
+
+_EMPTY_TEXT: Final = {"type": "text", "text": ""}
+
+
+def _sse(event: str, data: object) -> bytes:
+    return b"event: " + event.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+
+
+def image_count(messages: list[Any]) -> int:
+    """Image blocks in the request's messages."""
+    return sum(
+        1
+        for message in messages
+        if isinstance(message, dict) and isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "image"
+    )
 
 
 def default_answer(system: Any, messages: list[Any]) -> str:
@@ -213,7 +336,11 @@ def default_answer(system: Any, messages: list[Any]) -> str:
         candidate = _first_candidate(last_user) or _first_candidate(everything)
         if candidate:
             return candidate
-    return f"(offline model) You said: {_last_line(last_user)[:QUOTE_MAX_CHARS]}"
+    said = f"You said: {_last_line(last_user)[:QUOTE_MAX_CHARS]}"
+    images = image_count(messages)
+    if images:
+        return f"(offline model) I see {images} image{'s' if images != 1 else ''}. {said}"
+    return f"(offline model) {said}"
 
 
 def _text_of(content: Any) -> str:
@@ -277,8 +404,8 @@ def _validate(body: Any) -> str | None:
             return f"messages.{index}.role: Input should be 'user' or 'assistant'"
         if "content" not in message:
             return f"messages.{index}.content: Field required"
-    if body.get("stream"):
-        return "stream: the offline model endpoint does not stream; send stream=false."
+    if "stream" in body and not isinstance(body["stream"], bool):
+        return "stream: Input should be a valid boolean"
     return None
 
 

@@ -207,6 +207,15 @@ _ROUTES: Final = (
         "followup",
         auth=False,
     ),
+    # After @original: a literal segment is matched before a placeholder.
+    _Route(
+        "PATCH",
+        ("webhooks", "{app}", "{token}", "messages", "{message}"),
+        "webhook.followup",
+        WRITE_LIMIT,
+        "edit_followup",
+        auth=False,
+    ),
 )
 
 
@@ -609,6 +618,11 @@ class DiscordRest:
 
     def _followup(self, call: _Call) -> tuple[int, Any]:
         return 200, self.interactions.followup(call.params["app"], call.params["token"], call.body)
+
+    def _edit_followup(self, call: _Call) -> tuple[int, Any]:
+        return 200, self.interactions.edit_followup(
+            call.params["app"], call.params["token"], call.params["message"], call.body
+        )
 
     def _reaction_message(self, call: _Call) -> SimMessage:
         return self.world.message(call.params["channel"], call.params["message"])

@@ -139,6 +139,8 @@ class Simulator:
             gateway_bot=self.gateway.gateway_bot,
         )
         self.model = OfflineModel(notify=self._notify)
+        # Requests for attachment bodies (what a bot downloaded, and with which headers).
+        self.attachment_requests: list[HttpRequest] = []
         self.urls: SimURLs | None = None
 
     # ------------------------------------------------------------------ serving
@@ -160,6 +162,8 @@ class Simulator:
             self.gateway.url = f"ws://{where}:{ws_port}"
             # A distinct path, so tests can see which URL a client reconnects to.
             self.gateway.resume_url = f"ws://{where}:{ws_port}/resume"
+            # Attachment bodies are served here, on the API's own origin.
+            self.world.attachment_base = base
             self.urls = SimURLs(
                 api_base=base + API_PREFIX,
                 gateway_url=self.gateway.url,
@@ -177,9 +181,24 @@ class Simulator:
             return response
         if path == "/v1/messages":
             return await self.model.handle(request)
+        if path.startswith("/attachments/"):
+            return self._serve_attachment(request)
         if path == "/_sim" or path.startswith("/_sim/"):
             return await handle_control(self, request)
         return HttpResponse.json(404, {"message": "404: Not Found", "code": 0})
+
+    def _serve_attachment(self, request: HttpRequest) -> HttpResponse:
+        """GET /attachments/{channel}/{attachment}/{filename}, as Discord's CDN serves it."""
+        self.attachment_requests.append(request)
+        parts = request.path.split("/")
+        found = None
+        if request.method in ("GET", "HEAD") and len(parts) >= 5 and parts[3].isdigit():
+            found = self.world.attachment_body(int(parts[3]))
+        if found is None:
+            return HttpResponse(404, b"Not Found", (("Content-Type", "text/plain"),))
+        body, content_type = found
+        headers = (("Content-Type", content_type or "application/octet-stream"),)
+        return HttpResponse(200, body if request.method == "GET" else b"", headers)
 
     # -------------------------------------------------------------- world building
 

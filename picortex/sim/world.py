@@ -8,7 +8,11 @@ gateway extras), and guild channels inside GUILD_CREATE carry no `guild_id`.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
+import struct
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
@@ -198,6 +202,10 @@ class World:
         self.bot_user_id = self.add_user(bot_username, bot=True)
         # nonce -> message id of the bot's recent messages, for `enforce_nonce`.
         self._bot_nonces: dict[str, int] = {}
+        # Where attachment bodies are served (the simulator's own origin once it serves;
+        # Discord's CDN otherwise), and the bodies by attachment id.
+        self.attachment_base = "https://cdn.discordapp.com"
+        self.attachment_bodies: dict[int, tuple[bytes, str | None]] = {}
 
     # ----------------------------------------------------------------- world building
 
@@ -808,24 +816,83 @@ class World:
         return users, roles, everyone and "everyone" in parse
 
     def _attachment(self, channel_id: int, spec: str | Mapping[str, Any]) -> Json:
+        """An attachment object as Discord sends it, its body kept to be served.
+
+        A spec is a file name, or a mapping with `filename` and optionally `data` (bytes),
+        `text`, `data_base64`, `size` (what Discord reports; defaults to the body's
+        length), `content_type` (else guessed from the name; `None` sends none), `url` (to
+        point elsewhere than where the simulator serves it), `width`,
+        `height`, `description`. Without a body, one of the reported size is made up (a
+        real tiny image for an image name).
+        """
         attachment_id = self.snowflakes.next()
         info: Mapping[str, Any] = {"filename": spec} if isinstance(spec, str) else spec
         filename = str(info.get("filename", "file.bin"))
-        url = f"https://cdn.discordapp.com/attachments/{channel_id}/{attachment_id}/{filename}"
+        content_type = (
+            info["content_type"] if "content_type" in info else _guess_content_type(filename)
+        )
+        body = _attachment_body(info, filename)
+        size = int(info.get("size", len(body) if body is not None else 1024))
+        if body is None:
+            body = _made_up_body(filename, size)
+        self.attachment_bodies[attachment_id] = (body, content_type)
+        url = str(
+            info.get("url")
+            or f"{self.attachment_base}/attachments/{channel_id}/{attachment_id}/{filename}"
+        )
+        proxy = url.replace("cdn.discordapp.com", "media.discordapp.net")
         out: Json = {
             "id": str(attachment_id),
             "filename": filename,
-            "size": int(info.get("size", 1024)),
+            "size": size,
             "url": url,
-            "proxy_url": url.replace("cdn.discordapp.com", "media.discordapp.net"),
+            "proxy_url": proxy,
         }
-        content_type = info.get("content_type") or _guess_content_type(filename)
         if content_type is not None:
             out["content_type"] = content_type
         for key in ("width", "height", "description"):
             if key in info:
                 out[key] = info[key]
         return out
+
+    def attachment_body(self, attachment_id: int) -> tuple[bytes, str | None] | None:
+        """The body and content type of an attachment, if it exists."""
+        return self.attachment_bodies.get(attachment_id)
+
+
+def _attachment_body(info: Mapping[str, Any], filename: str) -> bytes | None:
+    if isinstance(info.get("data"), bytes | bytearray):
+        return bytes(info["data"])
+    if isinstance(info.get("text"), str):
+        return str(info["text"]).encode()
+    if isinstance(info.get("data_base64"), str):
+        try:
+            return base64.b64decode(info["data_base64"], validate=True)
+        except (binascii.Error, ValueError):
+            raise SimError(f"attachment {filename}: data_base64 is not base64") from None
+    return None
+
+
+def _made_up_body(filename: str, size: int) -> bytes:
+    """A body for an attachment given only by name: a tiny real image for an image name."""
+    if filename.lower().endswith(".png"):
+        return tiny_png()
+    return (b"simulated attachment body\n" * (size // 26 + 1))[: max(0, min(size, 1 << 20))]
+
+
+def tiny_png(width: int = 2, height: int = 2, rgb: tuple[int, int, int] = (200, 40, 40)) -> bytes:
+    """A small valid PNG of one colour (what a screenshot in a test looks like)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        crc = zlib.crc32(kind + data) & 0xFFFFFFFF
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", crc)
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    row = b"\x00" + bytes(rgb) * width
+    pixels = zlib.compress(row * height)
+    return (
+        b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    )
 
 
 def parse_emoji(emoji: str) -> Json:
@@ -859,7 +926,12 @@ def _guess_content_type(filename: str) -> str | None:
         "jpg": "image/jpeg",
         "jpeg": "image/jpeg",
         "gif": "image/gif",
+        "webp": "image/webp",
         "txt": "text/plain; charset=utf-8",
+        "md": "text/markdown; charset=utf-8",
+        "csv": "text/csv; charset=utf-8",
+        "json": "application/json; charset=utf-8",
+        "py": "text/x-python; charset=utf-8",
         "pdf": "application/pdf",
         "mp3": "audio/mpeg",
         "ogg": "audio/ogg",

@@ -434,7 +434,7 @@ class PanelApp:
             request,
             session,
             "send.html",
-            chats=[c for c in self.panel.chats() if c.kind != "voice"],
+            chats=[c for c in self.panel.chats() if c.kind not in ("voice", "forum")],
             chosen=request.query_params.get("channel_id", ""),
         )
 

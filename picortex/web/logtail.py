@@ -102,6 +102,7 @@ def tail(path: Path, n: int, where: LogFilter, *, budget: int = SCAN_MAX_BYTES) 
     found: list[dict[str, Any]] = []
     needles = where.needles
     event_needles = tuple(orjson.dumps(e) for e in where.events)
+    one_event = event_needles[0] if len(event_needles) == 1 else None
     scanned = 0
     complete = True
     for file in reversed(log_files(path)):
@@ -112,9 +113,13 @@ def tail(path: Path, n: int, where: LogFilter, *, budget: int = SCAN_MAX_BYTES) 
         read = 0
         for raw, read_so_far in _reverse_lines(file, left):
             read = read_so_far
+            # Substring tests before parsing: most lines of a big log fail them.
             if needles and not all(nd in raw for nd in needles):
                 continue
-            if event_needles and not any(nd in raw for nd in event_needles):
+            if one_event is not None:
+                if one_event not in raw:
+                    continue
+            elif event_needles and not any(nd in raw for nd in event_needles):
                 continue
             try:
                 record = orjson.loads(raw)

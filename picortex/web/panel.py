@@ -67,6 +67,8 @@ KINDS: Final[Mapping[int, str]] = {
     ChannelType.PUBLIC_THREAD: "thread",
     ChannelType.PRIVATE_THREAD: "thread",
     ChannelType.GUILD_FORUM: "forum",
+    13: "voice",  # GUILD_STAGE_VOICE
+    16: "forum",  # GUILD_MEDIA: a forum of media posts
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -325,11 +326,15 @@ async def test_calls_from_many_channels_run_concurrently(jump_clock: MockClock) 
         assert result.ok
         finished.append(trio.current_time())
 
-    async with running(make_actor(model, sink)) as llm, trio.open_nursery() as nursery:
-        start = trio.current_time()
-        for n in range(5):
-            nursery.start_soon(one, llm, n)
-    assert len(model.requests) == 5
+    async with running(make_actor(model, sink)) as llm:
+        # The SDK reads platform details in a worker thread on its first request; the
+        # virtual clock could jump while that thread runs on a busy machine, so warm up.
+        assert (await llm.complete(request())).ok
+        async with trio.open_nursery() as nursery:
+            start = trio.current_time()
+            for n in range(5):
+                nursery.start_soon(one, llm, n)
+    assert len(model.requests) == 6
     assert [t - start for t in finished] == [pytest.approx(2.0)] * 5
 
 
@@ -408,31 +413,191 @@ async def test_reconfigure_changes_later_routing() -> None:
     assert model.requests[0]["model"] == "claude-haiku-5-5"
 
 
-@pytest.mark.parametrize(
-    ("body", "text", "tokens"),
-    [
+def sse(*events: tuple[str, dict[str, Any]]) -> bytes:
+    return b"".join(
+        b"event: " + name.encode() + b"\ndata: " + orjson.dumps(data) + b"\n\n"
+        for name, data in events
+    )
+
+
+def stream_events(model: str, parts: list[str], *, stop: bool = True) -> bytes:
+    events: list[tuple[str, dict[str, Any]]] = [
         (
-            b'{"content":[{"type":"text","text":"a"},{"type":"tool_use","id":"t"},'
-            b'{"type":"text","text":"b"}],"usage":{"input_tokens":4,"output_tokens":2,'
-            b'"cache_read_input_tokens":3,"cache_creation_input_tokens":1}}',
-            "ab",
-            (8, 2),
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_1",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 400, "output_tokens": 1},
+                },
+            },
         ),
-        (b'{"content":[],"usage":{"input_tokens":true,"output_tokens":-1}}', "", (0, 0)),
-        (b'{"content":[{"type":"text","text":7}]}', "", (0, 0)),
-    ],
-)
-def test_parse_message_reads_text_blocks_and_usage(
-    body: bytes, text: str, tokens: tuple[int, int]
-) -> None:
-    answer = llm.parse_message(body)
-    assert (answer.text, (answer.input_tokens, answer.output_tokens)) == (text, tokens)
+        (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+        ("ping", {"type": "ping"}),
+    ]
+    for part in parts:
+        events.append(
+            (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": part},
+                },
+            )
+        )
+    if stop:
+        events += [
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            (
+                "message_delta",
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                    "usage": {"output_tokens": 300},
+                },
+            ),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+    return sse(*events)
 
 
-@pytest.mark.parametrize("body", [b"<html>busy</html>", b"[]", b'{"content":"text"}', b""])
-def test_parse_message_refuses_what_is_not_a_messages_response(body: bytes) -> None:
-    with pytest.raises(llm.MalformedAnswer):
-        llm.parse_message(body)
+def streamed(parts: list[str], *, stop: bool = True) -> Answer:
+    async def answer(body: dict[str, Any]) -> Any:
+        assert body["stream"] is True
+        return sdk_http.Response(
+            200,
+            content=stream_events(body["model"], parts, stop=stop),
+            headers={"content-type": "text/event-stream"},
+        )
+
+    return answer
+
+
+async def test_a_streamed_call_reports_text_as_it_grows_and_costs_the_final_usage() -> None:
+    sink = RecordingSink()
+    budget = FakeBudget()
+    model = FakeModel(streamed(["Hello", " there.", " Bye."]))
+    seen: list[str] = []
+    async with running(make_actor(model, sink, budget=budget)) as llm:
+        result = await llm.complete(request(), on_text=seen.append)
+    assert result.ok
+    assert seen == ["Hello", "Hello there.", "Hello there. Bye."]
+    assert result.text == "Hello there. Bye."
+    assert (result.input_tokens, result.output_tokens) == (400, 300)
+    assert result.cost_usd == pytest.approx(400 * 2 / 1e6 + 300 * 10 / 1e6)
+    assert budget.recorded == [("81384788765712384", pytest.approx(result.cost_usd))]
+    assert len(model.requests) == 1
+    assert model.requests[0]["stream"] is True
+
+
+async def test_a_stream_cut_midway_is_an_error_that_still_pays_for_what_arrived() -> None:
+    sink = RecordingSink()
+    budget = FakeBudget()
+    model = FakeModel(streamed(["Half an ", "answer"], stop=False))
+    seen: list[str] = []
+    async with running(make_actor(model, sink, budget=budget)) as llm:
+        result = await llm.complete(request(), on_text=seen.append)
+    assert result.outcome == "error"
+    assert seen[-1] == "Half an answer"
+    assert result.error is not None
+    assert "cut after 14 characters" in result.error
+    assert len(model.requests) == 1  # never retried
+    assert result.input_tokens == 400
+    assert budget.recorded and budget.recorded[0][1] == pytest.approx(result.cost_usd)
+    assert result.cost_usd > 0
+
+
+# The SDK raises an `error` event from inside its SSE generator and leaves the inner one to
+# the garbage collector, which reports it as an unclosed async generator.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_an_error_event_midway_cuts_the_stream() -> None:
+    sink = RecordingSink()
+    body = stream_events("m", ["Some text"], stop=False) + sse(
+        ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+    )
+
+    async def answer(request_body: dict[str, Any]) -> Any:
+        return sdk_http.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    seen: list[str] = []
+    async with running(make_actor(FakeModel(answer), sink)) as llm:
+        result = await llm.complete(request(), on_text=seen.append)
+    assert result.outcome == "error"
+    assert seen == ["Some text"]
+    assert result.error is not None
+    assert "Overloaded" in result.error
+    gc.collect()  # here, under this test's warning filter
+
+
+async def test_a_redirect_is_not_followed_and_the_key_stays_home() -> None:
+    sink = RecordingSink()
+    hosts: list[str] = []
+    keys: list[str | None] = []
+
+    async def handler(req: Any) -> Any:
+        hosts.append(req.url.host)
+        keys.append(req.headers.get("x-api-key"))
+        return sdk_http.Response(
+            307, headers={"location": "http://elsewhere.test/v1/messages"}, content=b""
+        )
+
+    transport = sdk_http.MockTransport(handler)
+    actor = LLMActor(
+        api_key=KEY,
+        base_url="http://model.test",
+        models=MODELS,
+        prices=BUILTIN_PRICES,
+        events=sink,
+        http_client_factory=lambda: llm.model_http_client(transport),
+    )
+    async with running(actor):
+        plain = await actor.complete(request())
+        stream = await actor.complete(request(), on_text=lambda _text: None)
+    assert (plain.outcome, stream.outcome) == ("error", "error")
+    assert hosts == ["model.test", "model.test"]
+    assert keys == [KEY, KEY]
+
+
+def test_the_model_client_is_tuned() -> None:
+    client = llm.model_http_client()
+    assert client.follow_redirects is False
+    assert client.timeout.connect == llm.MODEL_CONNECT_TIMEOUT
+    assert client.timeout.read == llm.MODEL_READ_TIMEOUT
+    assert client.trust_env  # proxies from the environment, by the SDK's own code path
+
+
+async def test_image_blocks_reach_the_model_as_base64_sources() -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    turn = ChatTurn("user", (llm.ImagePart("image/png", "aGVsbG8="), llm.TextPart("what is it?")))
+    async with running(make_actor(model, sink)) as actor:
+        assert (await actor.complete(request(messages=(turn,)))).ok
+    assert model.requests[0]["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "image",
+                    "source": {"type": "base64", "media_type": "image/png", "data": "aGVsbG8="},
+                },
+                {"type": "text", "text": "what is it?"},
+            ],
+        }
+    ]
 
 
 @pytest.mark.parametrize("ceiling", [0.000001, 0.01, 0.05])

@@ -50,11 +50,14 @@ class FakeLLM:
         self.results = list(results)
         self.requests: list[LLMRequest] = []
 
-    async def complete(self, request: LLMRequest) -> LLMResult:
+    async def complete(
+        self, request: LLMRequest, *, on_text: Callable[[str], None] | None = None
+    ) -> LLMResult:
         self.requests.append(request)
-        if self.results:
-            return self.results.pop(0)
-        return ok("a fine answer")
+        result = self.results.pop(0) if self.results else ok("a fine answer")
+        if on_text is not None and result.text:
+            on_text(result.text)  # streamed: the whole answer in one delta
+        return result
 
 
 class FakeRest:

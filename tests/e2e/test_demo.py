@@ -26,8 +26,11 @@ def test_demo_transcript_and_log(tmp_path: Path) -> None:
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert "OFFLINE model" in out
-    for n in range(1, 12):
+    for n in range(1, 14):
         assert f"[{n}] " in out
+    assert "swatch.png" in out
+    assert "I see 1 image" in out
+    assert re.search(r"reply: streamed into 2 messages, edited \d+ times? as it grew", out)
     assert "decision: ignore (untrusted author" in out
     assert "model calls for it: 0" in out
     assert "continuation: joins the request" in out

@@ -176,8 +176,13 @@ async def test_a_long_answer_continues_in_follow_up_messages(tmp_path: Path) -> 
         kinds = [a.kind for a in ask.answers]
         assert kinds[:2] == ["deferred", "edit"] and kinds.count("followup") >= 2
         assert all(len(a.content) <= 2000 for a in ask.answers)
-        # Split at line boundaries: every line arrives once, in order.
-        got = "\n".join(a.content for a in ask.answers[1:]).split()
+        # Streamed: each part shows its last edit. Split at line boundaries: every line
+        # arrives once, in order.
+        final: dict[int | None, str] = {}
+        for answer in ask.answers[1:]:
+            key = None if answer.kind == "edit" else answer.message_id
+            final[key] = answer.content
+        got = "\n".join(final.values()).split()
         assert got == long.split()
 
 

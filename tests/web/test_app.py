@@ -34,6 +34,8 @@ GENERAL = 600
 THREAD = 601
 CATEGORY = 602
 DM = 700
+STAGE = 603
+FORUM = 604
 DELAY = 2.0
 
 
@@ -141,6 +143,8 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     registry.add(Channel(GENERAL, ChannelType.GUILD_TEXT, GUILD, None, "general"))
     registry.add(Channel(THREAD, ChannelType.PUBLIC_THREAD, GUILD, GENERAL, "a thread"))
     registry.add(Channel(CATEGORY, ChannelType.GUILD_CATEGORY, GUILD, None, "Text Channels"))
+    registry.add(Channel(STAGE, 13, GUILD, None, "stage"))
+    registry.add(Channel(FORUM, ChannelType.GUILD_FORUM, GUILD, None, "ideas"))
     cache = FakeCache(
         {
             GENERAL: [
@@ -401,6 +405,8 @@ async def test_thread_follows_its_parent_until_set(env: Env) -> None:
         "attention_mode": "always",
     }
     assert str(CATEGORY) not in chats
+    assert chats[str(STAGE)]["kind"] == "voice"
+    assert chats[str(FORUM)]["kind"] == "forum"
 
 
 async def test_api_attention_returns_the_chat_and_refuses_bad_modes(env: Env) -> None:
