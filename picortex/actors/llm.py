@@ -47,6 +47,9 @@ ERROR_MAX_CHARS: Final = 500
 # Anthropic scales an image down to about 1,600 tokens at most; in prompt characters (about
 # four per token) that is what one image may cost, for the budget's worst case.
 IMAGE_WORST_CHARS: Final = 1600 * 4
+# A streamed answer's deadline moves on while text arrives, up to this in all: a long answer
+# the user is watching grow may take a few minutes; a stalled one still ends at `timeout`.
+STREAM_MAX_SECONDS: Final = 300.0
 # The model client's own HTTP limits. Calls run concurrently from every channel, but a bot
 # has a handful in flight at once; a bounded pool keeps a runaway from opening thousands.
 MODEL_MAX_CONNECTIONS: Final = 32
@@ -386,7 +389,9 @@ class LLMActor:
                 )
             held = answer
         try:
-            with trio.fail_after(request.timeout):
+            with trio.fail_after(request.timeout) as deadline:
+                if on_text is not None:
+                    on_text = _moving_deadline(on_text, deadline, start, request.timeout)
                 response = await self._call(request, model, on_text)
         except BaseException as exc:
             if isinstance(exc, StreamCut) and (exc.input_tokens or exc.output_tokens):
@@ -517,6 +522,23 @@ class LLMActor:
             limit=limit,
             notice=notice,
         )
+
+
+def _moving_deadline(
+    on_text: TextSink, deadline: trio.CancelScope, start: float, timeout: float
+) -> TextSink:
+    """`on_text` that also moves a streamed call's deadline while text keeps arriving.
+
+    The user watches a streamed answer grow, so a long one may take longer than `timeout`;
+    a stall of `timeout` still ends it, and no call outlives STREAM_MAX_SECONDS.
+    """
+    cap = start + max(timeout, STREAM_MAX_SECONDS)
+
+    def report(text: str) -> None:
+        deadline.deadline = max(deadline.deadline, min(cap, trio.current_time() + timeout))
+        on_text(text)
+
+    return report
 
 
 async def _stream(manager: Any, on_text: TextSink) -> ModelAnswer:

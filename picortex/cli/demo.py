@@ -254,6 +254,10 @@ def _model_failure(rows: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _replied(rows: list[dict[str, Any]], interaction_id: int) -> bool:
+    return any(r["event"] == "reply" and r.get("trigger_id") == interaction_id for r in rows)
+
+
 def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
     event = row["event"]
     if event == "decision":
@@ -297,6 +301,11 @@ def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
         return f"supervisor: {row.get('actor')} crashed ({row.get('error')}); restarted"
     if event == "poll":
         return f"poll: {row.get('action')} {row.get('votes', '')}".rstrip()
+    if event == "interaction":
+        return f"interaction: {row.get('action')} (Discord shows 'thinking...')"
+    if event == "reply" and row.get("mode") == "interaction" and row.get("result") == "posted":
+        private = ", only the user sees it" if row.get("ephemeral") else ""
+        return f"interaction answered ({row.get('command') or 'refusal'}{private})"
     if event == "reply" and row.get("streamed") and row.get("result") != "failed":
         if not row.get("edits") and row.get("result") == "posted":
             return None
@@ -415,6 +424,16 @@ async def _play(demo: _Demo, speed: float) -> None:
     await demo.decided(m)
     await demo.answered()
     demo.report()
+
+    demo.scene("Slash commands: /picortex ask says 'thinking...', then edits in the answer")
+    await demo.wait_for("slash command registration", lambda _rows: bool(sim.app_commands()))
+    ask = sim.run_slash(random_, w.bob_id, "picortex ask which houseplant is hardest to kill?")
+    await demo.wait_for("slash answer", lambda rows: _replied(rows, ask.id))
+    demo.report()
+    refused = sim.run_slash(random_, demo.carol, "picortex ask write my homework")
+    await demo.wait_for("slash refusal", lambda rows: _replied(rows, refused.id))
+    demo.report()
+    demo.p(f"    only carol sees: {refused.text}")
 
     demo.scene("Two personas match: one tiebreak call picks one, which answers in a thread")
     m = demo.say(general, w.bob_id, f"{at} I slept terribly last night and I'm so tired")

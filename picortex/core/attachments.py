@@ -4,8 +4,8 @@ Images (png, jpeg, gif, webp by the attachment's `content_type`, else its extens
 image blocks, at most MAX_IMAGES per message and in all, the request's own first, then the
 newest of the recent conversation; text files (plain text, markdown, csv, json, source
 code) up to MAX_TEXT_BYTES are inlined; everything else is named with its size. Bodies are
-fetched only from Discord's attachment hosts (or the configured API's own host, which is
-where the simulator serves them).
+fetched only from Discord's attachment hosts (or the configured API's own host, where the
+simulator serves them).
 """
 
 from __future__ import annotations
@@ -236,22 +236,23 @@ def plan(
 
 
 def url_allowed(url: str, api_base: str) -> bool:
-    """True when `url` is on Discord's attachment hosts (https) or the API base's origin."""
+    """True when `url` is on Discord's attachment hosts (https) or the API base's host.
+
+    The API base's host counts whatever the port or scheme: a self-hosted gateway or the
+    simulator may serve files beside its API, and that host is trusted with the token anyway.
+    """
     try:
         target = urlsplit(url)
         base = urlsplit(api_base)
         target_port = target.port
-        base_port = base.port
     except ValueError:
         return False
     host = (target.hostname or "").lower()
+    if not host or target.scheme not in ("http", "https"):
+        return False
     if target.scheme == "https" and host in DISCORD_ATTACHMENT_HOSTS and target_port in (None, 443):
         return True
-    return bool(host) and (
-        target.scheme == base.scheme
-        and host == (base.hostname or "").lower()
-        and target_port == base_port
-    )
+    return host == (base.hostname or "").lower()
 
 
 def sniff_image(data: bytes) -> str | None:

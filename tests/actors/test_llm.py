@@ -638,3 +638,42 @@ async def test_thirty_simultaneous_calls_overshoot_a_ceiling_by_one_call_at_most
     assert spent == pytest.approx(made * worst)
     assert spent <= ceiling + worst + 1e-12
     assert ledger.held_usd() == 0.0
+
+
+def slow_stream(parts: list[str], pace: float) -> Answer:
+    async def answer(body: dict[str, Any]) -> Any:
+        async def events() -> Any:
+            whole = stream_events(body["model"], parts)
+            for chunk in whole.split(b"\n\n"):
+                if b"text_delta" in chunk:
+                    await trio.sleep(pace)
+                yield chunk + b"\n\n"
+
+        return sdk_http.Response(
+            200, content=events(), headers={"content-type": "text/event-stream"}
+        )
+
+    return answer
+
+
+async def test_a_stream_that_keeps_flowing_outlives_the_call_timeout(
+    jump_clock: MockClock,
+) -> None:
+    sink = RecordingSink()
+    model = FakeModel(slow_stream(["word "] * 30, pace=1.0))
+    seen: list[str] = []
+    async with running(make_actor(model, sink)) as actor:
+        result = await actor.complete(request(timeout=5.0), on_text=seen.append)
+    assert result.ok
+    assert result.text == "word " * 30  # 30 s of text, though each call may idle 5 s
+    assert len(seen) == 30
+
+
+async def test_a_stalled_stream_still_times_out(jump_clock: MockClock) -> None:
+    sink = RecordingSink()
+    model = FakeModel(slow_stream(["one ", "two ", "three"], pace=10.0))
+    seen: list[str] = []
+    async with running(make_actor(model, sink)) as actor:
+        result = await actor.complete(request(timeout=5.0), on_text=seen.append)
+    assert result.outcome == "timeout"
+    assert seen == []

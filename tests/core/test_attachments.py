@@ -102,13 +102,15 @@ def test_recent_images_count_toward_five_newest_first_and_from_trusted_authors_o
         ("https://evil.example/a.png", False),
         ("https://cdn.discordapp.com.evil.example/a.png", False),
         ("http://127.0.0.1:5000/attachments/1/2/a.png", True),  # the API base's origin
-        ("http://127.0.0.1:5001/attachments/1/2/a.png", False),
-        ("https://127.0.0.1:5000/a.png", False),
+        ("http://127.0.0.1:5001/attachments/1/2/a.png", True),  # another port of that host
+        ("https://127.0.0.1:5000/a.png", True),
+        ("http://127.0.0.2:5000/a.png", False),
+        ("ftp://127.0.0.1:5000/a.png", False),
         ("file:///etc/passwd", False),
         ("not a url", False),
     ],
 )
-def test_only_discords_hosts_or_the_api_base_origin(url: str, allowed: bool) -> None:
+def test_only_discords_hosts_or_the_api_base_host(url: str, allowed: bool) -> None:
     assert core.url_allowed(url, "http://127.0.0.1:5000/api/v10") is allowed
 
 

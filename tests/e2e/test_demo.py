@@ -26,7 +26,7 @@ def test_demo_transcript_and_log(tmp_path: Path) -> None:
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert "OFFLINE model" in out
-    for n in range(1, 13):
+    for n in range(1, 14):
         assert f"[{n}] " in out
     assert "swatch.png" in out
     assert "I see 1 image" in out
@@ -40,6 +40,8 @@ def test_demo_transcript_and_log(tmp_path: Path) -> None:
     assert "invocation failed at stage generate" in out
     assert "gateway: resumed" in out
     assert "budget: workspace" in out
+    assert "interaction: deferred" in out
+    assert "only carol sees: You are not on this bot's trust list" in out
     assert "did not finish" not in out
 
     kept = re.search(r"The demo home is kept: (\S+)", out)

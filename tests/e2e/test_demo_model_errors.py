@@ -65,7 +65,7 @@ def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(tmp_path: Pa
             capture_output=True,
             text=True,
             env=env,
-            # Ten scenes each waiting out their 30 s would take five minutes.
+            # Eleven scenes each waiting out their 30 s would take five minutes.
             timeout=150,
             check=False,
         )
@@ -78,10 +78,10 @@ def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(tmp_path: Pa
     assert "within 30 s" not in out
     # Scenes are printed in order, each header once.
     numbers = [int(n) for n in re.findall(r"^\[(\d+)\] ", out, flags=re.MULTILINE)]
-    assert numbers == list(range(1, 13))
-    # The staged failure of scene 8 is reported under scene 8, not after it.
-    scene8 = out.split("[8] ")[1].split("[9] ")[0]
-    assert "invocation failed at stage" in scene8
+    assert numbers == list(range(1, 14))
+    # The staged failure of scene 9 is reported under scene 9, not after it.
+    scene9 = out.split("[9] ")[1].split("[10] ")[0]
+    assert "invocation failed at stage" in scene9
     assert BAD_KEY not in out + done.stderr
     assert "Traceback" not in out + done.stderr
 

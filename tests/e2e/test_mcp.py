@@ -102,13 +102,13 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
                 session, "set_config", key=f"attention.{w.general_id}", value="silent"
             )
             assert (chat["key"], chat["value"]) == (f"attention.{w.general_id}", "silent")
-            # The bot's store sees another process's commit on its next coherence check.
-            await run.wait_until(
-                lambda: (
-                    getattr(run.bot.store.get_chat_config(w.general_id), "attention_mode", None)
-                    == "silent"
-                )
-            )
+            # The running bot sees the change (its store notices another connection's write).
+
+            def silent() -> bool:
+                mode = run.bot.store.get_chat_config(w.general_id)
+                return mode is not None and mode.attention_mode == "silent"
+
+            await run.wait_until(silent)
 
             _, errors = await _call(session, "list_errors", unresolved=True)
             assert [e["id"] for e in errors] == [error_id]

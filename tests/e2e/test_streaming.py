@@ -26,12 +26,14 @@ SLACK = 1e-9
 
 @pytest.fixture
 def jump_clock() -> MockClock:
-    """Virtual time that jumps once the run has been idle for a moment of real time.
+    """Virtual time, three times as fast as real time, that also jumps when idle for a while.
 
-    The model SDK resolves platform details in a worker thread on its first request; a clock
-    that jumps at once would fire deadlines while that thread runs.
+    The bot does some work on threads (the store, the model SDK's first-request set-up); a
+    clock that jumped as soon as the event loop idled would fire deadlines while a thread
+    runs on a busy machine. Running fast instead keeps these tests quick and such waits
+    short in virtual time.
     """
-    return MockClock(autojump_threshold=0.02)
+    return MockClock(rate=3.0, autojump_threshold=0.5)
 
 
 def long_answer() -> str:
@@ -184,3 +186,26 @@ async def test_a_persona_answer_streams_into_its_thread(
         times = sorted(p.at for p in edits(run, thread_id))
         assert len(times) >= 2
         assert min(b - a for a, b in itertools.pairwise(times)) >= EDIT_INTERVAL_SECONDS - SLACK
+
+
+async def test_a_slash_ask_streams_into_its_deferred_response(
+    tmp_path: Path, jump_clock: MockClock
+) -> None:
+    answer = long_answer()
+    async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
+        w = run.world
+        await run.wait_until(lambda: bool(run.sim.app_commands(None)))
+        run.sim.model.script(ModelReply(text=answer, pace=PACE))
+        ask = run.sim.run_slash(w.general_id, w.alice_id, "picortex ask tell me everything")
+        await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        kinds = [a.kind for a in ask.answers]
+        assert kinds[0] == "deferred"
+        assert kinds.count("edit") >= 2  # the response grew in place
+        final: dict[int | None, str] = {}
+        for part in ask.answers[1:]:
+            final[None if part.kind == "edit" else part.message_id] = part.content
+        assert list(final.values()) == split_reply(answer)
+        patches = sorted(
+            r.at for r in run.sim.requests if r.method == "PATCH" and "/webhooks/" in r.path
+        )
+        assert min(b - a for a, b in itertools.pairwise(patches)) >= EDIT_INTERVAL_SECONDS - SLACK
