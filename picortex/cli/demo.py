@@ -255,7 +255,9 @@ def _model_failure(rows: list[dict[str, Any]]) -> str | None:
 
 
 def _replied(rows: list[dict[str, Any]], interaction_id: int) -> bool:
-    return any(r["event"] == "reply" and r.get("trigger_id") == interaction_id for r in rows)
+    return any(
+        r["event"] == "reply" and as_int_id(r.get("trigger_id")) == interaction_id for r in rows
+    )
 
 
 def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
