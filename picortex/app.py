@@ -105,6 +105,10 @@ class Bot:
             faults=self.faults,
         )
         self.budget = LedgerBudget(self.store, self.source, self.events)
+        # This period's and today's spend are read now, before the store's thread is busy:
+        # the budget never reads SQLite on the event loop later.
+        self.budget.totals()
+        self.budget.users()
         self.llm = LLMActor(
             api_key=settings.anthropic_api_key,
             base_url=settings.anthropic_base_url,

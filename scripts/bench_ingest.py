@@ -55,7 +55,7 @@ import trio
 ROOT: Final = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from picortex.actors.control import query_status  # noqa: E402
+from picortex.cli.status import query_status  # noqa: E402
 from picortex.sim import Simulator  # noqa: E402
 from picortex.sim.simulator import SimURLs  # noqa: E402
 from picortex.sim.snowflake import iso_timestamp, snowflake_ms  # noqa: E402
@@ -81,6 +81,7 @@ RSS_TARGET_MIB: Final = 100.0
 # The memory phase sends its stream in chunks, so the simulator never holds it all at once.
 MEMORY_CHUNK: Final = 20_000
 LOCK_HOLD_SECONDS: Final = 1.0
+QUIET_SECONDS: Final = 12.0
 TEXT: Final = (
     "the quick brown fox jumps over a lazy dog while people in the channel talk about their "
     "weekend plans the weather a new game release dinner recipes and music they like"
@@ -156,8 +157,13 @@ def chatter_frames(
     return bodies
 
 
-async def burst(world: World, chatter: list[bytes], mentions: int) -> tuple[float, list[str]]:
-    """Send the chatter frames, then `mentions` trusted mentions; (first frame time, their ids)."""
+async def burst(
+    world: World, chatter: list[bytes], mentions: int
+) -> tuple[float, float, list[str]]:
+    """Send the chatter frames, then `mentions` trusted mentions.
+
+    Returns the time of the first frame, the time the mentions went out, and their ids.
+    """
     sim = world.sim
     t0 = trio.current_time()
     await sim.gateway.blast(chatter, guild_id=world.guild, intent=INTENT_GUILD_MESSAGES)
@@ -166,7 +172,7 @@ async def burst(world: World, chatter: list[bytes], mentions: int) -> tuple[floa
         channel = world.channels[n % len(world.channels)]
         msg = sim.post_user_message(channel, world.owner, f"<@{sim.bot_user_id}> ping {n}?")
         ids.append(str(msg["id"]))
-    return t0, ids
+    return t0, trio.current_time(), ids
 
 
 async def answered_at(sim: Simulator, since: int, ids: list[str]) -> float | None:
@@ -400,6 +406,7 @@ class Result:
     seconds: float | None
     cpu: float | None
     lag_ms: float | None
+    tail: float | None  # from the mentions going out to the last answer
 
     @property
     def rate(self) -> float:
@@ -423,7 +430,7 @@ async def measure(bot: Bot, world: World, args: argparse.Namespace) -> Result:
     # Warm-up: a small burst and one mention, answered before the clock starts.
     warm = chatter_frames(world, WARMUP, world.channels, 0.09)
     since = len(sim.requests)
-    _, ids = await burst(world, warm, 1)
+    _, _, ids = await burst(world, warm, 1)
     await answered_at(sim, since, ids)
     frames = chatter_frames(world, args.messages - args.mentions, world.channels, 0.09)
     lag: float | None = None
@@ -433,7 +440,7 @@ async def measure(bot: Bot, world: World, args: argparse.Namespace) -> Result:
     cpu0 = process_cpu(pid)
     since = len(sim.requests)
     async with trio.open_nursery() as nursery:
-        if bot.home is not None:
+        if bot.home is not None and not args.no_contention:
             # Meanwhile, another process changes the config and holds the database a while.
             home = bot.home
             cli = [sys.executable, "-m", "picortex", "config", "set", "poll_seconds", "120"]
@@ -442,14 +449,15 @@ async def measure(bot: Bot, world: World, args: argparse.Namespace) -> Result:
             nursery.start_soon(
                 trio.to_thread.run_sync, hold_write_lock, home / "picortex.db", LOCK_HOLD_SECONDS
             )
-        t0, ids = await burst(world, frames, args.mentions)
+        t0, mentioned, ids = await burst(world, frames, args.mentions)
         end = await answered_at(sim, since, ids)
     cpu = process_cpu(pid) - cpu0
     if bot.home is not None:
         status = await trio.to_thread.run_sync(query_status, bot.home, 5.0)
         if status is not None:
             lag = float(status["loop_lag_ms"]["since_last_status"])
-    return Result(bot.name, args.messages, None if end is None else end - t0, cpu, lag)
+    seconds, tail = (None, None) if end is None else (end - t0, end - mentioned)
+    return Result(bot.name, args.messages, seconds, cpu, lag, tail)
 
 
 async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Namespace) -> None:
@@ -477,7 +485,9 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
                 if status is not None and status["ingest"]["chatter"] >= sent:
                     break
                 await trio.sleep(0.5)
-        await trio.sleep(1.0)  # a group commit would have happened by now
+        # The channels go quiet: a group commit, and the context cache's delayed writes
+        # (after which it keeps only its most recent channels in memory), are done by now.
+        await trio.sleep(QUIET_SECONDS)
         rss1, db1 = process_rss_mib(bot.proc.pid), db_bytes(bot.home)
         ingest = status["ingest"] if status else {}
         grew = rss1 - rss0
@@ -531,7 +541,10 @@ async def bench(args: argparse.Namespace) -> int:
                     if result.seconds is None:
                         line += "did not answer every mention in time"
                     else:
-                        line += f"{result.rate:>9,.0f} events/s ({result.seconds:.2f} s)"
+                        line += f"{result.rate:>9,.0f} events/s ({result.seconds:.2f} s"
+                        if result.tail is not None:
+                            line += f", last answers {result.tail * 1000:.0f} ms after the mentions"
+                        line += ")"
                     if name == "picortex" and result.cpu is not None:
                         line += f", CPU {result.cpu / result.events * 1e6:.0f} us/message"
                     if result.lag_ms is not None:
@@ -539,6 +552,9 @@ async def bench(args: argparse.Namespace) -> int:
                     print(line, flush=True)
                     if profile is not None:
                         profile_report(profile)
+                        keep = os.environ.get("BENCH_PROFILE_KEEP")
+                        if keep:
+                            profile.replace(keep)
                         profile.unlink(missing_ok=True)
                 print_ratios(results, run)
             if not args.no_memory:
@@ -587,6 +603,11 @@ def main() -> int:
     parser.add_argument("--memory-messages", type=int, default=200_000)
     parser.add_argument("--memory-channels", type=int, default=2_000)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory check")
+    parser.add_argument(
+        "--no-contention",
+        action="store_true",
+        help="no `picortex config set` and no held write lock during picortex's bursts",
+    )
     parser.add_argument(
         "--clients",
         type=lambda text: text.split(","),

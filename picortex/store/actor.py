@@ -83,6 +83,10 @@ class StoreActor:
 
     def __init__(self, store: Store) -> None:
         self.db = store  # used by the worker thread; elsewhere only before it starts
+        # A second connection for the few reads made on the event loop (a budget period's
+        # first total, the panel's pages): in WAL a reader never waits for a writer, so
+        # they never queue behind a group the worker holds open.
+        self._reader: Store | None = None
         self._queue: queue.SimpleQueue[list[_Op]] = queue.SimpleQueue()
         # Ops queued during one scheduler round, handed to the worker together: one wake-up
         # of the thread (and one GIL hand-off) per round, not one per write.
@@ -139,7 +143,15 @@ class StoreActor:
             self._queue.put([_Op(_STOP)])
             thread.join(FLUSH_GRACE_SECONDS)
         self._thread = None
+        if self._reader is not None:
+            self._reader.close()
         self.db.close()
+
+    def _reads(self) -> Store:
+        """The read connection (opened on first use)."""
+        if self._reader is None:
+            self._reader = Store.open(self.db.path)
+        return self._reader
 
     def _start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -523,16 +535,16 @@ class StoreActor:
         self.submit(lambda db: db.forget_messages(ids))
 
     # ---- the panel's reads and rare writes -------------------------------------------------
-    # These run on the caller's thread (the panel's requests, never the message path): they
-    # take the connection's lock, so they wait for a group commit in progress.
+    # These run on the caller's thread (the panel's requests, never the message path). The
+    # reads go through the read connection; the one write takes the writer's lock.
 
     def invocation_errors(self, unresolved_only: bool = False) -> list[InvocationError]:
         """Invocation errors, oldest first (see Store.invocation_errors)."""
-        return self.db.invocation_errors(unresolved_only)
+        return self._reads().invocation_errors(unresolved_only)
 
     def invocation_error(self, error_id: int) -> InvocationError | None:
         """One invocation error by id, or None."""
-        return self.db.invocation_error(error_id)
+        return self._reads().invocation_error(error_id)
 
     def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
         """Mark an error resolved; False when no error has that id."""
@@ -540,7 +552,7 @@ class StoreActor:
 
     def daily_spend(self, since: float) -> list[tuple[str, str, float]]:
         """USD spent per workspace per UTC day since `since` (see Store.daily_spend)."""
-        return self.db.daily_spend(since)
+        return self._reads().daily_spend(since)
 
     def add_observation(
         self,
