@@ -732,7 +732,9 @@ class ChannelActor:
             if gen.trigger.id not in self._asks and self._persona_matches(gen.request):
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
-                handled = await persona_answer.maybe_answer(pipe, gen.request, trigger, lines)
+                handled = await persona_answer.maybe_answer(
+                    pipe, gen.request, trigger, lines, files=lambda: self._files(gen)
+                )
                 if handled:
                     return
             prompt = gen.request.text

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 import attrs
 import orjson
 import trio
 
-from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult
+from picortex.actors.attachment_parts import RequestFiles
+from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.actors.pipeline import Pipeline, failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
@@ -252,9 +253,17 @@ def placement(pipe: Pipeline, request: Request, trigger: Message) -> Placement:
 
 
 async def maybe_answer(
-    pipe: Pipeline, request: Request, trigger: Message, lines: Sequence[str]
+    pipe: Pipeline,
+    request: Request,
+    trigger: Message,
+    lines: Sequence[str],
+    files: Callable[[], Awaitable[RequestFiles]] | None = None,
 ) -> bool:
-    """Answer as a persona when one matches; False lets the default agent answer."""
+    """Answer as a persona when one matches; False lets the default agent answer.
+
+    `files` gives the request's attachments as model content (SPEC 16), fetched only once
+    a persona is chosen.
+    """
     personas = current_personas(pipe)
     if personas is None:
         return False
@@ -283,10 +292,18 @@ async def maybe_answer(
         thread=where.how,
         recall=len(excerpts),
     )
+    turns = [ChatTurn("user", m["content"]) for m in messages]
+    attached = await files() if files is not None else None
+    if attached is not None and not attached.empty and turns:
+        last = turns[-1].text
+        text = f"{last}\n\n{attached.text}" if attached.text else last
+        turns[-1] = ChatTurn(
+            "user", (*attached.images, TextPart(text)) if attached.images else text
+        )
     call = LLMRequest(
         stage="generate",
         system=system,
-        messages=tuple(ChatTurn("user", m["content"]) for m in messages),
+        messages=tuple(turns),
         workspace=pipe.workspace_of(trigger),
         tier=persona.model or "general",
         persona=persona.id,

@@ -28,6 +28,8 @@ Token counts are estimates: input about len(system + messages text) / 4, output 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import re
 from collections import deque
@@ -404,8 +406,37 @@ def _validate(body: Any) -> str | None:
             return f"messages.{index}.role: Input should be 'user' or 'assistant'"
         if "content" not in message:
             return f"messages.{index}.content: Field required"
+        problem = _image_problem(index, message["content"])
+        if problem is not None:
+            return problem
     if "stream" in body and not isinstance(body["stream"], bool):
         return "stream: Input should be a valid boolean"
+    return None
+
+
+_IMAGE_TYPES: Final = ("image/jpeg", "image/png", "image/gif", "image/webp")
+
+
+def _image_problem(index: int, content: Any) -> str | None:
+    """What Anthropic would refuse in a message's image blocks (base64 sources only)."""
+    if not isinstance(content, list):
+        return None
+    for number, block in enumerate(content):
+        if not isinstance(block, dict) or block.get("type") != "image":
+            continue
+        where = f"messages.{index}.content.{number}.image.source"
+        source = block.get("source")
+        if not isinstance(source, dict) or source.get("type") != "base64":
+            return f"{where}: Input should be a base64 image source"
+        if source.get("media_type") not in _IMAGE_TYPES:
+            return (
+                f"{where}.base64.media_type: Input should be 'image/jpeg', 'image/png', "
+                "'image/gif' or 'image/webp'"
+            )
+        try:
+            base64.b64decode(str(source.get("data", "")), validate=True)
+        except (binascii.Error, ValueError):
+            return f"{where}.base64.data: The image data is not valid base64"
     return None
 
 

@@ -202,3 +202,33 @@ async def test_an_attachment_only_message_is_answered_only_in_always(
         # Its own image, and the one alice sent just before (recent images count too).
         assert len(blocks(call, "image")) == 2
         assert "I see 2 images" in reply
+
+
+PERSONAS = {
+    "agents.yaml": """
+personas:
+  - id: sleep
+    name: Sleep Coach
+    description: Helps people who sleep badly.
+    domain_triggers: [sleep, slept, insomnia]
+""",
+}
+
+
+async def test_a_persona_answer_sees_the_attached_image_too(
+    tmp_path: Path, jump_clock: MockClock
+) -> None:
+    async with running_bot(tmp_path, toml=NO_CONTINUATION, files=PERSONAS) as run:
+        w = run.world
+        run.say(
+            w.general_id,
+            w.alice_id,
+            f"{run.mention()} this is my sleep tracker, why do I sleep so badly?",
+            attachments=[{"filename": "tracker.png", "data": tiny_png()}],
+        )
+        (done,) = await run.wait_event("persona.responded")
+        (call,) = run.sim.model.calls
+        assert len(blocks(call, "image")) == 1
+        assert "why do I sleep so badly?" in prompt_text(call)
+        (answer,) = run.sim.bot_messages(done["thread_id"])
+        assert "I see 1 image" in answer["content"]

@@ -162,3 +162,66 @@ async def test_bad_requests_get_anthropic_errors(urls: SimURLs) -> None:
         "type": "invalid_request_error",
         "message": "max_tokens: Field required",
     }
+
+
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ({"type": "base64", "media_type": "image/png", "data": "aGk="}, None),
+        ({"type": "base64", "media_type": "image/bmp", "data": "aGk="}, "media_type"),
+        ({"type": "base64", "media_type": "image/png", "data": "not base64!"}, "base64.data"),
+        ({"type": "url", "url": "https://example.com/a.png"}, "base64 image source"),
+    ],
+)
+async def test_image_blocks_are_checked_as_anthropic_does(
+    urls: SimURLs, source: dict[str, str], problem: str | None
+) -> None:
+    content = [{"type": "image", "source": source}, {"type": "text", "text": "what is it?"}]
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            urls.anthropic_base_url + "/v1/messages",
+            headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+            json={
+                "model": "m",
+                "max_tokens": 50,
+                "messages": [{"role": "user", "content": content}],
+            },
+        )
+    if problem is None:
+        assert response.status_code == 200
+        assert response.json()["content"][0]["text"].startswith("(offline model) I see 1 image.")
+    else:
+        assert response.status_code == 400
+        assert problem in response.json()["error"]["message"]
+
+
+async def test_a_streamed_answer_follows_anthropics_event_order(urls: SimURLs) -> None:
+    async with httpx.AsyncClient() as client:
+        response = await client.post(
+            urls.anthropic_base_url + "/v1/messages",
+            headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+            json={
+                "model": "m",
+                "max_tokens": 50,
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            },
+        )
+    assert response.headers["content-type"].startswith("text/event-stream")
+    events = [
+        line.removeprefix("event: ")
+        for line in response.text.splitlines()
+        if line.startswith("event: ")
+    ]
+    deltas = events.count("content_block_delta")
+    assert deltas >= 1
+    assert events == [
+        "message_start",
+        "content_block_start",
+        "ping",
+        *["content_block_delta"] * deltas,
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert '"usage":{"output_tokens":' in response.text
