@@ -230,5 +230,5 @@ async def test_a_persona_answer_sees_the_attached_image_too(
         (call,) = run.sim.model.calls
         assert len(blocks(call, "image")) == 1
         assert "why do I sleep so badly?" in prompt_text(call)
-        (answer,) = run.sim.bot_messages(done["thread_id"])
+        (answer,) = run.sim.bot_messages(int(done["thread_id"]))
         assert "I see 1 image" in answer["content"]
