@@ -21,6 +21,7 @@ import trio
 
 from picortex import config as config_mod
 from picortex.actors import attachment_parts, discriminate, interactions, persona_answer
+from picortex.actors.command_changes import apply_changes
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.pipeline import (
     TYPING_FIRST_WAIT_SECONDS,
@@ -371,27 +372,14 @@ class ChannelActor:
         )
         result = cmds.execute(command, tier, state)
         reply = result.reply
-        poll_to_start: cmds.StartPoll | None = None
-        for change in result.changes:
-            if isinstance(change, cmds.TrustChange):
-                if change.tier is None:
-                    pipe.store.remove_trust(change.user_id)
-                else:
-                    pipe.store.set_tier(change.user_id, change.tier.label)
-            elif isinstance(change, cmds.ConfigChange):
-                pipe.store.set_runtime_config(change.key, change.value)
-                pipe.settings.refresh(force=True)
-            elif isinstance(change, cmds.AttentionChange):
-                pipe.store.set_attention_mode(chat_id, change.mode, time.time())
-                await self._ensure_chat_home(chat_id)
-            elif isinstance(change, cmds.StartPoll):
-                poll_to_start = change
-        if result.changes:
-            # Trust and config changes are durable before anyone is told they are made.
-            try:
-                await pipe.store.flush()
-            except Exception as exc:
-                logger.error("a %s change may not be saved: %s", name, exc)
+        poll_to_start = await apply_changes(
+            result.changes,
+            store=pipe.store,
+            settings=pipe.settings,
+            home=pipe.home,
+            chat_id=chat_id,
+            now=time.time(),
+        )
         self._trigger(msg, tier, mode=mode, command=name)
         pipe.events.emit(
             "command",
@@ -408,13 +396,6 @@ class ChannelActor:
         article = "an" if tier.label[0] in "aeiou" else "a"
         self._decision(msg, "command", f"{name} command from {article} {tier.label}")
         return name, reply, poll_to_start, result
-
-    async def _ensure_chat_home(self, chat_id: Snowflake) -> None:
-        home = ChatHome(self._pipe.home, str(chat_id))
-        try:
-            await trio.to_thread.run_sync(home.ensure)
-        except Exception as exc:
-            logger.warning("chat home for %s not ready: %s", chat_id, exc)
 
     # ----- slash commands (SPEC 15) ---------------------------------------------------------
 

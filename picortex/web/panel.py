@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from picortex import config as config_mod
+from picortex.actors.command_changes import apply_changes
 from picortex.actors.discriminate import build_request, discriminator_model, history_before
 from picortex.actors.discriminate import interpret as interpret_result
 from picortex.actors.llm import LLMRequest, LLMResult
@@ -551,21 +552,14 @@ class Panel:
         """Execute a chat command as the owner and apply its changes, as the chat does."""
         state = self._state(chat_id)
         result = cmds.execute(command, Tier.ADMIN, state)
-        for change in result.changes:
-            if isinstance(change, cmds.TrustChange):
-                if change.tier is None:
-                    self.store.remove_trust(change.user_id)
-                else:
-                    self.store.set_tier(change.user_id, change.tier.label)
-            elif isinstance(change, cmds.ConfigChange):
-                self.store.set_runtime_config(change.key, change.value)
-                self.settings.refresh(force=True)
-            elif isinstance(change, cmds.AttentionChange) and chat_id is not None:
-                self.store.set_attention_mode(chat_id, change.mode, self.clock())
-                try:
-                    await trio.to_thread.run_sync(self._home(chat_id).ensure)
-                except ChatHomeError as exc:
-                    logger.warning("chat home for %s not ready: %s", chat_id, exc)
+        await apply_changes(
+            result.changes,
+            store=self.store,
+            settings=self.settings,
+            home=self.home,
+            chat_id=chat_id,
+            now=self.clock(),
+        )
         self._command_event(
             cmds.command_name(command), cmds.render_command(command), result.outcome, chat_id
         )

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import httpx
 
+from picortex.store import Store
 from tests.e2e.harness import running_bot
 
 WEB = "[web]\nport = 0\n"
@@ -67,6 +68,12 @@ async def test_api_attention_and_trust_change_what_the_bot_answers(tmp_path: Pat
             await run.wait_event("decision", message_id=int(stranger["id"]), outcome="ignore")
             r = await api.post("/api/trust", json={"user_id": str(w.bob_id), "tier": "user"})
             assert r.status_code == 200
+            # Committed before the panel answered: another connection already sees it.
+            other = Store.open(run.home / "picortex.db")
+            try:
+                assert other.get_tier(w.bob_id) == "user"
+            finally:
+                other.close()
             friend = run.say(w.general_id, w.bob_id, f"{run.mention()} and now?")
             await run.wait_until(lambda: bool(run.replies_to(int(friend["id"]))))
 

@@ -1,0 +1,63 @@
+"""Applies what a command changed (trust, config, attention) to the store.
+
+One place for typed chat commands, slash commands and the web panel, so each front door
+makes the same change in the same way and the change is durable before anyone is told.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+from picortex.actors.pipeline import SettingsSource
+from picortex.core import commands as cmds
+from picortex.store import Store, StoreActor
+from picortex.store.chathome import ChatHome
+from picortex.types import Snowflake
+
+logger = logging.getLogger(__name__)
+
+
+async def apply_changes(
+    changes: Sequence[cmds.Change],
+    *,
+    store: Store | StoreActor,
+    settings: SettingsSource,
+    home: Path,
+    chat_id: Snowflake | None,
+    now: float,
+) -> cmds.StartPoll | None:
+    """Store every change of one command; returns the poll it asks to start, if any."""
+    poll: cmds.StartPoll | None = None
+    for change in changes:
+        if isinstance(change, cmds.TrustChange):
+            if change.tier is None:
+                store.remove_trust(change.user_id)
+            else:
+                store.set_tier(change.user_id, change.tier.label)
+        elif isinstance(change, cmds.ConfigChange):
+            store.set_runtime_config(change.key, change.value)
+            settings.refresh(force=True)
+        elif isinstance(change, cmds.AttentionChange) and chat_id is not None:
+            store.set_attention_mode(chat_id, change.mode, now)
+            await ensure_chat_home(home, chat_id)
+        elif isinstance(change, cmds.StartPoll):
+            poll = change
+    if changes and isinstance(store, StoreActor):
+        # Trust and config changes are durable before anyone is told they are made.
+        try:
+            await store.flush()
+        except Exception as exc:
+            logger.error("a command's change may not be saved: %s", exc)
+    return poll
+
+
+async def ensure_chat_home(home: Path, chat_id: Snowflake) -> None:
+    """Create the chat's home (its prompt repository); a failure is a warning, not a crash."""
+    try:
+        await trio.to_thread.run_sync(ChatHome(home, str(chat_id)).ensure)
+    except Exception as exc:
+        logger.warning("chat home for %s not ready: %s", chat_id, exc)
