@@ -424,11 +424,14 @@ class Pipeline:
         *,
         command: str | None,
         trigger_id: Snowflake | None,
+        part: str | None = None,
     ) -> list[Snowflake]:
         """Post `text` (split to Discord's limit) as the plan says; log a `reply` event.
 
         A DM that cannot be delivered is logged and never falls back to the channel.
-        Returns the ids of the posted messages; raises when the first post fails.
+        Returns the ids of the posted messages; raises when the first post fails. `part`
+        names which of a trigger's posts this is when one trigger posts more than once
+        (a poll's question, then its result); see `reply_nonce`.
         """
         chunks = split_reply(text) or ["(empty answer)"]
         posted: list[Snowflake] = []
@@ -445,7 +448,7 @@ class Pipeline:
                     chunk,
                     reply_to=plan.reply_to if index == 0 else None,
                     allowed_mentions=policy.allowed_mentions(ping_users=False),
-                    **reply_nonce(trigger_id, command, index),
+                    **reply_nonce(trigger_id, part or ("a" if command is None else "c"), index),
                 )
                 posted.append(int(data["id"]))
         except Exception as exc:
@@ -577,18 +580,18 @@ class Streamed:
         return self.surface.message_ids
 
 
-def reply_nonce(trigger_id: Snowflake | None, command: str | None, index: int) -> dict[str, str]:
-    """The enforced nonce of one part of the answer to `trigger_id`.
+def reply_nonce(trigger_id: Snowflake | None, part: str, index: int) -> dict[str, str]:
+    """The enforced nonce of one chunk of one post made for `trigger_id`.
 
-    Derived from the trigger, so the same part posted again (a trigger handled again after a
-    kill that came between the post and its answered mark) is returned by Discord instead of
-    posted twice. At most 25 characters: a snowflake, a letter and the part number. Command
-    replies keep a random one: a command may post more than once for one message (a poll's
-    question, then its result).
+    Derived from the trigger, so the same chunk posted again (a trigger handled again after a
+    kill that came between the post and its handled mark) is returned by Discord instead of
+    posted twice. `part` is one letter telling a trigger's posts apart: `a` an answer, `c` a
+    command's reply, `r` a poll's result. At most 25 characters: a snowflake, the letter and
+    the chunk number.
     """
-    if trigger_id is None or command is not None:
+    if trigger_id is None:
         return {}
-    return {"nonce": f"{trigger_id}a{index}"}
+    return {"nonce": f"{trigger_id}{part}{index}"}
 
 
 def failure_text(exc: BaseException) -> tuple[str, str]:

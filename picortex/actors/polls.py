@@ -69,6 +69,7 @@ async def run_poll(
             pcore.format_result(poll.question, poll.options, result),
             command="poll",
             trigger_id=trigger.id,
+            part="r",
         )
     except Exception as exc:
         message = failure_text(exc)[0]
