@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from picortex.cli.web import run_web
 from picortex.config import load_settings
 from picortex.errors import ConfigError
-from picortex.web.auth import Sessions, load_or_create_token
+from picortex.web.auth import LINK_SECONDS, Sessions, load_or_create_token
 
 
 def test_web_prints_address_and_a_one_time_link(tmp_path: Path) -> None:
@@ -27,9 +26,12 @@ def test_web_prints_address_and_a_one_time_link(tmp_path: Path) -> None:
     assert token not in text  # the link carries a signed code, never the token
     code = re.search(r"/login\?once=(\S+)", text)
     assert code is not None
+    # The moment the link was made, read from the code itself: no reading of the clock.
+    issued = int(code.group(1).split(".")[1]) - LINK_SECONDS
+    assert not Sessions(token).use_code(code.group(1), issued + LINK_SECONDS)  # expired
     sessions = Sessions(token)
-    assert sessions.use_code(code.group(1), time.time())
-    assert not sessions.use_code(code.group(1), time.time())
+    assert sessions.use_code(code.group(1), issued)
+    assert not sessions.use_code(code.group(1), issued + 1)  # used once already
 
 
 def test_web_says_when_the_panel_is_off(tmp_path: Path) -> None:
