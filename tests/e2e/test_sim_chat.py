@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 
-def test_chat_terminal_round_trip() -> None:
+def _chat(script: str) -> str:
+    """Types `script` into `picortex sim --chat` (offline model, fresh home); its stdout."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PICORTEX_"))}
-    script = "@bot ping me back?\n/why\n/as carol\n@bot hello\n/why\n/dm\n/quit\n"
     done = subprocess.run(
         [sys.executable, "-m", "picortex", "sim", "--chat"],
         input=script,
@@ -19,8 +19,13 @@ def test_chat_terminal_round_trip() -> None:
         timeout=120,
         check=False,
     )
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_chat_terminal_round_trip() -> None:
+    script = "@bot ping me back?\n/why\n/as carol\n@bot hello\n/why\n/dm\n/quit\n"
+    out = _chat(script)
     assert "picortex in #general: (offline model) You said:" in out
     assert "respond (the message mentions the bot)" in out
     assert "untrusted author" in out
@@ -29,7 +34,6 @@ def test_chat_terminal_round_trip() -> None:
 
 
 def test_chat_terminal_sends_slash_commands() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PICORTEX_"))}
     script = (
         "//picortex attention show\n"
         "//picortex whitelist add @bob trusted\n"
@@ -38,17 +42,7 @@ def test_chat_terminal_sends_slash_commands() -> None:
         "//picortex ask hello?\n"
         "/quit\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "picortex", "sim", "--chat"],
-        input=script,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-    )
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
+    out = _chat(script)
     assert "<- picortex: Attention mode: `mentions-only`" in out
     assert "<- picortex (only you see this): Added as trusted:" in out
     assert "(not sent: no subcommand 'nonsense')" in out
