@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,11 +134,17 @@ async def _drain(stream: trio.abc.ReceiveStream, into: list[bytes]) -> None:
         into.append(chunk)
 
 
-async def test_discordpy_reaches_ready_receives_and_replies(
-    sim: Simulator, urls: SimURLs, world: DefaultWorld, tmp_path: Path
+async def drive_client(
+    client_source: str,
+    sim: Simulator,
+    urls: SimURLs,
+    tmp_path: Path,
+    exchange: Callable[[_Events], Awaitable[None]],
 ) -> None:
+    """Runs a discord.py client script against the simulator while `exchange` reads its
+    events; the client's stderr must show no traceback."""
     script = tmp_path / "client.py"
-    script.write_text(CLIENT)
+    script.write_text(client_source)
     stderr: list[bytes] = []
     proc = await trio.lowlevel.open_process(
         [sys.executable, str(script), urls.api_base, sim.token],
@@ -152,7 +159,7 @@ async def test_discordpy_reaches_ready_receives_and_replies(
             nursery.start_soon(_drain, proc.stderr, stderr)
             with trio.fail_after(60):
                 try:
-                    await _conversation(sim, world, events)
+                    await exchange(events)
                 except BaseException:
                     print("client events:", events.seen)
                     raise
@@ -164,6 +171,14 @@ async def test_discordpy_reaches_ready_receives_and_replies(
         await proc.stderr.aclose()
         print("client stderr:", b"".join(stderr).decode(errors="replace")[-3000:])
     assert b"Traceback" not in b"".join(stderr), b"".join(stderr).decode(errors="replace")
+
+
+async def test_discordpy_reaches_ready_receives_and_replies(
+    sim: Simulator, urls: SimURLs, world: DefaultWorld, tmp_path: Path
+) -> None:
+    await drive_client(
+        CLIENT, sim, urls, tmp_path, lambda events: _conversation(sim, world, events)
+    )
 
 
 async def _conversation(sim: Simulator, world: DefaultWorld, events: _Events) -> None:

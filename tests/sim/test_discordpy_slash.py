@@ -7,14 +7,10 @@ follow-up: if the simulator's shapes drifted from Discord's, discord.py would fa
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-import trio
-
 from picortex.sim import DefaultWorld, Simulator, SimURLs
-from tests.sim.test_discordpy_fidelity import _drain, _Events
+from tests.sim.test_discordpy_fidelity import _Events, drive_client
 
 CLIENT = r"""
 import json
@@ -72,33 +68,7 @@ client.run(sys.argv[2], log_handler=logging.StreamHandler(sys.stderr), log_level
 async def test_discordpy_syncs_and_answers_interactions(
     sim: Simulator, urls: SimURLs, world: DefaultWorld, tmp_path: Path
 ) -> None:
-    script = tmp_path / "slash_client.py"
-    script.write_text(CLIENT)
-    stderr: list[bytes] = []
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, str(script), urls.api_base, sim.token],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    events = _Events(proc.stdout)
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_drain, proc.stderr, stderr)
-            with trio.fail_after(60):
-                try:
-                    await _exchange(sim, world, events)
-                except BaseException:
-                    print("client events:", events.seen)
-                    raise
-            nursery.cancel_scope.cancel()
-    finally:
-        proc.kill()
-        await proc.wait()
-        await proc.stdout.aclose()
-        await proc.stderr.aclose()
-        print("client stderr:", b"".join(stderr).decode(errors="replace")[-3000:])
-    assert b"Traceback" not in b"".join(stderr), b"".join(stderr).decode(errors="replace")
+    await drive_client(CLIENT, sim, urls, tmp_path, lambda events: _exchange(sim, world, events))
 
 
 async def _exchange(sim: Simulator, world: DefaultWorld, events: _Events) -> None:
