@@ -73,7 +73,7 @@ class Inbox(Protocol):
 
 
 @attrs.define(eq=False)
-class _Slot:
+class _ReplySlot:
     """A place in the channel's reply order; `done` once its reply is posted (or given up)."""
 
     previous: trio.Event | None
@@ -106,7 +106,7 @@ class _Generation:
 
     request: cont.Request
     trigger: Message
-    slot: _Slot
+    slot: _ReplySlot
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     replaced: bool = False
 
@@ -209,8 +209,8 @@ class ChannelActor:
         assert self._nursery is not None, "only called while the actor runs"
         self._spawn(self._nursery, fn)
 
-    def _new_slot(self) -> _Slot:
-        slot = _Slot(self._last)
+    def _new_slot(self) -> _ReplySlot:
+        slot = _ReplySlot(self._last)
         self._last = slot.done
         return slot
 
@@ -620,10 +620,10 @@ class ChannelActor:
     # ----- continuation and generation ---------------------------------------------------------
 
     async def _follow_up(
-        self, msg: Message, outcome: cont.FollowUp | cont.Restart, nursery: trio.Nursery
+        self, msg: Message, outcome: cont.FollowUp | cont.RestartAnswer, nursery: trio.Nursery
     ) -> None:
         pipe = self._pipe
-        restart = isinstance(outcome, cont.Restart)
+        restart = isinstance(outcome, cont.RestartAnswer)
         pipe.events.emit(
             "continuation",
             message_id=msg.id,
@@ -661,7 +661,7 @@ class ChannelActor:
         self,
         request: cont.Request,
         trigger: Message,
-        slot: _Slot,
+        slot: _ReplySlot,
         nursery: trio.Nursery,
         *,
         typing: bool,

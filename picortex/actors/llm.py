@@ -22,6 +22,7 @@ import trio
 from picortex.config import ModelTiers, Price
 from picortex.core import budget as budget_core
 from picortex.core.budget import Refusal, Reservation
+from picortex.core.personas import MODEL_TIERS
 from picortex.core.redact import redact
 from picortex.errors import FaultInjected, StreamCut
 from picortex.types import EventSink
@@ -31,11 +32,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Tier = Literal["triage", "general", "complex"]
-Outcome = Literal["ok", "error", "timeout", "no_key", "budget"]
+CallOutcome = Literal["ok", "error", "timeout", "no_key", "budget"]
 Role = Literal["user", "assistant"]
 
-TIERS: Final[tuple[Tier, ...]] = ("triage", "general", "complex")
 # A persona reply should never hang a channel: a minute is generous for one answer.
 DEFAULT_TIMEOUT: Final = 60.0
 DEFAULT_MAX_TOKENS: Final = 1024
@@ -135,8 +134,8 @@ class ChatTurn:
 
 
 def _validate_tier(_instance: object, _attribute: object, value: str | None) -> None:
-    if value is not None and value not in TIERS:
-        raise ValueError(f"unknown model tier {value!r}; expected one of {', '.join(TIERS)}")
+    if value is not None and value not in MODEL_TIERS:
+        raise ValueError(f"unknown model tier {value!r}; expected one of {', '.join(MODEL_TIERS)}")
 
 
 @attrs.frozen
@@ -181,7 +180,7 @@ class LLMResult:
     output_tokens: int
     cost_usd: float
     latency_ms: int
-    outcome: Outcome
+    outcome: CallOutcome
     error: str | None = None
     stack_trace: str | None = None
     limit: str | None = None  # for "budget": the limit that refused the call
@@ -469,7 +468,7 @@ class LLMActor:
         request: LLMRequest,
         model: str,
         start: float,
-        outcome: Outcome,
+        outcome: CallOutcome,
         *,
         text: str = "",
         input_tokens: int = 0,

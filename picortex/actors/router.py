@@ -27,7 +27,7 @@ from picortex.core.attention import mode_for_chat
 from picortex.core.chatter import is_chatter
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
-from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, Restart
+from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, RestartPolicy
 from picortex.store import Store
 from picortex.types import (
     ChannelCreate,
@@ -420,7 +420,7 @@ class Router:
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:
             actor = ChannelActor(channel_id, mailbox, self._pipe)
-            spec = ChildSpec(name, actor.run, restart=Restart.TRANSIENT, mailbox=mailbox)
+            spec = ChildSpec(name, actor.run, restart=RestartPolicy.TRANSIENT, mailbox=mailbox)
             try:
                 await self._channels.start_child(spec)
             except Exception as exc:

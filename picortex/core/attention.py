@@ -12,7 +12,7 @@ import attrs
 from picortex.types import Message, Snowflake
 
 AttentionMode = Literal["always", "mentions-only", "discriminate", "discriminate-quiet", "silent"]
-Outcome = Literal["respond", "skip", "discriminate", "record"]
+AttentionOutcome = Literal["respond", "skip", "discriminate", "record"]
 
 MODES: Final[tuple[AttentionMode, ...]] = get_args(AttentionMode)
 # A stored mode we do not know (a hand-edited database) must not stop the chat: the strictest
@@ -28,7 +28,7 @@ class AttentionDecision:
     generated (`respond`) or while the discriminator classifies (`discriminate` mode only).
     """
 
-    outcome: Outcome
+    outcome: AttentionOutcome
     reason: str
     show_typing: bool = False
 

@@ -8,7 +8,7 @@ harmless to share across channels as keys include the channel)::
     state, outcome = on_message(state, msg, now, trusted, text=strip_mention(...))
     match outcome:
         case FollowUp(request):  # log `continuation`; no answer: context for the next request
-        case Restart(request):   # log `continuation`; cancel the running generation,
+        case RestartAnswer(request):   # log `continuation`; cancel the running generation,
                                  # then generate an answer to request.text
         case NotInWindow():      # attention gating (step 5); if it says respond:
             state, new = on_trigger(state, msg, now, text=...)
@@ -106,7 +106,7 @@ class FollowUp:
 
 
 @attrs.frozen
-class Restart:
+class RestartAnswer:
     """A follow-up while the answer is being generated: cancel it, answer `request.text`."""
 
     request: Request
@@ -129,7 +129,7 @@ class NotInWindow:
     reason: str
 
 
-Outcome = FollowUp | Restart | NotInWindow
+WindowOutcome = FollowUp | RestartAnswer | NotInWindow
 
 
 def expire(state: ContinuationState, now: float) -> ContinuationState:
@@ -163,7 +163,7 @@ def on_message(
     trusted: bool,
     *,
     text: str | None = None,
-) -> tuple[ContinuationState, Outcome]:
+) -> tuple[ContinuationState, WindowOutcome]:
     """Decide whether `msg` continues an open request.
 
     Args:
@@ -199,7 +199,7 @@ def on_message(
         generation=old.generation + 1,
     )
     state = _with(state, ContinuationWindow(request, now + state.seconds, generating=True))
-    return state, Restart(request)
+    return state, RestartAnswer(request)
 
 
 def on_trigger(

@@ -16,9 +16,9 @@ import yaml
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.errors import ConfigError
 
-Tier = Literal["triage", "general", "complex"]
+ModelTier = Literal["triage", "general", "complex"]
 
-TIERS: Final[tuple[Tier, ...]] = ("triage", "general", "complex")
+MODEL_TIERS: Final[tuple[ModelTier, ...]] = ("triage", "general", "complex")
 AGENTS_FILE: Final = "agents.yaml"
 # The keys agents.yaml may have at its top level; others are warned about, not fatal.
 _TOP_LEVEL_KEYS: Final = frozenset({"personas"})
@@ -61,7 +61,7 @@ class Persona:
     name: str
     description: str
     domain_triggers: tuple[str, ...]
-    model: Tier | None = None
+    model: ModelTier | None = None
     profile: str | None = None
 
 
@@ -142,11 +142,11 @@ def _triggers(source: str, label: str, entry: Mapping[object, object]) -> tuple[
     return tuple(out)
 
 
-def _tier(source: str, label: str, entry: Mapping[object, object]) -> Tier | None:
+def _tier(source: str, label: str, entry: Mapping[object, object]) -> ModelTier | None:
     value = entry.get("model")
     if value is None:
         return None
-    for tier in TIERS:
+    for tier in MODEL_TIERS:
         if value == tier:
             return tier
     raise ConfigError(

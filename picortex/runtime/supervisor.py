@@ -5,7 +5,7 @@ How a supervisor behaves:
 - Children start in order with `nursery.start`: a child calls `task_status.started()` when it
   is ready, and only then does the next one start. A child that fails before it is ready is
   handled like any other exit.
-- Restart types: PERMANENT children are restarted after any exit, TRANSIENT ones only after an
+- Restart policies: PERMANENT children are restarted after any exit, TRANSIENT ones only after an
   exception (or when they return while their mailbox still holds messages), TEMPORARY ones
   never. Strategies: ONE_FOR_ONE restarts the child that exited, ONE_FOR_ALL every child,
   REST_FOR_ONE the child and those started after it; the others are stopped first, in reverse
@@ -68,7 +68,7 @@ ChildRun = Callable[..., Awaitable[object]]
 """`async def run(*, task_status=trio.TASK_STATUS_IGNORED)`; calls `task_status.started()`."""
 
 
-class Restart(enum.Enum):
+class RestartPolicy(enum.Enum):
     """When a child is restarted."""
 
     PERMANENT = "permanent"  # after any exit
@@ -99,7 +99,7 @@ class ChildSpec:
 
     name: str
     run: ChildRun
-    restart: Restart = Restart.PERMANENT
+    restart: RestartPolicy = RestartPolicy.PERMANENT
     grace: float = DEFAULT_GRACE_SECONDS
     mailbox: Mailbox[Any] | None = None
 
@@ -132,7 +132,7 @@ _StartOutcome = _Ready | _Failed | _Stopped
 
 
 @attrs.define(eq=False)
-class _Slot:
+class _ChildSlot:
     spec: ChildSpec
     state: _State = _State.PENDING
     incarnation: int = 0
@@ -148,7 +148,7 @@ class _Slot:
 class _ChildStatus:
     """The `task_status` a child sees: marks it ready, then shields it from outside cancels."""
 
-    def __init__(self, real: trio.TaskStatus[_StartOutcome], slot: _Slot) -> None:
+    def __init__(self, real: trio.TaskStatus[_StartOutcome], slot: _ChildSlot) -> None:
         self._real = real
         self._slot = slot
         self.started_called = False
@@ -194,12 +194,12 @@ class Supervisor:
         self._intensity = intensity
         self._period = period
         self._rng = rng if rng is not None else random.Random()
-        self._slots: list[_Slot] = []
+        self._slots: list[_ChildSlot] = []
         # The same slots by child name: a dynamic supervisor is asked per message whether a
         # channel's actor runs, among thousands of channels.
-        self._named: dict[str, _Slot] = {}
+        self._named: dict[str, _ChildSlot] = {}
         self._window: deque[tuple[float, Exception | None]] = deque()
-        self._notices: deque[tuple[_Slot, int, Exception | None]] = deque()
+        self._notices: deque[tuple[_ChildSlot, int, Exception | None]] = deque()
         self._wake = trio.Event()
         self._nursery: trio.Nursery | None = None
         self._run_scope: trio.CancelScope | None = None
@@ -268,14 +268,14 @@ class Supervisor:
     # -- supervision loop ---------------------------------------------------------------
 
     def _reset(self) -> None:
-        self._slots = [_Slot(spec) for spec in self._specs]
+        self._slots = [_ChildSlot(spec) for spec in self._specs]
         self._named = {slot.spec.name: slot for slot in self._slots}
         self._window.clear()
         self._notices.clear()
         self._wake = trio.Event()
         self._closing = False
 
-    def _find(self, name: str) -> _Slot | None:
+    def _find(self, name: str) -> _ChildSlot | None:
         slot = self._named.get(name)
         return slot if slot is not None and slot.state is not _State.REMOVED else None
 
@@ -300,7 +300,7 @@ class Supervisor:
             if isinstance(outcome, _Failed):
                 await self._on_exit(slot, slot.incarnation, outcome.error)
 
-    async def _spawn(self, slot: _Slot) -> _StartOutcome:
+    async def _spawn(self, slot: _ChildSlot) -> _StartOutcome:
         assert self._nursery is not None
         slot.state = _State.STARTING
         slot.scope = trio.CancelScope()
@@ -316,7 +316,7 @@ class Supervisor:
 
     async def _incarnation(
         self,
-        slot: _Slot,
+        slot: _ChildSlot,
         incarnation: int,
         *,
         task_status: trio.TaskStatus[_StartOutcome],
@@ -352,7 +352,7 @@ class Supervisor:
         self._notices.append((slot, incarnation, error))
         self._wake.set()
 
-    async def _on_exit(self, slot: _Slot, incarnation: int, error: Exception | None) -> None:
+    async def _on_exit(self, slot: _ChildSlot, incarnation: int, error: Exception | None) -> None:
         """Decide what one child's exit means: nothing, a restart, or giving up."""
         spec = slot.spec
         if slot.incarnation != incarnation or slot.state is not _State.EXITED:
@@ -361,9 +361,9 @@ class Supervisor:
                 self._record_crash(slot, error, restart=False, in_window=len(self._window))
             return
         now = trio.current_time()
-        if error is None and spec.restart is not Restart.PERMANENT:
+        if error is None and spec.restart is not RestartPolicy.PERMANENT:
             pending = spec.mailbox is not None and spec.mailbox.depth > 0
-            if spec.restart is Restart.TEMPORARY or not pending:
+            if spec.restart is RestartPolicy.TEMPORARY or not pending:
                 self._events.emit(
                     "supervisor",
                     action="exit",
@@ -379,7 +379,7 @@ class Supervisor:
             if is_fatal(error):
                 self._record_crash(slot, error, restart=False, in_window=len(self._window))
                 raise error
-            if spec.restart is Restart.TEMPORARY:
+            if spec.restart is RestartPolicy.TEMPORARY:
                 self._record_crash(slot, error, restart=False, in_window=len(self._window))
                 self._remove(slot)
                 return
@@ -410,7 +410,7 @@ class Supervisor:
             if member is slot or member.state is _State.REMOVED:
                 continue
             await self._stop(member, reason=f"restart of {spec.name}")
-            if member.spec.restart is Restart.TEMPORARY:
+            if member.spec.restart is RestartPolicy.TEMPORARY:
                 self._remove(member)
             else:
                 member.state = _State.PENDING
@@ -418,7 +418,7 @@ class Supervisor:
         slot.state = _State.PENDING
         await trio.sleep(delay)
 
-    def _group(self, slot: _Slot) -> list[_Slot]:
+    def _group(self, slot: _ChildSlot) -> list[_ChildSlot]:
         """The children restarted with `slot`, in spec order."""
         if self.strategy is Strategy.ONE_FOR_ONE:
             return [slot]
@@ -457,7 +457,7 @@ class Supervisor:
 
     def _record_crash(
         self,
-        slot: _Slot,
+        slot: _ChildSlot,
         error: Exception,
         *,
         restart: bool,
@@ -499,7 +499,7 @@ class Supervisor:
             fields["backoff_s"] = round(backoff, 3)
         self._events.emit("supervisor", **fields)
 
-    def _drop_in_hand(self, slot: _Slot, why: str) -> None:
+    def _drop_in_hand(self, slot: _ChildSlot, why: str) -> None:
         mailbox = slot.spec.mailbox
         if mailbox is None:
             return
@@ -518,12 +518,12 @@ class Supervisor:
             message=text,
         )
 
-    def _remove(self, slot: _Slot) -> None:
+    def _remove(self, slot: _ChildSlot) -> None:
         slot.state = _State.REMOVED
 
     # -- stopping -----------------------------------------------------------------------
 
-    async def _stop(self, slot: _Slot, *, reason: str) -> None:
+    async def _stop(self, slot: _ChildSlot, *, reason: str) -> None:
         """Cancel one child and wait up to its grace period for it to finish."""
         if slot.state not in (_State.RUNNING, _State.STARTING):
             return
@@ -593,7 +593,7 @@ class DynamicSupervisor(Supervisor):
             raise RuntimeError(f"supervisor {self.name!r} is not running")
         if self._find(spec.name) is not None:
             raise ValueError(f"supervisor {self.name!r} already has a child named {spec.name!r}")
-        slot = _Slot(spec)
+        slot = _ChildSlot(spec)
         self._slots.append(slot)
         self._named[spec.name] = slot
         try:
@@ -629,7 +629,7 @@ class DynamicSupervisor(Supervisor):
         """Names of the supervised children, in start order."""
         return [s.spec.name for s in self._slots if s.state is not _State.REMOVED]
 
-    def _remove(self, slot: _Slot) -> None:
+    def _remove(self, slot: _ChildSlot) -> None:
         # Forgotten for good: a dynamic supervisor may see thousands of short-lived children.
         slot.state = _State.REMOVED
         if slot in self._slots:

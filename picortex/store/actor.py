@@ -29,7 +29,7 @@ import attrs
 import trio
 
 from picortex.errors import StoreError
-from picortex.store.store import TIERS, ChatConfig, InvocationError, Store
+from picortex.store.store import TRUST_TIERS, ChatConfig, InvocationError, Store
 
 logger = logging.getLogger(__name__)
 
@@ -386,8 +386,8 @@ class StoreActor:
 
     def set_tier(self, user_id: int, tier: str) -> None:
         """Add the user to the trust list, or change their tier (await `flush` for durability)."""
-        if tier not in TIERS:
-            raise ValueError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        if tier not in TRUST_TIERS:
+            raise ValueError(f"tier must be one of {', '.join(TRUST_TIERS)}, got {tier!r}")
 
         def change() -> None:
             self._trust[user_id] = tier

@@ -24,7 +24,7 @@ from picortex.errors import StoreError
 from picortex.files import open_private, private_file
 from picortex.store.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
 
-TIERS: Final = ("user", "trusted", "admin")
+TRUST_TIERS: Final = ("user", "trusted", "admin")
 STAGES: Final = ("discriminate", "tiebreak", "generate", "post")
 RESOLUTIONS: Final = ("fixed", "dismissed", "composted")
 DM_WORKSPACE: Final = "dm"  # the workspace of every DM; guild channels use the guild id
@@ -270,8 +270,8 @@ class Store:
 
     def set_tier(self, user_id: int, tier: str) -> None:
         """Add the user to the trust list, or change their tier."""
-        if tier not in TIERS:
-            raise ValueError(f"tier must be one of {', '.join(TIERS)}, got {tier!r}")
+        if tier not in TRUST_TIERS:
+            raise ValueError(f"tier must be one of {', '.join(TRUST_TIERS)}, got {tier!r}")
         self._write(
             "INSERT INTO trust (user_id, tier) VALUES (?, ?) ON CONFLICT (user_id) DO UPDATE"
             " SET tier = excluded.tier, updated_at = unixepoch('subsec')",

@@ -121,7 +121,7 @@ class Chat:
 
 
 @attrs.frozen
-class Outcome:
+class ChangeResult:
     """What a change did: `ok`, and one readable sentence (or a few) for the page."""
 
     ok: bool
@@ -431,7 +431,7 @@ class Panel:
             raise PanelInputError(str(exc)) from None
         return [Version(v.commit, v.date, v.message, _hunks(diff)) for v, diff in found]
 
-    async def save_prompt(self, chat_id: int, text: str) -> Outcome:
+    async def save_prompt(self, chat_id: int, text: str) -> ChangeResult:
         """Replace the prompt: one commit in the chat home, one `command` event."""
         text = text.replace("\r\n", "\n")
         if not text.strip():
@@ -451,8 +451,8 @@ class Panel:
             "prompt", f"prompt save {chat_id}", "ok" if changed else "error", chat_id
         )
         if not changed:
-            return Outcome(False, "The prompt is unchanged: nothing to save.")
-        return Outcome(True, "Saved the discriminator prompt as a new version.")
+            return ChangeResult(False, "The prompt is unchanged: nothing to save.")
+        return ChangeResult(True, "Saved the discriminator prompt as a new version.")
 
     async def test_discriminator(self, chat_id: int, n: int) -> list[TestLine]:
         """Classify the chat's last `n` cached messages from people, as the bot would."""
@@ -548,7 +548,7 @@ class Panel:
             source=SOURCE,
         )
 
-    async def run_command(self, command: cmds.Command, chat_id: int | None = None) -> Outcome:
+    async def run_command(self, command: cmds.Command, chat_id: int | None = None) -> ChangeResult:
         """Execute a chat command as the owner and apply its changes, as the chat does."""
         state = self._state(chat_id)
         result = cmds.execute(command, Tier.ADMIN, state)
@@ -563,16 +563,16 @@ class Panel:
         self._command_event(
             cmds.command_name(command), cmds.render_command(command), result.outcome, chat_id
         )
-        return Outcome(result.ok, plain(result.reply, self.names()))
+        return ChangeResult(result.ok, plain(result.reply, self.names()))
 
-    async def set_attention(self, chat_id: int, mode: object) -> Outcome:
+    async def set_attention(self, chat_id: int, mode: object) -> ChangeResult:
         """`attention MODE` in a chat."""
         if not isinstance(mode, str) or mode not in cmds.ATTENTION_MODES:
             raise PanelInputError(f"mode must be one of {', '.join(cmds.ATTENTION_MODES)}.")
         self.chat(chat_id)  # an unknown chat is refused before anything changes
         return await self.run_command(cmds.AttentionSet(mode), chat_id)
 
-    async def add_trust(self, user_id: object, tier: object) -> Outcome:
+    async def add_trust(self, user_id: object, tier: object) -> ChangeResult:
         """`whitelist add <@user> TIER`."""
         uid = parse_snowflake(user_id, "user_id")
         parsed = Tier.parse(tier if isinstance(tier, str) else None)
@@ -580,12 +580,12 @@ class Panel:
             raise PanelInputError("tier must be user, trusted or admin.")
         return await self.run_command(cmds.WhitelistAdd((uid,), parsed))
 
-    async def remove_trust(self, user_id: object) -> Outcome:
+    async def remove_trust(self, user_id: object) -> ChangeResult:
         """`whitelist remove <@user>`."""
         uid = parse_snowflake(user_id, "user_id")
         return await self.run_command(cmds.WhitelistRemove((uid,)))
 
-    def resolve_error(self, error_id: object, resolution: object) -> Outcome:
+    def resolve_error(self, error_id: object, resolution: object) -> ChangeResult:
         """`picortex errors resolve ID --as RESOLUTION`, logged as a web command."""
         text = str(error_id).strip() if isinstance(error_id, str | int) else ""
         if not text.isdigit():
@@ -597,7 +597,7 @@ class Panel:
         self._command_event("errors", command, "ok" if done else "error")
         if not done:
             raise PanelInputError(f"No invocation error has id {text}.")
-        return Outcome(True, f"Invocation error {text} resolved as {resolution}.")
+        return ChangeResult(True, f"Invocation error {text} resolved as {resolution}.")
 
     async def send(self, channel_id: object, content: object) -> dict[str, Any]:
         """Post a manual message (no pings); a `manual` event records it."""

@@ -13,7 +13,7 @@ from picortex.core.continuation import (
     NewTrigger,
     NotInWindow,
     Request,
-    Restart,
+    RestartAnswer,
     expire,
     is_superseded,
     on_answered,
@@ -65,7 +65,7 @@ def test_follow_up_while_generating_restarts_with_merged_request() -> None:
     state, request = opened()
     follow = msg("in Paris")
     state, outcome = on_message(state, follow, 3.0, True)
-    assert isinstance(outcome, Restart)
+    assert isinstance(outcome, RestartAnswer)
     assert outcome.parent_id == request.parent_id
     assert outcome.text == "what is the weather\nin Paris"
     assert outcome.request.message_ids == (request.parent_id, follow.id)
@@ -110,7 +110,7 @@ def test_window_resets_on_each_follow_up() -> None:
 def test_window_boundary_is_inclusive_then_closes() -> None:
     state, _ = opened(now=0.0)
     _, outcome = on_message(state, msg("just in time"), 10.0, True)
-    assert isinstance(outcome, Restart)
+    assert isinstance(outcome, RestartAnswer)
     state, outcome = on_message(state, msg("too late"), 10.001, True)
     assert outcome == NotInWindow("no open continuation window")
     assert state.windows == {}
@@ -143,7 +143,7 @@ def test_replayed_message_does_not_join_twice() -> None:
 def test_stale_answer_does_not_end_the_new_generation() -> None:
     state, request = opened()
     state, outcome = on_message(state, msg("in Paris"), 1.0, True)
-    assert isinstance(outcome, Restart)
+    assert isinstance(outcome, RestartAnswer)
     state = on_answered(state, request)  # the cancelled first generation reports late
     window = window_for(state, 50, 1, 1.0)
     assert window is not None
@@ -178,7 +178,7 @@ def test_expire_drops_only_past_windows() -> None:
 def test_empty_texts_are_left_out_of_the_merged_request() -> None:
     state, _ = opened()
     _, outcome = on_message(state, msg(""), 1.0, True)
-    assert isinstance(outcome, Restart)
+    assert isinstance(outcome, RestartAnswer)
     assert outcome.text == "what is the weather"
 
 
@@ -228,7 +228,7 @@ def test_model(steps: list[tuple[str, int, int, float, bool]]) -> None:
             if was_generating:
                 # After the answer, a follow-up is context: nothing generates again.
                 entry[3] = int(entry[3]) + 1  # type: ignore[call-overload]
-            assert isinstance(outcome, Restart if was_generating else FollowUp)
+            assert isinstance(outcome, RestartAnswer if was_generating else FollowUp)
             assert outcome.request.texts == tuple(texts)
             assert outcome.request.generation == entry[3]
             requests[key] = outcome.request

@@ -21,7 +21,7 @@ from picortex.runtime.supervisor import (
     HEALTHY_RUN_SECONDS,
     ChildSpec,
     DynamicSupervisor,
-    Restart,
+    RestartPolicy,
     Strategy,
     Supervisor,
     run_root,
@@ -41,7 +41,7 @@ class Kid:
         log: list[str],
         *,
         ready_after: float = 0.0,
-        restart: Restart = Restart.PERMANENT,
+        restart: RestartPolicy = RestartPolicy.PERMANENT,
         grace: float = 5.0,
     ) -> None:
         self.name = name
@@ -217,7 +217,7 @@ async def test_permanent_child_is_restarted_after_a_normal_exit(autojump_clock):
 
 async def test_transient_child_is_restarted_only_after_an_exception(autojump_clock):
     log: list[str] = []
-    a, b = kids(log, "a", "b", restart=Restart.TRANSIENT)
+    a, b = kids(log, "a", "b", restart=RestartPolicy.TRANSIENT)
     sink = RecordingSink()
     sup = Supervisor("s", Strategy.ONE_FOR_ALL, [a.spec(), b.spec()], events=sink)
     async with trio.open_nursery() as nursery:
@@ -244,7 +244,7 @@ async def test_transient_child_is_restarted_only_after_an_exception(autojump_clo
 async def test_temporary_child_is_never_restarted_and_its_crash_spares_siblings(autojump_clock):
     log: list[str] = []
     a = Kid("a", log)
-    t = Kid("t", log, restart=Restart.TEMPORARY)
+    t = Kid("t", log, restart=RestartPolicy.TEMPORARY)
     sink = RecordingSink()
     sup = Supervisor("s", Strategy.ONE_FOR_ALL, [a.spec(), t.spec()], events=sink)
     async with trio.open_nursery() as nursery:
@@ -262,7 +262,7 @@ async def test_temporary_child_is_never_restarted_and_its_crash_spares_siblings(
 async def test_temporary_sibling_stopped_by_a_group_restart_stays_stopped(autojump_clock):
     log: list[str] = []
     a = Kid("a", log)
-    t = Kid("t", log, restart=Restart.TEMPORARY)
+    t = Kid("t", log, restart=RestartPolicy.TEMPORARY)
     sup = Supervisor("s", Strategy.ONE_FOR_ALL, [a.spec(), t.spec()], events=RecordingSink())
     async with trio.open_nursery() as nursery:
         await nursery.start(sup.run)
@@ -609,7 +609,7 @@ async def test_dynamic_children_are_added_looked_up_and_restarted(autojump_clock
     log: list[str] = []
     sink = RecordingSink()
     dyn = DynamicSupervisor("channels", events=sink)
-    a, b = kids(log, "chan-1", "chan-2", restart=Restart.TRANSIENT)
+    a, b = kids(log, "chan-1", "chan-2", restart=RestartPolicy.TRANSIENT)
     async with trio.open_nursery() as nursery:
         await nursery.start(dyn.run)
         assert await dyn.start_child(a.spec()) is None
@@ -677,7 +677,7 @@ async def test_transient_child_leaving_with_mail_waiting_is_started_again(autoju
         for i in range(3):
             mailbox.send_nowait(i)
         await dyn.start_child(
-            ChildSpec("c", one_at_a_time, restart=Restart.TRANSIENT, mailbox=mailbox)
+            ChildSpec("c", one_at_a_time, restart=RestartPolicy.TRANSIENT, mailbox=mailbox)
         )
         await trio.sleep(SETTLE)
         assert seen == [0, 1, 2]
