@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -20,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picortex.actors import context_cache as cc
-from picortex.actors.context_cache import ContextCache, ContextUnavailable, write_atomic
+from picortex.actors.context_cache import ContextCache, ContextUnavailable
 from picortex.discord.normalize import message_from_payload
 from picortex.discord.rest import DiscordHTTPError
 from picortex.errors import FaultInjected
@@ -478,7 +476,7 @@ async def test_the_live_queue_overflows_by_dropping_and_counting(
         assert len(cache.recent(CH, 10_000)) == 200  # applied after start, capped
 
 
-# ----- files: eviction, atomicity, corruption ---------------------------------------------
+# ----- files: eviction, failures, corruption ---------------------------------------------
 
 
 def _fill_channels(tmp_path: Path, counts: list[int], max_bytes: int) -> dict[int, int]:
@@ -553,50 +551,6 @@ async def test_at_start_the_write_order_comes_from_file_times(tmp_path: Path) ->
     async with running(make_cache(tmp_path, rest, max_bytes=total - smallest)) as cache:
         assert cache.statistics().channels_on_disk == 2
     assert sorted(p.name for p in folder.iterdir()) == [f"{a}.json", f"{b}.json"]
-
-
-async def test_a_crash_between_write_and_rename_leaves_the_old_file(tmp_path: Path) -> None:
-    rest = FakeHistory()
-    first = rest.post("kept safe")
-    async with running(make_cache(tmp_path, rest)) as cache:
-        cache.on_message(first)
-    path = tmp_path / "cache" / f"{CH}.json"
-    before = path.read_bytes()
-    # A child process writes new contents and is killed right before the rename.
-    script = (
-        "import os, signal, sys\n"
-        "from pathlib import Path\n"
-        "from picortex.actors import context_cache as cc\n"
-        "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
-        "cc.write_atomic(Path(sys.argv[1]), b'{\"half\": ')\n"
-    )
-    repo = Path(__file__).resolve().parents[2]
-    proc = await trio.run_process([sys.executable, "-c", script, str(path)], cwd=repo, check=False)
-    assert proc.returncode == -signal.SIGKILL
-    assert path.read_bytes() == before
-    assert (path.parent / f"{CH}.json.tmp").exists()
-    # At the next start the leftover is removed and the old contents are read as before.
-    async with running(make_cache(tmp_path, rest)) as cache:
-        assert [m.content for m in cache.recent(CH, 5)] == ["kept safe"]
-    assert sorted(os.listdir(path.parent)) == [f"{CH}.json"]
-
-
-def test_write_atomic_replaces_and_cleans_up_on_a_failed_rename(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "1.json"
-    write_atomic(path, b"old")
-    write_atomic(path, b"new")
-    assert path.read_bytes() == b"new"
-
-    def broken_replace(src: object, dst: object) -> None:
-        raise OSError("disk gone")
-
-    monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk gone"):
-        write_atomic(path, b"newer")
-    assert path.read_bytes() == b"new"
-    assert os.listdir(tmp_path) == ["1.json"]
 
 
 async def test_a_failing_write_is_logged_not_fatal(
