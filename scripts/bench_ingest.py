@@ -557,11 +557,33 @@ async def bench(args: argparse.Namespace) -> int:
                             profile.replace(keep)
                         profile.unlink(missing_ok=True)
                 print_ratios(results, run)
+            print_lag(results.get("picortex", []), contended=not args.no_contention)
             if not args.no_memory:
                 await memory_check(full, urls, tmp, args)
             nursery.cancel_scope.cancel()
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
+
+
+def print_lag(rows: list[Result], *, contended: bool) -> None:
+    """The event loop's worst lag in each picortex burst, and the worst of all."""
+    lags = [r.lag_ms for r in rows if r.lag_ms is not None]
+    if not lags:
+        return
+    during = (
+        "while another process ran `picortex config set` and held the write lock "
+        f"{LOCK_HOLD_SECONDS:.0f} s"
+        if contended
+        else "without another process"
+    )
+    worst = max(lags)
+    verdict = "ok" if worst <= LAG_TARGET_MS else "ABOVE TARGET"
+    print(
+        f"\nworst event-loop lag during the bursts ({during}): "
+        + ", ".join(f"{lag:.1f}" for lag in lags)
+        + f" ms; worst {worst:.1f} ms (target <= {LAG_TARGET_MS:.0f}: {verdict})",
+        flush=True,
+    )
 
 
 def print_ratios(results: dict[str, list[Result]], run: int) -> None:
