@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.e2e.harness import running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 TOOLS = {
     "get_action_log",
