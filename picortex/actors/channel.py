@@ -22,18 +22,24 @@ import trio
 
 from picortex import config as config_mod
 from picortex.actors import attachment_parts, discriminate, interactions, persona_answer
-from picortex.actors.clients import ChannelRest, ChannelStore, ContextReader, HandledMarks
+from picortex.actors.clients import (
+    ChannelRest,
+    ChannelStore,
+    ContextReader,
+    HandledMarks,
+    ReplyPoster,
+)
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
-    TYPING_FIRST_WAIT_SECONDS,
     Faults,
     TriggerBook,
     failure_text,
     lines_text,
 )
 from picortex.actors.polls import PollClients
+from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import discriminator as disc
@@ -83,6 +89,11 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
     @property
     def store(self) -> ChannelStore:
         """Trust list, chat config and recall, read from memory; writes queued."""
+        ...
+
+    @property
+    def replies(self) -> ReplyPoster:
+        """Posting, typing and streaming answers."""
         ...
 
     @property
@@ -389,13 +400,13 @@ class ChannelActor:
 
             clients.spawn(run_poll, clients, msg, poll_to_start)
             return
-        plan = clients.reply_plan(msg, name)
+        plan = clients.replies.reply_plan(msg, name)
         slot = self._new_slot()
 
         async def post_reply() -> None:
             try:
                 await slot.turn()
-                await clients.post(plan, reply, command=name, trigger_id=msg.id)
+                await clients.replies.post(plan, reply, command=name, trigger_id=msg.id)
             except Exception as exc:
                 logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
             finally:
@@ -513,7 +524,7 @@ class ChannelActor:
             return
         name, answer, poll, result = await self._execute(msg, action, text, tier, source="slash")
         # Refusals, mistakes and sensitive commands are for the requester's eyes only.
-        ephemeral = not result.ok or clients.reply_target(name) == "dm"
+        ephemeral = not result.ok or clients.replies.reply_target(name) == "dm"
         if poll is None:
             reply(answer, ephemeral=ephemeral, command=name)
             return
@@ -670,7 +681,7 @@ class ChannelActor:
             )
         except disc.PromptTooLarge as exc:
             return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
-        async with clients.typing(
+        async with clients.replies.typing(
             msg.channel_id, enabled=rule.show_typing, spawn=self._spawn_background
         ):
             result = await clients.llm.complete(request)
@@ -777,7 +788,7 @@ class ChannelActor:
         lines = await self._context(gen)
         # Typing from here on: the model request is built next and goes out first, so the
         # indicator costs an instant answer no time; a slow answer shows it at once.
-        async with clients.typing(
+        async with clients.replies.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background
         ) as shown:
             if gen.trigger.id not in self._asks and self._persona_matches(gen.request):
@@ -837,7 +848,7 @@ class ChannelActor:
         """The answer streamed into its reply (SPEC 16), in the reply's turn."""
         clients = self._clients
         trigger = gen.trigger
-        plan = clients.reply_plan(trigger, None)
+        plan = clients.replies.reply_plan(trigger, None)
 
         async def before_first_post() -> bool:
             await gen.slot.turn()
@@ -856,9 +867,9 @@ class ChannelActor:
         if ask is not None:
             # A slash `ask`: the answer grows in the deferred response (SPEC 15).
             surface = interactions.AnswerSurface(clients, ask.interaction, ask.deferred.wait)
-        streamed = await clients.stream_answer(
+        streamed = await clients.replies.stream_answer(
             request,
-            lambda: clients.resolve_plan(plan),
+            lambda: clients.replies.resolve_plan(plan),
             trigger_id=trigger.id,
             before_first_post=before_first_post,
             surface=surface,
@@ -975,7 +986,7 @@ class ChannelActor:
     async def _post_answer(self, gen: _Generation, text: str, *, persona: str | None) -> None:
         clients = self._clients
         trigger = gen.trigger
-        plan = clients.reply_plan(trigger, None)
+        plan = clients.replies.reply_plan(trigger, None)
         await gen.slot.turn()
         if cont.is_superseded(self._cont, gen.request):
             self._decision(trigger, "skip", "answer superseded by a follow-up: not posted")
@@ -992,7 +1003,7 @@ class ChannelActor:
                         clients, ask.interaction, text, command=sl.Ask.NAME
                     )
                     return
-                await clients.post(plan, text, command=None, trigger_id=trigger.id)
+                await clients.replies.post(plan, text, command=None, trigger_id=trigger.id)
             except Exception as exc:
                 message, trace = failure_text(exc)
                 clients.record_failure(

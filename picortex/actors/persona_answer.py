@@ -72,8 +72,13 @@ class PersonaIndex(Protocol):
         ...
 
 
-class PersonaClients(PersonaIndex, ReplyPoster, FailureRecorder, FatalReporter, Protocol):
+class PersonaClients(PersonaIndex, FailureRecorder, FatalReporter, Protocol):
     """What a persona answer uses."""
+
+    @property
+    def replies(self) -> ReplyPoster:
+        """Posting and streaming the answer."""
+        ...
 
     @property
     def settings(self) -> CurrentSettings:
@@ -295,7 +300,7 @@ def forget(clients: PersonaIndex, message_ids: Sequence[Snowflake]) -> None:
 
 def placement(clients: PersonaClients, request: Request, trigger: Message) -> Placement:
     """Where the answer to `trigger` goes (SPEC 8), honouring a response policy of `dm`."""
-    target = clients.reply_target(None)
+    target = clients.replies.reply_target(None)
     if trigger.guild_id is None:
         return Placement("dm reply", trigger.channel_id, trigger.id)
     if target == "dm":
@@ -424,9 +429,9 @@ async def _stream(
     async def plan() -> policy.PostPlan:
         resolved, thread_id = await _plan_for(clients, trigger, persona, where)
         thread.append(thread_id)
-        return await clients.resolve_plan(resolved)
+        return await clients.replies.resolve_plan(resolved)
 
-    streamed = await clients.stream_answer(request, plan, trigger_id=trigger.id)
+    streamed = await clients.replies.stream_answer(request, plan, trigger_id=trigger.id)
     failure = streamed.reply.failure
     if failure is not None:
         message, trace = failure_text(failure)
@@ -473,8 +478,8 @@ async def _plan_for(
 
 async def _post_notice(clients: PersonaClients, trigger: Message, text: str) -> None:
     try:
-        await clients.post(
-            clients.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id
+        await clients.replies.post(
+            clients.replies.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id
         )
     except Exception as exc:
         logger.warning("could not tell %s about their limit: %s", trigger.author.id, exc)
@@ -516,7 +521,7 @@ async def _post(
     with trio.CancelScope(shield=True):
         try:
             plan, thread_id = await _plan_for(clients, trigger, persona, where)
-            posted = await clients.post(plan, text, command=None, trigger_id=trigger.id)
+            posted = await clients.replies.post(plan, text, command=None, trigger_id=trigger.id)
         except Exception as exc:
             if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
                 clients.fatal(exc)
