@@ -46,7 +46,7 @@ from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
-from picortex.core.budget import REFUSAL_REASONS
+from picortex.core.budget import REFUSAL_REASONS, workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, may_run, should_ignore, tier_of
@@ -676,7 +676,7 @@ class ChannelActor:
                 msg,
                 history,
                 chat,
-                clients.workspace_of(msg),
+                workspace_id(msg.guild_id),
                 model=own.discriminator_model if own is not None else None,
             )
         except disc.PromptTooLarge as exc:
@@ -686,9 +686,9 @@ class ChannelActor:
         ):
             result = await clients.llm.complete(request)
         if result.outcome in ("error", "timeout"):
-            clients.record_failure(
+            clients.failures.record(
                 stage="discriminate",
-                workspace=clients.workspace_of(msg),
+                workspace=workspace_id(msg.guild_id),
                 persona=None,
                 signal_id=msg.id,
                 error=result.error or result.outcome,
@@ -816,7 +816,7 @@ class ChannelActor:
                 stage="generate",
                 system=DEFAULT_SYSTEM_PROMPT,
                 messages=(ChatTurn("user", content),),
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 tier="general",
                 signal_id=str(trigger.id),
                 timeout=clients.answer_timeout,
@@ -879,9 +879,9 @@ class ChannelActor:
         result = streamed.result
         if streamed.reply.failure is not None:
             message, trace = failure_text(streamed.reply.failure)
-            clients.record_failure(
+            clients.failures.record(
                 stage="post",
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 persona=None,
                 signal_id=trigger.id,
                 error=message,
@@ -966,9 +966,9 @@ class ChannelActor:
         """Log why there is no answer; returns the reason when it was a skip, not a failure."""
         clients = self._clients
         if outcome in ("error", "timeout"):
-            clients.record_failure(
+            clients.failures.record(
                 stage="generate",
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 persona=persona,
                 signal_id=trigger.id,
                 error=error or outcome,
@@ -1006,9 +1006,9 @@ class ChannelActor:
                 await clients.replies.post(plan, text, command=None, trigger_id=trigger.id)
             except Exception as exc:
                 message, trace = failure_text(exc)
-                clients.record_failure(
+                clients.failures.record(
                     stage="post",
-                    workspace=clients.workspace_of(trigger),
+                    workspace=workspace_id(trigger.guild_id),
                     persona=persona,
                     signal_id=trigger.id,
                     error=message,

@@ -239,11 +239,7 @@ class ReplyPoster(ReplyTarget, Poster, Protocol):
 class FailureRecorder(Protocol):
     """Failed invocations (SPEC 9): an event and an error row."""
 
-    def workspace_of(self, message: Message) -> str:
-        """The budget workspace of a message: its guild id, or `dm`."""
-        ...
-
-    def record_failure(
+    def record(
         self,
         *,
         stage: str,

@@ -26,7 +26,7 @@ from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.actors.pipeline import failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
-from picortex.core.budget import REFUSAL_REASONS
+from picortex.core.budget import REFUSAL_REASONS, workspace_id
 from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
@@ -72,8 +72,13 @@ class PersonaIndex(Protocol):
         ...
 
 
-class PersonaClients(PersonaIndex, FailureRecorder, FatalReporter, Protocol):
+class PersonaClients(PersonaIndex, FatalReporter, Protocol):
     """What a persona answer uses."""
+
+    @property
+    def failures(self) -> FailureRecorder:
+        """Failed invocations (SPEC 9)."""
+        ...
 
     @property
     def replies(self) -> ReplyPoster:
@@ -170,7 +175,7 @@ async def _tiebreak(
             stage="tiebreak",
             system=system,
             messages=(ChatTurn("user", user),),
-            workspace=clients.workspace_of(trigger),
+            workspace=workspace_id(trigger.guild_id),
             tier="triage",
             max_tokens=TIEBREAK_MAX_TOKENS,
             timeout=TIEBREAK_TIMEOUT_SECONDS,
@@ -192,9 +197,9 @@ async def _tiebreak(
         )
         return strongest, f"answer {said!r} is not a candidate: strongest match"
     if result.outcome in ("error", "timeout"):
-        clients.record_failure(
+        clients.failures.record(
             stage="tiebreak",
-            workspace=clients.workspace_of(trigger),
+            workspace=workspace_id(trigger.guild_id),
             persona=strongest.persona.id,
             signal_id=trigger.id,
             error=result.error or result.outcome,
@@ -221,7 +226,7 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
             lambda db: db.search_memory(
                 " ".join(terms),
                 since=since,
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 limit=RECALL_FETCH,
                 channel_ids=channels,
             )
@@ -367,7 +372,7 @@ async def maybe_answer(
         stage="generate",
         system=system,
         messages=tuple(turns),
-        workspace=clients.workspace_of(trigger),
+        workspace=workspace_id(trigger.guild_id),
         tier=persona.model or "general",
         persona=persona.id,
         signal_id=str(trigger.id),
@@ -389,9 +394,9 @@ async def _not_answered(
 ) -> None:
     """Record a persona call that gave no answer: an error row, or a skip decision."""
     if result.outcome in ("error", "timeout"):
-        clients.record_failure(
+        clients.failures.record(
             stage="generate",
-            workspace=clients.workspace_of(trigger),
+            workspace=workspace_id(trigger.guild_id),
             persona=persona.id,
             signal_id=trigger.id,
             error=result.error or result.outcome,
@@ -435,9 +440,9 @@ async def _stream(
     failure = streamed.reply.failure
     if failure is not None:
         message, trace = failure_text(failure)
-        clients.record_failure(
+        clients.failures.record(
             stage="post",
-            workspace=clients.workspace_of(trigger),
+            workspace=workspace_id(trigger.guild_id),
             persona=persona.id,
             signal_id=trigger.id,
             error=message,
@@ -526,9 +531,9 @@ async def _post(
             if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
                 clients.fatal(exc)
             message, trace = failure_text(exc)
-            clients.record_failure(
+            clients.failures.record(
                 stage="post",
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 persona=persona.id,
                 signal_id=trigger.id,
                 error=message,

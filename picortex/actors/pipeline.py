@@ -9,7 +9,6 @@ builds one `Pipeline`; each user is typed by the narrow protocol of what it call
 from __future__ import annotations
 
 import logging
-import time
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ import attrs
 from picortex.actors.clients import ChannelRest
 from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
+from picortex.actors.failures import FailureLog
 from picortex.actors.handled import HandledLedger
 from picortex.actors.llm import LLMActor
 from picortex.actors.replies import ERROR_MESSAGE_MAX_CHARS, PostingRest, Replies
@@ -36,8 +36,6 @@ logger = logging.getLogger(__name__)
 
 # The deadline of one answer's model call: long answers take a while, a hung call must not.
 ANSWER_TIMEOUT_SECONDS: Final = 60.0
-# The persona column of an error row when the default agent (no persona) failed.
-DEFAULT_PERSONA: Final = "default"
 # A crashing channel actor lets answers already in flight finish for up to this long (one
 # model call's deadline plus a post) before it restarts; what is left is logged as abandoned.
 CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
@@ -226,6 +224,10 @@ class Pipeline:
     fatal: Callable[[FatalDiscordError], None] | None = None
     # Posting, typing and streaming; built from the fields above (the token refusal is
     # looked up per post, since the app sets `fatal` when it starts running).
+    # Failed invocations (SPEC 9): events and error rows.
+    failures: FailureLog = attrs.field(
+        default=attrs.Factory(lambda self: FailureLog(self.store, self.events), takes_self=True)
+    )
     replies: Replies = attrs.field(
         default=attrs.Factory(
             lambda self: Replies(
@@ -270,10 +272,6 @@ class Pipeline:
             now=now,
         )
 
-    def workspace_of(self, message: Message) -> str:
-        """The budget workspace: the guild id, or `dm`."""
-        return str(message.guild_id) if message.guild_id is not None else "dm"
-
     def is_trusted(self, user_id: Snowflake) -> bool:
         """Whether someone's words may be repeated to the model unmarked: the bot itself,
         the owner or anyone on the trust list (an unreadable store trusts no one)."""
@@ -283,50 +281,6 @@ class Pipeline:
             return self.store.get_tier(user_id) is not None
         except Exception:
             return False
-
-    def record_failure(
-        self,
-        *,
-        stage: str,
-        workspace: str,
-        persona: str | None,
-        signal_id: Snowflake | None,
-        error: str,
-        stack_trace: str | None,
-    ) -> None:
-        """A failed invocation: a `cortex.invocation_failed` event and an error row (SPEC 9)."""
-        error = redact(error)[:ERROR_MESSAGE_MAX_CHARS]
-        trace = redact(stack_trace) if stack_trace else None
-        created_at = time.time()
-
-        def emit(row_id: object) -> None:
-            self.events.emit(
-                "cortex.invocation_failed",
-                stage=stage,
-                workspace=workspace,
-                persona=persona,
-                signal_id=signal_id,
-                error=error,
-                error_id=row_id,
-            )
-
-        # The event is written once the row is committed, so it can name the row's id.
-        try:
-            self.store.submit(
-                lambda db: db.add_invocation_error(
-                    workspace_id=workspace,
-                    persona=persona or DEFAULT_PERSONA,
-                    signal_id="" if signal_id is None else str(signal_id),
-                    stage=stage,
-                    error_message=error,
-                    stack_trace=trace,
-                    created_at=created_at,
-                ),
-                on_done=emit,
-            )
-        except Exception:
-            logger.exception("could not store an invocation error")
-            emit(None)
 
 
 def failure_text(exc: BaseException) -> tuple[str, str]:
