@@ -311,6 +311,27 @@ def db_bytes(home: Path) -> int:
     )
 
 
+# Tables a message could be written to: memory recall and seen ids.
+MESSAGE_TABLES: Final = ("memory_messages", "seen_events")
+
+
+def db_settled(home: Path) -> tuple[int, dict[str, int]]:
+    """The database file's size once every commit is in it, and its message rows.
+
+    The bot saves its gateway session (for a RESUME) every second of traffic, which appends
+    to the write-ahead log until SQLite's checkpoint moves it into the file; a checkpoint
+    here (any connection may run one) shows what the file itself holds.
+    """
+    conn = apsw.Connection(str(home / "picortex.db"))
+    conn.set_busy_timeout(10_000)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        rows = {t: int(conn.execute(f"SELECT count(*) FROM {t}").get) for t in MESSAGE_TABLES}
+    finally:
+        conn.close()
+    return (home / "picortex.db").stat().st_size, rows
+
+
 @attrs.define
 class Bot:
     """A bot process of one kind."""
@@ -472,6 +493,10 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
         assert bot.home is not None
         await trio.sleep(2.0)  # start-up writes (pruning) done
         rss0, db0 = process_rss_mib(bot.proc.pid), db_bytes(bot.home)
+        file0, rows0 = db_settled(bot.home)
+        await trio.to_thread.run_sync(query_status, bot.home, 5.0)  # resets the worst lag
+        lag = 0.0
+        t0 = trio.current_time()
         sent = 0
         while sent < args.memory_messages:
             n = min(MEMORY_CHUNK, args.memory_messages - sent)
@@ -482,22 +507,31 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
         with trio.move_on_after(DRAIN_SECONDS):
             while True:
                 status = await trio.to_thread.run_sync(query_status, bot.home, 5.0)
-                if status is not None and status["ingest"]["chatter"] >= sent:
-                    break
+                if status is not None:
+                    lag = max(lag, float(status["loop_lag_ms"]["since_last_status"]))
+                    if status["ingest"]["chatter"] >= sent:
+                        break
                 await trio.sleep(0.5)
+        took = trio.current_time() - t0
         # The channels go quiet: a group commit, and the context cache's delayed writes
         # (after which it keeps only its most recent channels in memory), are done by now.
         await trio.sleep(QUIET_SECONDS)
         rss1, db1 = process_rss_mib(bot.proc.pid), db_bytes(bot.home)
+        file1, rows1 = db_settled(bot.home)
         ingest = status["ingest"] if status else {}
         grew = rss1 - rss0
         verdict = "ok" if grew <= RSS_TARGET_MIB else "ABOVE TARGET"
-        print(f"  chatter counted {ingest.get('chatter', 0):,} of {sent:,}")
+        print(
+            f"  chatter counted {ingest.get('chatter', 0):,} of {sent:,} in {took:.1f} s "
+            f"({sent / took:,.0f}/s, sending included); worst event-loop lag {lag:.1f} ms"
+        )
         print(f"  RSS {rss0:.1f} -> {rss1:.1f} MiB (+{grew:.1f} MiB; target <= 100: {verdict})")
         print(
-            f"  database {db0:,} -> {db1:,} bytes (+{db1 - db0:,}; target 0: "
-            f"{'ok' if db1 == db0 else 'NOT 0'})"
+            f"  database file after a checkpoint {file0:,} -> {file1:,} bytes "
+            f"(+{file1 - file0:,}; target 0: {'ok' if file1 == file0 else 'NOT 0'}); rows "
+            + ", ".join(f"{t} {rows0[t]:,} -> {rows1[t]:,}" for t in MESSAGE_TABLES)
         )
+        print(f"  (with the write-ahead log before the checkpoint: {db0:,} -> {db1:,} bytes)")
         print(f"  channel mailboxes held: {ingest.get('mailboxes', '?')}")
 
 

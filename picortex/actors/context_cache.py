@@ -51,8 +51,16 @@ log = logging.getLogger(__name__)
 
 # Discord's largest page for GET /channels/{id}/messages.
 PAGE_MAX: Final = 100
-# Parsed channels kept in memory; the others stay on disk until asked for.
+# Parsed channels kept in memory; the others stay on disk until asked for. A live message
+# for a channel beyond them is kept as that channel's tail (only what its file lacks) until
+# the next write, so a burst across thousands of channels never holds all their histories:
+# 200,000 messages across 2,000 channels peaked at every message in memory, and the process
+# kept most of that peak (freed objects scattered over memory it could not give back).
 LOADED_CHANNELS: Final = 256
+# Live messages waiting in tails, all channels together, beyond which the tails are written
+# at once rather than WRITE_DELAY after their first change (about 10 MB of chatter): the
+# writers then keep a burst's memory flat instead of holding several seconds of it.
+TAIL_MESSAGES: Final = 10_000
 # Gateway events waiting to be applied; beyond this they are dropped and counted, so the
 # gateway reader never blocks on the cache.
 LIVE_QUEUE: Final = 4096
@@ -194,6 +202,12 @@ class ContextCache:
         self._total_bytes = 0
         # Parsed channels, least recently used first.
         self._loaded: OrderedDict[Snowflake, ChannelHistory] = OrderedDict()
+        # Channels not in memory whose file lacks their newest live messages: those messages
+        # (and the sync mark they moved), merged into the file by the next write.
+        self._tails: dict[Snowflake, ChannelHistory] = {}
+        # ... and the tails being merged into their files right now.
+        self._tails_writing: dict[Snowflake, ChannelHistory] = {}
+        self._tail_messages = 0  # messages in `_tails`
         # Channels changed since their last write -> when that write is due, oldest change
         # first (so the due times are in order too).
         self._dirty: dict[Snowflake, float] = {}
@@ -527,9 +541,27 @@ class ContextCache:
 
     def _apply_live(self, event: LiveEvent) -> None:
         if isinstance(event, Message):
-            channel = self._absorb(event.channel_id, event.guild_id, [event])
-            if event.channel_id in self._in_sync and channel.delivered(event):
-                self._mark_dirty(event.channel_id)
+            channel_id = event.channel_id
+            if channel_id not in self._loaded and (
+                channel_id in self._tails or len(self._loaded) >= LOADED_CHANNELS
+            ):
+                # Memory is full of other channels: no need to read this one's history to
+                # add its newest message; the writer merges it into the file.
+                tail = self._tails.get(channel_id)
+                if tail is None:
+                    tail = self._tails[channel_id] = ChannelHistory(channel_id)
+                before = len(tail.messages)
+                tail.absorb(event.guild_id, [event], self._cap)
+                self._tail_messages += len(tail.messages) - before
+                if channel_id in self._in_sync:
+                    tail.delivered(event)
+                self._mark_dirty(channel_id)
+                if self._tail_messages > TAIL_MESSAGES:
+                    self._wake.set()
+                return
+            channel = self._absorb(channel_id, event.guild_id, [event])
+            if channel_id in self._in_sync and channel.delivered(event):
+                self._mark_dirty(channel_id)
         elif isinstance(event, MessageUpdate):
             self._apply_update(event)
         elif isinstance(event, MessageDeleteBulk):
@@ -611,6 +643,13 @@ class ContextCache:
             self._loaded.move_to_end(channel_id)
             return channel
         channel = self._read(channel_id)
+        tails = [t for t in (self._tails_writing.get(channel_id), self._pop_tail(channel_id)) if t]
+        for tail in tails:  # live messages its file may lack yet
+            channel.absorb(tail.guild_id, tail.messages, self._cap)
+            if tail.synced_to is not None:
+                channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+        if tails:
+            self._mark_dirty(channel_id)
         self._loaded[channel_id] = channel
         if len(self._loaded) > LOADED_CHANNELS:
             self._unload_some(keep=channel_id)
@@ -675,6 +714,9 @@ class ContextCache:
         # Changes held only in memory are gone (and a crash may have lost live events).
         self._lose_sync()
         self._loaded.clear()
+        self._tails.clear()
+        self._tails_writing.clear()
+        self._tail_messages = 0
         self._dirty.clear()
         self._writing.clear()
         self._files = OrderedDict(index_directory(self._dir))
@@ -687,7 +729,11 @@ class ContextCache:
         next one is due)."""
         for channel_id, due in self._dirty.items():
             if channel_id not in self._writing:
-                if self._flushing or due <= trio.current_time():
+                if (
+                    self._flushing
+                    or due <= trio.current_time()
+                    or self._tail_messages > TAIL_MESSAGES
+                ):
                     del self._dirty[channel_id]
                     return channel_id, due
                 return None, due
@@ -703,19 +749,32 @@ class ContextCache:
                     await self._wake.wait()
                 continue
             channel = self._loaded.get(channel_id)
-            if channel is None:  # evicted meanwhile
+            tail = None if channel is not None else self._pop_tail(channel_id)
+            if channel is None and tail is None:  # evicted meanwhile
                 continue
-            data = encode_channel(channel)
             self._writing.add(channel_id)
             try:
-                await trio.to_thread.run_sync(
-                    write_atomic, channel_path(self._dir, channel_id), data
-                )
+                if channel is not None:
+                    data = encode_channel(channel)
+                    await trio.to_thread.run_sync(
+                        write_atomic, channel_path(self._dir, channel_id), data
+                    )
+                    self._written(channel_id, len(data))
+                else:
+                    assert tail is not None
+                    self._tails_writing[channel_id] = tail
+                    size, problem = await trio.to_thread.run_sync(
+                        write_with_tail, self._dir, tail, self._cap
+                    )
+                    self._written(channel_id, size)
+                    if problem is not None:
+                        self._history_lost(channel_id, problem)
             except OSError as exc:
+                # A tail that did not reach its file is dropped with the channel's sync, so
+                # the next trigger fetches it back; a failing disk never makes memory grow.
                 self._write_failed(channel_id, exc)
-            else:
-                self._written(channel_id, len(data))
             finally:
+                self._tails_writing.pop(channel_id, None)
                 self._writing.discard(channel_id)
                 if self._dirty:
                     self._wake.set()  # it may have changed again while being written
@@ -727,15 +786,37 @@ class ContextCache:
             channel_id = next(iter(self._dirty))
             del self._dirty[channel_id]
             channel = self._loaded.get(channel_id)
-            if channel is None:
-                continue
-            data = encode_channel(channel)
+            tail = None if channel is not None else self._pop_tail(channel_id)
             try:
-                write_atomic(channel_path(self._dir, channel_id), data)
+                if channel is not None:
+                    data = encode_channel(channel)
+                    write_atomic(channel_path(self._dir, channel_id), data)
+                    self._written(channel_id, len(data))
+                elif tail is not None:
+                    size, problem = write_with_tail(self._dir, tail, self._cap)
+                    self._written(channel_id, size)
+                    if problem is not None:
+                        self._history_lost(channel_id, problem)
             except OSError as exc:
                 self._write_failed(channel_id, exc)
-            else:
-                self._written(channel_id, len(data))
+
+    def _pop_tail(self, channel_id: Snowflake) -> ChannelHistory | None:
+        tail = self._tails.pop(channel_id, None)
+        if tail is not None:
+            self._tail_messages -= len(tail.messages)
+        return tail
+
+    def _history_lost(self, channel_id: Snowflake, reason: str) -> None:
+        """A channel's unreadable file was replaced by its tail: fetch the rest again."""
+        log.warning("dropping cache file of channel %s: %s", channel_id, reason)
+        self._events.emit(
+            "error",
+            scope="context_cache",
+            message=f"corrupt cache file dropped: {reason}",
+            channel_id=channel_id,
+        )
+        self._last_fetch.pop(channel_id, None)
+        self._lose_sync(channel_id)
 
     def _write_failed(self, channel_id: Snowflake, exc: OSError) -> None:
         # The change stays in memory; the next change to the channel tries again. Should the
@@ -778,3 +859,27 @@ def _payload_id(payload: Mapping[str, Any]) -> Snowflake:
         return int(payload["id"])
     except (KeyError, TypeError, ValueError):
         return 0
+
+
+def write_with_tail(directory: Path, tail: ChannelHistory, cap: int) -> tuple[int, str | None]:
+    """Write a channel's file: what it holds with `tail` merged in (runs in a worker thread).
+
+    Returns the file's new size, and why the old file was dropped when it could not be read
+    (the file then holds the tail alone).
+    """
+    problem: str | None = None
+    try:
+        channel = read_channel(directory, tail.id)
+    except CorruptCacheFile as exc:
+        channel, problem = None, str(exc)
+    except OSError as exc:
+        channel, problem = None, f"unreadable: {exc}"
+    if channel is None:
+        channel = ChannelHistory(tail.id)
+    channel.trim(cap)
+    channel.absorb(tail.guild_id, tail.messages, cap)
+    if tail.synced_to is not None:
+        channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+    data = encode_channel(channel)
+    write_atomic(channel_path(directory, tail.id), data)
+    return len(data), problem

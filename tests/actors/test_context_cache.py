@@ -676,3 +676,101 @@ async def test_parsed_channels_in_memory_are_bounded(
         assert stats.channels_on_disk == 12
         # An unloaded channel comes back from its file.
         assert [m.content for m in cache.recent(CH, 5)] == ["hello"]
+
+
+async def test_a_burst_across_more_channels_than_memory_holds_keeps_only_their_tails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 4)
+    rest = FakeHistory()
+    channels = [CH + c for c in range(12)]
+    async with running(make_cache(tmp_path, rest)) as cache:
+        for c in channels:  # an earlier burst: every channel has a file
+            cache.on_message(rest.post("old", channel_id=c))
+        await cache.flush()
+        for n in range(3):  # round robin, as a busy server's chatter
+            for c in channels:
+                cache.on_message(rest.post(f"new {n}", channel_id=c))
+        while cache.statistics().pending_live_events:
+            await trio.sleep(0)
+        # Only four histories were read into memory; the others hold their new messages.
+        assert cache.statistics().loaded_channels <= 4
+        # Asked for, a channel's history is its file and its tail together, before any write.
+        assert [m.content for m in cache.recent(CH + 11, 10)] == ["old", "new 0", "new 1", "new 2"]
+        await cache.flush()
+        assert cache.statistics().loaded_channels <= 4
+    for c in channels:
+        ids = [int(m["id"]) for m in file_doc(tmp_path, c)["messages"]]
+        assert ids == rest.ids(c)  # every message in its file, in order, once
+
+
+async def test_a_tail_replaces_a_corrupt_file_and_the_rest_is_fetched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    rest = FakeHistory()
+    sink = RecordingSink()
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / f"{CH + 1}.json").write_bytes(b"\x00\xffnot json")
+    async with running(make_cache(tmp_path, rest, sink)) as cache:
+        cache.on_message(rest.post("fills memory"))
+        while cache.statistics().pending_live_events:
+            await trio.sleep(0)
+        cache.on_message(rest.post("tail", channel_id=CH + 1))
+        await cache.flush()
+    assert [m["text"] for m in file_doc(tmp_path, CH + 1)["messages"]] == ["tail"]
+    errors = sink.of("error")
+    assert [e["channel_id"] for e in errors] == [CH + 1]
+    assert errors[0]["message"].startswith("corrupt cache file dropped")
+
+
+async def test_a_tail_that_could_not_be_written_is_fetched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    rest = FakeHistory()
+    sink = RecordingSink()
+    real_write = cc.write_atomic
+
+    def failing(path: Path, data: bytes) -> None:
+        raise OSError("no space left on device")
+
+    async with running(make_cache(tmp_path, rest, sink)) as cache:
+        cache.on_message(rest.post("fills memory"))
+        await cache.flush()
+        monkeypatch.setattr(cc, "write_atomic", failing)
+        cache.on_message(rest.post("lost", channel_id=CH + 1))
+        await cache.flush()
+        assert any("no space left" in e["message"] for e in sink.of("error"))
+        monkeypatch.setattr(cc, "write_atomic", real_write)
+        lines = await ctx(cache, rest.post("q", channel_id=CH + 1))
+    assert [c["channel"] for c in rest.calls] == [CH + 1]
+    assert texts(lines) == ["lost"]
+
+
+async def test_many_waiting_tail_messages_are_written_before_their_delay(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    monkeypatch.setattr(cc, "TAIL_MESSAGES", 5)
+    rest = FakeHistory()
+    async with trio.open_nursery() as nursery:
+        cache = make_cache(tmp_path, rest)
+        await nursery.start(cache.run)
+        cache.on_message(rest.post("fills memory"))
+        for c in range(1, 4):  # 3 tails: under the limit, written WRITE_DELAY later
+            cache.on_message(rest.post("m", channel_id=CH + c))
+        await trio.sleep(cc.WRITE_DELAY / 10)
+        assert cache.statistics().pending_writes == 4
+        start = trio.current_time()
+        for c in range(4, 8):  # over the limit: every waiting change is due now
+            cache.on_message(rest.post("m", channel_id=CH + c))
+        for _ in range(100):  # no clock time passes
+            await trio.sleep(0)
+        assert trio.current_time() == start
+        # Oldest first, changes were taken until the waiting tails were back at the limit:
+        # the loaded channel's and two tails (7 messages waited, 5 do now).
+        assert cache.statistics().pending_writes == 5
+        await cache.flush()
+        nursery.cancel_scope.cancel()
