@@ -79,6 +79,13 @@ def observe(pipe: Pipeline, msg: Message, text: str) -> list[PersonaMatch]:
     personas = current_personas(pipe)
     if personas is None:
         return []
+    return record_matches(pipe, personas, msg, text)
+
+
+def record_matches(
+    pipe: Pipeline, personas: PersonaSet, msg: Message, text: str
+) -> list[PersonaMatch]:
+    """Match `text` against `personas` and record every match as an observation."""
     matches = pcore.match(personas, text)
     for m in matches:
         try:
