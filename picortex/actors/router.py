@@ -394,10 +394,11 @@ class Router:
         on its way or in hand), so it cannot continue one (SPEC 5 step 4). A guild message
         that does not mention the bot is never a command. Messages the pipeline ignores
         (bots, webhooks, system messages) keep their logged decision; with fault injection
-        on, every message goes the mailbox's way.
+        on, every message goes the mailbox's way; so does a message without text, which an
+        attention rule of its own weighs (attachments only: answered in `always` alone).
         """
         pipe = self._pipe
-        if mode not in QUIET_MODES or pipe.faults:
+        if mode not in QUIET_MODES or pipe.faults or not message.text.strip():
             return False
         if should_ignore(message, pipe.bot.user_id) is not None:
             return False
