@@ -62,7 +62,9 @@ CHANNEL_MAILBOX: Final = 500
 # How long the router waits for GET /users/@me after a RESUME in a new process.
 IDENTITY_TIMEOUT_SECONDS: Final = 30.0
 # Dispatches the router takes per wake-up at most: a burst is drained in batches this big.
-ROUTER_BATCH: Final = 64
+# More than one socket read of the gateway brings (64 KiB: a few hundred compressed frames),
+# so the router keeps pace with a reader that hands on a whole read per wake-up.
+ROUTER_BATCH: Final = 1024
 # How often chatter and routing counts go to the action log as one `ingest` event (when
 # anything arrived), and idle channels' mailboxes are released.
 INGEST_EVERY_SECONDS: Final = 60.0

@@ -135,7 +135,7 @@ async def test_trusted_chatter_is_decided_inline_yet_stored_and_observed(
         ingest = await run.wait_event("ingest")
         assert (ingest[0]["chatter"], ingest[0]["delivered"]) == (3, 1)
         assert run.bot.snapshot()["ingest"]["trusted_chatter"] == 3
-        assert not {e["message_id"] for e in run.events("decision")} & ids
+        assert not {int(e["message_id"]) for e in run.events("decision")} & ids
         assert ids <= {m.id for m in run.bot.cache.recent(w.general_id, 50)}
         # Yet stored for recall, observed by the persona it matches, and marked handled.
         await run.bot.store.flush()
