@@ -55,6 +55,7 @@ from picortex.discord.rest import RestClient
 from picortex.errors import ConfigError, FatalDiscordError, PicortexError
 from picortex.files import private_dir
 from picortex.runtime.faults import FaultPoints
+from picortex.runtime.heap import freeze_startup_heap
 from picortex.runtime.lag import LoopLag
 from picortex.runtime.supervisor import (
     ChildSpec,
@@ -315,6 +316,9 @@ class Bot:
 def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
     """`picortex run`: until SIGINT/SIGTERM (exit 0), a fatal refusal (3) or give-up (70)."""
     bot = Bot(settings, shard=shard)
+    # Everything is imported and wired: keep full collections off these objects for good.
+    frozen = freeze_startup_heap()
+    logger.debug("%d start-up objects frozen out of garbage collection", frozen)
 
     async def main() -> int:
         code = 0

@@ -313,6 +313,27 @@ def db_bytes(home: Path) -> int:
     )
 
 
+# Tables a message could be written to: memory recall and seen ids.
+MESSAGE_TABLES: Final = ("memory_messages", "seen_events")
+
+
+def db_settled(home: Path) -> tuple[int, dict[str, int]]:
+    """The database file's size once every commit is in it, and its message rows.
+
+    The bot saves its gateway session (for a RESUME) every second of traffic, which appends
+    to the write-ahead log until SQLite's checkpoint moves it into the file; a checkpoint
+    here (any connection may run one) shows what the file itself holds.
+    """
+    conn = apsw.Connection(str(home / "picortex.db"))
+    conn.set_busy_timeout(10_000)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        rows = {t: int(conn.execute(f"SELECT count(*) FROM {t}").get) for t in MESSAGE_TABLES}
+    finally:
+        conn.close()
+    return (home / "picortex.db").stat().st_size, rows
+
+
 @attrs.define
 class Bot:
     """A bot process of one kind."""
@@ -474,6 +495,7 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
         assert bot.home is not None
         await trio.sleep(2.0)  # start-up writes (pruning) done
         rss0, db0 = process_rss_mib(bot.proc.pid), db_bytes(bot.home)
+        file0, rows0 = db_settled(bot.home)
         sent = 0
         while sent < args.memory_messages:
             n = min(MEMORY_CHUNK, args.memory_messages - sent)
@@ -491,15 +513,18 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
         # (after which it keeps only its most recent channels in memory), are done by now.
         await trio.sleep(QUIET_SECONDS)
         rss1, db1 = process_rss_mib(bot.proc.pid), db_bytes(bot.home)
+        file1, rows1 = db_settled(bot.home)
         ingest = status["ingest"] if status else {}
         grew = rss1 - rss0
         verdict = "ok" if grew <= RSS_TARGET_MIB else "ABOVE TARGET"
         print(f"  chatter counted {ingest.get('chatter', 0):,} of {sent:,}")
         print(f"  RSS {rss0:.1f} -> {rss1:.1f} MiB (+{grew:.1f} MiB; target <= 100: {verdict})")
         print(
-            f"  database {db0:,} -> {db1:,} bytes (+{db1 - db0:,}; target 0: "
-            f"{'ok' if db1 == db0 else 'NOT 0'})"
+            f"  database file after a checkpoint {file0:,} -> {file1:,} bytes "
+            f"(+{file1 - file0:,}; target 0: {'ok' if file1 == file0 else 'NOT 0'}); rows "
+            + ", ".join(f"{t} {rows0[t]:,} -> {rows1[t]:,}" for t in MESSAGE_TABLES)
         )
+        print(f"  (with the write-ahead log before the checkpoint: {db0:,} -> {db1:,} bytes)")
         print(f"  channel mailboxes held: {ingest.get('mailboxes', '?')}")
 
 
@@ -559,11 +584,33 @@ async def bench(args: argparse.Namespace) -> int:
                             profile.replace(keep)
                         profile.unlink(missing_ok=True)
                 print_ratios(results, run)
+            print_lag(results.get("picortex", []), contended=not args.no_contention)
             if not args.no_memory:
                 await memory_check(full, urls, tmp, args)
             nursery.cancel_scope.cancel()
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
+
+
+def print_lag(rows: list[Result], *, contended: bool) -> None:
+    """The event loop's worst lag in each picortex burst, and the worst of all."""
+    lags = [r.lag_ms for r in rows if r.lag_ms is not None]
+    if not lags:
+        return
+    during = (
+        "while another process ran `picortex config set` and held the write lock "
+        f"{LOCK_HOLD_SECONDS:.0f} s"
+        if contended
+        else "without another process"
+    )
+    worst = max(lags)
+    verdict = "ok" if worst <= LAG_TARGET_MS else "ABOVE TARGET"
+    print(
+        f"\nworst event-loop lag during the bursts ({during}): "
+        + ", ".join(f"{lag:.1f}" for lag in lags)
+        + f" ms; worst {worst:.1f} ms (target <= {LAG_TARGET_MS:.0f}: {verdict})",
+        flush=True,
+    )
 
 
 def print_ratios(results: dict[str, list[Result]], run: int) -> None:

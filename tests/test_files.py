@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from picortex.actors.action_log import ActionLog
-from picortex.actors.context_cache import write_atomic
 from picortex.app import Bot
 from picortex.config import load_settings
 from picortex.files import open_private, private_dir
 from picortex.store import Store
+from picortex.store.cache_files import write_atomic
 
 
 def mode(path: Path) -> int:

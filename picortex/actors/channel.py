@@ -13,7 +13,8 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Final, Protocol
 
 import attrs
@@ -21,14 +22,18 @@ import trio
 
 from picortex import config as config_mod
 from picortex.actors import attachment_parts, discriminate, interactions, persona_answer
-from picortex.actors.command_changes import apply_changes
+from picortex.actors.clients import ChannelRest, ChannelStore, ContextReader, HandledMarks
+from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
+from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
     TYPING_FIRST_WAIT_SECONDS,
-    Pipeline,
+    Faults,
+    TriggerBook,
     failure_text,
     lines_text,
 )
+from picortex.actors.polls import PollClients
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import discriminator as disc
@@ -70,6 +75,70 @@ class Inbox(Protocol):
 
     @property
     def depth(self) -> int: ...
+
+
+class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
+    """What a channel actor uses (the app passes its `Pipeline`; a test, a fake)."""
+
+    @property
+    def store(self) -> ChannelStore:
+        """Trust list, chat config and recall, read from memory; writes queued."""
+        ...
+
+    @property
+    def rest(self) -> ChannelRest:
+        """Discord calls besides posting replies."""
+        ...
+
+    @property
+    def cache(self) -> ContextReader:
+        """The context cache."""
+        ...
+
+    @property
+    def handled(self) -> HandledMarks:
+        """Handled marks (SPEC 12)."""
+        ...
+
+    @property
+    def triggers(self) -> TriggerBook:
+        """The trigger log shown by `picortex status`."""
+        ...
+
+    @property
+    def arrivals(self) -> dict[Snowflake, float]:
+        """When each message reached the mailbox (set by the router, taken here)."""
+        ...
+
+    @property
+    def home(self) -> Path:
+        """PICORTEX_HOME (chat homes live under it)."""
+        ...
+
+    @property
+    def faults(self) -> Faults | None:
+        """Fault points (tests only)."""
+        ...
+
+    @property
+    def answer_timeout(self) -> float:
+        """The deadline of one answer's model call."""
+        ...
+
+    @property
+    def crash_drain_seconds(self) -> float:
+        """How long answers in flight may finish after a crash."""
+        ...
+
+    def finish(self, message: Message | Interaction) -> None:
+        """The decision on `message` is final."""
+        ...
+
+    async def apply_command_changes(
+        self, changes: Sequence[cmds.Change], *, chat_id: Snowflake | None, now: float
+    ) -> cmds.StartPoll | None:
+        """Store what a command changed; the poll it starts, if any."""
+        ...
 
 
 @attrs.define(eq=False)
@@ -114,11 +183,11 @@ class _Generation:
 class ChannelActor:
     """One channel's pipeline. State is in memory only and rebuilt from the store."""
 
-    def __init__(self, channel_id: Snowflake, inbox: Inbox, pipe: Pipeline) -> None:
+    def __init__(self, channel_id: Snowflake, inbox: Inbox, clients: ChannelClients) -> None:
         self.channel_id = channel_id
         self._inbox = inbox
-        self._pipe = pipe
-        self._cont = cont.ContinuationState(pipe.settings().continuation_seconds)
+        self._clients = clients
+        self._cont = cont.ContinuationState(clients.settings().continuation_seconds)
         self._inflight: set[_Generation] = set()
         self._current: dict[Snowflake, _Generation] = {}  # the live answer, by request id
         self._last: trio.Event | None = None  # the latest slot's `done`
@@ -155,12 +224,12 @@ class ChannelActor:
                             # Only the message in hand is lost (SPEC 12): it is not retried,
                             # even after a restart; answers to earlier messages finish first,
                             # or are logged as abandoned.
-                            self._pipe.finish(message)
+                            self._clients.finish(message)
                             await self._drain()
                             raise
                         if not self._deferred:
                             # Decided here and now (skipped, refused, context): final.
-                            self._pipe.finish(message)
+                            self._clients.finish(message)
                         self._inbox.done()
                         if not self._inbox.depth:
                             break
@@ -177,10 +246,10 @@ class ChannelActor:
         return cont.window_for(self._cont, self.channel_id, author_id, now) is not None
 
     async def _drain(self) -> None:
-        with trio.move_on_after(self._pipe.crash_drain_seconds):
+        with trio.move_on_after(self._clients.crash_drain_seconds):
             await self._idle.wait()
         for gen in self._inflight:
-            self._pipe.events.emit(
+            self._clients.events.emit(
                 "error",
                 scope="generate",
                 message_id=gen.trigger.id,
@@ -188,7 +257,7 @@ class ChannelActor:
                 message="abandoned: channel actor crashed",
             )
             # Logged as failed, so final: a crash is never retried (SPEC 12).
-            self._pipe.handled.finish(
+            self._clients.handled.finish(
                 gen.request.message_ids, gen.trigger.channel_id, gen.trigger.guild_id
             )
 
@@ -224,26 +293,26 @@ class ChannelActor:
         if isinstance(msg, Interaction):
             await self._interaction(msg, nursery)
             return
-        pipe = self._pipe
-        arrived = pipe.arrivals.pop(msg.id, None)
+        clients = self._clients
+        arrived = clients.arrivals.pop(msg.id, None)
         now = trio.current_time() if arrived is None else arrived
-        settings = pipe.settings.refresh()
-        bot_id = pipe.bot.user_id
+        settings = clients.settings.refresh()
+        bot_id = clients.bot.user_id
         ignored = should_ignore(msg, bot_id)
         if ignored is not None:
             if ignored != "own message":
                 self._decision(msg, "ignore", ignored)
             return
-        if pipe.faults is not None:
-            pipe.faults.check("mailbox", msg.content)
+        if clients.faults is not None:
+            clients.faults.check("mailbox", msg.content)
         author = msg.author.id
-        stored = None if author == settings.owner_id else pipe.store.get_tier(author)
+        stored = None if author == settings.owner_id else clients.store.get_tier(author)
         tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
         command_text = cmds.detect_command(
             msg,
             wakeword=settings.wakeword,
             bot_user_id=bot_id,
-            group_dm=pipe.registry.is_group_dm(msg.channel_id),
+            group_dm=clients.registry.is_group_dm(msg.channel_id),
         )
         self._cont = attrs.evolve(self._cont, seconds=settings.continuation_seconds)
         text = cmds.strip_mention(msg.text, bot_id)
@@ -263,7 +332,7 @@ class ChannelActor:
             if window is not None and not (not window.generating and addresses_bot):
                 self._cont, outcome = cont.on_message(self._cont, msg, now, True, text=text)
                 if not isinstance(outcome, cont.NotInWindow):
-                    persona_answer.observe(self._pipe, msg, text)
+                    persona_answer.observe(self._clients, msg, text)
                     await self._follow_up(msg, outcome, nursery)
                     return
 
@@ -275,7 +344,7 @@ class ChannelActor:
     def _remember(self, msg: Message) -> None:
         """Store the message for memory recall (SPEC 8)."""
         try:
-            self._pipe.store.add_memory_message(
+            self._clients.store.add_memory_message(
                 message_id=msg.id,
                 channel_id=msg.channel_id,
                 guild_id=msg.guild_id,
@@ -288,7 +357,7 @@ class ChannelActor:
             logger.exception("could not store message %s for recall", msg.id)
 
     def _decision(self, msg: Message, outcome: str, reason: str, **extra: object) -> None:
-        self._pipe.events.emit(
+        self._clients.events.emit(
             "decision",
             message_id=msg.id,
             channel_id=msg.channel_id,
@@ -300,7 +369,7 @@ class ChannelActor:
         )
 
     def _trigger(self, msg: Message, tier: Tier, **extra: object) -> None:
-        self._pipe.events.emit(
+        self._clients.events.emit(
             "trigger",
             message_id=msg.id,
             channel_id=msg.channel_id,
@@ -316,27 +385,27 @@ class ChannelActor:
     async def _command(
         self, msg: Message, command_text: str, tier: Tier, nursery: trio.Nursery
     ) -> None:
-        pipe = self._pipe
+        clients = self._clients
         command = cmds.parse_command(command_text)
         name, reply, poll_to_start, _ = await self._execute(msg, command, command_text, tier)
-        if poll_to_start is not None and pipe.spawn is not None:
+        if poll_to_start is not None and clients.spawn is not None:
             from picortex.actors.polls import run_poll
 
-            pipe.spawn(run_poll, pipe, msg, poll_to_start)
+            clients.spawn(run_poll, clients, msg, poll_to_start)
             return
-        plan = pipe.reply_plan(msg, name)
+        plan = clients.reply_plan(msg, name)
         slot = self._new_slot()
 
         async def post_reply() -> None:
             try:
                 await slot.turn()
-                await pipe.post(plan, reply, command=name, trigger_id=msg.id)
+                await clients.post(plan, reply, command=name, trigger_id=msg.id)
             except Exception as exc:
                 logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
             finally:
                 slot.done.set()
             # Posted or failed (and logged): final. Cancelled by a shutdown: handled again.
-            pipe.finish(msg)
+            clients.finish(msg)
 
         self._deferred = True
         self._spawn(nursery, post_reply)
@@ -354,16 +423,16 @@ class ChannelActor:
 
         Returns its name, the reply text, the poll to start (if any) and the result.
         """
-        pipe = self._pipe
-        settings = pipe.settings()
+        clients = self._clients
+        settings = clients.settings()
         name = cmds.command_name(command)
         chat_id = msg.channel_id
         mode = self._mode(msg)
         # Relative to the home: the machine's own paths are nobody's business in a chat.
-        prompt_path = ChatHome(pipe.home, str(chat_id)).prompt_path.relative_to(pipe.home)
+        prompt_path = ChatHome(clients.home, str(chat_id)).prompt_path.relative_to(clients.home)
         state = cmds.CommandState(
             owner_id=settings.owner_id,
-            trust=dict(pipe.store.trust_list()),
+            trust=dict(clients.store.trust_list()),
             wakeword=settings.wakeword,
             attention_mode=mode,
             prompt_path=f"PICORTEX_HOME/{prompt_path.as_posix()}",
@@ -376,16 +445,11 @@ class ChannelActor:
         )
         result = cmds.execute(command, tier, state)
         reply = result.reply
-        poll_to_start = await apply_changes(
-            result.changes,
-            store=pipe.store,
-            settings=pipe.settings,
-            home=pipe.home,
-            chat_id=chat_id,
-            now=time.time(),
+        poll_to_start = await clients.apply_command_changes(
+            result.changes, chat_id=chat_id, now=time.time()
         )
         self._trigger(msg, tier, mode=mode, command=name)
-        pipe.events.emit(
+        clients.events.emit(
             "command",
             message_id=msg.id,
             channel_id=msg.channel_id,
@@ -396,7 +460,7 @@ class ChannelActor:
             result=result.outcome,
             **({"source": source} if source else {}),
         )
-        pipe.triggers.add(entry_from_message(msg, trusted=True, command=command_text))
+        clients.triggers.add(entry_from_message(msg, trusted=True, command=command_text))
         article = "an" if tier.label[0] in "aeiou" else "a"
         self._decision(msg, "command", f"{name} command from {article} {tier.label}")
         return name, reply, poll_to_start, result
@@ -409,19 +473,19 @@ class ChannelActor:
         Every command gets an answer whatever the chat's attention mode: a message, or for
         `ask` a deferral at once and the model's answer as its edit.
         """
-        pipe = self._pipe
-        pipe.arrivals.pop(inter.id, None)
-        settings = pipe.settings.refresh()
-        if inter.user.bot or inter.user.id == pipe.bot.user_id:
+        clients = self._clients
+        clients.arrivals.pop(inter.id, None)
+        settings = clients.settings.refresh()
+        if inter.user.bot or inter.user.id == clients.bot.user_id:
             return
         author = inter.user.id
-        stored = None if author == settings.owner_id else pipe.store.get_tier(author)
+        stored = None if author == settings.owner_id else clients.store.get_tier(author)
         tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
         if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
             # Config keys are for those who may change config; others see no suggestions.
             allowed = tier is not None and may_run("config", tier)
             choices = sl.autocomplete_choices(inter, config_mod.RUNTIME_KEYS) if allowed else []
-            self._spawn(nursery, lambda: interactions.autocomplete(pipe, inter, choices))
+            self._spawn(nursery, lambda: interactions.autocomplete(clients, inter, choices))
             return
         if inter.type != InteractionType.APPLICATION_COMMAND:
             return
@@ -434,7 +498,9 @@ class ChannelActor:
             self._spawn(
                 nursery,
                 lambda: _ignore(
-                    interactions.respond(pipe, inter, answer, ephemeral=ephemeral, command=command)
+                    interactions.respond(
+                        clients, inter, answer, ephemeral=ephemeral, command=command
+                    )
                 ),
             )
 
@@ -451,19 +517,23 @@ class ChannelActor:
             return
         name, answer, poll, result = await self._execute(msg, action, text, tier, source="slash")
         # Refusals, mistakes and sensitive commands are for the requester's eyes only.
-        ephemeral = not result.ok or pipe.reply_target(name) == "dm"
+        ephemeral = not result.ok or clients.reply_target(name) == "dm"
         if poll is None:
             reply(answer, ephemeral=ephemeral, command=name)
             return
 
         async def start_poll() -> None:
-            if not await interactions.respond(pipe, inter, answer, ephemeral=False, command=name):
+            if not await interactions.respond(
+                clients, inter, answer, ephemeral=False, command=name
+            ):
                 return
-            poll_id = await interactions.original_message_id(pipe, inter)
-            if poll_id is not None and pipe.spawn is not None:
+            poll_id = await interactions.original_message_id(clients, inter)
+            if poll_id is not None and clients.spawn is not None:
                 from picortex.actors.polls import run_poll
 
-                pipe.spawn(functools.partial(run_poll, poll_message_id=poll_id), pipe, msg, poll)
+                clients.spawn(
+                    functools.partial(run_poll, poll_message_id=poll_id), clients, msg, poll
+                )
 
         self._spawn(nursery, start_poll)
 
@@ -471,17 +541,17 @@ class ChannelActor:
         self, msg: Message, inter: Interaction, action: sl.Ask, tier: Tier, nursery: trio.Nursery
     ) -> None:
         """`/picortex ask`: defer now, answer by editing the deferred response."""
-        pipe = self._pipe
+        clients = self._clients
         mode = self._mode(msg)
         self._decision(msg, "respond", "slash command: always answered", mode=mode)
         self._trigger(msg, tier, mode=mode, command=sl.Ask.NAME)
-        pipe.triggers.add(entry_from_message(msg, trusted=True, command=msg.content))
+        clients.triggers.add(entry_from_message(msg, trusted=True, command=msg.content))
         ask = _Ask(inter)
         self._asks[inter.id] = ask
 
         async def acknowledge() -> None:
             try:
-                await interactions.defer(pipe, inter)
+                await interactions.defer(clients, inter)
             finally:
                 ask.deferred.set()
 
@@ -505,17 +575,17 @@ class ChannelActor:
         await ask.deferred.wait()
         with contextlib.suppress(Exception):  # finish_deferred logs its failures
             await interactions.finish_deferred(
-                self._pipe, ask.interaction, ask.failure, command=sl.Ask.NAME
+                self._clients, ask.interaction, ask.failure, command=sl.Ask.NAME
             )
 
     # ----- attention (SPEC 5 step 5) ----------------------------------------------------------
 
     def _mode(self, msg: Message) -> str:
-        pipe = self._pipe
-        settings = pipe.settings()
-        own = pipe.store.get_chat_config(msg.channel_id)
-        parent_id = pipe.registry.parent_of(msg.channel_id)
-        parent = pipe.store.get_chat_config(parent_id) if parent_id is not None else None
+        clients = self._clients
+        settings = clients.settings()
+        own = clients.store.get_chat_config(msg.channel_id)
+        parent_id = clients.registry.parent_of(msg.channel_id)
+        parent = clients.store.get_chat_config(parent_id) if parent_id is not None else None
         return mode_for_chat(
             own.attention_mode if own is not None else None,
             parent.attention_mode if parent is not None else None,
@@ -526,14 +596,14 @@ class ChannelActor:
     async def _attend(
         self, msg: Message, text: str, tier: Tier, now: float, nursery: trio.Nursery
     ) -> None:
-        pipe = self._pipe
-        bot_id = pipe.bot.user_id or 0
+        clients = self._clients
+        bot_id = clients.bot.user_id or 0
         mode = self._mode(msg)
-        persona_answer.observe(pipe, msg, text)
+        persona_answer.observe(clients, msg, text)
         decision = decide_attention(
             msg,
             bot_user_id=bot_id,
-            owner_id=pipe.settings().owner_id,
+            owner_id=clients.settings().owner_id,
             mode=mode,
             is_dm=msg.is_dm,
             replied_to_bot=self._replied_to_bot(msg),
@@ -547,21 +617,21 @@ class ChannelActor:
         self._deferred = True  # final once the answer is posted (or fails)
         self._cont, new = cont.on_trigger(self._cont, msg, now, text=text)
         self._trigger(msg, tier, mode=mode, command=None)
-        pipe.triggers.add(entry_from_message(msg, trusted=True))
+        clients.triggers.add(entry_from_message(msg, trusted=True))
         self._start(new.request, msg, self._new_slot(), nursery, typing=decision.show_typing)
 
     def _calls_bot(self, msg: Message) -> bool:
-        bot_id = self._pipe.bot.user_id
+        bot_id = self._clients.bot.user_id
         return bot_id is not None and (msg.mentions_user(bot_id) or self._replied_to_bot(msg))
 
     def _replied_to_bot(self, msg: Message) -> bool:
         ref = msg.message_reference
-        bot_id = self._pipe.bot.user_id
+        bot_id = self._clients.bot.user_id
         if ref is None or ref.message_id is None or bot_id is None:
             return False
         if msg.referenced_author is not None:
             return msg.referenced_author.id == bot_id
-        for cached in self._pipe.cache.recent(msg.channel_id, 200):
+        for cached in self._clients.cache.recent(msg.channel_id, 200):
             if cached.id == ref.message_id:
                 return cached.author.id == bot_id
         return False
@@ -570,27 +640,27 @@ class ChannelActor:
         self, msg: Message, mode: str, rule: AttentionDecision
     ) -> AttentionDecision:
         """Ask the chat's discriminator; failures fail open in a DM and closed in a group."""
-        pipe = self._pipe
-        settings = pipe.settings()
-        home = ChatHome(pipe.home, str(msg.channel_id))
+        clients = self._clients
+        settings = clients.settings()
+        home = ChatHome(clients.home, str(msg.channel_id))
         try:
             template = await trio.to_thread.run_sync(home.read_prompt)
         except Exception as exc:
             logger.warning("discriminator prompt unavailable, using the default: %s", exc)
             template = default_prompt_template()
         history = discriminate.history_before(
-            pipe.cache.recent(msg.channel_id, discriminate.HISTORY_SCAN),
+            clients.cache.recent(msg.channel_id, discriminate.HISTORY_SCAN),
             msg,
             settings.discriminator.history,
         )
-        own = pipe.store.get_chat_config(msg.channel_id)
+        own = clients.store.get_chat_config(msg.channel_id)
         chat = disc.ChatMeta(
             chat_id=str(msg.channel_id),
             kind="dm"
             if msg.is_dm
-            else ("thread" if pipe.registry.is_thread(msg.channel_id) else "group"),
-            name=_channel_name(pipe, msg.channel_id),
-            bot_name=pipe.bot.username,
+            else ("thread" if clients.registry.is_thread(msg.channel_id) else "group"),
+            name=_channel_name(clients, msg.channel_id),
+            bot_name=clients.bot.username,
         )
         try:
             request = discriminate.build_request(
@@ -599,19 +669,19 @@ class ChannelActor:
                 msg,
                 history,
                 chat,
-                pipe.workspace_of(msg),
+                clients.workspace_of(msg),
                 model=own.discriminator_model if own is not None else None,
             )
         except disc.PromptTooLarge as exc:
             return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
-        async with pipe.typing(
+        async with clients.typing(
             msg.channel_id, enabled=rule.show_typing, spawn=self._spawn_background
         ):
-            result = await pipe.llm.complete(request)
+            result = await clients.llm.complete(request)
         if result.outcome in ("error", "timeout"):
-            pipe.record_failure(
+            clients.record_failure(
                 stage="discriminate",
-                workspace=pipe.workspace_of(msg),
+                workspace=clients.workspace_of(msg),
                 persona=None,
                 signal_id=msg.id,
                 error=result.error or result.outcome,
@@ -626,9 +696,9 @@ class ChannelActor:
     async def _follow_up(
         self, msg: Message, outcome: cont.FollowUp | cont.RestartAnswer, nursery: trio.Nursery
     ) -> None:
-        pipe = self._pipe
+        clients = self._clients
         restart = isinstance(outcome, cont.RestartAnswer)
-        pipe.events.emit(
+        clients.events.emit(
             "continuation",
             message_id=msg.id,
             parent_id=outcome.parent_id,
@@ -636,7 +706,7 @@ class ChannelActor:
             author_id=msg.author.id,
             restart=restart,
         )
-        pipe.triggers.follow_up(outcome.parent_id, msg.text)
+        clients.triggers.follow_up(outcome.parent_id, msg.text)
         if not restart:
             # SPEC 5.4: the request was answered once; this line is context for the next one.
             self._decision(
@@ -682,14 +752,14 @@ class ChannelActor:
                     await self._answer(gen, typing)
                 except Exception as exc:
                     message = failure_text(exc)[0]
-                    self._pipe.events.emit(
+                    self._clients.events.emit(
                         "error", scope="generate", message_id=gen.trigger.id, message=message
                     )
                     logger.error("answer to message %s failed: %s", gen.trigger.id, message)
                 # Posted, skipped or failed (and logged): the decision is final. Not when a
                 # follow-up replaced this answer, nor when a shutdown cancelled it.
                 if not gen.replaced:
-                    self._pipe.handled.finish(
+                    self._clients.handled.finish(
                         gen.request.message_ids, gen.trigger.channel_id, gen.trigger.guild_id
                     )
                 # A skipped or failed answer still holds its place until the earlier ones post.
@@ -706,19 +776,19 @@ class ChannelActor:
                 gen.slot.done.set()
 
     async def _answer(self, gen: _Generation, typing: bool) -> None:
-        pipe = self._pipe
+        clients = self._clients
         trigger = gen.trigger
         lines = await self._context(gen)
         # Typing from here on: the model request is built next and goes out first, so the
         # indicator costs an instant answer no time; a slow answer shows it at once.
-        async with pipe.typing(
+        async with clients.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background
         ) as shown:
             if gen.trigger.id not in self._asks and self._persona_matches(gen.request):
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
                 handled = await persona_answer.maybe_answer(
-                    pipe, gen.request, trigger, lines, files=lambda: self._files(gen)
+                    clients, gen.request, trigger, lines, files=lambda: self._files(gen)
                 )
                 if handled:
                     return
@@ -739,16 +809,16 @@ class ChannelActor:
                 stage="generate",
                 system=DEFAULT_SYSTEM_PROMPT,
                 messages=(ChatTurn("user", content),),
-                workspace=pipe.workspace_of(trigger),
+                workspace=clients.workspace_of(trigger),
                 tier="general",
                 signal_id=str(trigger.id),
-                timeout=pipe.answer_timeout,
+                timeout=clients.answer_timeout,
                 user_id=trigger.author.id,
             )
-            if pipe.settings().replies.stream:
+            if clients.settings().replies.stream:
                 await self._stream_answer(gen, request, shown)
                 return
-            result = await pipe.llm.complete(request)
+            result = await clients.llm.complete(request)
             if result.ok and not shown.is_set():
                 with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
                     await shown.wait()
@@ -769,9 +839,9 @@ class ChannelActor:
         self, gen: _Generation, request: LLMRequest, typing_shown: trio.Event
     ) -> None:
         """The answer streamed into its reply (SPEC 16), in the reply's turn."""
-        pipe = self._pipe
+        clients = self._clients
         trigger = gen.trigger
-        plan = pipe.reply_plan(trigger, None)
+        plan = clients.reply_plan(trigger, None)
 
         async def before_first_post() -> bool:
             await gen.slot.turn()
@@ -789,10 +859,10 @@ class ChannelActor:
         surface = None
         if ask is not None:
             # A slash `ask`: the answer grows in the deferred response (SPEC 15).
-            surface = interactions.AnswerSurface(pipe, ask.interaction, ask.deferred.wait)
-        streamed = await pipe.stream_answer(
+            surface = interactions.AnswerSurface(clients, ask.interaction, ask.deferred.wait)
+        streamed = await clients.stream_answer(
             request,
-            lambda: pipe.resolve_plan(plan),
+            lambda: clients.resolve_plan(plan),
             trigger_id=trigger.id,
             before_first_post=before_first_post,
             surface=surface,
@@ -802,9 +872,9 @@ class ChannelActor:
         result = streamed.result
         if streamed.reply.failure is not None:
             message, trace = failure_text(streamed.reply.failure)
-            pipe.record_failure(
+            clients.record_failure(
                 stage="post",
-                workspace=pipe.workspace_of(trigger),
+                workspace=clients.workspace_of(trigger),
                 persona=None,
                 signal_id=trigger.id,
                 error=message,
@@ -820,10 +890,10 @@ class ChannelActor:
 
     async def _files(self, gen: _Generation) -> attachment_parts.RequestFiles:
         """The request's attachments and recent images, as model content (SPEC 16)."""
-        pipe = self._pipe
+        clients = self._clients
         trigger = gen.trigger
-        settings = pipe.settings()
-        recent = pipe.cache.recent(trigger.channel_id, ATTACHMENT_SCAN)
+        settings = clients.settings()
+        recent = clients.cache.recent(trigger.channel_id, ATTACHMENT_SCAN)
         own_ids = set(gen.request.message_ids) - {trigger.id}
         own = [trigger, *(m for m in recent if m.id in own_ids)]
         context = [m for m in recent if m.id < trigger.id][-settings.context_messages :]
@@ -833,11 +903,11 @@ class ChannelActor:
         trusted = [
             author
             for author in {m.author.id for m in context if m.attachments}
-            if author == owner or pipe.store.get_tier(author) is not None
+            if author == owner or clients.store.get_tier(author) is not None
         ]
         try:
             return await attachment_parts.gather(
-                pipe.rest.download_attachment, own, context, trusted
+                clients.rest.download_attachment, own, context, trusted
             )
         except Exception as exc:  # the answer goes on without its files
             logger.warning("attachments of %s unavailable: %s", trigger.id, exc)
@@ -845,36 +915,36 @@ class ChannelActor:
 
     async def _context(self, gen: _Generation) -> tuple[str, ...]:
         """The trigger's context lines from the cache (none when it cannot give them)."""
-        pipe = self._pipe
-        settings = pipe.settings()
+        clients = self._clients
+        settings = clients.settings()
         trigger = gen.trigger
         try:
             with trio.fail_after(CONTEXT_TIMEOUT_SECONDS):
-                lines = await pipe.cache.context_for(
+                lines = await clients.cache.context_for(
                     trigger,
                     max_messages=settings.context_messages,
                     max_chars=settings.context_chars,
-                    trusted=pipe.is_trusted,
+                    trusted=clients.is_trusted,
                 )
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
-            pipe.events.emit(
+            clients.events.emit(
                 "error", scope="context", message_id=trigger.id, message=failure_text(exc)[0]
             )
             lines = ()
-        pipe.events.emit(
+        clients.events.emit(
             "context",
             message_id=gen.request.parent_id,
             channel_id=trigger.channel_id,
             context_count=len(lines),
         )
-        pipe.triggers.set_context(gen.request.parent_id, lines)
+        clients.triggers.set_context(gen.request.parent_id, lines)
         return lines
 
     def _persona_matches(self, request: cont.Request) -> bool:
-        if self._pipe.personas is None:
+        if self._clients.personas is None:
             return False
-        personas = persona_answer.current_personas(self._pipe)
+        personas = persona_answer.current_personas(self._clients)
         return personas is not None and bool(pcore.match(personas, request.text))
 
     def _skip_or_fail(
@@ -887,11 +957,11 @@ class ChannelActor:
         limit: str | None = None,
     ) -> str | None:
         """Log why there is no answer; returns the reason when it was a skip, not a failure."""
-        pipe = self._pipe
+        clients = self._clients
         if outcome in ("error", "timeout"):
-            pipe.record_failure(
+            clients.record_failure(
                 stage="generate",
-                workspace=pipe.workspace_of(trigger),
+                workspace=clients.workspace_of(trigger),
                 persona=persona,
                 signal_id=trigger.id,
                 error=error or outcome,
@@ -907,9 +977,9 @@ class ChannelActor:
         return reason
 
     async def _post_answer(self, gen: _Generation, text: str, *, persona: str | None) -> None:
-        pipe = self._pipe
+        clients = self._clients
         trigger = gen.trigger
-        plan = pipe.reply_plan(trigger, None)
+        plan = clients.reply_plan(trigger, None)
         await gen.slot.turn()
         if cont.is_superseded(self._cont, gen.request):
             self._decision(trigger, "skip", "answer superseded by a follow-up: not posted")
@@ -923,15 +993,15 @@ class ChannelActor:
                     ask.answered = True
                     await ask.deferred.wait()
                     await interactions.finish_deferred(
-                        pipe, ask.interaction, text, command=sl.Ask.NAME
+                        clients, ask.interaction, text, command=sl.Ask.NAME
                     )
                     return
-                await pipe.post(plan, text, command=None, trigger_id=trigger.id)
+                await clients.post(plan, text, command=None, trigger_id=trigger.id)
             except Exception as exc:
                 message, trace = failure_text(exc)
-                pipe.record_failure(
+                clients.record_failure(
                     stage="post",
-                    workspace=pipe.workspace_of(trigger),
+                    workspace=clients.workspace_of(trigger),
                     persona=persona,
                     signal_id=trigger.id,
                     error=message,
@@ -962,8 +1032,8 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _channel_name(pipe: Pipeline, channel_id: Snowflake) -> str:
-    ch = pipe.registry.get(channel_id)
+def _channel_name(clients: ChannelClients, channel_id: Snowflake) -> str:
+    ch = clients.registry.get(channel_id)
     return ch.name if ch is not None and ch.name else str(channel_id)
 
 

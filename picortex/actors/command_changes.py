@@ -12,7 +12,7 @@ from pathlib import Path
 
 import trio
 
-from picortex.actors.pipeline import SettingsSource
+from picortex.actors.clients import CurrentSettings
 from picortex.core import commands as cmds
 from picortex.store import Store, StoreActor
 from picortex.store.chathome import ChatHome
@@ -25,7 +25,7 @@ async def apply_changes(
     changes: Sequence[cmds.Change],
     *,
     store: Store | StoreActor,
-    settings: SettingsSource,
+    settings: CurrentSettings,
     home: Path,
     chat_id: Snowflake | None,
     now: float,

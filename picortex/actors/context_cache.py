@@ -1,15 +1,15 @@
 """The context-cache actor: owns the per-channel message cache directory, keeps it current
 from gateway events and incremental history fetches, and builds the context for a trigger.
+
+Its loops only: delayed writes, fetches and their cooldown, the live-event queue. What a
+channel keeps is `picortex.core.history`; the files are `picortex.store.cache_files`.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
-import itertools
 import logging
 import math
-import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -17,10 +17,10 @@ from typing import Any, Final, Protocol
 
 import attrs
 import httpx
-import orjson
 import trio
 
-from picortex.core.context import assemble_context, cap_messages, merge_messages, plan_eviction
+from picortex.core.context import assemble_context
+from picortex.core.history import ChannelHistory, plan_eviction
 from picortex.discord.normalize import message_from_payload
 from picortex.errors import (
     ContextUnavailable,
@@ -28,26 +28,34 @@ from picortex.errors import (
     FatalDiscordError,
     PicortexError,
 )
-from picortex.files import open_private, private_dir
+from picortex.store.cache_files import (
+    channel_path,
+    encode_channel,
+    index_directory,
+    read_channel,
+    remove_channel,
+    write_atomic,
+)
 from picortex.types import (
-    Attachment,
     ChannelDelete,
     EventSink,
     Message,
     MessageDelete,
     MessageDeleteBulk,
-    MessageReference,
     MessageUpdate,
     NormalizeError,
     Snowflake,
-    User,
 )
 
 log = logging.getLogger(__name__)
 
 # Discord's largest page for GET /channels/{id}/messages.
 PAGE_MAX: Final = 100
-# Parsed channels kept in memory; the others stay on disk until asked for.
+# Parsed channels kept in memory; the others stay on disk until asked for. A live message
+# for a channel beyond them is kept as that channel's tail (only what its file lacks) until
+# the next write, so a burst across thousands of channels never holds all their histories:
+# 200,000 messages across 2,000 channels peaked at every message in memory, and the process
+# kept most of that peak (freed objects scattered over memory it could not give back).
 LOADED_CHANNELS: Final = 256
 # Gateway events waiting to be applied; beyond this they are dropped and counted, so the
 # gateway reader never blocks on the cache.
@@ -64,10 +72,6 @@ WRITE_DELAY: Final = 5.0
 WRITERS: Final = 4
 # Context requests waiting for the actor; callers wait for room rather than lose a request.
 REQUEST_QUEUE: Final = 256
-# Version of the channel file layout; a file of another version is treated as corrupt.
-FILE_VERSION: Final = 1
-# Suffix of a file being written; one left behind by a crash is deleted at start.
-TEMP_SUFFIX: Final = ".tmp"
 # Report live-queue overflow at the 1st, 10th, 100th... drop so a flood cannot flood the log.
 _OVERFLOW_REPORT_BASE: Final = 10
 
@@ -107,25 +111,6 @@ class CacheStatistics:
     pending_live_events: int
     live_events_dropped: int
     fetches: int
-
-
-@attrs.define
-class _Channel:
-    """The cached state of one channel (mutable; owned by the actor)."""
-
-    id: Snowflake
-    guild_id: Snowflake | None = None
-    # History is known complete up to this id: set by fetches, and moved by live messages
-    # while the channel is in sync (see `ContextCache.on_session_start`).
-    synced_to: Snowflake | None = None
-    messages: list[Message] = attrs.Factory(list)
-
-    def index_of(self, message_id: Snowflake) -> int | None:
-        """Position of a message in `messages`, or None when it is not cached."""
-        i = bisect.bisect_left(self.messages, message_id, key=lambda m: m.id)
-        if i < len(self.messages) and self.messages[i].id == message_id:
-            return i
-        return None
 
 
 @attrs.define
@@ -212,7 +197,12 @@ class ContextCache:
         self._files: OrderedDict[Snowflake, int] = OrderedDict()
         self._total_bytes = 0
         # Parsed channels, least recently used first.
-        self._loaded: OrderedDict[Snowflake, _Channel] = OrderedDict()
+        self._loaded: OrderedDict[Snowflake, ChannelHistory] = OrderedDict()
+        # Channels not in memory whose file lacks their newest live messages: those messages
+        # (and the sync mark they moved), merged into the file by the next write.
+        self._tails: dict[Snowflake, ChannelHistory] = {}
+        # ... and the tails being merged into their files right now.
+        self._tails_writing: dict[Snowflake, ChannelHistory] = {}
         # Channels changed since their last write -> when that write is due, oldest change
         # first (so the due times are in order too).
         self._dirty: dict[Snowflake, float] = {}
@@ -494,36 +484,16 @@ class ContextCache:
                 channel_id=channel_id,
             )
         channel = self._absorb(channel_id, guild_id, messages)
-        if messages:
-            newest = max(m.id for m in messages)
-            channel.synced_to = max(channel.synced_to or 0, newest)
+        if channel.fetched(messages):
             self._mark_dirty(channel_id)
 
     def _absorb(
         self, channel_id: Snowflake, guild_id: Snowflake | None, messages: Iterable[Message]
-    ) -> _Channel:
+    ) -> ChannelHistory:
         """Merge messages into a channel, marking it for writing when anything changed."""
         channel = self._channel(channel_id)
-        if channel.guild_id is None:
-            channel.guild_id = guild_id
-        incoming = list(messages)
-        if not incoming:
-            return channel
-        last = channel.messages[-1].id if channel.messages else -1
-        if len(incoming) == 1 and incoming[0].id > last:
-            channel.messages.append(incoming[0])  # the usual live case: a new newest message
-        else:
-            fresh = [
-                m
-                for m in incoming
-                if (i := channel.index_of(m.id)) is None or channel.messages[i] != m
-            ]
-            if not fresh:
-                return channel
-            channel.messages = merge_messages(channel.messages, fresh)
-        if len(channel.messages) > self._cap:
-            channel.messages = cap_messages(channel.messages, self._cap)
-        self._mark_dirty(channel_id)
+        if channel.absorb(guild_id, messages, self._cap):
+            self._mark_dirty(channel_id)
         return channel
 
     # ----- live updates ------------------------------------------------------------------
@@ -566,10 +536,23 @@ class ContextCache:
 
     def _apply_live(self, event: LiveEvent) -> None:
         if isinstance(event, Message):
-            channel = self._absorb(event.channel_id, event.guild_id, [event])
-            if event.channel_id in self._in_sync and event.id > (channel.synced_to or 0):
-                channel.synced_to = event.id
-                self._mark_dirty(event.channel_id)
+            channel_id = event.channel_id
+            if channel_id not in self._loaded and (
+                channel_id in self._tails or len(self._loaded) >= LOADED_CHANNELS
+            ):
+                # Memory is full of other channels: no need to read this one's history to
+                # add its newest message; the writer merges it into the file.
+                tail = self._tails.get(channel_id)
+                if tail is None:
+                    tail = self._tails[channel_id] = ChannelHistory(channel_id)
+                tail.absorb(event.guild_id, [event], self._cap)
+                if channel_id in self._in_sync:
+                    tail.delivered(event)
+                self._mark_dirty(channel_id)
+                return
+            channel = self._absorb(channel_id, event.guild_id, [event])
+            if channel_id in self._in_sync and channel.delivered(event):
+                self._mark_dirty(channel_id)
         elif isinstance(event, MessageUpdate):
             self._apply_update(event)
         elif isinstance(event, MessageDeleteBulk):
@@ -580,22 +563,10 @@ class ContextCache:
             self._apply_delete(event)
 
     def _apply_update(self, update: MessageUpdate) -> None:
-        channel = self._channel(update.channel_id)
-        i = channel.index_of(update.id)
-        cached: Message | None = None
-        if i is not None:
-            cached = channel.messages[i]
-            edited = attrs.evolve(
-                cached,
-                content=cached.content if update.content is None else update.content,
-                edited_timestamp=update.edited_timestamp or cached.edited_timestamp,
-                attachments=(
-                    cached.attachments if update.attachments is None else update.attachments
-                ),
-            )
-            if edited != cached:
-                channel.messages[i] = edited
-                self._mark_dirty(update.channel_id)
+        edit = self._channel(update.channel_id).apply_update(update)
+        if edit.changed:
+            self._mark_dirty(update.channel_id)
+        cached = edit.cached
         author = update.author or (cached.author if cached is not None else None)
         content = (
             update.content
@@ -613,26 +584,20 @@ class ContextCache:
         )
 
     def _apply_delete(self, delete: MessageDelete) -> None:
-        channel = self._channel(delete.channel_id)
-        i = channel.index_of(delete.id)
-        if i is not None:
-            del channel.messages[i]
+        cached = self._channel(delete.channel_id).apply_delete(delete)
+        if cached:
             self._mark_dirty(delete.channel_id)
         self._events.emit(
             "message-delete",
             message_id=delete.id,
             channel_id=delete.channel_id,
             guild_id=delete.guild_id,
-            cached=i is not None,
+            cached=cached,
         )
 
     def _apply_delete_bulk(self, delete: MessageDeleteBulk) -> None:
-        channel = self._channel(delete.channel_id)
-        gone = set(delete.ids)
-        kept = [m for m in channel.messages if m.id not in gone]
-        cached = len(channel.messages) - len(kept)
+        cached = self._channel(delete.channel_id).apply_delete_bulk(delete)
         if cached:
-            channel.messages = kept
             self._mark_dirty(delete.channel_id)
         self._events.emit(
             "message-delete",
@@ -646,9 +611,7 @@ class ContextCache:
     def _apply_channel_delete(self, delete: ChannelDelete) -> None:
         # Emptied rather than unlinked: the writer may hold the channel; an empty file is
         # small, and is evicted with the least recently written ones.
-        channel = self._channel(delete.id)
-        if channel.messages:
-            channel.messages = []
+        if self._channel(delete.id).clear():
             self._mark_dirty(delete.id)
         self._in_sync.discard(delete.id)
         self._last_fetch.pop(delete.id, None)
@@ -664,13 +627,22 @@ class ContextCache:
 
     # ----- memory ------------------------------------------------------------------------
 
-    def _channel(self, channel_id: Snowflake) -> _Channel:
+    def _channel(self, channel_id: Snowflake) -> ChannelHistory:
         """The parsed channel, from memory or its file (an empty one when there is none)."""
         channel = self._loaded.get(channel_id)
         if channel is not None:
             self._loaded.move_to_end(channel_id)
             return channel
         channel = self._read(channel_id)
+        tails = [
+            t for t in (self._tails_writing.get(channel_id), self._tails.pop(channel_id, None)) if t
+        ]
+        for tail in tails:  # live messages its file may lack yet
+            channel.absorb(tail.guild_id, tail.messages, self._cap)
+            if tail.synced_to is not None:
+                channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+        if tails:
+            self._mark_dirty(channel_id)
         self._loaded[channel_id] = channel
         if len(self._loaded) > LOADED_CHANNELS:
             self._unload_some(keep=channel_id)
@@ -699,25 +671,18 @@ class ContextCache:
 
     # ----- disk --------------------------------------------------------------------------
 
-    def _path(self, channel_id: Snowflake) -> Path:
-        return self._dir / f"{channel_id}.json"
-
-    def _read(self, channel_id: Snowflake) -> _Channel:
-        path = self._path(channel_id)
+    def _read(self, channel_id: Snowflake) -> ChannelHistory:
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            return _Channel(channel_id)
-        except OSError as exc:
-            self._drop_corrupt(channel_id, f"unreadable: {exc}")
-            return _Channel(channel_id)
-        try:
-            channel = decode_channel(data, channel_id)
+            channel = read_channel(self._dir, channel_id)
         except CorruptCacheFile as exc:
             self._drop_corrupt(channel_id, str(exc))
-            return _Channel(channel_id)
-        if len(channel.messages) > self._cap:
-            channel.messages = cap_messages(channel.messages, self._cap)
+            return ChannelHistory(channel_id)
+        except OSError as exc:
+            self._drop_corrupt(channel_id, f"unreadable: {exc}")
+            return ChannelHistory(channel_id)
+        if channel is None:
+            return ChannelHistory(channel_id)
+        channel.trim(self._cap)
         return channel
 
     def _drop_corrupt(self, channel_id: Snowflake, reason: str) -> None:
@@ -729,8 +694,7 @@ class ContextCache:
             message=f"corrupt cache file dropped: {reason}",
             channel_id=channel_id,
         )
-        with contextlib.suppress(FileNotFoundError):
-            self._path(channel_id).unlink()
+        remove_channel(self._dir, channel_id)
         self._forget_file(channel_id)
         self._last_fetch.pop(channel_id, None)
         self._in_sync.discard(channel_id)
@@ -740,30 +704,14 @@ class ContextCache:
 
     def _load_index(self) -> None:
         """Rebuild the on-disk index (write order from file mtimes) and reset memory."""
-        private_dir(self._dir)
         # Changes held only in memory are gone (and a crash may have lost live events).
         self._lose_sync()
         self._loaded.clear()
+        self._tails.clear()
+        self._tails_writing.clear()
         self._dirty.clear()
         self._writing.clear()
-        found: list[tuple[int, Snowflake, int]] = []
-        with os.scandir(self._dir) as entries:
-            for entry in entries:
-                if entry.name.endswith(TEMP_SUFFIX):
-                    # A write interrupted before its rename; the real file is intact.
-                    with contextlib.suppress(FileNotFoundError):
-                        os.unlink(entry.path)
-                    continue
-                stem, dot, ext = entry.name.partition(".")
-                if ext != "json" or not dot or not stem.isdigit():
-                    continue
-                try:
-                    st = entry.stat()
-                except FileNotFoundError:
-                    continue
-                found.append((st.st_mtime_ns, int(stem), st.st_size))
-        found.sort()
-        self._files = OrderedDict((channel_id, size) for _, channel_id, size in found)
+        self._files = OrderedDict(index_directory(self._dir))
         self._total_bytes = sum(self._files.values())
         self._evict()
 
@@ -789,17 +737,32 @@ class ContextCache:
                     await self._wake.wait()
                 continue
             channel = self._loaded.get(channel_id)
-            if channel is None:  # evicted meanwhile
+            tail = None if channel is not None else self._tails.pop(channel_id, None)
+            if channel is None and tail is None:  # evicted meanwhile
                 continue
-            data = encode_channel(channel)
             self._writing.add(channel_id)
             try:
-                await trio.to_thread.run_sync(write_atomic, self._path(channel_id), data)
+                if channel is not None:
+                    data = encode_channel(channel)
+                    await trio.to_thread.run_sync(
+                        write_atomic, channel_path(self._dir, channel_id), data
+                    )
+                    self._written(channel_id, len(data))
+                else:
+                    assert tail is not None
+                    self._tails_writing[channel_id] = tail
+                    size, problem = await trio.to_thread.run_sync(
+                        write_with_tail, self._dir, tail, self._cap
+                    )
+                    self._written(channel_id, size)
+                    if problem is not None:
+                        self._history_lost(channel_id, problem)
             except OSError as exc:
+                if tail is not None:
+                    self._keep_tail(tail)
                 self._write_failed(channel_id, exc)
-            else:
-                self._written(channel_id, len(data))
             finally:
+                self._tails_writing.pop(channel_id, None)
                 self._writing.discard(channel_id)
                 if self._dirty:
                     self._wake.set()  # it may have changed again while being written
@@ -811,15 +774,46 @@ class ContextCache:
             channel_id = next(iter(self._dirty))
             del self._dirty[channel_id]
             channel = self._loaded.get(channel_id)
-            if channel is None:
-                continue
-            data = encode_channel(channel)
+            tail = None if channel is not None else self._tails.pop(channel_id, None)
             try:
-                write_atomic(self._path(channel_id), data)
+                if channel is not None:
+                    data = encode_channel(channel)
+                    write_atomic(channel_path(self._dir, channel_id), data)
+                    self._written(channel_id, len(data))
+                elif tail is not None:
+                    size, problem = write_with_tail(self._dir, tail, self._cap)
+                    self._written(channel_id, size)
+                    if problem is not None:
+                        self._history_lost(channel_id, problem)
             except OSError as exc:
                 self._write_failed(channel_id, exc)
-            else:
-                self._written(channel_id, len(data))
+
+    def _keep_tail(self, tail: ChannelHistory) -> None:
+        """A tail that did not reach its file: back into memory for the next write."""
+        channel_id = tail.id
+        channel = self._loaded.get(channel_id)
+        if channel is not None:
+            # Loaded meanwhile, and already holding the tail (`_channel` merged it).
+            return
+        newer = self._tails.pop(channel_id, None)
+        if newer is not None:
+            tail.absorb(newer.guild_id, newer.messages, self._cap)
+            if newer.synced_to is not None:
+                tail.synced_to = max(tail.synced_to or 0, newer.synced_to)
+        # Like a loaded channel's failed change: the next change to the channel tries again.
+        self._tails[channel_id] = tail
+
+    def _history_lost(self, channel_id: Snowflake, reason: str) -> None:
+        """A channel's unreadable file was replaced by its tail: fetch the rest again."""
+        log.warning("dropping cache file of channel %s: %s", channel_id, reason)
+        self._events.emit(
+            "error",
+            scope="context_cache",
+            message=f"corrupt cache file dropped: {reason}",
+            channel_id=channel_id,
+        )
+        self._last_fetch.pop(channel_id, None)
+        self._lose_sync(channel_id)
 
     def _write_failed(self, channel_id: Snowflake, exc: OSError) -> None:
         # The change stays in memory; the next change to the channel tries again. Should the
@@ -849,158 +843,11 @@ class ContextCache:
             return
         pinned = frozenset(self._dirty).union(self._writing - {just_written})
         for channel_id in plan_eviction(self._files.items(), self._max_bytes, pinned=pinned):
-            with contextlib.suppress(FileNotFoundError):
-                self._path(channel_id).unlink()
+            remove_channel(self._dir, channel_id)
             self._forget_file(channel_id)
             self._loaded.pop(channel_id, None)
             self._last_fetch.pop(channel_id, None)
             self._in_sync.discard(channel_id)
-
-
-# ----- file format -----------------------------------------------------------------------
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves either the old or the new file.
-
-    Writes a temporary file in the same directory, fsyncs it, renames it over `path`, then
-    fsyncs the directory so the rename itself survives a power cut.
-    """
-    temp = path.with_name(path.name + TEMP_SUFFIX)
-    fd = open_private(temp, os.O_WRONLY | os.O_TRUNC)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(temp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        # Some file systems cannot fsync a directory; the rename has happened either way.
-        with contextlib.suppress(OSError):
-            os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def encode_channel(channel: _Channel) -> bytes:
-    """The file bytes of a channel: users once, then messages referring to them by index."""
-    users: dict[User, int] = {}
-    records: list[dict[str, object]] = []
-    for m in channel.messages:
-        author = users.setdefault(m.author, len(users))
-        record: dict[str, object] = {"id": m.id, "author": author, "ts": m.timestamp}
-        text = m.text  # forwards, polls and stickers are kept as the text they add
-        if text:
-            record["text"] = text
-        if m.edited_timestamp is not None:
-            record["edited"] = m.edited_timestamp
-        if m.attachments:
-            record["files"] = [[a.id, a.filename, a.size] for a in m.attachments]
-        if m.message_reference is not None and m.message_reference.message_id is not None:
-            record["reply_to"] = m.message_reference.message_id
-        if m.type:
-            record["type"] = m.type
-        records.append(record)
-    return orjson.dumps(
-        {
-            "v": FILE_VERSION,
-            "channel_id": channel.id,
-            "guild_id": channel.guild_id,
-            "synced_to": channel.synced_to,
-            "users": [[u.id, u.username, u.global_name, u.bot, u.nick] for u in users],
-            "messages": records,
-        }
-    )
-
-
-def decode_channel(data: bytes, channel_id: Snowflake) -> _Channel:
-    """Parse a channel file written by `encode_channel`.
-
-    Raises:
-        CorruptCacheFile: the bytes are not such a file for this channel.
-    """
-    try:
-        doc = orjson.loads(data)
-        if not isinstance(doc, dict) or doc.get("v") != FILE_VERSION:
-            raise CorruptCacheFile("not a channel file of this version")
-        if doc.get("channel_id") != channel_id:
-            raise CorruptCacheFile("file belongs to another channel")
-        guild_id = _opt_int(doc.get("guild_id"))
-        users = [
-            User(
-                id=_int(u[0]),
-                username=_str(u[1]),
-                global_name=_opt_str(u[2]),
-                bot=u[3] is True,
-                # Files written before nicknames were kept have four fields.
-                nick=_opt_str(u[4]) if len(u) > 4 else None,
-            )
-            for u in doc["users"]
-        ]
-        messages: list[Message] = []
-        for r in doc["messages"]:
-            reply_to = _opt_int(r.get("reply_to"))
-            messages.append(
-                Message(
-                    id=_int(r["id"]),
-                    channel_id=channel_id,
-                    author=users[_int(r["author"])],
-                    content=_str(r.get("text", "")),
-                    timestamp=_str(r["ts"]),
-                    guild_id=guild_id,
-                    attachments=tuple(
-                        Attachment(id=_int(a[0]), filename=_str(a[1]), size=_int(a[2]))
-                        for a in r.get("files", ())
-                    ),
-                    message_reference=(
-                        MessageReference(reply_to, channel_id, guild_id)
-                        if reply_to is not None
-                        else None
-                    ),
-                    edited_timestamp=_opt_str(r.get("edited")),
-                    type=_int(r.get("type", 0)),
-                )
-            )
-        if any(a.id >= b.id for a, b in itertools.pairwise(messages)):
-            raise CorruptCacheFile("messages out of order")
-        return _Channel(
-            channel_id,
-            guild_id=guild_id,
-            synced_to=_opt_int(doc.get("synced_to")),
-            messages=messages,
-        )
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
-        if isinstance(exc, CorruptCacheFile):
-            raise
-        raise CorruptCacheFile(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _int(value: object) -> int:
-    if type(value) is not int:
-        raise CorruptCacheFile(f"expected an integer, got {type(value).__name__}")
-    return value
-
-
-def _opt_int(value: object) -> int | None:
-    return None if value is None else _int(value)
-
-
-def _str(value: object) -> str:
-    if not isinstance(value, str):
-        raise CorruptCacheFile(f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _opt_str(value: object) -> str | None:
-    return None if value is None else _str(value)
 
 
 def _payload_id(payload: Mapping[str, Any]) -> Snowflake:
@@ -1009,3 +856,27 @@ def _payload_id(payload: Mapping[str, Any]) -> Snowflake:
         return int(payload["id"])
     except (KeyError, TypeError, ValueError):
         return 0
+
+
+def write_with_tail(directory: Path, tail: ChannelHistory, cap: int) -> tuple[int, str | None]:
+    """Write a channel's file: what it holds with `tail` merged in (runs in a worker thread).
+
+    Returns the file's new size, and why the old file was dropped when it could not be read
+    (the file then holds the tail alone).
+    """
+    problem: str | None = None
+    try:
+        channel = read_channel(directory, tail.id)
+    except CorruptCacheFile as exc:
+        channel, problem = None, str(exc)
+    except OSError as exc:
+        channel, problem = None, f"unreadable: {exc}"
+    if channel is None:
+        channel = ChannelHistory(tail.id)
+    channel.trim(cap)
+    channel.absorb(tail.guild_id, tail.messages, cap)
+    if tail.synced_to is not None:
+        channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+    data = encode_channel(channel)
+    write_atomic(channel_path(directory, tail.id), data)
+    return len(data), problem

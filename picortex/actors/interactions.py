@@ -11,18 +11,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
 
-from picortex.actors.pipeline import ERROR_MESSAGE_MAX_CHARS, Pipeline, failure_text
+from picortex.actors.clients import (
+    CurrentSettings,
+    FatalReporter,
+    InteractionRest,
+    Spawner,
+    StoreAccess,
+    TrustReader,
+)
+from picortex.actors.pipeline import ERROR_MESSAGE_MAX_CHARS, failure_text
 from picortex.core import policy
 from picortex.core import slash as sl
 from picortex.core.redact import redact
 from picortex.core.split import split_reply
 from picortex.errors import FatalDiscordError
-from picortex.types import Interaction, Message, Snowflake
+from picortex.types import EventSink, Interaction, Message, Snowflake
 
 logger = logging.getLogger(__name__)
 
@@ -39,41 +47,41 @@ GLOBAL_SCOPE: Final = "global"
 REFUSAL: Final = "You are not on this bot's trust list, so it cannot do that for you."
 
 
-class InteractionRest(Protocol):
-    """The REST calls slash commands make (picortex.discord.rest.RestClient)."""
-
-    async def bulk_overwrite_global_commands(
-        self, application_id: int, commands: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]: ...
-
-    async def bulk_overwrite_guild_commands(
-        self, application_id: int, guild_id: int, commands: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]: ...
-
-    async def create_interaction_response(
-        self, interaction_id: int, token: str, response: dict[str, Any]
-    ) -> None: ...
-
-    async def edit_original_interaction_response(
-        self, application_id: int, token: str, message: dict[str, Any]
-    ) -> dict[str, Any]: ...
-
-    async def get_original_interaction_response(
-        self, application_id: int, token: str
-    ) -> dict[str, Any]: ...
-
-    async def create_followup_message(
-        self, application_id: int, token: str, message: dict[str, Any]
-    ) -> dict[str, Any]: ...
-
-    async def edit_followup_message(
-        self, application_id: int, token: str, message_id: int, message: dict[str, Any]
-    ) -> dict[str, Any]: ...
+class InteractionStore(TrustReader, StoreAccess, Protocol):
+    """What slash commands read and keep (the registered command tree's digest)."""
 
 
-def _rest(pipe: Pipeline) -> InteractionRest:
-    # The app passes a RestClient, which has every interaction route.
-    return cast(InteractionRest, pipe.rest)
+class InteractionClients(FatalReporter, Spawner, Protocol):
+    """What answering interactions uses."""
+
+    @property
+    def settings(self) -> CurrentSettings:
+        """The settings in force."""
+        ...
+
+    @property
+    def events(self) -> EventSink:
+        """The action log."""
+        ...
+
+    @property
+    def store(self) -> InteractionStore:
+        """The trust list and the command tree's digest."""
+        ...
+
+    @property
+    def rest(self) -> InteractionRest:
+        """Discord's interaction routes."""
+        ...
+
+    @property
+    def acks(self) -> dict[Snowflake, Any]:
+        """Interactions not answered yet, by id (see `expect`)."""
+        ...
+
+    def reply_target(self, command: str | None) -> policy.Target:
+        """Where a reply goes under the response policy."""
+        ...
 
 
 def as_message(interaction: Interaction, text: str) -> Message:
@@ -103,29 +111,31 @@ class Ack:
     done: trio.Event = attrs.field(factory=trio.Event)
 
 
-def expect(pipe: Pipeline, interaction: Interaction, *, ephemeral: bool, arrived: float) -> None:
+def expect(
+    clients: InteractionClients, interaction: Interaction, *, ephemeral: bool, arrived: float
+) -> None:
     """Track a new command interaction and defer it if its channel has not answered in time."""
     ack = Ack(interaction, ephemeral)
-    pipe.acks[interaction.id] = ack
-    if pipe.spawn is not None:
-        pipe.spawn(_deadline, pipe, ack, arrived + DEFER_AFTER_SECONDS)
+    clients.acks[interaction.id] = ack
+    if clients.spawn is not None:
+        clients.spawn(_deadline, clients, ack, arrived + DEFER_AFTER_SECONDS)
 
 
-async def _deadline(pipe: Pipeline, ack: Ack, at: float) -> None:
+async def _deadline(clients: InteractionClients, ack: Ack, at: float) -> None:
     await trio.sleep_until(at)
     if ack.state != "pending":
         return
     ack.state = "deferring"
     try:
-        ok = await _send_deferral(pipe, ack.interaction, ephemeral=ack.ephemeral)
+        ok = await _send_deferral(clients, ack.interaction, ephemeral=ack.ephemeral)
         ack.state = "deferred" if ok else "failed"
     finally:
         ack.done.set()
 
 
-async def _claim(pipe: Pipeline, interaction: Interaction) -> str:
+async def _claim(clients: InteractionClients, interaction: Interaction) -> str:
     """Take the right to answer: `respond` (nobody has), `edit` (deferred), `lost` (failed)."""
-    ack: Ack | None = pipe.acks.pop(interaction.id, None)
+    ack: Ack | None = clients.acks.pop(interaction.id, None)
     if ack is None or ack.state == "pending":
         if ack is not None:
             ack.state = "responded"
@@ -134,15 +144,15 @@ async def _claim(pipe: Pipeline, interaction: Interaction) -> str:
     return "edit" if ack.state == "deferred" else "lost"
 
 
-def predicted_ephemeral(pipe: Pipeline, interaction: Interaction) -> bool:
+def predicted_ephemeral(clients: InteractionClients, interaction: Interaction) -> bool:
     """Whether the answer will be private, judged before the channel handles it."""
-    settings = pipe.settings()
+    settings = clients.settings()
     user = interaction.user.id
-    trusted = user == settings.owner_id or pipe.store.get_tier(user) is not None
+    trusted = user == settings.owner_id or clients.store.get_tier(user) is not None
     if not trusted:
         return True
     name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
-    return name != sl.Ask.NAME and pipe.reply_target(name) == "dm"
+    return name != sl.Ask.NAME and clients.reply_target(name) == "dm"
 
 
 def _message_body(text: str, *, ephemeral: bool) -> dict[str, Any]:
@@ -168,13 +178,13 @@ class AnswerSurface:
 
     def __init__(
         self,
-        pipe: Pipeline,
+        clients: InteractionClients,
         interaction: Interaction,
         before_first: Callable[[], Awaitable[None]],
         *,
         timeout: float = FOLLOW_UP_TIMEOUT_SECONDS,
     ) -> None:
-        self._rest = _rest(pipe)
+        self._rest = clients.rest
         self._interaction = interaction
         self._before_first = before_first
         self._timeout = timeout
@@ -212,11 +222,13 @@ class AnswerSurface:
                 )
 
 
-def _note_failure(pipe: Pipeline, interaction: Interaction, what: str, exc: Exception) -> None:
-    if isinstance(exc, FatalDiscordError) and pipe.fatal is not None:
-        pipe.fatal(exc)
+def _note_failure(
+    clients: InteractionClients, interaction: Interaction, what: str, exc: Exception
+) -> None:
+    if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
+        clients.fatal(exc)
     message = failure_text(exc)[0]
-    pipe.events.emit(
+    clients.events.emit(
         "error",
         scope="interaction",
         interaction_id=interaction.id,
@@ -227,7 +239,7 @@ def _note_failure(pipe: Pipeline, interaction: Interaction, what: str, exc: Exce
 
 
 async def respond(
-    pipe: Pipeline,
+    clients: InteractionClients,
     interaction: Interaction,
     text: str,
     *,
@@ -238,18 +250,18 @@ async def respond(
 
     Logs a `reply` event; returns False (after logging why) when Discord refused it.
     """
-    claim = await _claim(pipe, interaction)
+    claim = await _claim(clients, interaction)
     if claim == "edit":
         try:
-            await finish_deferred(pipe, interaction, text, command=command, ephemeral=ephemeral)
+            await finish_deferred(clients, interaction, text, command=command, ephemeral=ephemeral)
         except Exception:
             return False  # logged by finish_deferred
         return True
     if claim == "lost":
-        _reply_event(pipe, interaction, command, ephemeral, "failed", len(text), None)
+        _reply_event(clients, interaction, command, ephemeral, "failed", len(text), None)
         return False
     chunks = split_reply(text) or ["(empty answer)"]
-    rest = _rest(pipe)
+    rest = clients.rest
     try:
         with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
             await rest.create_interaction_response(
@@ -268,34 +280,36 @@ async def respond(
                     _message_body(chunk, ephemeral=ephemeral),
                 )
     except Exception as exc:
-        _note_failure(pipe, interaction, "response", exc)
-        _reply_event(pipe, interaction, command, ephemeral, "failed", len(text), exc)
+        _note_failure(clients, interaction, "response", exc)
+        _reply_event(clients, interaction, command, ephemeral, "failed", len(text), exc)
         return False
-    _reply_event(pipe, interaction, command, ephemeral, "posted", len(text), None)
+    _reply_event(clients, interaction, command, ephemeral, "posted", len(text), None)
     return True
 
 
-async def defer(pipe: Pipeline, interaction: Interaction) -> bool:
+async def defer(clients: InteractionClients, interaction: Interaction) -> bool:
     """Acknowledge at once (type 5: "thinking..."); the answer comes by editing `@original`."""
-    claim = await _claim(pipe, interaction)
+    claim = await _claim(clients, interaction)
     if claim != "respond":
         return claim == "edit"  # the deadline deferred it already
-    return await _send_deferral(pipe, interaction, ephemeral=False)
+    return await _send_deferral(clients, interaction, ephemeral=False)
 
 
-async def _send_deferral(pipe: Pipeline, interaction: Interaction, *, ephemeral: bool) -> bool:
+async def _send_deferral(
+    clients: InteractionClients, interaction: Interaction, *, ephemeral: bool
+) -> bool:
     response: dict[str, Any] = {"type": sl.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE}
     if ephemeral:
         response["data"] = {"flags": sl.EPHEMERAL}
     try:
         with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
-            await _rest(pipe).create_interaction_response(
+            await clients.rest.create_interaction_response(
                 interaction.id, interaction.token, response
             )
     except Exception as exc:
-        _note_failure(pipe, interaction, "deferral", exc)
+        _note_failure(clients, interaction, "deferral", exc)
         return False
-    pipe.events.emit(
+    clients.events.emit(
         "interaction",
         action="deferred",
         interaction_id=interaction.id,
@@ -305,7 +319,7 @@ async def _send_deferral(pipe: Pipeline, interaction: Interaction, *, ephemeral:
 
 
 async def finish_deferred(
-    pipe: Pipeline,
+    clients: InteractionClients,
     interaction: Interaction,
     text: str,
     *,
@@ -317,7 +331,7 @@ async def finish_deferred(
     Returns the ids of the messages written; raises when the first edit fails.
     """
     chunks = split_reply(text) or ["(empty answer)"]
-    rest = _rest(pipe)
+    rest = clients.rest
     posted: list[Snowflake] = []
     try:
         with trio.fail_after(FOLLOW_UP_TIMEOUT_SECONDS):
@@ -335,13 +349,13 @@ async def finish_deferred(
                 )
                 posted.append(int(data.get("id", 0) or 0))
     except Exception as exc:
-        _note_failure(pipe, interaction, "answer", exc)
+        _note_failure(clients, interaction, "answer", exc)
         _reply_event(
-            pipe, interaction, command, ephemeral, "failed", len(text), exc, parts=len(posted)
+            clients, interaction, command, ephemeral, "failed", len(text), exc, parts=len(posted)
         )
         raise
     _reply_event(
-        pipe,
+        clients,
         interaction,
         command,
         ephemeral,
@@ -354,25 +368,27 @@ async def finish_deferred(
     return posted
 
 
-async def original_message_id(pipe: Pipeline, interaction: Interaction) -> Snowflake | None:
+async def original_message_id(
+    clients: InteractionClients, interaction: Interaction
+) -> Snowflake | None:
     """The id of the interaction's first response message, when Discord tells it."""
     try:
-        data = await _rest(pipe).get_original_interaction_response(
+        data = await clients.rest.get_original_interaction_response(
             interaction.application_id, interaction.token
         )
         return int(data["id"])
     except Exception as exc:
-        _note_failure(pipe, interaction, "original response", exc)
+        _note_failure(clients, interaction, "original response", exc)
         return None
 
 
 async def autocomplete(
-    pipe: Pipeline, interaction: Interaction, choices: list[dict[str, str]]
+    clients: InteractionClients, interaction: Interaction, choices: list[dict[str, str]]
 ) -> None:
     """Answer an autocomplete interaction (type 8) with up to 25 choices."""
     try:
         with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
-            await _rest(pipe).create_interaction_response(
+            await clients.rest.create_interaction_response(
                 interaction.id,
                 interaction.token,
                 {
@@ -381,11 +397,11 @@ async def autocomplete(
                 },
             )
     except Exception as exc:
-        _note_failure(pipe, interaction, "autocomplete", exc)
+        _note_failure(clients, interaction, "autocomplete", exc)
 
 
 def _reply_event(
-    pipe: Pipeline,
+    clients: InteractionClients,
     interaction: Interaction,
     command: str | None,
     ephemeral: bool,
@@ -411,19 +427,19 @@ def _reply_event(
         fields["message_ids"] = ids
     if exc is not None:
         fields["error"] = redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS]
-    pipe.events.emit("reply", **fields)
+    clients.events.emit("reply", **fields)
 
 
 # ----- registration on READY -------------------------------------------------------------
 
 
-async def register_commands(pipe: Pipeline, application_id: Snowflake) -> None:
+async def register_commands(clients: InteractionClients, application_id: Snowflake) -> None:
     """Bulk-overwrite the `/picortex` tree where `[slash]` says, unless already registered.
 
     With `guild_ids` set, the commands go to those guilds only and global commands are left
     as they are. Failures are logged; the bot runs on without slash commands.
     """
-    settings = pipe.settings().slash
+    settings = clients.settings().slash
     if not settings.enabled:
         return
     scopes: list[tuple[str, Snowflake | None]] = (
@@ -431,35 +447,35 @@ async def register_commands(pipe: Pipeline, application_id: Snowflake) -> None:
         if settings.guild_ids
         else [(GLOBAL_SCOPE, None)]
     )
-    rest = _rest(pipe)
+    rest = clients.rest
     for scope, guild_id in scopes:
         tree = sl.command_tree(global_scope=guild_id is None)
         digest = sl.tree_hash(application_id, scope, tree)
         try:
-            if await _registered_hash(pipe, scope) == digest:
-                pipe.events.emit("slash", action="unchanged", scope=scope)
+            if await _registered_hash(clients, scope) == digest:
+                clients.events.emit("slash", action="unchanged", scope=scope)
                 continue
             if guild_id is None:
                 await rest.bulk_overwrite_global_commands(application_id, tree)
             else:
                 await rest.bulk_overwrite_guild_commands(application_id, guild_id, tree)
-            _remember_hash(pipe, scope, digest, time.time())
+            _remember_hash(clients, scope, digest, time.time())
         except Exception as exc:
-            if isinstance(exc, FatalDiscordError) and pipe.fatal is not None:
-                pipe.fatal(exc)
+            if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
+                clients.fatal(exc)
             message = failure_text(exc)[0]
-            pipe.events.emit("slash", action="failed", scope=scope, error=message)
+            clients.events.emit("slash", action="failed", scope=scope, error=message)
             logger.warning("registering slash commands (%s) failed: %s", scope, message)
             continue
-        pipe.events.emit("slash", action="registered", scope=scope, commands=len(tree))
+        clients.events.emit("slash", action="registered", scope=scope, commands=len(tree))
         logger.info("registered /%s commands (%s)", sl.COMMAND_NAME, scope)
 
 
-async def _registered_hash(pipe: Pipeline, scope: str) -> str | None:
+async def _registered_hash(clients: InteractionClients, scope: str) -> str | None:
     """The digest of the tree last registered in `scope`, read on the store's thread."""
-    return await pipe.store.read(lambda db: db.app_commands_hash(scope))
+    return await clients.store.read(lambda db: db.app_commands_hash(scope))
 
 
-def _remember_hash(pipe: Pipeline, scope: str, digest: str, now: float) -> None:
+def _remember_hash(clients: InteractionClients, scope: str, digest: str, now: float) -> None:
     """Queue remembering that the tree with `digest` is registered in `scope`."""
-    pipe.store.submit(lambda db: db.set_app_commands_hash(scope, digest, now))
+    clients.store.submit(lambda db: db.set_app_commands_hash(scope, digest, now))

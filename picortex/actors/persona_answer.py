@@ -5,15 +5,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 import orjson
 import trio
 
 from picortex.actors.attachment_parts import RequestFiles
+from picortex.actors.clients import (
+    ChannelDirectory,
+    CurrentSettings,
+    FailureRecorder,
+    FatalReporter,
+    ModelClient,
+    PersonaStore,
+    ReplyPoster,
+    ThreadStarter,
+)
 from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
-from picortex.actors.pipeline import Pipeline, failure_text
+from picortex.actors.pipeline import failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
 from picortex.core.budget import REFUSAL_REASONS
@@ -21,11 +31,12 @@ from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
 from picortex.errors import ConfigError, FatalDiscordError
-from picortex.types import ChannelCreate, Message, MessageUpdate, Snowflake
+from picortex.types import ChannelCreate, EventSink, Message, MessageUpdate, Snowflake
 
 if TYPE_CHECKING:
     from picortex.core.personas import PersonaMatch, PersonaSet
     from picortex.store import Store
+    from picortex.store.personas import PersonaLoader
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +53,53 @@ THREAD_EXISTS_CODE: Final = 160004  # "A thread has already been created for thi
 TIEBREAK_TEXT_IN_LOG: Final = 40  # how much of an unusable tiebreak answer the log keeps
 
 
+class PersonaIndex(Protocol):
+    """What keeping persona observations current uses (edits and deletes too)."""
+
+    @property
+    def personas(self) -> PersonaLoader | None:
+        """The persona files, or None when there are none."""
+        ...
+
+    @property
+    def events(self) -> EventSink:
+        """The action log."""
+        ...
+
+    @property
+    def store(self) -> PersonaStore:
+        """Recall: messages and observations."""
+        ...
+
+
+class PersonaClients(PersonaIndex, ReplyPoster, FailureRecorder, FatalReporter, Protocol):
+    """What a persona answer uses."""
+
+    @property
+    def settings(self) -> CurrentSettings:
+        """The settings in force."""
+        ...
+
+    @property
+    def llm(self) -> ModelClient:
+        """The model."""
+        ...
+
+    @property
+    def registry(self) -> ChannelDirectory:
+        """Channels and threads seen (answers go to threads)."""
+        ...
+
+    @property
+    def rest(self) -> ThreadStarter:
+        """Starting the answer's thread."""
+        ...
+
+    def is_trusted(self, user_id: Snowflake) -> bool:
+        """Whether recall may repeat someone's words unmarked."""
+        ...
+
+
 @attrs.frozen
 class Placement:
     """Where a persona answer goes.
@@ -56,27 +114,27 @@ class Placement:
     reply_to: Snowflake | None = None
 
 
-def current_personas(pipe: Pipeline) -> PersonaSet | None:
+def current_personas(clients: PersonaIndex) -> PersonaSet | None:
     """The configured personas (reloaded when the files changed), or None."""
-    loader = pipe.personas
+    loader = clients.personas
     if loader is None:
         return None
     try:
         if loader.reload_if_changed() is not None:
-            pipe.events.emit("personas", action="reloaded", count=len(loader.current))
+            clients.events.emit("personas", action="reloaded", count=len(loader.current))
             for warning in loader.current.warnings:
                 logger.warning("%s", warning)
     except ConfigError as exc:
         # The loader reports one bad edit once; the previous personas stay in use.
-        pipe.events.emit("error", scope="personas", message=str(exc))
+        clients.events.emit("error", scope="personas", message=str(exc))
         logger.error("%s (keeping the previous personas)", exc)
     found = loader.current
     return found if len(found) else None
 
 
-def observe(pipe: Pipeline, msg: Message, text: str) -> list[PersonaMatch]:
+def observe(clients: PersonaClients, msg: Message, text: str) -> list[PersonaMatch]:
     """Match `text` against the personas and record every match as an observation."""
-    personas = current_personas(pipe)
+    personas = current_personas(clients)
     if personas is None:
         return []
     return record_matches(pipe, personas, msg, text)
@@ -89,7 +147,7 @@ def record_matches(
     matches = pcore.match(personas, text)
     for m in matches:
         try:
-            pipe.store.add_observation(
+            clients.store.add_observation(
                 persona=m.persona.id,
                 message_id=msg.id,
                 channel_id=msg.channel_id,
@@ -104,17 +162,17 @@ def record_matches(
 
 
 async def _tiebreak(
-    pipe: Pipeline, request: Request, trigger: Message, matches: Sequence[PersonaMatch]
+    clients: PersonaClients, request: Request, trigger: Message, matches: Sequence[PersonaMatch]
 ) -> tuple[PersonaMatch, str]:
     """Pick one of several matches with one triage call; fall back to the strongest."""
     candidates = [m.persona for m in matches]
     system, user = pcore.tiebreak_prompt(request.text, candidates)
-    result = await pipe.llm.complete(
+    result = await clients.llm.complete(
         LLMRequest(
             stage="tiebreak",
             system=system,
             messages=(ChatTurn("user", user),),
-            workspace=pipe.workspace_of(trigger),
+            workspace=clients.workspace_of(trigger),
             tier="triage",
             max_tokens=TIEBREAK_MAX_TOKENS,
             timeout=TIEBREAK_TIMEOUT_SECONDS,
@@ -136,9 +194,9 @@ async def _tiebreak(
         )
         return strongest, f"answer {said!r} is not a candidate: strongest match"
     if result.outcome in ("error", "timeout"):
-        pipe.record_failure(
+        clients.record_failure(
             stage="tiebreak",
-            workspace=pipe.workspace_of(trigger),
+            workspace=clients.workspace_of(trigger),
             persona=strongest.persona.id,
             signal_id=trigger.id,
             error=result.error or result.outcome,
@@ -147,7 +205,7 @@ async def _tiebreak(
     return strongest, f"tiebreak {result.outcome}: strongest match"
 
 
-async def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str]:
+async def recall(clients: PersonaClients, request: Request, trigger: Message) -> list[str]:
     """Short excerpts of what was said about the request's subject in the last 7 days.
 
     Searches only the conversation the trigger is in (SPEC 8): its channel, a thread with
@@ -160,12 +218,12 @@ async def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str
         return []
     try:
         since = time.time() - RECALL_HORIZON_SECONDS
-        channels = recall_channels(pipe, trigger)
-        hits = await pipe.store.read(
+        channels = recall_channels(clients, trigger)
+        hits = await clients.store.read(
             lambda db: db.search_memory(
                 " ".join(terms),
                 since=since,
-                workspace=pipe.workspace_of(trigger),
+                workspace=clients.workspace_of(trigger),
                 limit=RECALL_FETCH,
                 channel_ids=channels,
             )
@@ -176,7 +234,7 @@ async def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str
     own = set(request.message_ids) | {trigger.id}
     # Whatever was stored, only what trusted people (and the bot) said is recalled: someone
     # removed from the trust list, or a stranger, never speaks through a persona's memory.
-    hits = [h for h in hits if h.author_id is None or pipe.is_trusted(h.author_id)]
+    hits = [h for h in hits if h.author_id is None or clients.is_trusted(h.author_id)]
     # Text (folded) -> [who, text]; a message's author beats an observation's persona label.
     found: dict[str, list[str]] = {}
     for hit in hits:
@@ -195,22 +253,22 @@ async def recall(pipe: Pipeline, request: Request, trigger: Message) -> list[str
     return [f"{who}: {orjson.dumps(text).decode()}" for who, text in found.values()]
 
 
-def recall_channels(pipe: Pipeline, trigger: Message) -> list[Snowflake]:
+def recall_channels(clients: PersonaClients, trigger: Message) -> list[Snowflake]:
     """The channels recall may search for `trigger`: its own, and a thread's parent."""
     channels = [trigger.channel_id]
-    parent = pipe.registry.parent_of(trigger.channel_id)
-    if parent is not None and pipe.registry.is_thread(trigger.channel_id):
+    parent = clients.registry.parent_of(trigger.channel_id)
+    if parent is not None and clients.registry.is_thread(trigger.channel_id):
         channels.append(parent)
     return channels
 
 
-def reindex(pipe: Pipeline, update: MessageUpdate) -> None:
+def reindex(clients: PersonaIndex, update: MessageUpdate) -> None:
     """Apply a MESSAGE_UPDATE to memory: the new text replaces the old, whose observations
     go; a stored message is observed again under its new text."""
     content = update.content
     if content is None:
         return  # an embed or pin update: the text did not change
-    personas = current_personas(pipe)
+    personas = current_personas(clients)
     matches = pcore.match(personas, content) if personas is not None else []
     now = time.time()
 
@@ -231,36 +289,36 @@ def reindex(pipe: Pipeline, update: MessageUpdate) -> None:
                 )
         return stored
 
-    pipe.store.submit(apply)
+    clients.store.submit(apply)
 
 
-def forget(pipe: Pipeline, message_ids: Sequence[Snowflake]) -> None:
+def forget(clients: PersonaIndex, message_ids: Sequence[Snowflake]) -> None:
     """Forget deleted messages and their observations (MESSAGE_DELETE, and bulk deletes)."""
     try:
-        pipe.store.forget_messages(message_ids)
+        clients.store.forget_messages(message_ids)
     except Exception:
         logger.exception("could not forget %d deleted messages", len(message_ids))
 
 
-def placement(pipe: Pipeline, request: Request, trigger: Message) -> Placement:
+def placement(clients: PersonaClients, request: Request, trigger: Message) -> Placement:
     """Where the answer to `trigger` goes (SPEC 8), honouring a response policy of `dm`."""
-    target = pipe.reply_target(None)
+    target = clients.reply_target(None)
     if trigger.guild_id is None:
         return Placement("dm reply", trigger.channel_id, trigger.id)
     if target == "dm":
         return Placement("dm", None)
-    if pipe.registry.is_thread(trigger.channel_id):
+    if clients.registry.is_thread(trigger.channel_id):
         return Placement("existing thread", trigger.channel_id, trigger.id)
     # A follow-up joins the answer already given: the thread started from the request's
     # first message has that message's id (Discord's rule).
-    parent = pipe.registry.get(request.parent_id)
+    parent = clients.registry.get(request.parent_id)
     if parent is not None and parent.is_thread and parent.parent_id == trigger.channel_id:
         return Placement("existing thread", parent.id, None)
     return Placement("new thread", trigger.channel_id)
 
 
 async def maybe_answer(
-    pipe: Pipeline,
+    clients: PersonaClients,
     request: Request,
     trigger: Message,
     lines: Sequence[str],
@@ -271,7 +329,7 @@ async def maybe_answer(
     `files` gives the request's attachments as model content (SPEC 16), fetched only once
     a persona is chosen.
     """
-    personas = current_personas(pipe)
+    personas = current_personas(clients)
     if personas is None:
         return False
     matches = pcore.match(personas, request.text)
@@ -280,14 +338,14 @@ async def maybe_answer(
     tiebreak = "single match"
     chosen = matches[0]
     if len(matches) > 1:
-        chosen, tiebreak = await _tiebreak(pipe, request, trigger, matches)
+        chosen, tiebreak = await _tiebreak(clients, request, trigger, matches)
     persona = chosen.persona
-    excerpts = await recall(pipe, request, trigger)
+    excerpts = await recall(clients, request, trigger)
     system, messages = pcore.persona_prompt(
         persona, excerpts, list(lines)[-pcore.RECENT_LINES :], request.text
     )
-    where = placement(pipe, request, trigger)
-    pipe.events.emit(
+    where = placement(clients, request, trigger)
+    clients.events.emit(
         "persona",
         message_id=trigger.id,
         channel_id=trigger.channel_id,
@@ -311,31 +369,31 @@ async def maybe_answer(
         stage="generate",
         system=system,
         messages=tuple(turns),
-        workspace=pipe.workspace_of(trigger),
+        workspace=clients.workspace_of(trigger),
         tier=persona.model or "general",
         persona=persona.id,
         signal_id=str(trigger.id),
         user_id=trigger.author.id,
     )
-    if pipe.settings().replies.stream:
-        await _stream(pipe, call, trigger, persona, where)
+    if clients.settings().replies.stream:
+        await _stream(clients, call, trigger, persona, where)
         return True
-    result = await pipe.llm.complete(call)
+    result = await clients.llm.complete(call)
     if not result.ok:
-        await _not_answered(pipe, trigger, persona, result)
+        await _not_answered(clients, trigger, persona, result)
         return True
-    await _post(pipe, trigger, persona, result.text, where)
+    await _post(clients, trigger, persona, result.text, where)
     return True
 
 
 async def _not_answered(
-    pipe: Pipeline, trigger: Message, persona: pcore.Persona, result: LLMResult
+    clients: PersonaClients, trigger: Message, persona: pcore.Persona, result: LLMResult
 ) -> None:
     """Record a persona call that gave no answer: an error row, or a skip decision."""
     if result.outcome in ("error", "timeout"):
-        pipe.record_failure(
+        clients.record_failure(
             stage="generate",
-            workspace=pipe.workspace_of(trigger),
+            workspace=clients.workspace_of(trigger),
             persona=persona.id,
             signal_id=trigger.id,
             error=result.error or result.outcome,
@@ -346,7 +404,7 @@ async def _not_answered(
         "no_key": "ANTHROPIC_API_KEY is not set",
         "budget": REFUSAL_REASONS.get(result.limit or "workspace", REFUSAL_REASONS["workspace"]),
     }.get(result.outcome, result.outcome)
-    pipe.events.emit(
+    clients.events.emit(
         "decision",
         message_id=trigger.id,
         channel_id=trigger.channel_id,
@@ -357,11 +415,11 @@ async def _not_answered(
     )
     if result.notice:
         # A user over their own limit is told once per period, politely.
-        await _post_notice(pipe, trigger, result.notice)
+        await _post_notice(clients, trigger, result.notice)
 
 
 async def _stream(
-    pipe: Pipeline,
+    clients: PersonaClients,
     request: LLMRequest,
     trigger: Message,
     persona: pcore.Persona,
@@ -371,17 +429,17 @@ async def _stream(
     thread: list[Snowflake | None] = []
 
     async def plan() -> policy.PostPlan:
-        resolved, thread_id = await _plan_for(pipe, trigger, persona, where)
+        resolved, thread_id = await _plan_for(clients, trigger, persona, where)
         thread.append(thread_id)
-        return await pipe.resolve_plan(resolved)
+        return await clients.resolve_plan(resolved)
 
-    streamed = await pipe.stream_answer(request, plan, trigger_id=trigger.id)
+    streamed = await clients.stream_answer(request, plan, trigger_id=trigger.id)
     failure = streamed.reply.failure
     if failure is not None:
         message, trace = failure_text(failure)
-        pipe.record_failure(
+        clients.record_failure(
             stage="post",
-            workspace=pipe.workspace_of(trigger),
+            workspace=clients.workspace_of(trigger),
             persona=persona.id,
             signal_id=trigger.id,
             error=message,
@@ -390,9 +448,9 @@ async def _stream(
         return
     result = streamed.result
     if result is not None and not result.ok:
-        await _not_answered(pipe, trigger, persona, result)
+        await _not_answered(clients, trigger, persona, result)
     if streamed.reply.started:
-        pipe.events.emit(
+        clients.events.emit(
             "persona.responded",
             message_id=trigger.id,
             channel_id=trigger.channel_id,
@@ -403,7 +461,7 @@ async def _stream(
 
 
 async def _plan_for(
-    pipe: Pipeline, trigger: Message, persona: pcore.Persona, where: Placement
+    clients: PersonaClients, trigger: Message, persona: pcore.Persona, where: Placement
 ) -> tuple[policy.PostPlan, Snowflake | None]:
     """Where the answer is posted, opening its thread when it needs a new one."""
     thread_id: Snowflake | None = None
@@ -411,7 +469,7 @@ async def _plan_for(
         return policy.PostPlan("dm", None, trigger.author.id, None), None
     if where.how == "new thread":
         name = f"{persona.name} responding"[:THREAD_NAME_MAX]
-        thread_id = await _open_thread(pipe, trigger, name)
+        thread_id = await _open_thread(clients, trigger, name)
         if thread_id is None:
             return policy.PostPlan("channel", trigger.channel_id, None, trigger.id), None
         return policy.PostPlan("channel", thread_id, None, None), thread_id
@@ -420,25 +478,27 @@ async def _plan_for(
     return policy.PostPlan("channel", where.channel_id, None, where.reply_to), thread_id
 
 
-async def _post_notice(pipe: Pipeline, trigger: Message, text: str) -> None:
+async def _post_notice(clients: PersonaClients, trigger: Message, text: str) -> None:
     try:
-        await pipe.post(pipe.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id)
+        await clients.post(
+            clients.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id
+        )
     except Exception as exc:
         logger.warning("could not tell %s about their limit: %s", trigger.author.id, exc)
 
 
-def _remember_thread(pipe: Pipeline, data: dict[str, object]) -> Snowflake:
+def _remember_thread(clients: PersonaClients, data: dict[str, object]) -> Snowflake:
     """The new thread's id; the registry learns it now rather than at THREAD_CREATE."""
     event = normalize("THREAD_CREATE", data)
     if isinstance(event, ChannelCreate):
-        pipe.registry.add(event.channel)
+        clients.registry.add(event.channel)
     return int(str(data["id"]))
 
 
-async def _open_thread(pipe: Pipeline, trigger: Message, name: str) -> Snowflake | None:
+async def _open_thread(clients: PersonaClients, trigger: Message, name: str) -> Snowflake | None:
     """Start the answer's thread from the trigger; None when Discord will not (reply instead)."""
     try:
-        data = await pipe.rest.start_thread_from_message(trigger.channel_id, trigger.id, name)
+        data = await clients.rest.start_thread_from_message(trigger.channel_id, trigger.id, name)
     except FatalDiscordError:
         raise
     except DiscordHTTPError as exc:
@@ -448,36 +508,36 @@ async def _open_thread(pipe: Pipeline, trigger: Message, name: str) -> Snowflake
             raise
         # No permission, a channel type without threads...: the answer still goes out.
         logger.warning("no thread for message %s (%s): replying in the channel", trigger.id, exc)
-        pipe.events.emit(
+        clients.events.emit(
             "error", scope="thread", message_id=trigger.id, message=failure_text(exc)[0]
         )
         return None
-    return _remember_thread(pipe, data)
+    return _remember_thread(clients, data)
 
 
 async def _post(
-    pipe: Pipeline, trigger: Message, persona: pcore.Persona, text: str, where: Placement
+    clients: PersonaClients, trigger: Message, persona: pcore.Persona, text: str, where: Placement
 ) -> None:
     thread_id: Snowflake | None = None
     # Shielded: an answer that is paid for is posted even if a follow-up arrives now.
     with trio.CancelScope(shield=True):
         try:
-            plan, thread_id = await _plan_for(pipe, trigger, persona, where)
-            posted = await pipe.post(plan, text, command=None, trigger_id=trigger.id)
+            plan, thread_id = await _plan_for(clients, trigger, persona, where)
+            posted = await clients.post(plan, text, command=None, trigger_id=trigger.id)
         except Exception as exc:
-            if isinstance(exc, FatalDiscordError) and pipe.fatal is not None:
-                pipe.fatal(exc)
+            if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
+                clients.fatal(exc)
             message, trace = failure_text(exc)
-            pipe.record_failure(
+            clients.record_failure(
                 stage="post",
-                workspace=pipe.workspace_of(trigger),
+                workspace=clients.workspace_of(trigger),
                 persona=persona.id,
                 signal_id=trigger.id,
                 error=message,
                 stack_trace=trace,
             )
             return
-    pipe.events.emit(
+    clients.events.emit(
         "persona.responded",
         message_id=trigger.id,
         channel_id=trigger.channel_id,

@@ -1,7 +1,9 @@
-"""What every channel actor shares: settings, identity, registry, and the I/O helpers they use.
+"""What channel actors share: settings, identity, registry, and the I/O helpers they use.
 
 The channel actor decides; these helpers post replies through the response policy, record
-failed invocations (SPEC 9) and keep the bot's view of its identity and channels.
+failed invocations (SPEC 9) and keep the bot's view of its identity and channels. The app
+builds one `Pipeline`; each user is typed by the narrow protocol of what it calls
+(`picortex.actors.clients`), so none depends on this whole object.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from typing import Any, Final, Protocol
 import attrs
 import trio
 
+from picortex.actors.clients import ChannelRest
+from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.handled import HandledLedger
 from picortex.actors.llm import LLMActor, LLMRequest, LLMResult
 from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply
 from picortex.config import Settings
+from picortex.core import commands as cmds
 from picortex.core import policy
 from picortex.core.redact import redact
 from picortex.core.split import split_reply
@@ -50,8 +55,8 @@ DEFAULT_PERSONA: Final = "default"
 CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
 
 
-class Rest(Protocol):
-    """The REST calls the pipeline makes (picortex.discord.rest.RestClient)."""
+class Rest(ChannelRest, Protocol):
+    """The REST calls channel-side code makes (picortex.discord.rest.RestClient)."""
 
     async def create_message(
         self,
@@ -72,24 +77,13 @@ class Rest(Protocol):
         allowed_mentions: dict[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 
-    async def start_thread_from_message(
-        self, channel_id: int, message_id: int, name: str
-    ) -> dict[str, Any]: ...
-
     async def create_dm(self, user_id: int) -> dict[str, Any]: ...
 
     async def get_current_user(self) -> dict[str, Any]: ...
-    async def download_attachment(self, url: str, *, max_bytes: int) -> bytes: ...
 
     async def trigger_typing(
         self, channel_id: int, *, on_sent: Callable[[], None] | None = None
     ) -> None: ...
-
-    async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None: ...
-
-    async def get_reactions(
-        self, channel_id: int, message_id: int, emoji: str, *, after: int | None = None
-    ) -> list[dict[str, Any]]: ...
 
     async def get_channel_messages(
         self,
@@ -246,7 +240,9 @@ class TriggerBook:
 
 @attrs.define
 class Pipeline:
-    """Everything a channel actor needs, passed in by the app."""
+    """The one object the app builds that provides every narrow client of the channel side
+    (`ChannelClients`, `PersonaClients`, `InteractionClients`, `PollClients`); the router
+    holds it whole."""
 
     settings: SettingsSource
     store: StoreActor
@@ -282,6 +278,19 @@ class Pipeline:
     # Slash interactions not answered yet, by id: whoever comes first answers Discord within
     # its 3 s, the channel actor with a response or the router's deadline with a deferral.
     acks: dict[Snowflake, Any] = attrs.field(factory=dict)
+
+    async def apply_command_changes(
+        self, changes: Sequence[cmds.Change], *, chat_id: Snowflake | None, now: float
+    ) -> cmds.StartPoll | None:
+        """Store what a command changed (see `apply_changes`); the poll it starts, if any."""
+        return await apply_changes(
+            changes,
+            store=self.store,
+            settings=self.settings,
+            home=self.home,
+            chat_id=chat_id,
+            now=now,
+        )
 
     def workspace_of(self, message: Message) -> str:
         """The budget workspace: the guild id, or `dm`."""

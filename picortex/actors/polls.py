@@ -3,29 +3,70 @@
 from __future__ import annotations
 
 import logging
-from typing import Final
+from typing import Final, Protocol
 
 import trio
 
-from picortex.actors.pipeline import Pipeline, failure_text
+from picortex.actors.clients import CurrentSettings, ReactionsRest
+from picortex.actors.pipeline import BotIdentity, failure_text
 from picortex.core import policy
 from picortex.core import poll as pcore
 from picortex.core.commands import StartPoll
-from picortex.types import Message, Snowflake
+from picortex.types import EventSink, Message, Snowflake
 
 logger = logging.getLogger(__name__)
 
 REACTIONS_PAGE: Final = 100  # Discord's most users per Get Reactions call
 
 
+class PollClients(Protocol):
+    """What running a poll uses."""
+
+    @property
+    def settings(self) -> CurrentSettings:
+        """The settings in force."""
+        ...
+
+    @property
+    def events(self) -> EventSink:
+        """The action log."""
+        ...
+
+    @property
+    def bot(self) -> BotIdentity:
+        """Who the bot is (its own reactions are not votes)."""
+        ...
+
+    @property
+    def rest(self) -> ReactionsRest:
+        """Reactions on the poll's message."""
+        ...
+
+    async def post(
+        self,
+        plan: policy.PostPlan,
+        text: str,
+        *,
+        command: str | None,
+        trigger_id: Snowflake | None,
+        part: str | None = None,
+    ) -> list[Snowflake]:
+        """Post `text` as the plan says (see `Pipeline.post`)."""
+        ...
+
+
 async def run_poll(
-    pipe: Pipeline, trigger: Message, poll: StartPoll, *, poll_message_id: Snowflake | None = None
+    clients: PollClients,
+    trigger: Message,
+    poll: StartPoll,
+    *,
+    poll_message_id: Snowflake | None = None,
 ) -> None:
     """Run one poll in the trigger's channel; failures are logged, never raised.
 
     With `poll_message_id` the poll is already posted (a slash command's response).
     """
-    seconds = pipe.settings().poll_seconds
+    seconds = clients.settings().poll_seconds
     plan = policy.plan_post(
         "channel",
         channel_id=trigger.channel_id,
@@ -36,14 +77,14 @@ async def run_poll(
     try:
         text = pcore.format_poll(poll.question, poll.options, seconds)
         if poll_message_id is None:
-            posted = await pipe.post(plan, text, command="poll", trigger_id=trigger.id)
+            posted = await clients.post(plan, text, command="poll", trigger_id=trigger.id)
             poll_id = posted[0]
         else:
             poll_id = poll_message_id
         emojis = pcore.NUMBER_EMOJI[: len(poll.options)]
         for emoji in emojis:
-            await pipe.rest.add_reaction(trigger.channel_id, poll_id, emoji)
-        pipe.events.emit(
+            await clients.rest.add_reaction(trigger.channel_id, poll_id, emoji)
+        clients.events.emit(
             "poll",
             action="start",
             message_id=poll_id,
@@ -55,16 +96,16 @@ async def run_poll(
         await trio.sleep(seconds)
         reactions: dict[str, list[Snowflake]] = {}
         for emoji in emojis:
-            reactions[emoji] = await _voters(pipe, trigger.channel_id, poll_id, emoji)
-        result = pcore.tally(reactions, poll.options, pipe.bot.user_id)
-        pipe.events.emit(
+            reactions[emoji] = await _voters(clients, trigger.channel_id, poll_id, emoji)
+        result = pcore.tally(reactions, poll.options, clients.bot.user_id)
+        clients.events.emit(
             "poll",
             action="result",
             message_id=poll_id,
             channel_id=trigger.channel_id,
             votes=list(result.counts),
         )
-        await pipe.post(
+        await clients.post(
             policy.PostPlan("channel", trigger.channel_id, None, poll_id),
             pcore.format_result(poll.question, poll.options, result),
             command="poll",
@@ -73,18 +114,18 @@ async def run_poll(
         )
     except Exception as exc:
         message = failure_text(exc)[0]
-        pipe.events.emit("error", scope="poll", message_id=trigger.id, message=message)
+        clients.events.emit("error", scope="poll", message_id=trigger.id, message=message)
         logger.warning("poll in channel %s failed: %s", trigger.channel_id, message)
 
 
 async def _voters(
-    pipe: Pipeline, channel_id: Snowflake, message_id: Snowflake, emoji: str
+    clients: PollClients, channel_id: Snowflake, message_id: Snowflake, emoji: str
 ) -> list[Snowflake]:
     """Everyone who reacted with `emoji`, page by page (Discord lists 100 users at a time)."""
     voters: list[Snowflake] = []
     after: Snowflake | None = None
     while True:
-        page = await pipe.rest.get_reactions(channel_id, message_id, emoji, after=after)
+        page = await clients.rest.get_reactions(channel_id, message_id, emoji, after=after)
         ids = [int(u["id"]) for u in page if "id" in u]
         voters.extend(ids)
         if len(page) < REACTIONS_PAGE or not ids:

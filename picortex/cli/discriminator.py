@@ -9,7 +9,6 @@ from typing import Any, TextIO
 
 import trio
 
-from picortex.actors.context_cache import decode_channel
 from picortex.actors.discriminate import (
     build_request,
     discriminator_model,
@@ -25,6 +24,7 @@ from picortex.core.terminal import clean_line
 from picortex.errors import ConfigError
 from picortex.files import private_dir
 from picortex.store import Store
+from picortex.store.cache_files import decode_channel
 from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.types import Message, NullSink
 

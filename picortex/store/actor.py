@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar, cast
 
@@ -29,6 +29,7 @@ import attrs
 import trio
 
 from picortex.errors import StoreError
+from picortex.store.seen import SeenIds
 from picortex.store.store import TRUST_TIERS, ChatConfig, InvocationError, Store
 
 logger = logging.getLogger(__name__)
@@ -102,13 +103,7 @@ class StoreActor:
         self._runtime = snap.runtime
         self.config_version = 0  # bumped whenever the runtime config changes
         self._data_version = store.pragma("data_version")
-        self._seen: OrderedDict[int, None] = OrderedDict()
-        self._seen_floor = 0
-        newest = store.newest_seen(SEEN_MEMORY + 1)
-        if len(newest) > SEEN_MEMORY:
-            self._seen_floor = newest.pop()
-        for message_id in reversed(newest):
-            self._seen[message_id] = None
+        self._seen = SeenIds(SEEN_MEMORY, store.newest_seen(SEEN_MEMORY + 1))
         self._spend: dict[str, dict[str, float]] = {}  # period key -> workspace -> USD
         self._user_spend: dict[float, dict[int, float]] = {}  # day start -> user -> USD
         self.commits = 0  # transactions committed (for tests and benches)
@@ -477,7 +472,7 @@ class StoreActor:
         """True when handled before, False when surely not, None when only SQLite knows."""
         if message_id in self._seen:
             return True
-        if message_id > self._seen_floor:
+        if message_id > self._seen.floor:
             return False
         return None
 
@@ -494,12 +489,7 @@ class StoreActor:
 
     def note_seen(self, message_id: int) -> None:
         """Remember an id in memory only (chatter: a replay of it costs nothing either way)."""
-        seen = self._seen
-        seen[message_id] = None
-        if len(seen) > SEEN_MEMORY:
-            old, _ = seen.popitem(last=False)
-            if old > self._seen_floor:
-                self._seen_floor = old
+        self._seen.add(message_id)
 
     def mark_handled(self, message_id: int, at: float | None = None) -> None:
         """Remember that a message was handled: at once in memory, persisted in the next group."""

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
@@ -20,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picortex.actors import context_cache as cc
-from picortex.actors.context_cache import ContextCache, ContextUnavailable, write_atomic
+from picortex.actors.context_cache import ContextCache, ContextUnavailable
 from picortex.discord.normalize import message_from_payload
 from picortex.discord.rest import DiscordHTTPError
 from picortex.errors import FaultInjected
@@ -478,7 +476,7 @@ async def test_the_live_queue_overflows_by_dropping_and_counting(
         assert len(cache.recent(CH, 10_000)) == 200  # applied after start, capped
 
 
-# ----- files: eviction, atomicity, corruption ---------------------------------------------
+# ----- files: eviction, failures, corruption ---------------------------------------------
 
 
 def _fill_channels(tmp_path: Path, counts: list[int], max_bytes: int) -> dict[int, int]:
@@ -553,50 +551,6 @@ async def test_at_start_the_write_order_comes_from_file_times(tmp_path: Path) ->
     async with running(make_cache(tmp_path, rest, max_bytes=total - smallest)) as cache:
         assert cache.statistics().channels_on_disk == 2
     assert sorted(p.name for p in folder.iterdir()) == [f"{a}.json", f"{b}.json"]
-
-
-async def test_a_crash_between_write_and_rename_leaves_the_old_file(tmp_path: Path) -> None:
-    rest = FakeHistory()
-    first = rest.post("kept safe")
-    async with running(make_cache(tmp_path, rest)) as cache:
-        cache.on_message(first)
-    path = tmp_path / "cache" / f"{CH}.json"
-    before = path.read_bytes()
-    # A child process writes new contents and is killed right before the rename.
-    script = (
-        "import os, signal, sys\n"
-        "from pathlib import Path\n"
-        "from picortex.actors import context_cache as cc\n"
-        "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
-        "cc.write_atomic(Path(sys.argv[1]), b'{\"half\": ')\n"
-    )
-    repo = Path(__file__).resolve().parents[2]
-    proc = await trio.run_process([sys.executable, "-c", script, str(path)], cwd=repo, check=False)
-    assert proc.returncode == -signal.SIGKILL
-    assert path.read_bytes() == before
-    assert (path.parent / f"{CH}.json.tmp").exists()
-    # At the next start the leftover is removed and the old contents are read as before.
-    async with running(make_cache(tmp_path, rest)) as cache:
-        assert [m.content for m in cache.recent(CH, 5)] == ["kept safe"]
-    assert sorted(os.listdir(path.parent)) == [f"{CH}.json"]
-
-
-def test_write_atomic_replaces_and_cleans_up_on_a_failed_rename(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    path = tmp_path / "1.json"
-    write_atomic(path, b"old")
-    write_atomic(path, b"new")
-    assert path.read_bytes() == b"new"
-
-    def broken_replace(src: object, dst: object) -> None:
-        raise OSError("disk gone")
-
-    monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError, match="disk gone"):
-        write_atomic(path, b"newer")
-    assert path.read_bytes() == b"new"
-    assert os.listdir(tmp_path) == ["1.json"]
 
 
 async def test_a_failing_write_is_logged_not_fatal(
@@ -722,3 +676,74 @@ async def test_parsed_channels_in_memory_are_bounded(
         assert stats.channels_on_disk == 12
         # An unloaded channel comes back from its file.
         assert [m.content for m in cache.recent(CH, 5)] == ["hello"]
+
+
+async def test_a_burst_across_more_channels_than_memory_holds_keeps_only_their_tails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 4)
+    rest = FakeHistory()
+    channels = [CH + c for c in range(12)]
+    async with running(make_cache(tmp_path, rest)) as cache:
+        for c in channels:  # an earlier burst: every channel has a file
+            cache.on_message(rest.post("old", channel_id=c))
+        await cache.flush()
+        for n in range(3):  # round robin, as a busy server's chatter
+            for c in channels:
+                cache.on_message(rest.post(f"new {n}", channel_id=c))
+        while cache.statistics().pending_live_events:
+            await trio.sleep(0)
+        # Only four histories were read into memory; the others hold their new messages.
+        assert cache.statistics().loaded_channels <= 4
+        # Asked for, a channel's history is its file and its tail together, before any write.
+        assert [m.content for m in cache.recent(CH + 11, 10)] == ["old", "new 0", "new 1", "new 2"]
+        await cache.flush()
+        assert cache.statistics().loaded_channels <= 4
+    for c in channels:
+        ids = [int(m["id"]) for m in file_doc(tmp_path, c)["messages"]]
+        assert ids == rest.ids(c)  # every message in its file, in order, once
+
+
+async def test_a_tail_replaces_a_corrupt_file_and_the_rest_is_fetched_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    rest = FakeHistory()
+    sink = RecordingSink()
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / f"{CH + 1}.json").write_bytes(b"\x00\xffnot json")
+    async with running(make_cache(tmp_path, rest, sink)) as cache:
+        cache.on_message(rest.post("fills memory"))
+        while cache.statistics().pending_live_events:
+            await trio.sleep(0)
+        cache.on_message(rest.post("tail", channel_id=CH + 1))
+        await cache.flush()
+    assert [m["text"] for m in file_doc(tmp_path, CH + 1)["messages"]] == ["tail"]
+    errors = sink.of("error")
+    assert [e["channel_id"] for e in errors] == [CH + 1]
+    assert errors[0]["message"].startswith("corrupt cache file dropped")
+
+
+async def test_a_tail_that_could_not_be_written_waits_for_the_next_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    rest = FakeHistory()
+    sink = RecordingSink()
+    real_write = cc.write_atomic
+
+    def failing(path: Path, data: bytes) -> None:
+        raise OSError("no space left on device")
+
+    async with running(make_cache(tmp_path, rest, sink)) as cache:
+        cache.on_message(rest.post("fills memory"))
+        await cache.flush()
+        monkeypatch.setattr(cc, "write_atomic", failing)
+        cache.on_message(rest.post("kept", channel_id=CH + 1))
+        await cache.flush()
+        assert any("no space left" in e["message"] for e in sink.of("error"))
+        monkeypatch.setattr(cc, "write_atomic", real_write)
+        cache.on_message(rest.post("next", channel_id=CH + 1))
+        await cache.flush()
+    assert [m["text"] for m in file_doc(tmp_path, CH + 1)["messages"]] == ["kept", "next"]

@@ -12,12 +12,12 @@ from typing import Any
 import orjson
 import pytest
 
-from picortex.actors.context_cache import FILE_VERSION
 from picortex.cli.discriminator import run_discriminator_test, run_prompts_history
 from picortex.config import Settings, load_settings
 from picortex.core.budget import period_key
 from picortex.errors import ConfigError
 from picortex.store import Store
+from picortex.store.cache_files import FILE_VERSION
 from picortex.store.chathome import HAND_EDIT_MESSAGE, SEED_MESSAGE, ChatHome
 
 try:  # the HTTP library the installed SDK is built on

@@ -1,4 +1,4 @@
-"""Tests for picortex.core.context: merging, capping, eviction planning and context lines."""
+"""Tests for picortex.core.context: the context lines."""
 
 from __future__ import annotations
 
@@ -8,12 +8,8 @@ from hypothesis import strategies as st
 from picortex.core.context import (
     ELLIPSIS,
     assemble_context,
-    cap_messages,
     format_line,
     format_time,
-    merge_messages,
-    newest_id,
-    plan_eviction,
     snowflake_time,
 )
 from picortex.types import Attachment, Message, User
@@ -39,63 +35,6 @@ def msg(
         guild_id=20,
         attachments=tuple(Attachment(id=1000 + n, filename=f) for n, f in enumerate(files)),
     )
-
-
-# ----- merge / cap / newest ---------------------------------------------------------------
-
-
-def test_merge_dedupes_orders_and_prefers_incoming() -> None:
-    old = [msg(1, "a"), msg(3, "old three")]
-    new = [msg(5, "e"), msg(3, "new three"), msg(2, "b")]
-    merged = merge_messages(old, new)
-    assert [m.id for m in merged] == [1, 2, 3, 5]
-    assert merged[2].content == "new three"
-
-
-@given(st.lists(st.integers(1, 50)), st.lists(st.integers(1, 50)))
-def test_merge_is_a_sorted_union(a: list[int], b: list[int]) -> None:
-    merged = merge_messages([msg(i) for i in a], [msg(i) for i in b])
-    assert [m.id for m in merged] == sorted(set(a) | set(b))
-
-
-def test_cap_keeps_newest() -> None:
-    messages = [msg(i) for i in range(1, 11)]
-    assert [m.id for m in cap_messages(messages, 3)] == [8, 9, 10]
-    assert cap_messages(messages, 50) == messages
-    assert cap_messages(messages, 0) == []
-
-
-def test_newest_id() -> None:
-    assert newest_id([]) is None
-    assert newest_id([msg(4), msg(9)]) == 9
-
-
-# ----- eviction plan ----------------------------------------------------------------------
-
-
-def test_plan_eviction_takes_least_recently_written_first() -> None:
-    files = [(1, 40), (2, 30), (3, 20), (4, 10)]
-    assert plan_eviction(files, 100) == []
-    assert plan_eviction(files, 99) == [1]
-    assert plan_eviction(files, 30) == [1, 2]
-    assert plan_eviction(files, 5) == [1, 2, 3, 4]
-    assert plan_eviction(files, 50, pinned=frozenset({1})) == [2, 3]
-    assert plan_eviction(files, 30, pinned=frozenset({1})) == [2, 3, 4]
-
-
-@given(
-    st.lists(st.integers(0, 500), max_size=30),
-    st.integers(0, 5000),
-)
-def test_plan_eviction_leaves_the_longest_fitting_suffix(sizes: list[int], limit: int) -> None:
-    files = list(enumerate(sizes))
-    victims = plan_eviction(files, limit)
-    kept = [(c, s) for c, s in files if c not in victims]
-    assert sum(s for _, s in kept) <= limit
-    # Victims are a prefix of the write order, and no shorter prefix would do.
-    assert victims == [c for c, _ in files[: len(victims)]]
-    if victims:
-        assert sum(s for _, s in files[len(victims) - 1 :]) > limit
 
 
 # ----- time and line format ---------------------------------------------------------------

@@ -1,0 +1,335 @@
+"""The narrow clients that channel-side code is given, each naming the few calls one job needs.
+
+The app builds one object that provides them all (`picortex.actors.pipeline.Pipeline`) and
+passes it in; each user types it by the protocol of what it calls (`ChannelClients`,
+`PersonaClients`, `InteractionClients`, `PollClients`), so a test hands in a fake of just that.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import trio
+
+from picortex.types import Channel, Message, Snowflake
+
+if TYPE_CHECKING:
+    from picortex.actors.llm import LLMRequest, LLMResult
+    from picortex.actors.pipeline import AnswerSurface, Streamed
+    from picortex.config import Settings
+    from picortex.core import policy
+    from picortex.errors import FatalDiscordError
+    from picortex.store import Store
+    from picortex.store.store import ChatConfig
+
+T = TypeVar("T")
+
+
+class CurrentSettings(Protocol):
+    """The settings in force: the file and environment plus runtime config."""
+
+    def __call__(self) -> Settings:
+        """The settings as last refreshed."""
+        ...
+
+    def refresh(self, *, force: bool = False) -> Settings:
+        """Pick up a runtime config change, then the settings."""
+        ...
+
+
+class TrustReader(Protocol):
+    """The trust list (SPEC 3), read from memory."""
+
+    def get_tier(self, user_id: int) -> str | None:
+        """The user's tier, or None when not on the list."""
+        ...
+
+    def trust_list(self) -> list[tuple[int, str]]:
+        """Every (user id, tier), by user id."""
+        ...
+
+
+class ChatConfigReader(Protocol):
+    """Per-chat settings (attention mode, discriminator), read from memory."""
+
+    def get_chat_config(self, chat_id: int) -> ChatConfig | None:
+        """The chat's own settings, or None when it uses the defaults."""
+        ...
+
+
+class RecallStore(Protocol):
+    """Memory recall (SPEC 8): what is kept, forgotten and searched."""
+
+    def add_memory_message(
+        self,
+        message_id: int,
+        channel_id: int,
+        guild_id: int | None,
+        author_id: int,
+        author_name: str,
+        content: str,
+        created_at: float,
+    ) -> None:
+        """Queue keeping a trusted author's message."""
+        ...
+
+    def add_observation(
+        self,
+        persona: str,
+        message_id: int,
+        channel_id: int,
+        guild_id: int | None,
+        trigger: str,
+        content: str,
+        created_at: float,
+    ) -> None:
+        """Queue keeping what a persona noticed in a message."""
+        ...
+
+    def forget_messages(self, message_ids: Iterable[int]) -> None:
+        """Queue forgetting deleted messages and their observations."""
+        ...
+
+
+class StoreAccess(Protocol):
+    """Queries and writes run on the store's thread."""
+
+    async def read(self, fn: Callable[[Store], T]) -> T:
+        """Run a query; it sees every write queued before it."""
+        ...
+
+    def submit(
+        self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
+    ) -> None:
+        """Queue a write; `on_done(result)` runs once it is committed."""
+        ...
+
+
+class PersonaStore(RecallStore, StoreAccess, Protocol):
+    """What persona answers keep and search."""
+
+
+class ChannelStore(TrustReader, ChatConfigReader, PersonaStore, Protocol):
+    """What the channel actor reads and keeps."""
+
+
+class ChannelDirectory(Protocol):
+    """Channels and threads seen on the gateway."""
+
+    def get(self, channel_id: Snowflake) -> Channel | None:
+        """The channel, if seen."""
+        ...
+
+    def add(self, channel: Channel) -> None:
+        """Remember (or update) a channel."""
+        ...
+
+    def parent_of(self, channel_id: Snowflake) -> Snowflake | None:
+        """The parent channel of a thread, else None."""
+        ...
+
+    def is_thread(self, channel_id: Snowflake) -> bool:
+        """True when the channel is a known thread."""
+        ...
+
+    def is_group_dm(self, channel_id: Snowflake) -> bool:
+        """True when the channel is a known group DM."""
+        ...
+
+
+class ContextReader(Protocol):
+    """The context cache, as the channel actor reads it."""
+
+    def recent(self, channel_id: Snowflake, n: int) -> list[Message]:
+        """The newest `n` cached messages, oldest first; no fetch."""
+        ...
+
+    async def context_for(
+        self,
+        trigger: Message,
+        *,
+        max_messages: int,
+        max_chars: int,
+        trusted: Callable[[Snowflake], bool] | None = None,
+    ) -> tuple[str, ...]:
+        """The context lines for a trigger, oldest first."""
+        ...
+
+
+class ModelClient(Protocol):
+    """One model call (the LLM actor)."""
+
+    async def complete(
+        self, request: LLMRequest, *, on_text: Callable[[str], None] | None = None
+    ) -> LLMResult:
+        """Make the call; `on_text` gets the text as it streams."""
+        ...
+
+
+class HandledMarks(Protocol):
+    """Marks that a decision on messages is final (never handled again)."""
+
+    def finish(
+        self, message_ids: Sequence[Snowflake], channel_id: Snowflake, guild_id: Snowflake | None
+    ) -> None:
+        """The decision on these messages is final."""
+        ...
+
+
+class ReplyPoster(Protocol):
+    """Posting replies under the response policy (SPEC 10) and streaming answers (SPEC 16)."""
+
+    def reply_target(self, command: str | None) -> policy.Target:
+        """Where a reply goes (None: a free-chat answer)."""
+        ...
+
+    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
+        """How to post the reply to `message`."""
+        ...
+
+    async def resolve_plan(self, plan: policy.PostPlan) -> policy.PostPlan:
+        """The plan with its DM channel opened, when it goes to a DM."""
+        ...
+
+    async def post(
+        self,
+        plan: policy.PostPlan,
+        text: str,
+        *,
+        command: str | None,
+        trigger_id: Snowflake | None,
+        part: str | None = None,
+    ) -> list[Snowflake]:
+        """Post `text` as the plan says; the ids of the posted messages."""
+        ...
+
+    def typing(
+        self,
+        channel_id: Snowflake,
+        enabled: bool = True,
+        *,
+        spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
+    ) -> AbstractAsyncContextManager[trio.Event]:
+        """Show the typing indicator while the block runs."""
+        ...
+
+    async def stream_answer(
+        self,
+        request: LLMRequest,
+        plan: Callable[[], Awaitable[policy.PostPlan]],
+        *,
+        trigger_id: Snowflake,
+        before_first_post: Callable[[], Awaitable[bool]] | None = None,
+        surface: AnswerSurface | None = None,
+    ) -> Streamed:
+        """Make the model call streamed and show the answer as it is written."""
+        ...
+
+
+class FailureRecorder(Protocol):
+    """Failed invocations (SPEC 9): an event and an error row."""
+
+    def workspace_of(self, message: Message) -> str:
+        """The budget workspace of a message: its guild id, or `dm`."""
+        ...
+
+    def record_failure(
+        self,
+        *,
+        stage: str,
+        workspace: str,
+        persona: str | None,
+        signal_id: Snowflake | None,
+        error: str,
+        stack_trace: str | None,
+    ) -> None:
+        """Record one failed invocation."""
+        ...
+
+
+class FatalReporter(Protocol):
+    """Where a fatal Discord error (a refused token) is reported; the app then stops."""
+
+    @property
+    def fatal(self) -> Callable[[FatalDiscordError], None] | None:
+        """The report, once the app has set it."""
+        ...
+
+
+class Spawner(Protocol):
+    """Background tasks that outlive a channel actor (polls)."""
+
+    @property
+    def spawn(self) -> Callable[..., None] | None:
+        """Start a task in the app's nursery, once it runs."""
+        ...
+
+
+class InteractionRest(Protocol):
+    """The REST calls slash commands make (picortex.discord.rest.RestClient)."""
+
+    async def bulk_overwrite_global_commands(
+        self, application_id: int, commands: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]: ...
+
+    async def bulk_overwrite_guild_commands(
+        self, application_id: int, guild_id: int, commands: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]: ...
+
+    async def create_interaction_response(
+        self, interaction_id: int, token: str, response: dict[str, Any]
+    ) -> None: ...
+
+    async def edit_original_interaction_response(
+        self, application_id: int, token: str, message: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    async def get_original_interaction_response(
+        self, application_id: int, token: str
+    ) -> dict[str, Any]: ...
+
+    async def create_followup_message(
+        self, application_id: int, token: str, message: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    async def edit_followup_message(
+        self, application_id: int, token: str, message_id: int, message: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+
+class ThreadStarter(Protocol):
+    """Starting a thread from a message (persona answers)."""
+
+    async def start_thread_from_message(
+        self, channel_id: int, message_id: int, name: str
+    ) -> dict[str, Any]:
+        """POST /channels/{channel_id}/messages/{message_id}/threads."""
+        ...
+
+
+class ReactionsRest(Protocol):
+    """Reactions on a message (polls)."""
+
+    async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None:
+        """React to a message as the bot."""
+        ...
+
+    async def get_reactions(
+        self, channel_id: int, message_id: int, emoji: str, *, after: int | None = None
+    ) -> list[dict[str, Any]]:
+        """One page of the users who reacted with `emoji`."""
+        ...
+
+
+class AttachmentSource(Protocol):
+    """Downloading an attachment from Discord's CDN."""
+
+    async def download_attachment(self, url: str, *, max_bytes: int) -> bytes:
+        """The file's bytes, at most `max_bytes`."""
+        ...
+
+
+class ChannelRest(InteractionRest, ThreadStarter, ReactionsRest, AttachmentSource, Protocol):
+    """The REST calls made on a channel actor's behalf besides posting replies."""

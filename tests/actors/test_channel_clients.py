@@ -1,0 +1,184 @@
+"""The channel actor against fakes of its narrow clients (no store, no REST, no model)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from picortex.actors.channel import ChannelActor
+from picortex.actors.pipeline import BotIdentity, ChannelRegistry, TriggerBook
+from picortex.config import Settings, load_settings
+from picortex.core import commands as cmds
+from picortex.core import policy
+from picortex.types import Interaction, Message, User
+from tests.helpers import RecordingSink
+
+OWNER = User(id=1, username="owner")
+STRANGER = User(id=2, username="stranger")
+BOT_ID = 99
+CHANNEL = 10
+
+
+class FakeSettings:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def __call__(self) -> Settings:
+        return self.settings
+
+    def refresh(self, *, force: bool = False) -> Settings:
+        return self.settings
+
+
+class FakeStore:
+    """The trust list and chat config in memory; recall writes recorded."""
+
+    def __init__(self) -> None:
+        self.kept: list[int] = []
+
+    def get_tier(self, user_id: int) -> str | None:
+        return None
+
+    def trust_list(self) -> list[tuple[int, str]]:
+        return []
+
+    def get_chat_config(self, chat_id: int) -> None:
+        return None
+
+    def add_memory_message(self, message_id: int, **fields: Any) -> None:
+        self.kept.append(message_id)
+
+
+class FakeHandled:
+    def finish(self, message_ids: Sequence[int], channel_id: int, guild_id: int | None) -> None:
+        pass
+
+
+@attrs.define
+class FakeClients:
+    """Only what these paths of the channel actor touch; the rest is never called."""
+
+    settings: FakeSettings
+    home: Path
+    events: RecordingSink = attrs.Factory(RecordingSink)
+    store: FakeStore = attrs.Factory(FakeStore)
+    bot: BotIdentity = attrs.Factory(lambda: BotIdentity(user_id=BOT_ID))
+    registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
+    triggers: TriggerBook = attrs.Factory(TriggerBook)
+    handled: FakeHandled = attrs.Factory(FakeHandled)
+    arrivals: dict[int, float] = attrs.Factory(dict)
+    faults: None = None
+    spawn: None = None
+    fatal: None = None
+    crash_drain_seconds: float = 1.0
+    finished: list[int] = attrs.Factory(list)
+    posted: list[tuple[str, str | None, int | None]] = attrs.Factory(list)
+    changes: list[cmds.Change] = attrs.Factory(list)
+
+    def finish(self, message: Message | Interaction) -> None:
+        self.finished.append(message.id)
+
+    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
+        return policy.plan_post(
+            "channel",
+            channel_id=message.channel_id,
+            author_id=message.author.id,
+            message_id=message.id,
+            in_dm=False,
+        )
+
+    async def post(
+        self,
+        plan: policy.PostPlan,
+        text: str,
+        *,
+        command: str | None,
+        trigger_id: int | None,
+        part: str | None = None,
+    ) -> list[int]:
+        self.posted.append((text, command, trigger_id))
+        return [1000 + len(self.posted)]
+
+    async def apply_command_changes(
+        self, changes: Sequence[cmds.Change], *, chat_id: int | None, now: float
+    ) -> None:
+        self.changes.extend(changes)
+
+
+class FakeInbox:
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.handled = 0
+
+    async def receive(self) -> Message:
+        if not self.messages:
+            await trio.sleep_forever()
+        return self.messages.pop(0)
+
+    def receive_nowait(self) -> Message:
+        return self.messages.pop(0)
+
+    def done(self) -> None:
+        self.handled += 1
+
+    @property
+    def depth(self) -> int:
+        return len(self.messages)
+
+
+def message(i: int, author: User, content: str) -> Message:
+    return Message(
+        id=i,
+        channel_id=CHANNEL,
+        author=author,
+        content=content,
+        timestamp="2024-05-01T12:00:00+00:00",
+        guild_id=20,
+    )
+
+
+def clients(tmp_path: Path) -> FakeClients:
+    env = {"PICORTEX_HOME": str(tmp_path), "PICORTEX_OWNER_ID": str(OWNER.id)}
+    return FakeClients(settings=FakeSettings(load_settings(env)), home=tmp_path)
+
+
+async def run_until_handled(fake: FakeClients, messages: list[Message]) -> None:
+    inbox = FakeInbox(list(messages))
+    actor = ChannelActor(CHANNEL, inbox, fake)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(actor.run)
+        while inbox.handled < len(messages) or len(fake.finished) < len(messages):
+            await trio.sleep(0.01)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_stranger_is_logged_as_ignored_and_nothing_is_kept_or_posted(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    fake = clients(tmp_path)
+    await run_until_handled(fake, [message(5, STRANGER, f"<@{BOT_ID}> hello")])
+    decisions = fake.events.of("decision")
+    assert [(d["message_id"], d["outcome"], d["reason"]) for d in decisions] == [
+        (5, "ignore", "untrusted author: never answered")
+    ]
+    assert fake.finished == [5]
+    assert fake.store.kept == []
+    assert fake.posted == []
+
+
+async def test_the_owners_command_is_kept_logged_and_answered_through_the_poster(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    fake = clients(tmp_path)
+    await run_until_handled(fake, [message(6, OWNER, f"<@{BOT_ID}> !s help")])
+    assert fake.store.kept == [6]
+    [command] = fake.events.of("command")
+    assert (command["command"], command["requester"]) == ("help", OWNER.id)
+    [(text, name, trigger_id)] = fake.posted
+    assert (name, trigger_id) == ("help", 6)
+    assert "!s" in text
+    assert fake.finished == [6]
