@@ -45,7 +45,10 @@ HANDSHAKE_READ: Final = 4096
 
 
 class WebSocketClosed(PicortexError):
-    """The websocket is closed; nothing more comes or goes on it (never leaves the gateway)."""
+    """The websocket is closed; nothing more comes or goes on it (never leaves the gateway).
+
+    Defined here, with the websocket it belongs to; drawn in `picortex.errors`' tree.
+    """
 
 
 def tls_context() -> ssl.SSLContext:
