@@ -95,6 +95,7 @@ class Router:
         self._reported = (0, 0)
         self._report_at = 0.0
         self._released_overflows = 0  # overflows of mailboxes since released
+        self._waiting = False  # the router's task waits for its inbox, nothing in hand
 
     @property
     def inbox(self) -> Mailbox[tuple[str, Any, int | None]]:
@@ -102,8 +103,20 @@ class Router:
         return self._inbox
 
     def on_dispatch(self, name: str, data: Any) -> None:
-        """Called by the gateway reader for every dispatch; never blocks."""
-        if not self._inbox.send_nowait((name, data, self.current_seq())):
+        """Called by the gateway reader for every dispatch; never blocks.
+
+        Chatter is decided right here when the router's task has nothing queued or in hand
+        (so order holds): no hop through the inbox. Everything else is queued for the task.
+        """
+        seq = self.current_seq()
+        if (
+            name == "MESSAGE_CREATE"
+            and self._waiting
+            and self._inbox.settled
+            and self._route_chatter_now(data, seq)
+        ):
+            return
+        if not self._inbox.send_nowait((name, data, seq)):
             self._pipe.events.emit(
                 "error", scope="router", message=f"router queue full: {name} dropped"
             )
@@ -183,7 +196,11 @@ class Router:
     async def _loop(self) -> None:
         inbox = self._inbox
         while True:
-            name, data, seq = await inbox.receive()
+            self._waiting = True
+            try:
+                name, data, seq = await inbox.receive()
+            finally:
+                self._waiting = False
             self._pipe.settings.refresh()
             await self._route(name, data, seq)
             inbox.done()
@@ -226,20 +243,7 @@ class Router:
             seen = store.seen(event.id)
             if seen is None:  # an id older than memory holds: only SQLite knows
                 seen = await store.was_handled(event.id)
-            chatter = self._chatter(event) if name == "MESSAGE_CREATE" else _NOT_CHATTER
-            if chatter is _STRANGER_CHATTER:
-                # Decided here: counted, fed to the context, never logged one by one and never
-                # stored (a replay of it is as harmless as it is: nothing was answered).
-                if seen:
-                    self.replays_dropped += 1
-                    return
-                store.note_seen(event.id)
-                self.chatter += 1
-                pipe.cache.on_message(event)
-                return
-            if chatter is _TRUSTED_CHATTER and not seen and not pipe.handled.known(event.id):
-                pipe.cache.on_message(event)
-                self._trusted_chatter(event)
+            if name == "MESSAGE_CREATE" and self._decide_chatter(event, seen):
                 return
             if seen or not pipe.handled.take(event.id, seq):
                 self.replays_dropped += 1
@@ -311,6 +315,41 @@ class Router:
         elif isinstance(event, ThreadListSync):
             for thread in event.threads:
                 pipe.registry.add(thread)
+
+    def _route_chatter_now(self, data: Any, seq: int | None) -> bool:
+        """Decide a MESSAGE_CREATE inline if it is chatter; False: the task must route it."""
+        pipe = self._pipe
+        event = normalize("MESSAGE_CREATE", data)
+        if type(event) is not Message or event.author.id == pipe.bot.user_id:
+            return False
+        seen = pipe.store.seen(event.id)
+        if seen is None:  # only SQLite knows: the task asks it
+            return False
+        pipe.settings.refresh()
+        if not self._decide_chatter(event, seen):
+            return False
+        pipe.handled.routed(seq)
+        return True
+
+    def _decide_chatter(self, event: Message, seen: bool) -> bool:
+        """Decide a MESSAGE_CREATE here if it is chatter (a replay of it included)."""
+        pipe = self._pipe
+        chatter = self._chatter(event)
+        if chatter is _STRANGER_CHATTER:
+            # Decided here: counted, fed to the context, never logged one by one and never
+            # stored (a replay of it is as harmless as it is: nothing was answered).
+            if seen:
+                self.replays_dropped += 1
+                return True
+            pipe.store.note_seen(event.id)
+            self.chatter += 1
+            pipe.cache.on_message(event)
+            return True
+        if chatter is _TRUSTED_CHATTER and not seen and not pipe.handled.known(event.id):
+            pipe.cache.on_message(event)
+            self._trusted_chatter(event)
+            return True
+        return False
 
     async def _learn_identity(self) -> None:
         """Who the bot is, before routing: READY says so, but a restarted process that RESUMEd

@@ -91,7 +91,7 @@ async def test_trigger_events_carry_the_real_tier_command_and_context(tmp_path: 
         w = run.world
         run.bot.store.set_tier(w.bob_id, "user")
         run.say(w.general_id, w.bob_id, "the sky is green today")
-        await run.wait_event("decision")
+        await run.wait_until(lambda: run.bot.router.trusted_chatter == 1)
         asked = run.say(w.general_id, w.alice_id, f"{run.mention()} is the sky green?")
         await run.wait_until(lambda: bool(run.replies_to(int(asked["id"]))))
         by_bob = run.say(w.general_id, w.bob_id, f"{run.mention()} and mine?")

@@ -162,3 +162,27 @@ async def test_trusted_chatter_in_an_open_request_still_continues_it(tmp_path: P
         found = await run.wait_event("continuation")
         assert int(found[0]["message_id"]) == int(follow["id"])
         assert run.bot.router.trusted_chatter == 0
+
+
+async def test_chatter_is_decided_within_the_gateways_call_when_the_router_is_idle(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        marker = run.say(w.general_id, w.bob_id, f"{run.mention()} marker")
+        await run.wait_event("decision", message_id=int(marker["id"]))
+        await trio.sleep(0.2)
+        router = run.bot.router
+        chatter = {**marker, "id": str(int(marker["id"]) + 1), "content": "just talking"}
+        chatter["mentions"] = []
+        router.on_dispatch("MESSAGE_CREATE", chatter)
+        # No hop through the router's inbox: counted and cached before the call returns.
+        assert (router.chatter, router.inbox.depth) == (1, 0)
+        assert int(chatter["id"]) in {m.id for m in run.bot.cache.recent(w.general_id, 10)}
+        # Anything else still queues for the router's task, in order.
+        mention = {**chatter, "id": str(int(chatter["id"]) + 1), "content": "hi again"}
+        mention["mentions"] = marker["mentions"]
+        mention["content"] = f"{run.mention()} hi again"
+        router.on_dispatch("MESSAGE_CREATE", mention)
+        assert not router.inbox.settled
+        await run.wait_event("decision", message_id=int(mention["id"]))
