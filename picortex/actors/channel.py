@@ -22,25 +22,31 @@ import trio
 
 from picortex import config as config_mod
 from picortex.actors import attachment_parts, discriminate, interactions, persona_answer
-from picortex.actors.clients import ChannelRest, ChannelStore, ContextReader, HandledMarks
+from picortex.actors.clients import (
+    ChannelRest,
+    ChannelStore,
+    ContextReader,
+    HandledMarks,
+    ReplyPoster,
+)
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
-    TYPING_FIRST_WAIT_SECONDS,
     Faults,
     TriggerBook,
     failure_text,
     lines_text,
 )
 from picortex.actors.polls import PollClients
+from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
-from picortex.core.budget import REFUSAL_REASONS
+from picortex.core.budget import REFUSAL_REASONS, workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, may_run, should_ignore, tier_of
@@ -83,6 +89,11 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
     @property
     def store(self) -> ChannelStore:
         """Trust list, chat config and recall, read from memory; writes queued."""
+        ...
+
+    @property
+    def replies(self) -> ReplyPoster:
+        """Posting, typing and streaming answers."""
         ...
 
     @property
@@ -393,13 +404,13 @@ class ChannelActor:
 
             clients.spawn(run_poll, clients, msg, poll_to_start)
             return
-        plan = clients.reply_plan(msg, name)
+        plan = clients.replies.reply_plan(msg, name)
         slot = self._new_slot()
 
         async def post_reply() -> None:
             try:
                 await slot.turn()
-                await clients.post(plan, reply, command=name, trigger_id=msg.id)
+                await clients.replies.post(plan, reply, command=name, trigger_id=msg.id)
             except Exception as exc:
                 logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
             finally:
@@ -517,7 +528,7 @@ class ChannelActor:
             return
         name, answer, poll, result = await self._execute(msg, action, text, tier, source="slash")
         # Refusals, mistakes and sensitive commands are for the requester's eyes only.
-        ephemeral = not result.ok or clients.reply_target(name) == "dm"
+        ephemeral = not result.ok or clients.replies.reply_target(name) == "dm"
         if poll is None:
             reply(answer, ephemeral=ephemeral, command=name)
             return
@@ -669,19 +680,19 @@ class ChannelActor:
                 msg,
                 history,
                 chat,
-                clients.workspace_of(msg),
+                workspace_id(msg.guild_id),
                 model=own.discriminator_model if own is not None else None,
             )
         except disc.PromptTooLarge as exc:
             return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
-        async with clients.typing(
+        async with clients.replies.typing(
             msg.channel_id, enabled=rule.show_typing, spawn=self._spawn_background
         ):
             result = await clients.llm.complete(request)
         if result.outcome in ("error", "timeout"):
-            clients.record_failure(
+            clients.failures.record(
                 stage="discriminate",
-                workspace=clients.workspace_of(msg),
+                workspace=workspace_id(msg.guild_id),
                 persona=None,
                 signal_id=msg.id,
                 error=result.error or result.outcome,
@@ -781,7 +792,7 @@ class ChannelActor:
         lines = await self._context(gen)
         # Typing from here on: the model request is built next and goes out first, so the
         # indicator costs an instant answer no time; a slow answer shows it at once.
-        async with clients.typing(
+        async with clients.replies.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background
         ) as shown:
             if gen.trigger.id not in self._asks and self._persona_matches(gen.request):
@@ -809,7 +820,7 @@ class ChannelActor:
                 stage="generate",
                 system=DEFAULT_SYSTEM_PROMPT,
                 messages=(ChatTurn("user", content),),
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 tier="general",
                 signal_id=str(trigger.id),
                 timeout=clients.answer_timeout,
@@ -841,7 +852,7 @@ class ChannelActor:
         """The answer streamed into its reply (SPEC 16), in the reply's turn."""
         clients = self._clients
         trigger = gen.trigger
-        plan = clients.reply_plan(trigger, None)
+        plan = clients.replies.reply_plan(trigger, None)
 
         async def before_first_post() -> bool:
             await gen.slot.turn()
@@ -860,9 +871,9 @@ class ChannelActor:
         if ask is not None:
             # A slash `ask`: the answer grows in the deferred response (SPEC 15).
             surface = interactions.AnswerSurface(clients, ask.interaction, ask.deferred.wait)
-        streamed = await clients.stream_answer(
+        streamed = await clients.replies.stream_answer(
             request,
-            lambda: clients.resolve_plan(plan),
+            lambda: clients.replies.resolve_plan(plan),
             trigger_id=trigger.id,
             before_first_post=before_first_post,
             surface=surface,
@@ -872,9 +883,9 @@ class ChannelActor:
         result = streamed.result
         if streamed.reply.failure is not None:
             message, trace = failure_text(streamed.reply.failure)
-            clients.record_failure(
+            clients.failures.record(
                 stage="post",
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 persona=None,
                 signal_id=trigger.id,
                 error=message,
@@ -959,9 +970,9 @@ class ChannelActor:
         """Log why there is no answer; returns the reason when it was a skip, not a failure."""
         clients = self._clients
         if outcome in ("error", "timeout"):
-            clients.record_failure(
+            clients.failures.record(
                 stage="generate",
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 persona=persona,
                 signal_id=trigger.id,
                 error=error or outcome,
@@ -979,7 +990,7 @@ class ChannelActor:
     async def _post_answer(self, gen: _Generation, text: str, *, persona: str | None) -> None:
         clients = self._clients
         trigger = gen.trigger
-        plan = clients.reply_plan(trigger, None)
+        plan = clients.replies.reply_plan(trigger, None)
         await gen.slot.turn()
         if cont.is_superseded(self._cont, gen.request):
             self._decision(trigger, "skip", "answer superseded by a follow-up: not posted")
@@ -996,12 +1007,12 @@ class ChannelActor:
                         clients, ask.interaction, text, command=sl.Ask.NAME
                     )
                     return
-                await clients.post(plan, text, command=None, trigger_id=trigger.id)
+                await clients.replies.post(plan, text, command=None, trigger_id=trigger.id)
             except Exception as exc:
                 message, trace = failure_text(exc)
-                clients.record_failure(
+                clients.failures.record(
                     stage="post",
-                    workspace=clients.workspace_of(trigger),
+                    workspace=workspace_id(trigger.guild_id),
                     persona=persona,
                     signal_id=trigger.id,
                     error=message,

@@ -17,7 +17,7 @@ from picortex.types import Channel, Message, Snowflake
 
 if TYPE_CHECKING:
     from picortex.actors.llm import LLMRequest, LLMResult
-    from picortex.actors.pipeline import AnswerSurface, Streamed
+    from picortex.actors.replies import AnswerSurface, Streamed
     from picortex.config import Settings
     from picortex.core import policy
     from picortex.errors import FatalDiscordError
@@ -178,20 +178,16 @@ class HandledMarks(Protocol):
         ...
 
 
-class ReplyPoster(Protocol):
-    """Posting replies under the response policy (SPEC 10) and streaming answers (SPEC 16)."""
+class ReplyTarget(Protocol):
+    """Where replies go under the response policy (SPEC 10)."""
 
     def reply_target(self, command: str | None) -> policy.Target:
         """Where a reply goes (None: a free-chat answer)."""
         ...
 
-    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
-        """How to post the reply to `message`."""
-        ...
 
-    async def resolve_plan(self, plan: policy.PostPlan) -> policy.PostPlan:
-        """The plan with its DM channel opened, when it goes to a DM."""
-        ...
+class Poster(Protocol):
+    """Posting one text as a plan says."""
 
     async def post(
         self,
@@ -202,7 +198,19 @@ class ReplyPoster(Protocol):
         trigger_id: Snowflake | None,
         part: str | None = None,
     ) -> list[Snowflake]:
-        """Post `text` as the plan says; the ids of the posted messages."""
+        """Post `text` (split to Discord's limit); the ids of the posted messages."""
+        ...
+
+
+class ReplyPoster(ReplyTarget, Poster, Protocol):
+    """Posting replies under the response policy (SPEC 10) and streaming answers (SPEC 16)."""
+
+    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
+        """How to post the reply to `message`."""
+        ...
+
+    async def resolve_plan(self, plan: policy.PostPlan) -> policy.PostPlan:
+        """The plan with its DM channel opened, when it goes to a DM."""
         ...
 
     def typing(
@@ -231,11 +239,7 @@ class ReplyPoster(Protocol):
 class FailureRecorder(Protocol):
     """Failed invocations (SPEC 9): an event and an error row."""
 
-    def workspace_of(self, message: Message) -> str:
-        """The budget workspace of a message: its guild id, or `dm`."""
-        ...
-
-    def record_failure(
+    def record(
         self,
         *,
         stage: str,

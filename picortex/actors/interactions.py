@@ -20,11 +20,13 @@ from picortex.actors.clients import (
     CurrentSettings,
     FatalReporter,
     InteractionRest,
+    ReplyTarget,
     Spawner,
     StoreAccess,
     TrustReader,
 )
-from picortex.actors.pipeline import ERROR_MESSAGE_MAX_CHARS, failure_text
+from picortex.actors.pipeline import failure_text
+from picortex.actors.replies import ERROR_MESSAGE_MAX_CHARS
 from picortex.core import policy
 from picortex.core import slash as sl
 from picortex.core.redact import redact
@@ -79,8 +81,9 @@ class InteractionClients(FatalReporter, Spawner, Protocol):
         """Interactions not answered yet, by id (see `expect`)."""
         ...
 
-    def reply_target(self, command: str | None) -> policy.Target:
-        """Where a reply goes under the response policy."""
+    @property
+    def replies(self) -> ReplyTarget:
+        """Where replies go under the response policy."""
         ...
 
 
@@ -152,7 +155,7 @@ def predicted_ephemeral(clients: InteractionClients, interaction: Interaction) -
     if not trusted:
         return True
     name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
-    return name != sl.Ask.NAME and clients.reply_target(name) == "dm"
+    return name != sl.Ask.NAME and clients.replies.reply_target(name) == "dm"
 
 
 def _message_body(text: str, *, ephemeral: bool) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.actors.pipeline import failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
-from picortex.core.budget import REFUSAL_REASONS
+from picortex.core.budget import REFUSAL_REASONS, workspace_id
 from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
@@ -72,8 +72,18 @@ class PersonaIndex(Protocol):
         ...
 
 
-class PersonaClients(PersonaIndex, ReplyPoster, FailureRecorder, FatalReporter, Protocol):
+class PersonaClients(PersonaIndex, FatalReporter, Protocol):
     """What a persona answer uses."""
+
+    @property
+    def failures(self) -> FailureRecorder:
+        """Failed invocations (SPEC 9)."""
+        ...
+
+    @property
+    def replies(self) -> ReplyPoster:
+        """Posting and streaming the answer."""
+        ...
 
     @property
     def settings(self) -> CurrentSettings:
@@ -172,7 +182,7 @@ async def _tiebreak(
             stage="tiebreak",
             system=system,
             messages=(ChatTurn("user", user),),
-            workspace=clients.workspace_of(trigger),
+            workspace=workspace_id(trigger.guild_id),
             tier="triage",
             max_tokens=TIEBREAK_MAX_TOKENS,
             timeout=TIEBREAK_TIMEOUT_SECONDS,
@@ -194,9 +204,9 @@ async def _tiebreak(
         )
         return strongest, f"answer {said!r} is not a candidate: strongest match"
     if result.outcome in ("error", "timeout"):
-        clients.record_failure(
+        clients.failures.record(
             stage="tiebreak",
-            workspace=clients.workspace_of(trigger),
+            workspace=workspace_id(trigger.guild_id),
             persona=strongest.persona.id,
             signal_id=trigger.id,
             error=result.error or result.outcome,
@@ -223,7 +233,7 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
             lambda db: db.search_memory(
                 " ".join(terms),
                 since=since,
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 limit=RECALL_FETCH,
                 channel_ids=channels,
             )
@@ -302,7 +312,7 @@ def forget(clients: PersonaIndex, message_ids: Sequence[Snowflake]) -> None:
 
 def placement(clients: PersonaClients, request: Request, trigger: Message) -> Placement:
     """Where the answer to `trigger` goes (SPEC 8), honouring a response policy of `dm`."""
-    target = clients.reply_target(None)
+    target = clients.replies.reply_target(None)
     if trigger.guild_id is None:
         return Placement("dm reply", trigger.channel_id, trigger.id)
     if target == "dm":
@@ -369,7 +379,7 @@ async def maybe_answer(
         stage="generate",
         system=system,
         messages=tuple(turns),
-        workspace=clients.workspace_of(trigger),
+        workspace=workspace_id(trigger.guild_id),
         tier=persona.model or "general",
         persona=persona.id,
         signal_id=str(trigger.id),
@@ -391,9 +401,9 @@ async def _not_answered(
 ) -> None:
     """Record a persona call that gave no answer: an error row, or a skip decision."""
     if result.outcome in ("error", "timeout"):
-        clients.record_failure(
+        clients.failures.record(
             stage="generate",
-            workspace=clients.workspace_of(trigger),
+            workspace=workspace_id(trigger.guild_id),
             persona=persona.id,
             signal_id=trigger.id,
             error=result.error or result.outcome,
@@ -431,15 +441,15 @@ async def _stream(
     async def plan() -> policy.PostPlan:
         resolved, thread_id = await _plan_for(clients, trigger, persona, where)
         thread.append(thread_id)
-        return await clients.resolve_plan(resolved)
+        return await clients.replies.resolve_plan(resolved)
 
-    streamed = await clients.stream_answer(request, plan, trigger_id=trigger.id)
+    streamed = await clients.replies.stream_answer(request, plan, trigger_id=trigger.id)
     failure = streamed.reply.failure
     if failure is not None:
         message, trace = failure_text(failure)
-        clients.record_failure(
+        clients.failures.record(
             stage="post",
-            workspace=clients.workspace_of(trigger),
+            workspace=workspace_id(trigger.guild_id),
             persona=persona.id,
             signal_id=trigger.id,
             error=message,
@@ -480,8 +490,8 @@ async def _plan_for(
 
 async def _post_notice(clients: PersonaClients, trigger: Message, text: str) -> None:
     try:
-        await clients.post(
-            clients.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id
+        await clients.replies.post(
+            clients.replies.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id
         )
     except Exception as exc:
         logger.warning("could not tell %s about their limit: %s", trigger.author.id, exc)
@@ -523,14 +533,14 @@ async def _post(
     with trio.CancelScope(shield=True):
         try:
             plan, thread_id = await _plan_for(clients, trigger, persona, where)
-            posted = await clients.post(plan, text, command=None, trigger_id=trigger.id)
+            posted = await clients.replies.post(plan, text, command=None, trigger_id=trigger.id)
         except Exception as exc:
             if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
                 clients.fatal(exc)
             message, trace = failure_text(exc)
-            clients.record_failure(
+            clients.failures.record(
                 stage="post",
-                workspace=clients.workspace_of(trigger),
+                workspace=workspace_id(trigger.guild_id),
                 persona=persona.id,
                 signal_id=trigger.id,
                 error=message,

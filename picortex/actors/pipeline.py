@@ -9,29 +9,23 @@ builds one `Pipeline`; each user is typed by the narrow protocol of what it call
 from __future__ import annotations
 
 import logging
-import math
-import time
 import traceback
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import attrs
-import trio
 
 from picortex.actors.clients import ChannelRest
 from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
+from picortex.actors.failures import FailureLog
 from picortex.actors.handled import HandledLedger
-from picortex.actors.llm import LLMActor, LLMRequest, LLMResult
-from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply
+from picortex.actors.llm import LLMActor
+from picortex.actors.replies import ERROR_MESSAGE_MAX_CHARS, PostingRest, Replies
 from picortex.config import Settings
 from picortex.core import commands as cmds
-from picortex.core import policy
 from picortex.core.redact import redact
-from picortex.core.split import split_reply
-from picortex.core.stream import with_cut_notice
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store, StoreActor
@@ -40,50 +34,17 @@ from picortex.types import Channel, ChannelType, EventSink, Interaction, Message
 
 logger = logging.getLogger(__name__)
 
-# Discord shows a typing indicator for 10 s; renew it a little sooner.
-TYPING_RENEW_SECONDS: Final = 8.0
-# A ready answer waits at most this long for its first typing request (sent when generation
-# started, so normally long done): the indicator comes before the reply, never much later.
-TYPING_FIRST_WAIT_SECONDS: Final = 0.5
-ERROR_MESSAGE_MAX_CHARS: Final = 500
 # The deadline of one answer's model call: long answers take a while, a hung call must not.
 ANSWER_TIMEOUT_SECONDS: Final = 60.0
-# The persona column of an error row when the default agent (no persona) failed.
-DEFAULT_PERSONA: Final = "default"
 # A crashing channel actor lets answers already in flight finish for up to this long (one
 # model call's deadline plus a post) before it restarts; what is left is logged as abandoned.
 CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
 
 
-class Rest(ChannelRest, Protocol):
+class Rest(ChannelRest, PostingRest, Protocol):
     """The REST calls channel-side code makes (picortex.discord.rest.RestClient)."""
 
-    async def create_message(
-        self,
-        channel_id: int,
-        content: str,
-        *,
-        reply_to: int | None = None,
-        allowed_mentions: dict[str, Any] | None = None,
-        nonce: str | None = None,
-    ) -> dict[str, Any]: ...
-
-    async def edit_message(
-        self,
-        channel_id: int,
-        message_id: int,
-        content: str,
-        *,
-        allowed_mentions: dict[str, Any] | None = None,
-    ) -> dict[str, Any]: ...
-
-    async def create_dm(self, user_id: int) -> dict[str, Any]: ...
-
     async def get_current_user(self) -> dict[str, Any]: ...
-
-    async def trigger_typing(
-        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
-    ) -> None: ...
 
     async def get_channel_messages(
         self,
@@ -261,6 +222,25 @@ class Pipeline:
     dm_channels: dict[Snowflake, Snowflake] = attrs.field(factory=dict)
     # Called when Discord refuses the token (HTTP 401): the app stops with exit code 3.
     fatal: Callable[[FatalDiscordError], None] | None = None
+    # Posting, typing and streaming; built from the fields above (the token refusal is
+    # looked up per post, since the app sets `fatal` when it starts running).
+    # Failed invocations (SPEC 9): events and error rows.
+    failures: FailureLog = attrs.field(
+        default=attrs.Factory(lambda self: FailureLog(self.store, self.events), takes_self=True)
+    )
+    replies: Replies = attrs.field(
+        default=attrs.Factory(
+            lambda self: Replies(
+                self.settings,
+                self.rest,
+                self.llm,
+                self.events,
+                dm_channels=self.dm_channels,
+                fatal=lambda: self.fatal,
+            ),
+            takes_self=True,
+        )
+    )
     answer_timeout: float = ANSWER_TIMEOUT_SECONDS
     crash_drain_seconds: float = CRASH_DRAIN_SECONDS
     # When each message reached its channel's mailbox (set by the router, taken by the
@@ -292,10 +272,6 @@ class Pipeline:
             now=now,
         )
 
-    def workspace_of(self, message: Message) -> str:
-        """The budget workspace: the guild id, or `dm`."""
-        return str(message.guild_id) if message.guild_id is not None else "dm"
-
     def is_trusted(self, user_id: Snowflake) -> bool:
         """Whether someone's words may be repeated to the model unmarked: the bot itself,
         the owner or anyone on the trust list (an unreadable store trusts no one)."""
@@ -305,302 +281,6 @@ class Pipeline:
             return self.store.get_tier(user_id) is not None
         except Exception:
             return False
-
-    def reply_target(self, command: str | None) -> policy.Target:
-        """Where a reply goes under the current response policy (None: a free-chat answer)."""
-        rp = self.settings().response_policy
-        return policy.decide_target(command, rp.default_mode, rp.sensitive_commands, rp.overrides)
-
-    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
-        """How to post the reply to `message` under the current response policy."""
-        return policy.plan_post(
-            self.reply_target(command),
-            channel_id=message.channel_id,
-            author_id=message.author.id,
-            message_id=message.id,
-            in_dm=message.is_dm,
-        )
-
-    def record_failure(
-        self,
-        *,
-        stage: str,
-        workspace: str,
-        persona: str | None,
-        signal_id: Snowflake | None,
-        error: str,
-        stack_trace: str | None,
-    ) -> None:
-        """A failed invocation: a `cortex.invocation_failed` event and an error row (SPEC 9)."""
-        error = redact(error)[:ERROR_MESSAGE_MAX_CHARS]
-        trace = redact(stack_trace) if stack_trace else None
-        created_at = time.time()
-
-        def emit(row_id: object) -> None:
-            self.events.emit(
-                "cortex.invocation_failed",
-                stage=stage,
-                workspace=workspace,
-                persona=persona,
-                signal_id=signal_id,
-                error=error,
-                error_id=row_id,
-            )
-
-        # The event is written once the row is committed, so it can name the row's id.
-        try:
-            self.store.submit(
-                lambda db: db.add_invocation_error(
-                    workspace_id=workspace,
-                    persona=persona or DEFAULT_PERSONA,
-                    signal_id="" if signal_id is None else str(signal_id),
-                    stage=stage,
-                    error_message=error,
-                    stack_trace=trace,
-                    created_at=created_at,
-                ),
-                on_done=emit,
-            )
-        except Exception:
-            logger.exception("could not store an invocation error")
-            emit(None)
-
-    @asynccontextmanager
-    async def typing(
-        self,
-        channel_id: Snowflake,
-        enabled: bool = True,
-        *,
-        spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
-    ) -> AsyncIterator[trio.Event]:
-        """Show the typing indicator in `channel_id` while the block runs, from its start.
-
-        Yields an event set once the first typing request is on its way to Discord (or
-        failed), so a ready answer can make sure the indicator goes first; typing never
-        fails an answer. With `spawn` (a task starter that outlives the block) a typing
-        request still in flight when the block ends finishes in the background instead of
-        being cut off, so its connection stays open for the next request.
-        """
-        shown = trio.Event()
-        if not enabled:
-            shown.set()
-            yield shown
-            return
-        stop = trio.Event()
-
-        async def keep_typing() -> None:
-            try:
-                while not stop.is_set():
-                    try:
-                        await self.rest.trigger_typing(channel_id, on_sent=shown.set)
-                    except Exception as exc:  # typing is cosmetic; never fail an answer on it
-                        logger.debug("typing indicator failed: %s", exc)
-                        return
-                    shown.set()
-                    with trio.move_on_after(TYPING_RENEW_SECONDS):
-                        await stop.wait()
-            finally:
-                shown.set()
-
-        if spawn is not None:
-            spawn(keep_typing)
-            try:
-                yield shown
-            finally:
-                stop.set()
-            return
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(keep_typing)
-            try:
-                yield shown
-            finally:
-                nursery.cancel_scope.cancel()
-
-    async def dm_channel(self, user_id: Snowflake) -> Snowflake:
-        """The DM channel with a user (opened once, then remembered)."""
-        known = self.dm_channels.get(user_id)
-        if known is not None:
-            return known
-        data = await self.rest.create_dm(user_id)
-        channel_id = int(data["id"])
-        self.dm_channels[user_id] = channel_id
-        return channel_id
-
-    async def post(
-        self,
-        plan: policy.PostPlan,
-        text: str,
-        *,
-        command: str | None,
-        trigger_id: Snowflake | None,
-        part: str | None = None,
-    ) -> list[Snowflake]:
-        """Post `text` (split to Discord's limit) as the plan says; log a `reply` event.
-
-        A DM that cannot be delivered is logged and never falls back to the channel.
-        Returns the ids of the posted messages; raises when the first post fails. `part`
-        names which of a trigger's posts this is when one trigger posts more than once
-        (a poll's question, then its result); see `reply_nonce`.
-        """
-        chunks = split_reply(text) or ["(empty answer)"]
-        posted: list[Snowflake] = []
-        target_channel: Snowflake | None = plan.channel_id
-        # No overall deadline: REST bounds each request and its 5xx retries, and waits out
-        # 429s however many come (SPEC 4), so a rate-limited answer is late, never dropped.
-        try:
-            if plan.dm_user_id is not None:
-                target_channel = await self.dm_channel(plan.dm_user_id)
-            assert target_channel is not None
-            for index, chunk in enumerate(chunks):
-                data = await self.rest.create_message(
-                    target_channel,
-                    chunk,
-                    reply_to=plan.reply_to if index == 0 else None,
-                    allowed_mentions=policy.allowed_mentions(ping_users=False),
-                    **reply_nonce(trigger_id, part or ("a" if command is None else "c"), index),
-                )
-                posted.append(int(data["id"]))
-        except Exception as exc:
-            if isinstance(exc, FatalDiscordError) and self.fatal is not None:
-                self.fatal(exc)
-            self.events.emit(
-                "reply",
-                command=command,
-                mode=plan.target,
-                target=target_channel or plan.dm_user_id,
-                trigger_id=trigger_id,
-                result="failed",
-                error=redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS],
-                parts=len(posted),
-            )
-            raise
-        self.events.emit(
-            "reply",
-            command=command,
-            mode=plan.target,
-            target=target_channel,
-            trigger_id=trigger_id,
-            result="posted",
-            message_ids=posted,
-            parts=len(posted),
-            chars=len(text),
-        )
-        return posted
-
-    async def resolve_plan(self, plan: policy.PostPlan) -> policy.PostPlan:
-        """The plan with its DM channel opened, when it goes to a DM."""
-        if plan.dm_user_id is None:
-            return plan
-        channel_id = await self.dm_channel(plan.dm_user_id)
-        return attrs.evolve(plan, channel_id=channel_id)
-
-    async def stream_answer(
-        self,
-        request: LLMRequest,
-        plan: Callable[[], Awaitable[policy.PostPlan]],
-        *,
-        trigger_id: Snowflake,
-        before_first_post: Callable[[], Awaitable[bool]] | None = None,
-        surface: AnswerSurface | None = None,
-    ) -> Streamed:
-        """Make the model call streamed and show the answer as it is written (SPEC 16).
-
-        `plan` is awaited at the first post (where the reply goes), unless `surface` says
-        where the answer is written instead (a slash `ask`). The call is one
-        request, never retried; a stream cut midway leaves what arrived plus one line
-        saying so. A reply that could not be posted cancels the call. Logs the `reply`
-        event; the caller records failures.
-        """
-        if surface is None:
-            # No deadline of its own: REST bounds each request and waits out 429s however many
-            # come (SPEC 4). The trigger names the nonces, so a reply posted before a kill is
-            # found again (and finished) when the trigger is handled again after the restart.
-            surface = ChannelSurface(self.rest, plan, timeout=math.inf, trigger_id=trigger_id)
-        reply = StreamedReply(surface, before_first_post=before_first_post)
-        result: LLMResult | None = None
-        with trio.CancelScope() as call_scope:
-
-            async def write() -> None:
-                await reply.run()
-                if reply.failure is not None or reply.abandoned:
-                    call_scope.cancel()
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(write)
-                result = await self.llm.complete(request, on_text=reply.feed)
-                if result.ok:
-                    reply.finish(result.text)
-                elif reply.text:
-                    reply.finish(with_cut_notice(reply.text))
-                else:
-                    reply.stop()
-        failure = reply.failure
-        if failure is not None:
-            if isinstance(failure, FatalDiscordError) and self.fatal is not None:
-                self.fatal(failure)
-            self.events.emit(
-                "reply",
-                command=None,
-                mode=surface.target,
-                target=surface.channel_id,
-                trigger_id=trigger_id,
-                result="failed",
-                error=redact(f"{type(failure).__name__}: {failure}")[:ERROR_MESSAGE_MAX_CHARS],
-                parts=len(surface.message_ids),
-                streamed=True,
-            )
-        elif reply.started:
-            self.events.emit(
-                "reply",
-                command=None,
-                mode=surface.target,
-                target=surface.channel_id,
-                trigger_id=trigger_id,
-                result="posted" if result is not None and result.ok else "cut",
-                message_ids=surface.message_ids,
-                parts=len(surface.message_ids),
-                chars=len(reply.shown_text),
-                streamed=True,
-                edits=reply.edits,
-            )
-        return Streamed(result, reply, surface)
-
-
-class AnswerSurface(ReplySurface, Protocol):
-    """Where a streamed answer is written, and what the `reply` event says about it."""
-
-    target: str
-    channel_id: Snowflake | None
-    message_ids: list[Snowflake]
-
-
-@attrs.frozen
-class Streamed:
-    """How a streamed answer went: the call's result (None when the call was cancelled
-    because the reply could not be posted), the reply, and where it went."""
-
-    result: LLMResult | None
-    reply: StreamedReply
-    surface: AnswerSurface
-
-    @property
-    def message_ids(self) -> list[Snowflake]:
-        """The ids of the reply's messages."""
-        return self.surface.message_ids
-
-
-def reply_nonce(trigger_id: Snowflake | None, part: str, index: int) -> dict[str, str]:
-    """The enforced nonce of one chunk of one post made for `trigger_id`.
-
-    Derived from the trigger, so the same chunk posted again (a trigger handled again after a
-    kill that came between the post and its handled mark) is returned by Discord instead of
-    posted twice. `part` is one letter telling a trigger's posts apart: `a` an answer, `c` a
-    command's reply, `r` a poll's result. At most 25 characters: a snowflake, the letter and
-    the chunk number.
-    """
-    if trigger_id is None:
-        return {}
-    return {"nonce": f"{trigger_id}{part}{index}"}
 
 
 def failure_text(exc: BaseException) -> tuple[str, str]:

@@ -7,7 +7,7 @@ from typing import Final, Protocol
 
 import trio
 
-from picortex.actors.clients import CurrentSettings, ReactionsRest
+from picortex.actors.clients import CurrentSettings, Poster, ReactionsRest
 from picortex.actors.pipeline import BotIdentity, failure_text
 from picortex.core import policy
 from picortex.core import poll as pcore
@@ -42,16 +42,9 @@ class PollClients(Protocol):
         """Reactions on the poll's message."""
         ...
 
-    async def post(
-        self,
-        plan: policy.PostPlan,
-        text: str,
-        *,
-        command: str | None,
-        trigger_id: Snowflake | None,
-        part: str | None = None,
-    ) -> list[Snowflake]:
-        """Post `text` as the plan says (see `Pipeline.post`)."""
+    @property
+    def replies(self) -> Poster:
+        """Posting the poll and its result."""
         ...
 
 
@@ -77,7 +70,7 @@ async def run_poll(
     try:
         text = pcore.format_poll(poll.question, poll.options, seconds)
         if poll_message_id is None:
-            posted = await clients.post(plan, text, command="poll", trigger_id=trigger.id)
+            posted = await clients.replies.post(plan, text, command="poll", trigger_id=trigger.id)
             poll_id = posted[0]
         else:
             poll_id = poll_message_id
@@ -105,7 +98,7 @@ async def run_poll(
             channel_id=trigger.channel_id,
             votes=list(result.counts),
         )
-        await clients.post(
+        await clients.replies.post(
             policy.PostPlan("channel", trigger.channel_id, None, poll_id),
             pcore.format_result(poll.question, poll.options, result),
             command="poll",

@@ -58,29 +58,11 @@ class FakeHandled:
         pass
 
 
-@attrs.define
-class FakeClients:
-    """Only what these paths of the channel actor touch; the rest is never called."""
+class FakeReplies:
+    """A reply poster that records what it was asked to post."""
 
-    settings: FakeSettings
-    home: Path
-    events: RecordingSink = attrs.Factory(RecordingSink)
-    store: FakeStore = attrs.Factory(FakeStore)
-    bot: BotIdentity = attrs.Factory(lambda: BotIdentity(user_id=BOT_ID))
-    registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
-    triggers: TriggerBook = attrs.Factory(TriggerBook)
-    handled: FakeHandled = attrs.Factory(FakeHandled)
-    arrivals: dict[int, float] = attrs.Factory(dict)
-    faults: None = None
-    spawn: None = None
-    fatal: None = None
-    crash_drain_seconds: float = 1.0
-    finished: list[int] = attrs.Factory(list)
-    posted: list[tuple[str, str | None, int | None]] = attrs.Factory(list)
-    changes: list[cmds.Change] = attrs.Factory(list)
-
-    def finish(self, message: Message | Interaction) -> None:
-        self.finished.append(message.id)
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str | None, int | None]] = []
 
     def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
         return policy.plan_post(
@@ -102,6 +84,31 @@ class FakeClients:
     ) -> list[int]:
         self.posted.append((text, command, trigger_id))
         return [1000 + len(self.posted)]
+
+
+@attrs.define
+class FakeClients:
+    """Only what these paths of the channel actor touch; the rest is never called."""
+
+    settings: FakeSettings
+    home: Path
+    events: RecordingSink = attrs.Factory(RecordingSink)
+    store: FakeStore = attrs.Factory(FakeStore)
+    bot: BotIdentity = attrs.Factory(lambda: BotIdentity(user_id=BOT_ID))
+    registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
+    triggers: TriggerBook = attrs.Factory(TriggerBook)
+    handled: FakeHandled = attrs.Factory(FakeHandled)
+    arrivals: dict[int, float] = attrs.Factory(dict)
+    faults: None = None
+    spawn: None = None
+    fatal: None = None
+    crash_drain_seconds: float = 1.0
+    finished: list[int] = attrs.Factory(list)
+    replies: FakeReplies = attrs.Factory(FakeReplies)
+    changes: list[cmds.Change] = attrs.Factory(list)
+
+    def finish(self, message: Message | Interaction) -> None:
+        self.finished.append(message.id)
 
     async def apply_command_changes(
         self, changes: Sequence[cmds.Change], *, chat_id: int | None, now: float
@@ -167,7 +174,7 @@ async def test_a_stranger_is_logged_as_ignored_and_nothing_is_kept_or_posted(
     ]
     assert fake.finished == [5]
     assert fake.store.kept == []
-    assert fake.posted == []
+    assert fake.replies.posted == []
 
 
 async def test_the_owners_command_is_kept_logged_and_answered_through_the_poster(
@@ -178,7 +185,7 @@ async def test_the_owners_command_is_kept_logged_and_answered_through_the_poster
     assert fake.store.kept == [6]
     [command] = fake.events.of("command")
     assert (command["command"], command["requester"]) == ("help", OWNER.id)
-    [(text, name, trigger_id)] = fake.posted
+    [(text, name, trigger_id)] = fake.replies.posted
     assert (name, trigger_id) == ("help", 6)
     assert "!s" in text
     assert fake.finished == [6]

@@ -3,7 +3,7 @@ between an answer, a command's reply and a poll's result, within Discord's 25 ch
 
 from __future__ import annotations
 
-from picortex.actors.pipeline import reply_nonce
+from picortex.actors.replies import reply_nonce
 
 BIGGEST_SNOWFLAKE = 2**64 - 1
 

@@ -1,0 +1,84 @@
+"""Failed invocations (SPEC 9): each one a `cortex.invocation_failed` event and an error row,
+redacted, the event naming the row once it is committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, Protocol
+
+from picortex.actors.replies import ERROR_MESSAGE_MAX_CHARS
+from picortex.core.redact import redact
+from picortex.types import EventSink, Snowflake
+
+if TYPE_CHECKING:
+    from picortex.store import Store
+
+logger = logging.getLogger(__name__)
+
+# The persona column of an error row when the default agent (no persona) failed.
+DEFAULT_PERSONA: Final = "default"
+
+
+class ErrorRows(Protocol):
+    """Where error rows are queued (the store actor)."""
+
+    def submit(
+        self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
+    ) -> None:
+        """Queue a write; `on_done(result)` runs once it is committed."""
+        ...
+
+
+class FailureLog:
+    """The failure recorder the app builds once (`picortex.actors.clients.FailureRecorder`)."""
+
+    def __init__(self, store: ErrorRows, events: EventSink) -> None:
+        self.store = store
+        self.events = events
+
+    def record(
+        self,
+        *,
+        stage: str,
+        workspace: str,
+        persona: str | None,
+        signal_id: Snowflake | None,
+        error: str,
+        stack_trace: str | None,
+    ) -> None:
+        """A failed invocation: a `cortex.invocation_failed` event and an error row (SPEC 9)."""
+        error = redact(error)[:ERROR_MESSAGE_MAX_CHARS]
+        trace = redact(stack_trace) if stack_trace else None
+        created_at = time.time()
+
+        def emit(row_id: object) -> None:
+            self.events.emit(
+                "cortex.invocation_failed",
+                stage=stage,
+                workspace=workspace,
+                persona=persona,
+                signal_id=signal_id,
+                error=error,
+                error_id=row_id,
+            )
+
+        # The event is written once the row is committed, so it can name the row's id.
+        try:
+            self.store.submit(
+                lambda db: db.add_invocation_error(
+                    workspace_id=workspace,
+                    persona=persona or DEFAULT_PERSONA,
+                    signal_id="" if signal_id is None else str(signal_id),
+                    stage=stage,
+                    error_message=error,
+                    stack_trace=trace,
+                    created_at=created_at,
+                ),
+                on_done=emit,
+            )
+        except Exception:
+            logger.exception("could not store an invocation error")
+            emit(None)

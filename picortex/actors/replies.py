@@ -1,0 +1,346 @@
+"""Posting replies under the response policy (SPEC 10): split to Discord's limit, nonced,
+DMs opened once, the typing indicator shown, answers streamed as they are written (SPEC 16).
+Each post is logged as a `reply` event.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Final, Protocol
+
+import attrs
+import trio
+
+from picortex.actors.clients import CurrentSettings, ModelClient
+from picortex.actors.llm import LLMRequest, LLMResult
+from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply
+from picortex.core import policy
+from picortex.core.redact import redact
+from picortex.core.split import split_reply
+from picortex.core.stream import with_cut_notice
+from picortex.errors import FatalDiscordError
+from picortex.types import EventSink, Message, Snowflake
+
+logger = logging.getLogger(__name__)
+
+# Discord shows a typing indicator for 10 s; renew it a little sooner.
+TYPING_RENEW_SECONDS: Final = 8.0
+# A ready answer waits at most this long for its first typing request (sent when generation
+# started, so normally long done): the indicator comes before the reply, never much later.
+TYPING_FIRST_WAIT_SECONDS: Final = 0.5
+# An error text in an event or an error row is cut to this many characters.
+ERROR_MESSAGE_MAX_CHARS: Final = 500
+
+
+class PostingRest(Protocol):
+    """The REST calls replies make (picortex.discord.rest.RestClient)."""
+
+    async def create_message(
+        self,
+        channel_id: int,
+        content: str,
+        *,
+        reply_to: int | None = None,
+        allowed_mentions: dict[str, Any] | None = None,
+        nonce: str | None = None,
+    ) -> dict[str, Any]: ...
+
+    async def edit_message(
+        self,
+        channel_id: int,
+        message_id: int,
+        content: str,
+        *,
+        allowed_mentions: dict[str, Any] | None = None,
+    ) -> dict[str, Any]: ...
+
+    async def create_dm(self, user_id: int) -> dict[str, Any]: ...
+
+    async def trigger_typing(
+        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+    ) -> None: ...
+
+
+class Replies:
+    """The reply poster the app builds once (`picortex.actors.clients.ReplyPoster`).
+
+    Args:
+        settings: the settings in force (the response policy, read per reply).
+        rest: Discord's message routes.
+        llm: the model, for streamed answers.
+        events: the action log.
+        dm_channels: DM channels opened so far, by user (shared with the panel).
+        fatal: returns where a refused token is reported, once the app has set it.
+    """
+
+    def __init__(
+        self,
+        settings: CurrentSettings,
+        rest: PostingRest,
+        llm: ModelClient,
+        events: EventSink,
+        *,
+        dm_channels: dict[Snowflake, Snowflake],
+        fatal: Callable[[], Callable[[FatalDiscordError], None] | None],
+    ) -> None:
+        self.settings = settings
+        self.rest = rest
+        self.llm = llm
+        self.events = events
+        self.dm_channels = dm_channels
+        self._fatal = fatal
+
+    def reply_target(self, command: str | None) -> policy.Target:
+        """Where a reply goes under the current response policy (None: a free-chat answer)."""
+        rp = self.settings().response_policy
+        return policy.decide_target(command, rp.default_mode, rp.sensitive_commands, rp.overrides)
+
+    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
+        """How to post the reply to `message` under the current response policy."""
+        return policy.plan_post(
+            self.reply_target(command),
+            channel_id=message.channel_id,
+            author_id=message.author.id,
+            message_id=message.id,
+            in_dm=message.is_dm,
+        )
+
+    @asynccontextmanager
+    async def typing(
+        self,
+        channel_id: Snowflake,
+        enabled: bool = True,
+        *,
+        spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
+    ) -> AsyncIterator[trio.Event]:
+        """Show the typing indicator in `channel_id` while the block runs, from its start.
+
+        Yields an event set once the first typing request is on its way to Discord (or
+        failed), so a ready answer can make sure the indicator goes first; typing never
+        fails an answer. With `spawn` (a task starter that outlives the block) a typing
+        request still in flight when the block ends finishes in the background instead of
+        being cut off, so its connection stays open for the next request.
+        """
+        shown = trio.Event()
+        if not enabled:
+            shown.set()
+            yield shown
+            return
+        stop = trio.Event()
+
+        async def keep_typing() -> None:
+            try:
+                while not stop.is_set():
+                    try:
+                        await self.rest.trigger_typing(channel_id, on_sent=shown.set)
+                    except Exception as exc:  # typing is cosmetic; never fail an answer on it
+                        logger.debug("typing indicator failed: %s", exc)
+                        return
+                    shown.set()
+                    with trio.move_on_after(TYPING_RENEW_SECONDS):
+                        await stop.wait()
+            finally:
+                shown.set()
+
+        if spawn is not None:
+            spawn(keep_typing)
+            try:
+                yield shown
+            finally:
+                stop.set()
+            return
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(keep_typing)
+            try:
+                yield shown
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def dm_channel(self, user_id: Snowflake) -> Snowflake:
+        """The DM channel with a user (opened once, then remembered)."""
+        known = self.dm_channels.get(user_id)
+        if known is not None:
+            return known
+        data = await self.rest.create_dm(user_id)
+        channel_id = int(data["id"])
+        self.dm_channels[user_id] = channel_id
+        return channel_id
+
+    async def post(
+        self,
+        plan: policy.PostPlan,
+        text: str,
+        *,
+        command: str | None,
+        trigger_id: Snowflake | None,
+        part: str | None = None,
+    ) -> list[Snowflake]:
+        """Post `text` (split to Discord's limit) as the plan says; log a `reply` event.
+
+        A DM that cannot be delivered is logged and never falls back to the channel.
+        Returns the ids of the posted messages; raises when the first post fails. `part`
+        names which of a trigger's posts this is when one trigger posts more than once
+        (a poll's question, then its result); see `reply_nonce`.
+        """
+        chunks = split_reply(text) or ["(empty answer)"]
+        posted: list[Snowflake] = []
+        target_channel: Snowflake | None = plan.channel_id
+        # No overall deadline: REST bounds each request and its 5xx retries, and waits out
+        # 429s however many come (SPEC 4), so a rate-limited answer is late, never dropped.
+        try:
+            if plan.dm_user_id is not None:
+                target_channel = await self.dm_channel(plan.dm_user_id)
+            assert target_channel is not None
+            for index, chunk in enumerate(chunks):
+                data = await self.rest.create_message(
+                    target_channel,
+                    chunk,
+                    reply_to=plan.reply_to if index == 0 else None,
+                    allowed_mentions=policy.allowed_mentions(ping_users=False),
+                    **reply_nonce(trigger_id, part or ("a" if command is None else "c"), index),
+                )
+                posted.append(int(data["id"]))
+        except Exception as exc:
+            if isinstance(exc, FatalDiscordError) and (fatal := self._fatal()) is not None:
+                fatal(exc)
+            self.events.emit(
+                "reply",
+                command=command,
+                mode=plan.target,
+                target=target_channel or plan.dm_user_id,
+                trigger_id=trigger_id,
+                result="failed",
+                error=redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS],
+                parts=len(posted),
+            )
+            raise
+        self.events.emit(
+            "reply",
+            command=command,
+            mode=plan.target,
+            target=target_channel,
+            trigger_id=trigger_id,
+            result="posted",
+            message_ids=posted,
+            parts=len(posted),
+            chars=len(text),
+        )
+        return posted
+
+    async def resolve_plan(self, plan: policy.PostPlan) -> policy.PostPlan:
+        """The plan with its DM channel opened, when it goes to a DM."""
+        if plan.dm_user_id is None:
+            return plan
+        channel_id = await self.dm_channel(plan.dm_user_id)
+        return attrs.evolve(plan, channel_id=channel_id)
+
+    async def stream_answer(
+        self,
+        request: LLMRequest,
+        plan: Callable[[], Awaitable[policy.PostPlan]],
+        *,
+        trigger_id: Snowflake,
+        before_first_post: Callable[[], Awaitable[bool]] | None = None,
+        surface: AnswerSurface | None = None,
+    ) -> Streamed:
+        """Make the model call streamed and show the answer as it is written (SPEC 16).
+
+        `plan` is awaited at the first post (where the reply goes), unless `surface` says
+        where the answer is written instead (a slash `ask`). The call is one
+        request, never retried; a stream cut midway leaves what arrived plus one line
+        saying so. A reply that could not be posted cancels the call. Logs the `reply`
+        event; the caller records failures.
+        """
+        if surface is None:
+            # No deadline of its own: REST bounds each request and waits out 429s however many
+            # come (SPEC 4). The trigger names the nonces, so a reply posted before a kill is
+            # found again (and finished) when the trigger is handled again after the restart.
+            surface = ChannelSurface(self.rest, plan, timeout=math.inf, trigger_id=trigger_id)
+        reply = StreamedReply(surface, before_first_post=before_first_post)
+        result: LLMResult | None = None
+        with trio.CancelScope() as call_scope:
+
+            async def write() -> None:
+                await reply.run()
+                if reply.failure is not None or reply.abandoned:
+                    call_scope.cancel()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(write)
+                result = await self.llm.complete(request, on_text=reply.feed)
+                if result.ok:
+                    reply.finish(result.text)
+                elif reply.text:
+                    reply.finish(with_cut_notice(reply.text))
+                else:
+                    reply.stop()
+        failure = reply.failure
+        if failure is not None:
+            if isinstance(failure, FatalDiscordError) and (fatal := self._fatal()) is not None:
+                fatal(failure)
+            self.events.emit(
+                "reply",
+                command=None,
+                mode=surface.target,
+                target=surface.channel_id,
+                trigger_id=trigger_id,
+                result="failed",
+                error=redact(f"{type(failure).__name__}: {failure}")[:ERROR_MESSAGE_MAX_CHARS],
+                parts=len(surface.message_ids),
+                streamed=True,
+            )
+        elif reply.started:
+            self.events.emit(
+                "reply",
+                command=None,
+                mode=surface.target,
+                target=surface.channel_id,
+                trigger_id=trigger_id,
+                result="posted" if result is not None and result.ok else "cut",
+                message_ids=surface.message_ids,
+                parts=len(surface.message_ids),
+                chars=len(reply.shown_text),
+                streamed=True,
+                edits=reply.edits,
+            )
+        return Streamed(result, reply, surface)
+
+
+class AnswerSurface(ReplySurface, Protocol):
+    """Where a streamed answer is written, and what the `reply` event says about it."""
+
+    target: str
+    channel_id: Snowflake | None
+    message_ids: list[Snowflake]
+
+
+@attrs.frozen
+class Streamed:
+    """How a streamed answer went: the call's result (None when the call was cancelled
+    because the reply could not be posted), the reply, and where it went."""
+
+    result: LLMResult | None
+    reply: StreamedReply
+    surface: AnswerSurface
+
+    @property
+    def message_ids(self) -> list[Snowflake]:
+        """The ids of the reply's messages."""
+        return self.surface.message_ids
+
+
+def reply_nonce(trigger_id: Snowflake | None, part: str, index: int) -> dict[str, str]:
+    """The enforced nonce of one chunk of one post made for `trigger_id`.
+
+    Derived from the trigger, so the same chunk posted again (a trigger handled again after a
+    kill that came between the post and its handled mark) is returned by Discord instead of
+    posted twice. `part` is one letter telling a trigger's posts apart: `a` an answer, `c` a
+    command's reply, `r` a poll's result. At most 25 characters: a snowflake, the letter and
+    the chunk number.
+    """
+    if trigger_id is None:
+        return {}
+    return {"nonce": f"{trigger_id}{part}{index}"}
