@@ -11,6 +11,8 @@ import trio
 
 from tests.e2e.harness import Running, running_bot
 
+pytestmark = pytest.mark.virtual_time
+
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
 SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
 TINY = "[budget]\nceiling_usd = 0.000001\n"

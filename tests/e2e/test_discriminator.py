@@ -18,7 +18,9 @@ from picortex.config import load_settings
 from picortex.core import discriminator as disc
 from picortex.sim.model import ModelReply
 from picortex.store.chathome import HAND_EDIT_MESSAGE, PROMPT_RELPATH, SEED_MESSAGE
-from tests.e2e.harness import Running, running_bot
+from tests.e2e.harness import Running, running_bot, wall_time
+
+pytestmark = pytest.mark.virtual_time
 
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
 SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
@@ -275,22 +277,23 @@ async def test_discriminator_test_cli_prints_each_decision_reason_and_cost(
             ANTHROPIC_API_KEY="sk-ant-test-key-0000",
             ANTHROPIC_BASE_URL=run.sim.urls.anthropic_base_url,
         )
-        done = await trio.run_process(
-            [
-                sys.executable,
-                "-m",
-                "picortex",
-                "discriminator",
-                "test",
-                str(w.general_id),
-                "-n",
-                "3",
-            ],
-            env=env,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+        with wall_time():  # a child process: the clock runs at wall speed meanwhile
+            done = await trio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "picortex",
+                    "discriminator",
+                    "test",
+                    str(w.general_id),
+                    "-n",
+                    "3",
+                ],
+                env=env,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
         out = done.stdout.decode()
         assert done.returncode == 0, done.stderr.decode()
         lines = out.splitlines()
