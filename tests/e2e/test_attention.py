@@ -16,7 +16,6 @@ from tests.e2e.harness import Running, running_bot
 pytestmark = pytest.mark.virtual_time
 
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
-SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
 TRUE = '{"should_respond": true, "reason": "bob asks the bot for its view"}'
 FALSE = '{"should_respond": false, "reason": "small talk between people"}'
 
@@ -41,8 +40,7 @@ async def chatter(run: Running, msg: dict[str, Any], word: str = "tea") -> None:
         while int(msg["id"]) not in await run.bot.store.read(
             lambda db: {h.message_id for h in db.search_memory(word, 0.0, None, 50)}
         ):
-            await trio.sleep(0.01)
-    await trio.sleep(SETTLE)
+            await run.idle()
     assert run.replies_to(int(msg["id"])) == []
     assert run.bot.router.trusted_chatter == 1
     assert [e for e in run.events("decision") if int(e["message_id"]) == int(msg["id"])] == []
@@ -51,7 +49,7 @@ async def chatter(run: Running, msg: dict[str, Any], word: str = "tea") -> None:
 async def not_answered(run: Running, msg: dict[str, Any]) -> dict[str, Any]:
     """The decision for `msg`, after checking that no reply came."""
     found = await decision(run, msg)
-    await trio.sleep(SETTLE)
+    await run.idle()
     assert run.replies_to(int(msg["id"])) == []
     return found
 
@@ -143,7 +141,7 @@ async def test_a_reply_to_the_bot_is_answered_without_a_mention(tmp_path: Path) 
         run.bot.store.set_tier(w.bob_id, "user")
         first = run.say(w.general_id, w.bob_id, f"{run.mention()} hello")
         bot_reply = await answered(run, first)
-        await trio.sleep(0.2)
+        await run.idle()
         follow = run.say(
             w.general_id, w.alice_id, "and for me?", reply_to=int(bot_reply["id"]), reply_ping=False
         )

@@ -23,7 +23,6 @@ from tests.e2e.harness import Running, running_bot, wall_time
 pytestmark = pytest.mark.virtual_time
 
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
-SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
 TIMEOUT_TOML = "[discriminator]\ntimeout_seconds = 0.5\n"
 HAIKU = (0.10, 0.50)  # USD per million tokens, input and output
 TRUE = '{"should_respond": true, "reason": "a question for the bot"}'
@@ -112,7 +111,7 @@ async def test_scripted_answers_decide_and_fail_open_or_closed(
             with trio.fail_after(WAIT):
                 await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
         else:
-            await trio.sleep(SETTLE)
+            await run.idle()
             assert run.sim.bot_messages() == []
         # One classification per message, never retried.
         assert [e["stage"] for e in run.events("llm")].count("discriminate") == 1
@@ -202,7 +201,7 @@ async def test_discriminate_quiet_shows_nothing_when_it_will_not_answer(tmp_path
         run.sim.model.script(ModelReply(text=FALSE, delay=0.5))
         msg = run.say(w.general_id, w.bob_id, "the train was late again")
         assert (await decision(run, msg))["outcome"] == "skip"
-        await trio.sleep(SETTLE)
+        await run.idle()
         assert typing_in(run, w.general_id) == 0
         assert [r for r in run.sim.requests if "/reactions/" in r.path] == []
 
