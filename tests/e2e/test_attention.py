@@ -66,21 +66,28 @@ def stages(run: Running) -> list[str]:
     return [e["stage"] for e in run.events("llm")]
 
 
-# Each mode, in #general and in bob's DM, for a plain message from a trusted user that
-# neither mentions the bot nor replies to it. Discriminate modes get one scripted verdict.
+# Each way a plain message from a trusted user (no mention, not a reply) goes through the
+# whole bot, once; the table of every mode in a guild and a DM is a core test
+# (tests/core/test_attention.py). Discriminate modes get one scripted verdict.
 MODE_CASES = [
-    ("always", None, "respond", "always mode answers every message"),
-    ("mentions-only", None, "skip", "mentions-only mode: no mention of the bot and not a reply"),
-    ("discriminate", TRUE, "respond", "discriminator: bob asks the bot for its view"),
-    ("discriminate", FALSE, "skip", "discriminator: small talk between people"),
-    ("discriminate-quiet", TRUE, "respond", "discriminator: bob asks the bot for its view"),
-    ("discriminate-quiet", FALSE, "skip", "discriminator: small talk between people"),
-    ("silent", None, "record", "silent mode: recorded, never answered"),
+    ("guild", "always", None, "respond", "always mode answers every message"),
+    ("guild", "mentions-only", None, "skip", "chatter"),
+    (
+        "dm",
+        "mentions-only",
+        None,
+        "skip",
+        "mentions-only mode: no mention of the bot and not a reply",
+    ),
+    ("guild", "discriminate", TRUE, "respond", "discriminator: bob asks the bot for its view"),
+    ("dm", "discriminate", FALSE, "skip", "discriminator: small talk between people"),
+    ("guild", "discriminate-quiet", FALSE, "skip", "discriminator: small talk between people"),
+    ("guild", "silent", None, "record", "chatter"),
+    ("dm", "silent", None, "record", "silent mode: recorded, never answered"),
 ]
 
 
-@pytest.mark.parametrize("place", ["guild", "dm"])
-@pytest.mark.parametrize(("mode", "verdict", "outcome", "reason"), MODE_CASES)
+@pytest.mark.parametrize(("place", "mode", "verdict", "outcome", "reason"), MODE_CASES)
 async def test_each_mode_for_a_plain_message(
     tmp_path: Path, place: str, mode: str, verdict: str | None, outcome: str, reason: str
 ) -> None:
