@@ -29,13 +29,13 @@ from picortex.actors.clients import (
     HandledMarks,
     ReplyPoster,
 )
+from picortex.actors.failures import error_line, failure_text
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
     Faults,
     TriggerBook,
-    failure_text,
     lines_text,
 )
 from picortex.actors.polls import PollClients
@@ -408,7 +408,7 @@ class ChannelActor:
                 await slot.turn()
                 await clients.replies.post(plan, reply, command=name, trigger_id=msg.id)
             except Exception as exc:
-                logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
+                logger.warning("reply to %s command failed: %s", name, error_line(exc))
             finally:
                 slot.done.set()
             # Posted or failed (and logged): final. Cancelled by a shutdown: handled again.
@@ -758,7 +758,7 @@ class ChannelActor:
                 try:
                     await self._answer(gen, typing)
                 except Exception as exc:
-                    message = failure_text(exc)[0]
+                    message = error_line(exc)
                     self._clients.events.emit(
                         "error", scope="generate", message_id=gen.trigger.id, message=message
                     )
@@ -936,7 +936,7 @@ class ChannelActor:
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
             clients.events.emit(
-                "error", scope="context", message_id=trigger.id, message=failure_text(exc)[0]
+                "error", scope="context", message_id=trigger.id, message=error_line(exc)
             )
             lines = ()
         clients.events.emit(

@@ -22,8 +22,8 @@ from picortex.actors.clients import (
     ReplyPoster,
     ThreadStarter,
 )
+from picortex.actors.failures import error_line, failure_text
 from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
-from picortex.actors.pipeline import failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
 from picortex.core.budget import REFUSAL_REASONS, workspace_id
@@ -511,9 +511,7 @@ async def _open_thread(clients: PersonaClients, trigger: Message, name: str) -> 
             raise
         # No permission, a channel type without threads...: the answer still goes out.
         logger.warning("no thread for message %s (%s): replying in the channel", trigger.id, exc)
-        clients.events.emit(
-            "error", scope="thread", message_id=trigger.id, message=failure_text(exc)[0]
-        )
+        clients.events.emit("error", scope="thread", message_id=trigger.id, message=error_line(exc))
         return None
     return _remember_thread(clients, data)
 

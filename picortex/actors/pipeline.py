@@ -9,7 +9,6 @@ builds one `Pipeline`; each user is typed by the narrow protocol of what it call
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -22,10 +21,9 @@ from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
 from picortex.actors.handled import HandledLedger
 from picortex.actors.llm import LLMActor
-from picortex.actors.replies import ERROR_MESSAGE_MAX_CHARS, PostingRest, Replies
+from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
 from picortex.core import commands as cmds
-from picortex.core.redact import redact
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store, StoreActor
@@ -281,14 +279,6 @@ class Pipeline:
             return self.store.get_tier(user_id) is not None
         except Exception:
             return False
-
-
-def failure_text(exc: BaseException) -> tuple[str, str]:
-    """An exception as (one-line message, stack trace), both redacted."""
-    return (
-        redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS],
-        redact("".join(traceback.format_exception(exc))),
-    )
 
 
 def lines_text(lines: Sequence[str]) -> str:

@@ -15,10 +15,10 @@ import attrs
 import trio
 
 from picortex.actors.clients import CurrentSettings, ModelClient
+from picortex.actors.failures import error_line
 from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply
 from picortex.core import policy
-from picortex.core.redact import redact
 from picortex.core.split import split_reply
 from picortex.core.stream import with_cut_notice
 from picortex.errors import FatalDiscordError
@@ -31,8 +31,6 @@ TYPING_RENEW_SECONDS: Final = 8.0
 # A ready answer waits at most this long for its first typing request (sent when generation
 # started, so normally long done): the indicator comes before the reply, never much later.
 TYPING_FIRST_WAIT_SECONDS: Final = 0.5
-# An error text in an event or an error row is cut to this many characters.
-ERROR_MESSAGE_MAX_CHARS: Final = 500
 
 
 class PostingRest(Protocol):
@@ -213,7 +211,7 @@ class Replies:
                 target=target_channel or plan.dm_user_id,
                 trigger_id=trigger_id,
                 result="failed",
-                error=redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS],
+                error=error_line(exc),
                 parts=len(posted),
             )
             raise
@@ -288,7 +286,7 @@ class Replies:
                 target=surface.channel_id,
                 trigger_id=trigger_id,
                 result="failed",
-                error=redact(f"{type(failure).__name__}: {failure}")[:ERROR_MESSAGE_MAX_CHARS],
+                error=error_line(failure),
                 parts=len(surface.message_ids),
                 streamed=True,
             )
