@@ -29,7 +29,7 @@ from picortex.actors.clients import (
     HandledMarks,
     ReplyPoster,
 )
-from picortex.actors.failures import error_line, failure_text
+from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
@@ -46,7 +46,7 @@ from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
-from picortex.core.budget import REFUSAL_REASONS, workspace_id
+from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, may_run, should_ignore, tier_of
@@ -975,11 +975,7 @@ class ChannelActor:
                 stack_trace=trace,
             )
             return None
-        reason = {
-            "no_key": "no answer: ANTHROPIC_API_KEY is not set",
-            "budget": "no answer: "
-            + REFUSAL_REASONS.get(limit or "workspace", REFUSAL_REASONS["workspace"]),
-        }.get(outcome, f"no answer: {outcome}")
+        reason = f"no answer: {skip_reason(outcome, limit)}"
         self._decision(trigger, "skip", reason)
         return reason
 

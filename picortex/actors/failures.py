@@ -11,6 +11,7 @@ import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
+from picortex.core.budget import REFUSAL_REASONS
 from picortex.core.redact import redact
 from picortex.types import EventSink, Snowflake
 
@@ -28,6 +29,15 @@ ERROR_MESSAGE_MAX_CHARS: Final = 500
 def error_line(exc: BaseException) -> str:
     """An exception as one redacted line for an event, a log line or an error row."""
     return redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS]
+
+
+def skip_reason(outcome: str, limit: str | None) -> str:
+    """Why a model call that did not fail gave no answer (a `skip` decision's reason)."""
+    if outcome == "no_key":
+        return "ANTHROPIC_API_KEY is not set"
+    if outcome == "budget":
+        return REFUSAL_REASONS.get(limit or "workspace", REFUSAL_REASONS["workspace"])
+    return outcome
 
 
 def failure_text(exc: BaseException) -> tuple[str, str]:
