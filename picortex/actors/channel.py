@@ -26,6 +26,7 @@ from picortex.actors.clients import (
     ChannelRest,
     ChannelStore,
     ContextReader,
+    FaultCheck,
     HandledMarks,
     ReplyPoster,
 )
@@ -34,9 +35,7 @@ from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
-    Faults,
     TriggerBook,
-    lines_text,
 )
 from picortex.actors.polls import PollClients
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
@@ -127,7 +126,7 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
         ...
 
     @property
-    def faults(self) -> Faults | None:
+    def faults(self) -> FaultCheck | None:
         """Fault points (tests only)."""
         ...
 
@@ -801,9 +800,10 @@ class ChannelActor:
                     return
             prompt = gen.request.text
             if lines:
+                conversation = "\n".join(lines)
                 prompt = (
                     f"Recent conversation, oldest first. {CONTEXT_FORMAT_NOTE}\n"
-                    f"{lines_text(lines)}\n\nThe request from {trigger.author.display_name}:\n"
+                    f"{conversation}\n\nThe request from {trigger.author.display_name}:\n"
                     f"{gen.request.text}"
                 )
             prompt = prompt or "(no text)"

@@ -19,6 +19,7 @@ import attrs
 import httpx
 import trio
 
+from picortex.actors.clients import FaultCheck
 from picortex.core.context import assemble_context
 from picortex.core.history import ChannelHistory, plan_eviction
 from picortex.discord.normalize import message_from_payload
@@ -89,14 +90,6 @@ class HistorySource(Protocol):
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Discord message objects of one channel, newest first."""
-        ...
-
-
-class FaultCheck(Protocol):
-    """A fault point (`picortex.runtime.faults.FaultPoints`)."""
-
-    def check(self, actor: str, content: str) -> None:
-        """Raise when a fault is configured for `actor` and `content`."""
         ...
 
 

@@ -15,7 +15,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
-from picortex.actors.clients import ChannelRest
+from picortex.actors.clients import ChannelRest, FaultCheck
 from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
@@ -52,12 +52,6 @@ class Rest(ChannelRest, PostingRest, Protocol):
         before: int | None = None,
         limit: int = 100,
     ) -> list[dict[str, Any]]: ...
-
-
-class Faults(Protocol):
-    """PICORTEX_FAULT_INJECT's check."""
-
-    def check(self, actor: str, content: str) -> None: ...
 
 
 @attrs.define
@@ -213,7 +207,7 @@ class Pipeline:
     registry: ChannelRegistry
     triggers: TriggerBook
     home: Path
-    faults: Faults | None = None
+    faults: FaultCheck | None = None
     personas: PersonaLoader | None = None
     # Polls run in a nursery that outlives channel actors, so an idle exit keeps the timer.
     spawn: Callable[..., None] | None = None
@@ -279,8 +273,3 @@ class Pipeline:
             return self.store.get_tier(user_id) is not None
         except Exception:
             return False
-
-
-def lines_text(lines: Sequence[str]) -> str:
-    """Context lines as one block for a prompt."""
-    return "\n".join(lines)
