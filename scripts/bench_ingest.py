@@ -494,6 +494,9 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
         await trio.sleep(2.0)  # start-up writes (pruning) done
         rss0, db0 = process_rss_mib(bot.proc.pid), db_bytes(bot.home)
         file0, rows0 = db_settled(bot.home)
+        await trio.to_thread.run_sync(query_status, bot.home, 5.0)  # resets the worst lag
+        lag = 0.0
+        t0 = trio.current_time()
         sent = 0
         while sent < args.memory_messages:
             n = min(MEMORY_CHUNK, args.memory_messages - sent)
@@ -504,9 +507,12 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
         with trio.move_on_after(DRAIN_SECONDS):
             while True:
                 status = await trio.to_thread.run_sync(query_status, bot.home, 5.0)
-                if status is not None and status["ingest"]["chatter"] >= sent:
-                    break
+                if status is not None:
+                    lag = max(lag, float(status["loop_lag_ms"]["since_last_status"]))
+                    if status["ingest"]["chatter"] >= sent:
+                        break
                 await trio.sleep(0.5)
+        took = trio.current_time() - t0
         # The channels go quiet: a group commit, and the context cache's delayed writes
         # (after which it keeps only its most recent channels in memory), are done by now.
         await trio.sleep(QUIET_SECONDS)
@@ -515,7 +521,10 @@ async def memory_check(world: World, urls: SimURLs, tmp: Path, args: argparse.Na
         ingest = status["ingest"] if status else {}
         grew = rss1 - rss0
         verdict = "ok" if grew <= RSS_TARGET_MIB else "ABOVE TARGET"
-        print(f"  chatter counted {ingest.get('chatter', 0):,} of {sent:,}")
+        print(
+            f"  chatter counted {ingest.get('chatter', 0):,} of {sent:,} in {took:.1f} s "
+            f"({sent / took:,.0f}/s, sending included); worst event-loop lag {lag:.1f} ms"
+        )
         print(f"  RSS {rss0:.1f} -> {rss1:.1f} MiB (+{grew:.1f} MiB; target <= 100: {verdict})")
         print(
             f"  database file after a checkpoint {file0:,} -> {file1:,} bytes "

@@ -58,6 +58,10 @@ PAGE_MAX: Final = 100
 # 200,000 messages across 2,000 channels peaked at every message in memory, and the process
 # kept most of that peak (freed objects scattered over memory it could not give back).
 LOADED_CHANNELS: Final = 256
+# Live messages waiting in tails, all channels together, beyond which the tails are written
+# at once rather than WRITE_DELAY after their first change (about 10 MB of chatter): the
+# writers then keep a burst's memory flat instead of holding several seconds of it.
+TAIL_MESSAGES: Final = 10_000
 # Gateway events waiting to be applied; beyond this they are dropped and counted, so the
 # gateway reader never blocks on the cache.
 LIVE_QUEUE: Final = 4096
@@ -196,6 +200,7 @@ class ContextCache:
         self._tails: dict[Snowflake, ChannelHistory] = {}
         # ... and the tails being merged into their files right now.
         self._tails_writing: dict[Snowflake, ChannelHistory] = {}
+        self._tail_messages = 0  # messages in `_tails`
         # Channels changed since their last write -> when that write is due, oldest change
         # first (so the due times are in order too).
         self._dirty: dict[Snowflake, float] = {}
@@ -538,10 +543,14 @@ class ContextCache:
                 tail = self._tails.get(channel_id)
                 if tail is None:
                     tail = self._tails[channel_id] = ChannelHistory(channel_id)
+                before = len(tail.messages)
                 tail.absorb(event.guild_id, [event], self._cap)
+                self._tail_messages += len(tail.messages) - before
                 if channel_id in self._in_sync:
                     tail.delivered(event)
                 self._mark_dirty(channel_id)
+                if self._tail_messages > TAIL_MESSAGES:
+                    self._wake.set()
                 return
             channel = self._absorb(channel_id, event.guild_id, [event])
             if channel_id in self._in_sync and channel.delivered(event):
@@ -627,9 +636,7 @@ class ContextCache:
             self._loaded.move_to_end(channel_id)
             return channel
         channel = self._read(channel_id)
-        tails = [
-            t for t in (self._tails_writing.get(channel_id), self._tails.pop(channel_id, None)) if t
-        ]
+        tails = [t for t in (self._tails_writing.get(channel_id), self._pop_tail(channel_id)) if t]
         for tail in tails:  # live messages its file may lack yet
             channel.absorb(tail.guild_id, tail.messages, self._cap)
             if tail.synced_to is not None:
@@ -702,6 +709,7 @@ class ContextCache:
         self._loaded.clear()
         self._tails.clear()
         self._tails_writing.clear()
+        self._tail_messages = 0
         self._dirty.clear()
         self._writing.clear()
         self._files = OrderedDict(index_directory(self._dir))
@@ -714,7 +722,11 @@ class ContextCache:
         next one is due)."""
         for channel_id, due in self._dirty.items():
             if channel_id not in self._writing:
-                if self._flushing or due <= trio.current_time():
+                if (
+                    self._flushing
+                    or due <= trio.current_time()
+                    or self._tail_messages > TAIL_MESSAGES
+                ):
                     del self._dirty[channel_id]
                     return channel_id, due
                 return None, due
@@ -730,7 +742,7 @@ class ContextCache:
                     await self._wake.wait()
                 continue
             channel = self._loaded.get(channel_id)
-            tail = None if channel is not None else self._tails.pop(channel_id, None)
+            tail = None if channel is not None else self._pop_tail(channel_id)
             if channel is None and tail is None:  # evicted meanwhile
                 continue
             self._writing.add(channel_id)
@@ -751,8 +763,8 @@ class ContextCache:
                     if problem is not None:
                         self._history_lost(channel_id, problem)
             except OSError as exc:
-                if tail is not None:
-                    self._keep_tail(tail)
+                # A tail that did not reach its file is dropped with the channel's sync, so
+                # the next trigger fetches it back; a failing disk never makes memory grow.
                 self._write_failed(channel_id, exc)
             finally:
                 self._tails_writing.pop(channel_id, None)
@@ -767,7 +779,7 @@ class ContextCache:
             channel_id = next(iter(self._dirty))
             del self._dirty[channel_id]
             channel = self._loaded.get(channel_id)
-            tail = None if channel is not None else self._tails.pop(channel_id, None)
+            tail = None if channel is not None else self._pop_tail(channel_id)
             try:
                 if channel is not None:
                     data = encode_channel(channel)
@@ -781,20 +793,11 @@ class ContextCache:
             except OSError as exc:
                 self._write_failed(channel_id, exc)
 
-    def _keep_tail(self, tail: ChannelHistory) -> None:
-        """A tail that did not reach its file: back into memory for the next write."""
-        channel_id = tail.id
-        channel = self._loaded.get(channel_id)
-        if channel is not None:
-            # Loaded meanwhile, and already holding the tail (`_channel` merged it).
-            return
-        newer = self._tails.pop(channel_id, None)
-        if newer is not None:
-            tail.absorb(newer.guild_id, newer.messages, self._cap)
-            if newer.synced_to is not None:
-                tail.synced_to = max(tail.synced_to or 0, newer.synced_to)
-        # Like a loaded channel's failed change: the next change to the channel tries again.
-        self._tails[channel_id] = tail
+    def _pop_tail(self, channel_id: Snowflake) -> ChannelHistory | None:
+        tail = self._tails.pop(channel_id, None)
+        if tail is not None:
+            self._tail_messages -= len(tail.messages)
+        return tail
 
     def _history_lost(self, channel_id: Snowflake, reason: str) -> None:
         """A channel's unreadable file was replaced by its tail: fetch the rest again."""

@@ -725,7 +725,7 @@ async def test_a_tail_replaces_a_corrupt_file_and_the_rest_is_fetched_again(
     assert errors[0]["message"].startswith("corrupt cache file dropped")
 
 
-async def test_a_tail_that_could_not_be_written_waits_for_the_next_change(
+async def test_a_tail_that_could_not_be_written_is_fetched_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
@@ -740,10 +740,37 @@ async def test_a_tail_that_could_not_be_written_waits_for_the_next_change(
         cache.on_message(rest.post("fills memory"))
         await cache.flush()
         monkeypatch.setattr(cc, "write_atomic", failing)
-        cache.on_message(rest.post("kept", channel_id=CH + 1))
+        cache.on_message(rest.post("lost", channel_id=CH + 1))
         await cache.flush()
         assert any("no space left" in e["message"] for e in sink.of("error"))
         monkeypatch.setattr(cc, "write_atomic", real_write)
-        cache.on_message(rest.post("next", channel_id=CH + 1))
+        lines = await ctx(cache, rest.post("q", channel_id=CH + 1))
+    assert [c["channel"] for c in rest.calls] == [CH + 1]
+    assert texts(lines) == ["lost"]
+
+
+async def test_many_waiting_tail_messages_are_written_before_their_delay(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    monkeypatch.setattr(cc, "TAIL_MESSAGES", 5)
+    rest = FakeHistory()
+    async with trio.open_nursery() as nursery:
+        cache = make_cache(tmp_path, rest)
+        await nursery.start(cache.run)
+        cache.on_message(rest.post("fills memory"))
+        for c in range(1, 4):  # 3 tails: under the limit, written WRITE_DELAY later
+            cache.on_message(rest.post("m", channel_id=CH + c))
+        await trio.sleep(cc.WRITE_DELAY / 10)
+        assert cache.statistics().pending_writes == 4
+        start = trio.current_time()
+        for c in range(4, 8):  # over the limit: every waiting change is due now
+            cache.on_message(rest.post("m", channel_id=CH + c))
+        for _ in range(100):  # no clock time passes
+            await trio.sleep(0)
+        assert trio.current_time() == start
+        # Oldest first, changes were taken until the waiting tails were back at the limit:
+        # the loaded channel's and two tails (7 messages waited, 5 do now).
+        assert cache.statistics().pending_writes == 5
         await cache.flush()
-    assert [m["text"] for m in file_doc(tmp_path, CH + 1)["messages"]] == ["kept", "next"]
+        nursery.cancel_scope.cancel()
