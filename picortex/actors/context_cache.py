@@ -638,9 +638,7 @@ class ContextCache:
         channel = self._read(channel_id)
         tails = [t for t in (self._tails_writing.get(channel_id), self._pop_tail(channel_id)) if t]
         for tail in tails:  # live messages its file may lack yet
-            channel.absorb(tail.guild_id, tail.messages, self._cap)
-            if tail.synced_to is not None:
-                channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+            channel.merge(tail, self._cap)
         if tails:
             self._mark_dirty(channel_id)
         self._loaded[channel_id] = channel
@@ -870,9 +868,7 @@ def write_with_tail(directory: Path, tail: ChannelHistory, cap: int) -> tuple[in
     if channel is None:
         channel = ChannelHistory(tail.id)
     channel.trim(cap)
-    channel.absorb(tail.guild_id, tail.messages, cap)
-    if tail.synced_to is not None:
-        channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+    channel.merge(tail, cap)
     data = encode_channel(channel)
     write_atomic(channel_path(directory, tail.id), data)
     return len(data), problem
