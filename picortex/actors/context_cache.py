@@ -685,6 +685,13 @@ class ContextCache:
 
     def _drop_corrupt(self, channel_id: Snowflake, reason: str) -> None:
         """Log and delete a bad channel file; the next context request fetches afresh."""
+        self._report_corrupt(channel_id, reason)
+        remove_channel(self._dir, channel_id)
+        self._forget_file(channel_id)
+        self._last_fetch.pop(channel_id, None)
+        self._in_sync.discard(channel_id)
+
+    def _report_corrupt(self, channel_id: Snowflake, reason: str) -> None:
         log.warning("dropping cache file of channel %s: %s", channel_id, reason)
         self._events.emit(
             "error",
@@ -692,10 +699,6 @@ class ContextCache:
             message=f"corrupt cache file dropped: {reason}",
             channel_id=channel_id,
         )
-        remove_channel(self._dir, channel_id)
-        self._forget_file(channel_id)
-        self._last_fetch.pop(channel_id, None)
-        self._in_sync.discard(channel_id)
 
     def _forget_file(self, channel_id: Snowflake) -> None:
         self._total_bytes -= self._files.pop(channel_id, 0)
@@ -799,13 +802,7 @@ class ContextCache:
 
     def _history_lost(self, channel_id: Snowflake, reason: str) -> None:
         """A channel's unreadable file was replaced by its tail: fetch the rest again."""
-        log.warning("dropping cache file of channel %s: %s", channel_id, reason)
-        self._events.emit(
-            "error",
-            scope="context_cache",
-            message=f"corrupt cache file dropped: {reason}",
-            channel_id=channel_id,
-        )
+        self._report_corrupt(channel_id, reason)
         self._last_fetch.pop(channel_id, None)
         self._lose_sync(channel_id)
 
