@@ -70,7 +70,6 @@ class Replies:
         rest: Discord's message routes.
         llm: the model, for streamed answers.
         events: the action log.
-        dm_channels: DM channels opened so far, by user (shared with the panel).
         fatal: returns where a refused token is reported, once the app has set it.
     """
 
@@ -81,14 +80,14 @@ class Replies:
         llm: ModelClient,
         events: EventSink,
         *,
-        dm_channels: dict[Snowflake, Snowflake],
         fatal: Callable[[], Callable[[FatalDiscordError], None] | None],
     ) -> None:
         self.settings = settings
         self.rest = rest
         self.llm = llm
         self.events = events
-        self.dm_channels = dm_channels
+        # DM channels opened so far, by user (the panel lists them too).
+        self.dm_channels: dict[Snowflake, Snowflake] = {}
         self._fatal = fatal
 
     def reply_target(self, command: str | None) -> policy.Target:

@@ -200,7 +200,7 @@ class ChannelSurface:
                 text,
                 reply_to=self._reply_to if index == 0 else None,
                 allowed_mentions=policy.allowed_mentions(ping_users=False),
-                # The same nonce as a whole answer's part (Pipeline.post): posted again after
+                # The same nonce as a whole answer's part (Replies.post): posted again after
                 # a restart, Discord returns the message already there, which is then edited.
                 **({"nonce": f"{self._trigger_id}a{index}"} if self._trigger_id else {}),
             )
