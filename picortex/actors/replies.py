@@ -17,7 +17,7 @@ import trio
 from picortex.actors.clients import CurrentSettings, ModelClient
 from picortex.actors.failures import error_line
 from picortex.actors.llm import LLMRequest, LLMResult
-from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply
+from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply, reply_nonce
 from picortex.core import policy
 from picortex.core.split import split_reply
 from picortex.core.stream import with_cut_notice
@@ -327,17 +327,3 @@ class Streamed:
     def message_ids(self) -> list[Snowflake]:
         """The ids of the reply's messages."""
         return self.surface.message_ids
-
-
-def reply_nonce(trigger_id: Snowflake | None, part: str, index: int) -> dict[str, str]:
-    """The enforced nonce of one chunk of one post made for `trigger_id`.
-
-    Derived from the trigger, so the same chunk posted again (a trigger handled again after a
-    kill that came between the post and its handled mark) is returned by Discord instead of
-    posted twice. `part` is one letter telling a trigger's posts apart: `a` an answer, `c` a
-    command's reply, `r` a poll's result. At most 25 characters: a snowflake, the letter and
-    the chunk number.
-    """
-    if trigger_id is None:
-        return {}
-    return {"nonce": f"{trigger_id}{part}{index}"}
