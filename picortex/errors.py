@@ -11,6 +11,7 @@ the actor, with backoff and within its intensity).
     +-- DiscordHTTPError             Discord answered an error REST does not retry retryable
     |   +-- InvalidRequestGuardError refused locally before Discord's ban          retryable
     +-- GatewayError                 the gateway had nothing usable to connect to  retryable
+    +-- WebSocketClosed              the gateway's websocket ended (stays inside)  retryable
     +-- ModelError                   the model endpoint's answer was unusable      retryable
     |   +-- MalformedAnswer          not a Messages API response
     |   +-- StreamCut                a streamed answer stopped before its end

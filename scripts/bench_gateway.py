@@ -52,6 +52,8 @@ sys.path.insert(0, str(ROOT))
 TOKEN: Final = "sim-token"
 CHANNELS: Final = 50
 SIZE: Final = 1024
+# The tuned bare reader's trio-websocket queue of whole messages (its reader task fills it).
+BARE_QUEUE: Final = 64
 # Frames each client handles before the measured blast: imports, caches and the
 # interpreter's specializations are warm, as in a bot that has been running a while.
 WARMUP: Final = 2_000
@@ -279,7 +281,7 @@ def run_bare(api_base: str, count: int, warmup: int, tuned: bool) -> None:
     options: dict[str, Any] = {}
     if tuned:  # the same socket settings as the GatewayActor
         options = {
-            "message_queue_size": ours.MESSAGE_QUEUE,
+            "message_queue_size": BARE_QUEUE,
             "receive_buffer_size": ours.RECEIVE_BYTES,
             "max_message_size": ours.MAX_MESSAGE_BYTES,
         }

@@ -63,6 +63,8 @@ from picortex.store import Store  # noqa: E402
 
 SCRIPT: Final = Path(__file__).resolve()
 SIZE: Final = 1024
+# The bare reader's trio-websocket queue of whole messages (its reader task fills it).
+BARE_QUEUE: Final = 64
 INTENT_GUILD_MESSAGES: Final = 1 << 9
 INTENTS: Final = (1 << 0) | (1 << 9) | (1 << 15)  # GUILDS, GUILD_MESSAGES, MESSAGE_CONTENT
 # Route groups whose per-channel limits would pace the answers rather than the bots.
@@ -241,7 +243,7 @@ def run_bare(api_base: str, gateway_url: str, token: str, trusted: set[int]) -> 
             httpx.AsyncClient(base_url=api_base, headers=headers) as http,
             open_websocket_url(
                 gateway_url + "/?v=10&encoding=json",
-                message_queue_size=ours.MESSAGE_QUEUE,
+                message_queue_size=BARE_QUEUE,
                 receive_buffer_size=ours.RECEIVE_BYTES,
                 max_message_size=ours.MAX_MESSAGE_BYTES,
             ) as ws,

@@ -251,6 +251,10 @@ class ChannelActor:
                 raise
             raise lone from None
 
+    def may_continue(self, author_id: Snowflake, now: float) -> bool:
+        """Whether a message from `author_id` arriving at `now` could join an open request."""
+        return cont.window_for(self._cont, self.channel_id, author_id, now) is not None
+
     async def _drain(self) -> None:
         with trio.move_on_after(self._clients.crash_drain_seconds):
             await self._idle.wait()

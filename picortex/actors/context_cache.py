@@ -291,7 +291,21 @@ class ContextCache:
         self._lose_sync()
 
     def on_message(self, message: Message) -> None:
-        """Queue a MESSAGE_CREATE (the bot's own included); never blocks."""
+        """Take a MESSAGE_CREATE (the bot's own included); never blocks.
+
+        With nothing queued ahead of it, it is applied at once: a live message is usually
+        one append to its channel, cheaper than a hop through the queue (chatter bursts
+        bring tens of thousands a second). Otherwise it queues behind the rest, in order.
+        """
+        if self._serving and not self._faults and self._live_pending == 0:
+            try:
+                self._apply_live(message)
+            except Exception:
+                # As a crash of the live loop would: the message is lost to the cache, so the
+                # channel's next context fetches it. The caller (the router) carries on.
+                log.exception("live message %s not applied to the cache", message.id)
+                self._lose_sync(message.channel_id)
+            return
         self._enqueue(message)
 
     def on_update(self, update: MessageUpdate) -> None:

@@ -147,6 +147,13 @@ def observe(clients: PersonaClients, msg: Message, text: str) -> list[PersonaMat
     personas = current_personas(clients)
     if personas is None:
         return []
+    return record_matches(clients, personas, msg, text)
+
+
+def record_matches(
+    clients: PersonaIndex, personas: PersonaSet, msg: Message, text: str
+) -> list[PersonaMatch]:
+    """Match `text` against `personas` and record every match as an observation."""
     matches = pcore.match(personas, text)
     for m in matches:
         try:

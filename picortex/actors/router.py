@@ -5,13 +5,17 @@ bot cannot starve the heartbeat). The router's own task then deduplicates by mes
 (persisted by the store actor in groups, so a restart does not answer twice), applies live
 cache updates, decides chatter inline (picortex/core/chatter.py: counted, never logged one by
 one, never stored) and hands every other message to its channel's mailbox, starting the
-channel actor on demand. Mailboxes of channels that went quiet are released.
+channel actor on demand. A trusted author's chatter is decided inline too when its channel
+holds no open request it could continue: stored for recall and matched against the personas
+as the channel actor would, counted, not logged. Mailboxes of channels that went quiet are
+released.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -24,7 +28,10 @@ from picortex.actors.channel import ChannelActor
 from picortex.actors.interactions import register_commands
 from picortex.actors.pipeline import Pipeline
 from picortex.core.attention import mode_for_chat
-from picortex.core.chatter import is_chatter
+from picortex.core.chatter import QUIET_MODES, is_chatter
+from picortex.core.commands import strip_mention
+from picortex.core.personas import PersonaSet
+from picortex.core.trust import should_ignore
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, RestartPolicy
@@ -55,10 +62,15 @@ CHANNEL_MAILBOX: Final = 500
 # How long the router waits for GET /users/@me after a RESUME in a new process.
 IDENTITY_TIMEOUT_SECONDS: Final = 30.0
 # Dispatches the router takes per wake-up at most: a burst is drained in batches this big.
-ROUTER_BATCH: Final = 64
+# More than one socket read of the gateway brings (64 KiB: a few hundred compressed frames),
+# so the router keeps pace with a reader that hands on a whole read per wake-up.
+ROUTER_BATCH: Final = 1024
 # How often chatter and routing counts go to the action log as one `ingest` event (when
 # anything arrived), and idle channels' mailboxes are released.
 INGEST_EVERY_SECONDS: Final = 60.0
+# How often trusted chatter decided inline looks for edited persona files (a few stats): an
+# answer always looks; an observation of chatter may match against a set this old.
+PERSONA_CHECK_SECONDS: Final = 1.0
 
 
 class Router:
@@ -69,17 +81,21 @@ class Router:
         self._channels = channels
         self._inbox: Mailbox[tuple[str, Any, int | None]] = Mailbox(ROUTER_QUEUE, name="router")
         self._mailboxes: dict[Snowflake, Mailbox[Message | Interaction]] = {}
+        self._actors: dict[Snowflake, ChannelActor] = {}  # the latest actor of each mailbox
+        self._personas_checked = -math.inf
         self.replays_dropped = 0
         # The gateway's seq of the dispatch being handed over (set by the app): kept with each
         # message in hand, so the persisted session resumes before anything not yet final.
         self.current_seq: Callable[[], int | None] = lambda: None
         # Run after a fresh IDENTIFY (set by the app): answers missed triggers (SPEC 4).
         self.catch_up: Callable[[], Awaitable[None]] | None = None
-        self.chatter = 0  # messages decided inline as chatter
+        self.chatter = 0  # messages decided inline as chatter (trusted chatter included)
+        self.trusted_chatter = 0  # of which from trusted authors, stored for recall
         self.delivered = 0  # messages handed to a channel mailbox
         self._reported = (0, 0)
         self._report_at = 0.0
         self._released_overflows = 0  # overflows of mailboxes since released
+        self._waiting = False  # the router's task waits for its inbox, nothing in hand
 
     @property
     def inbox(self) -> Mailbox[tuple[str, Any, int | None]]:
@@ -87,8 +103,20 @@ class Router:
         return self._inbox
 
     def on_dispatch(self, name: str, data: Any) -> None:
-        """Called by the gateway reader for every dispatch; never blocks."""
-        if not self._inbox.send_nowait((name, data, self.current_seq())):
+        """Called by the gateway reader for every dispatch; never blocks.
+
+        Chatter is decided right here when the router's task has nothing queued or in hand
+        (so order holds): no hop through the inbox. Everything else is queued for the task.
+        """
+        seq = self.current_seq()
+        if (
+            name == "MESSAGE_CREATE"
+            and self._waiting
+            and self._inbox.settled
+            and self._route_chatter_now(data, seq)
+        ):
+            return
+        if not self._inbox.send_nowait((name, data, seq)):
             self._pipe.events.emit(
                 "error", scope="router", message=f"router queue full: {name} dropped"
             )
@@ -111,6 +139,7 @@ class Router:
         """Messages seen so far by path (for `picortex status`)."""
         return {
             "chatter": self.chatter,
+            "trusted_chatter": self.trusted_chatter,
             "delivered": self.delivered,
             "replays_dropped": self.replays_dropped,
             "mailboxes": len(self._mailboxes),
@@ -125,6 +154,7 @@ class Router:
         ]
         for cid in idle:
             self._released_overflows += self._mailboxes.pop(cid).overflows
+            self._actors.pop(cid, None)
         return len(idle)
 
     def _report(self) -> None:
@@ -166,7 +196,11 @@ class Router:
     async def _loop(self) -> None:
         inbox = self._inbox
         while True:
-            name, data, seq = await inbox.receive()
+            self._waiting = True
+            try:
+                name, data, seq = await inbox.receive()
+            finally:
+                self._waiting = False
             self._pipe.settings.refresh()
             await self._route(name, data, seq)
             inbox.done()
@@ -209,15 +243,7 @@ class Router:
             seen = store.seen(event.id)
             if seen is None:  # an id older than memory holds: only SQLite knows
                 seen = await store.was_handled(event.id)
-            if name == "MESSAGE_CREATE" and self._is_chatter(event):
-                # Decided here: counted, fed to the context, never logged one by one and never
-                # stored (a replay of it is as harmless as it is: nothing was answered).
-                if seen:
-                    self.replays_dropped += 1
-                    return
-                store.note_seen(event.id)
-                self.chatter += 1
-                pipe.cache.on_message(event)
+            if name == "MESSAGE_CREATE" and self._decide_chatter(event, seen):
                 return
             if seen or not pipe.handled.take(event.id, seq):
                 self.replays_dropped += 1
@@ -290,6 +316,41 @@ class Router:
             for thread in event.threads:
                 pipe.registry.add(thread)
 
+    def _route_chatter_now(self, data: Any, seq: int | None) -> bool:
+        """Decide a MESSAGE_CREATE inline if it is chatter; False: the task must route it."""
+        pipe = self._pipe
+        event = normalize("MESSAGE_CREATE", data)
+        if type(event) is not Message or event.author.id == pipe.bot.user_id:
+            return False
+        seen = pipe.store.seen(event.id)
+        if seen is None:  # only SQLite knows: the task asks it
+            return False
+        pipe.settings.refresh()
+        if not self._decide_chatter(event, seen):
+            return False
+        pipe.handled.routed(seq)
+        return True
+
+    def _decide_chatter(self, event: Message, seen: bool) -> bool:
+        """Decide a MESSAGE_CREATE here if it is chatter (a replay of it included)."""
+        pipe = self._pipe
+        chatter = self._chatter(event)
+        if chatter is _STRANGER_CHATTER:
+            # Decided here: counted, fed to the context, never logged one by one and never
+            # stored (a replay of it is as harmless as it is: nothing was answered).
+            if seen:
+                self.replays_dropped += 1
+                return True
+            pipe.store.note_seen(event.id)
+            self.chatter += 1
+            pipe.cache.on_message(event)
+            return True
+        if chatter is _TRUSTED_CHATTER and not seen and not pipe.handled.known(event.id):
+            pipe.cache.on_message(event)
+            self._trusted_chatter(event)
+            return True
+        return False
+
     async def _learn_identity(self) -> None:
         """Who the bot is, before routing: READY says so, but a restarted process that RESUMEd
         its session gets no READY, and replayed messages must still see their mentions."""
@@ -336,16 +397,18 @@ class Router:
             forgotten_channel_ids=gone,
         )
 
-    def _is_chatter(self, message: Message) -> bool:
-        """Whether the message is chatter (core.chatter), with trust and mode from memory."""
+    def _chatter(self, message: Message) -> object:
+        """Whether a MESSAGE_CREATE is chatter (core.chatter) the router decides inline.
+
+        Trust and mode come from memory. Returns `_STRANGER_CHATTER`, `_TRUSTED_CHATTER` or
+        `_NOT_CHATTER`.
+        """
         if message.guild_id is None:
-            return False  # a DM always addresses the bot
+            return _NOT_CHATTER  # a DM always addresses the bot
         pipe = self._pipe
         settings = pipe.settings()
         author = message.author.id
         trusted = author == settings.owner_id or pipe.store.get_tier(author) is not None
-        if trusted:
-            return False
         own = pipe.store.get_chat_config(message.channel_id)
         parent = None
         if own is None:
@@ -358,10 +421,70 @@ class Router:
             False,
             settings.attention,
         )
-        return is_chatter(message, bot_user_id=pipe.bot.user_id, trusted=False, mode=mode)
+        if not is_chatter(message, bot_user_id=pipe.bot.user_id, trusted=False, mode=mode):
+            return _NOT_CHATTER
+        if not trusted:
+            return _STRANGER_CHATTER
+        return _TRUSTED_CHATTER if self._decides_trusted_chatter(message, mode) else _NOT_CHATTER
+
+    def _decides_trusted_chatter(self, message: Message, mode: str) -> bool:
+        """Whether a trusted author's message that does not address the bot may skip its mailbox.
+
+        Only when its channel can do nothing with it beyond storing it: the mode never weighs
+        it, and no request of the author is open there (nor can one be, with nothing queued,
+        on its way or in hand), so it cannot continue one (SPEC 5 step 4). A guild message
+        that does not mention the bot is never a command. Messages the pipeline ignores
+        (bots, webhooks, system messages) keep their logged decision; with fault injection
+        on, every message goes the mailbox's way; so does a message without text, which an
+        attention rule of its own weighs (attachments only: answered in `always` alone).
+        """
+        pipe = self._pipe
+        if mode not in QUIET_MODES or pipe.faults or not message.text.strip():
+            return False
+        if should_ignore(message, pipe.bot.user_id) is not None:
+            return False
+        mailbox = self._mailboxes.get(message.channel_id)
+        if mailbox is None:
+            return True
+        if not mailbox.settled:
+            return False
+        actor = self._actors.get(message.channel_id)
+        return actor is None or not actor.may_continue(message.author.id, trio.current_time())
+
+    def _trusted_chatter(self, message: Message) -> None:
+        """Decide a trusted author's chatter inline: stored for recall, observed, counted.
+
+        What its channel actor would do (SPEC 5, 8), less the mailbox hop, the task switch and
+        the `decision` line: chatter nobody addressed to the bot is counted, not logged.
+        """
+        pipe = self._pipe
+        self.chatter += 1
+        self.trusted_chatter += 1
+        self._remember(message, message.text)
+        personas = self._personas()
+        if personas is not None:
+            text = strip_mention(message.text, pipe.bot.user_id)
+            persona_answer.record_matches(pipe, personas, message, text)
+        pipe.handled.finish((message.id,), message.channel_id, message.guild_id)
+
+    def _personas(self) -> PersonaSet | None:
+        """The personas, looking for edited files at most every PERSONA_CHECK_SECONDS."""
+        loader = self._pipe.personas
+        if loader is None:
+            return None
+        now = trio.current_time()
+        if now - self._personas_checked >= PERSONA_CHECK_SECONDS:
+            self._personas_checked = now
+            return persona_answer.current_personas(self._pipe)
+        found = loader.current
+        return found if len(found) else None
 
     def _remember_answer(self, message: Message) -> None:
         """Store one of the bot's own answers for recall."""
+        self._remember(message, message.content)
+
+    def _remember(self, message: Message, content: str) -> None:
+        """Store a message for recall (queued for the store's next group)."""
         try:
             self._pipe.store.add_memory_message(
                 message_id=message.id,
@@ -369,11 +492,11 @@ class Router:
                 guild_id=message.guild_id,
                 author_id=message.author.id,
                 author_name=message.author.display_name,
-                content=message.content,
+                content=content,
                 created_at=time.time(),
             )
         except Exception:
-            logger.exception("could not store answer %s for recall", message.id)
+            logger.exception("could not store message %s for recall", message.id)
 
     def _reaction(self, event: ReactionEvent) -> None:
         pipe = self._pipe
@@ -420,11 +543,18 @@ class Router:
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:
             actor = ChannelActor(channel_id, mailbox, self._pipe)
+            self._actors[channel_id] = actor
             spec = ChildSpec(name, actor.run, restart=RestartPolicy.TRANSIENT, mailbox=mailbox)
             try:
                 await self._channels.start_child(spec)
             except Exception as exc:
                 logger.error("channel actor %s did not start: %s", channel_id, exc)
+
+
+# What `_chatter` found.
+_NOT_CHATTER: Final = object()
+_STRANGER_CHATTER: Final = object()
+_TRUSTED_CHATTER: Final = object()
 
 
 def _forget_channel(db: Store, *, channel_id: Snowflake) -> None:

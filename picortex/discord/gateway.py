@@ -1,12 +1,12 @@
-"""The gateway actor: drives `GatewayProtocol` over trio-websocket with transport compression.
+"""The gateway actor: drives `GatewayProtocol` over a websocket with transport compression.
 
-It owns the one websocket, hands every DISPATCH to `on_dispatch` synchronously, writes
+It owns the one websocket (wsproto on a trio stream, read in this actor's own task: see
+`picortex.discord.websocket`), hands every DISPATCH to `on_dispatch` synchronously, writes
 `gateway` events to the action log and raises FatalDiscordError when Discord refuses us.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import random
@@ -20,12 +20,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import attrs
 import orjson
 import trio
-from trio_websocket import (
-    ConnectionClosed,
-    HandshakeError,
-    WebSocketConnection,
-    open_websocket_url,
-)
 
 from picortex.discord.protocol import (
     Action,
@@ -41,6 +35,7 @@ from picortex.discord.protocol import (
     Report,
     Send,
 )
+from picortex.discord.websocket import WebSocket, WebSocketClosed, open_websocket
 from picortex.errors import ConfigError, FatalDiscordError, GatewayError
 from picortex.types import EventSink
 
@@ -73,7 +68,8 @@ CONNECT_TIMEOUT: Final = 30.0
 SEND_TIMEOUT: Final = 10.0
 # Seconds we wait for the peer to answer our close frame before dropping the socket.
 CLOSE_TIMEOUT: Final = 5.0
-# When the actor is cancelled or fails, the close frame goes out but nobody can read the reply.
+# When the actor is cancelled or fails, the close frame gets this long to go out; nobody is
+# left to read the reply.
 ABANDON_CLOSE_TIMEOUT: Final = 0.5
 # Seconds for GET /gateway/bot (the REST client retries inside this).
 REST_TIMEOUT: Final = 60.0
@@ -82,18 +78,9 @@ FETCH_RETRY_BASE: Final = 1.0
 FETCH_RETRY_CAP: Final = 60.0
 # A GUILD_CREATE of a big guild is large; a message beyond this is refused by the socket.
 MAX_MESSAGE_BYTES: Final = 16 * 2**20
-# Frames buffered between the socket reader and us: enough to batch, small enough to
-# push back on Discord through TCP when we fall behind.
-MESSAGE_QUEUE: Final = 64
-# Bytes per socket read: a bigger read means fewer wakeups on a busy gateway.
+# Bytes per socket read: in a burst one read carries dozens of frames, all handled before
+# the next wake-up; nothing else is buffered, so TCP pushes back on Discord when we fall behind.
 RECEIVE_BYTES: Final = 64 * 2**10
-# In a burst the reader pauses this many seconds whenever it has emptied the queue above, so the
-# next frames are taken in one batch rather than one scheduler round each (a third of the
-# reader's cost). It delays a frame of a burst by at most this much.
-READ_PAUSE: Final = 0.001
-# Frames in a row arriving within READ_PAUSE of the reader waiting for them that make a burst:
-# a steady stream, not the few frames of a connect or a lone conversation.
-BURST_FRAMES: Final = 32
 # How often the session's seq is persisted while connected (and at READY/RESUMED, and when
 # we stop): never per frame. A restart resumes from at most this far back, which only means
 # a few more replayed events, each dropped as already handled.
@@ -178,10 +165,12 @@ Inflater = ZlibStream | ZstdStream
 class _Connection:
     """One open socket and how it ended."""
 
-    ws: WebSocketConnection
+    ws: WebSocket
     close_code: int | None = None
     close_reason: str = ""
     closed_by_us: bool = False
+    # The reader's scope: once we sent a close frame, its deadline bounds the wait for the reply.
+    read_scope: trio.CancelScope | None = None
 
 
 class GatewayActor:
@@ -416,35 +405,22 @@ class GatewayActor:
     async def _attempt(self, url: str) -> list[Action]:
         """Open one connection, run it until it ends, and return the protocol's decision."""
         proto = self._proto
-        code: int | None = None
-        reason = ""
-        opened = finished = False
         try:
-            async with open_websocket_url(
-                url,
-                message_queue_size=MESSAGE_QUEUE,
-                max_message_size=MAX_MESSAGE_BYTES,
-                receive_buffer_size=RECEIVE_BYTES,
-                connect_timeout=self._connect_timeout,
-                disconnect_timeout=self._close_timeout,
-            ) as ws:
-                opened = True
-                conn = _Connection(ws)
-                try:
-                    await self._session(conn)
-                except BaseException as exc:
-                    await self._abandon(conn, exc)
-                    raise
-                finally:
-                    await _release_socket(ws)
-                finished = True
-                code, reason = conn.close_code, conn.close_reason
-        except (HandshakeError, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
-            if opened and not finished:
-                raise  # raised by the session itself, already handled by _abandon
-            if not finished:
-                reason = _describe(exc)
-        return proto.closed(code, trio.current_time(), reason)
+            with trio.fail_after(self._connect_timeout):
+                ws = await open_websocket(
+                    url, max_message=MAX_MESSAGE_BYTES, read_bytes=RECEIVE_BYTES
+                )
+        except (GatewayError, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
+            return proto.closed(None, trio.current_time(), _describe(exc))
+        conn = _Connection(ws)
+        try:
+            await self._session(conn)
+        except BaseException as exc:
+            await self._abandon(conn, exc)
+            raise
+        finally:
+            await ws.aclose()
+        return proto.closed(conn.close_code, trio.current_time(), conn.close_reason)
 
     async def _abandon(self, conn: _Connection, exc: BaseException) -> None:
         """Leave a connection on cancellation (close 1000: shutdown) or on a bug of ours."""
@@ -489,17 +465,14 @@ class GatewayActor:
     async def _read_loop(self, conn: _Connection) -> None:
         """The hot path: receive, inflate, parse, hand on. Returns when the socket closes.
 
-        A burst is read in batches: frames already queued are taken without a scheduler round
-        each, and once the queue is empty the reader pauses READ_PAUSE before waiting again.
+        Each socket read brings every frame that arrived meanwhile (dozens in a burst); they are
+        all handled before the next read, without a scheduler round each.
         """
         proto = self._proto
         received = proto.received
         clock = trio.lowlevel.current_clock().current_time  # trio.current_time, minus a call
         ws = conn.ws
-        get_message = ws.get_message
-        take = _queued_taker(ws)
-        # Pausing pays only when the queued frames can then be taken without a round each.
-        burst_frames = BURST_FRAMES if take is not None else math.inf
+        receive = ws.receive
         on_dispatch = self._on_dispatch
         inflater: Inflater | None = None
         if self._compress == "zlib-stream":
@@ -508,52 +481,40 @@ class GatewayActor:
             inflater = ZstdStream()
         feed = inflater.feed if inflater is not None else None
         errors = inflater.errors if inflater is not None else ()
-        batch = 0  # frames taken since the reader last waited
-        burst = 0  # frames in a row for which the reader waited less than READ_PAUSE
-        while True:
-            message: str | bytes | None
-            try:
-                message = take() if take is not None else None
-            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
-                message = None  # empty or closed: get_message below waits, or reports the close
-            if message is None:
-                if burst >= burst_frames and batch < MESSAGE_QUEUE:
-                    # Let the next frames of a burst queue up; a full queue means we are behind.
-                    await trio.sleep(READ_PAUSE)
-                batch = 0
-                waited = clock()
+        with trio.CancelScope() as scope:
+            conn.read_scope = scope
+            while True:
                 try:
-                    message = await get_message()
-                except ConnectionClosed as exc:
-                    if not conn.closed_by_us:
-                        conn.close_code = int(exc.reason.code) if exc.reason is not None else None
-                        conn.close_reason = (exc.reason.reason or "") if exc.reason else ""
-                    return
-                burst = burst + 1 if clock() - waited < READ_PAUSE else 0
-            batch += 1
-            data: str | bytes | None = message
-            if feed is not None and type(message) is bytes:
-                try:
-                    data = feed(message)
-                except errors as exc:
-                    problem = f"{self._compress} stream broke: {exc}"
-                    await self._perform(conn, proto.transport_error(problem, clock()))
-                    continue
-                if data is None:
-                    continue
-            actions = received(data, clock())
-            if len(actions) == 1:
-                action = actions[0]
-                if type(action) is Dispatch:
-                    # Fast path: one plain event, nothing else to do.
-                    self.dispatched += 1
-                    try:
-                        on_dispatch(action.name, action.data)
-                    except Exception:
-                        self._dispatch_failed(action.name)
-                    continue
-            await self._perform(conn, actions)
-            self._reschedule()
+                    messages = await receive()
+                except WebSocketClosed:
+                    break
+                for message in messages:
+                    data: str | bytes | None = message
+                    if feed is not None and type(message) is bytes:
+                        try:
+                            data = feed(message)
+                        except errors as exc:
+                            problem = f"{self._compress} stream broke: {exc}"
+                            await self._perform(conn, proto.transport_error(problem, clock()))
+                            continue
+                        if data is None:
+                            continue
+                    actions = received(data, clock())
+                    if len(actions) == 1:
+                        action = actions[0]
+                        if type(action) is Dispatch:
+                            # Fast path: one plain event, nothing else to do.
+                            self.dispatched += 1
+                            try:
+                                on_dispatch(action.name, action.data)
+                            except Exception:
+                                self._dispatch_failed(action.name)
+                            continue
+                    await self._perform(conn, actions)
+                    self._reschedule()
+        conn.read_scope = None
+        if not conn.closed_by_us:
+            conn.close_code, conn.close_reason = ws.close_code, ws.close_reason
 
     async def _save_loop(self) -> None:
         while True:
@@ -618,8 +579,8 @@ class GatewayActor:
         text = orjson.dumps(action.payload).decode()
         try:
             with trio.fail_after(self._send_timeout):
-                await conn.ws.send_message(text)
-        except ConnectionClosed:
+                await conn.ws.send(text)
+        except WebSocketClosed:
             return  # the reader sees the close and ends the connection
         except trio.TooSlowError:
             problem = f"{action.kind} send stalled for {self._send_timeout:g} s"
@@ -629,12 +590,17 @@ class GatewayActor:
         conn.closed_by_us = True
         conn.close_code = action.code
         conn.close_reason = action.reason
-        with trio.move_on_after(self._close_timeout if timeout is None else timeout):
-            await conn.ws.aclose(action.code, action.reason)
+        wait = self._close_timeout if timeout is None else timeout
+        with trio.move_on_after(wait):
+            await conn.ws.send_close(action.code, action.reason)
+        # The reader goes on until the peer answers the close, for this long at most.
+        scope = conn.read_scope
+        if scope is not None:
+            scope.deadline = min(scope.deadline, trio.current_time() + wait)
 
     async def _close_shielded(self, conn: _Connection, actions: list[Action]) -> None:
-        # Cancelled: the socket's reader task is gone, so the peer's close reply can never be
-        # read; send our close frame and give the peer only a moment.
+        # Cancelled: nobody reads the peer's close reply any more; our close frame goes out
+        # with only a moment given to it.
         with trio.CancelScope(shield=True):
             for action in actions:
                 if isinstance(action, Close):
@@ -643,40 +609,10 @@ class GatewayActor:
                     self._perform_now(action)
 
 
-def _queued_taker(ws: WebSocketConnection) -> Callable[[], str | bytes] | None:
-    """A non-blocking take of the next message `ws` has already queued, if it exposes one.
-
-    trio-websocket queues whole messages in a memory channel and `get_message` takes one per
-    scheduler round; taking the queued ones straight from that (private) channel saves the
-    round (scripts/bench_gateway.py measures it). This is the only place picortex reads that
-    attribute. Checked against trio-websocket 0.11.1 and 0.12.2, where `_recv_channel` is a
-    `trio.MemoryReceiveChannel`. Should a release rename it or change its type, this returns
-    None and the reader uses the public `get_message` alone (tested).
-    """
-    take: Callable[[], str | bytes] | None = getattr(
-        getattr(ws, "_recv_channel", None), "receive_nowait", None
-    )
-    return take
-
-
 def _only_cancelled(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(_only_cancelled(e) for e in exc.exceptions)
     return isinstance(exc, trio.Cancelled)
-
-
-async def _release_socket(ws: WebSocketConnection) -> None:
-    """Close the TCP stream under `ws`.
-
-    trio-websocket's client leaves its socket open when the peer closed or dropped first
-    (its `aclose()` returns early once a close reason is known), which would leave the socket
-    to the garbage collector.
-    """
-    stream = getattr(ws, "_stream", None)
-    if isinstance(stream, trio.abc.AsyncResource):
-        quiet = contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError)
-        with trio.CancelScope(shield=True), quiet:
-            await stream.aclose()
 
 
 def _describe(exc: BaseException) -> str:

@@ -47,6 +47,10 @@ class Mailbox(Generic[T]):
         self.overflows = 0
         self._send, self._receive = trio.open_memory_channel[T](capacity)
         self._in_hand: T | None = None
+        # Messages queued and taken so far: a message handed straight to a waiting actor is in
+        # neither the buffer nor its hand until the actor runs, yet it is not settled.
+        self._sent = 0
+        self._taken = 0
 
     def send_nowait(self, item: T) -> bool:
         """Queue `item` if there is room; False (and one more overflow counted) when full."""
@@ -63,16 +67,19 @@ class Mailbox(Generic[T]):
                     self.overflows,
                 )
             return False
+        self._sent += 1
         return True
 
     async def send(self, item: T) -> None:
         """Queue `item`, waiting for room when the mailbox is full."""
         await self._send.send(item)
+        self._sent += 1
 
     async def receive(self) -> T:
         """Wait for the next message; it is in hand until the next `receive` or `done`."""
         self._in_hand = None
         item = await self._receive.receive()
+        self._taken += 1
         self._in_hand = item
         return item
 
@@ -80,6 +87,7 @@ class Mailbox(Generic[T]):
         """Take the next message without waiting (raises trio.WouldBlock when empty)."""
         self._in_hand = None
         item = self._receive.receive_nowait()
+        self._taken += 1
         self._in_hand = item
         return item
 
@@ -91,6 +99,11 @@ class Mailbox(Generic[T]):
     def in_hand(self) -> T | None:
         """The message being handled, or None."""
         return self._in_hand
+
+    @property
+    def settled(self) -> bool:
+        """Nothing queued, on its way to the actor or in its hand: everything sent is done."""
+        return self._in_hand is None and self._taken == self._sent
 
     def take_in_hand(self) -> T | None:
         """Return the message in hand (None if none) and forget it: it is never redelivered."""

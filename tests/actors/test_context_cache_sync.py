@@ -10,7 +10,7 @@ import trio
 import trio.testing
 
 from picortex.actors import context_cache as cc
-from picortex.types import Message
+from picortex.types import Message, MessageDelete
 from tests.actors.test_context_cache import (
     BOB,
     CH,
@@ -166,7 +166,10 @@ async def test_a_dropped_live_message_takes_its_channel_out_of_sync(
         first = rest.post("q0")
         await live_trigger(cache, first)
         await cache.flush()
-        for i in range(5):  # no checkpoint in between: the queue overflows
+        # A queued delete ahead makes the messages queue behind it (with the queue empty they
+        # are applied at once); no checkpoint in between: the queue overflows.
+        cache.on_delete(MessageDelete(id=54321, channel_id=CH))
+        for i in range(5):
             cache.on_message(rest.post(f"flood {i}"))
         assert cache.statistics().live_events_dropped > 0
         await trio.sleep(60)
@@ -192,3 +195,15 @@ async def test_an_evicted_channel_fetches_again(
         lines = await live_trigger(cache, rest.post("q1"))
         assert [c["after"] for c in rest.calls] == [None, None]
         assert texts(lines) == ["q0"]
+
+
+async def test_a_live_message_with_nothing_queued_is_applied_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    rest = FakeHistory()
+    async with running(make_cache(tmp_path, rest)) as cache:
+        await live_trigger(cache, rest.post("q0"))
+        message = rest.post("no hop")
+        cache.on_message(message)  # no checkpoint: applied in the call itself
+        assert cache.statistics().pending_live_events == 0
+        assert message.id in {m.id for m in cache.recent(CH, 10)}

@@ -1,70 +1,49 @@
-"""The gateway's hot path: the reader's batches in a burst, and normalize()'s caches."""
+"""The gateway's hot path: a burst through the reader, and normalize()'s caches."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from trio_websocket import WebSocketConnection
 
-from picortex.discord import gateway
 from picortex.discord import normalize as normalize_module
 from picortex.discord.normalize import normalize
+from picortex.discord.websocket import WebSocket
 from picortex.types import Message, NormalizeError
 from tests.discord.test_gateway import running_bot, wait_until
 
 BURST = 600
 
 
-def _count_waits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the reader's calls of get_message (each one a scheduler round at least)."""
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the reader's socket reads (each one a wake-up)."""
     calls = [0]
-    get_message = WebSocketConnection.get_message
+    receive = WebSocket.receive
 
-    async def counted(self: WebSocketConnection) -> str | bytes:
+    async def counted(self: WebSocket) -> list[str | bytes]:
         calls[0] += 1
-        return await get_message(self)
+        return await receive(self)
 
-    monkeypatch.setattr(WebSocketConnection, "get_message", counted)
+    monkeypatch.setattr(WebSocket, "receive", counted)
     return calls
 
 
-async def _blast_through(monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, Any]], int]:
-    """The MESSAGE_CREATE payloads of a burst and one message after it, and the reader's waits."""
-    calls = _count_waits(monkeypatch)
+async def test_a_burst_arrives_whole_in_order_with_no_more_reads_than_frames(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads = _count_reads(monkeypatch)
     async with running_bot() as bot:
-        before = calls[0]
+        before = reads[0]
         await bot.sim.blast(BURST, channels=5, size=512)
         await wait_until(lambda: len(bot.contents()) == BURST)
         bot.post("after the burst")
         await wait_until(lambda: len(bot.contents()) == BURST + 1)
-        return [d for name, d in bot.dispatched if name == "MESSAGE_CREATE"], calls[0] - before
-
-
-def _in_order(messages: list[dict[str, Any]]) -> bool:
-    """Every message once, in the order sent (snowflakes grow)."""
+        messages = [d for name, d in bot.dispatched if name == "MESSAGE_CREATE"]
     ids = [int(m["id"]) for m in messages]
-    return ids == sorted(set(ids))
-
-
-async def test_a_burst_is_taken_in_batches_in_order(
-    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    messages, waits = await _blast_through(monkeypatch)
-    assert _in_order(messages)
+    assert ids == sorted(set(ids))  # every message once, in the order sent
     assert messages[-1]["content"] == "after the burst"
-    # Most frames of the burst were taken from the queue without a wait each.
-    assert waits < BURST // 2
-
-
-async def test_without_the_queue_the_reader_waits_for_every_frame(
-    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(gateway, "_queued_taker", lambda ws: None)
-    messages, waits = await _blast_through(monkeypatch)
-    assert _in_order(messages)
-    assert messages[-1]["content"] == "after the burst"
-    assert waits >= BURST
+    # Each read brings one frame or more (tests/discord/test_websocket.py: all that arrived).
+    assert reads[0] - before <= BURST + 1
 
 
 # -- normalize's caches ---------------------------------------------------------------------

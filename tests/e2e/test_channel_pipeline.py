@@ -21,9 +21,9 @@ async def test_follow_up_after_someone_else_spoke_restarts_the_answer_once(
         run.sim.model.script(ModelReply(text="stale answer", delay=2.0))
         first = run.say(w.general_id, w.alice_id, f"{run.mention()} how do nurseries work")
         await run.wait_until(lambda: len(run.sim.model.calls) == 1)
-        chatter = run.say(w.general_id, w.bob_id, "lunch anyone?")
-        decision = await run.wait_event("decision", message_id=int(chatter["id"]))
-        assert decision[0]["outcome"] == "skip"
+        run.say(w.general_id, w.bob_id, "lunch anyone?")
+        # bob has no request open: chatter, decided at once (no decision line, SPEC 5).
+        await run.wait_until(lambda: run.bot.router.trusted_chatter == 1)
         # Bob's message was decided while alice's answer was still being generated.
         assert run.sim.bot_messages(w.general_id) == []
         follow = run.say(w.general_id, w.alice_id, "and cancel scopes")
@@ -91,7 +91,7 @@ async def test_trigger_events_carry_the_real_tier_command_and_context(tmp_path: 
         w = run.world
         run.bot.store.set_tier(w.bob_id, "user")
         run.say(w.general_id, w.bob_id, "the sky is green today")
-        await run.wait_event("decision")
+        await run.wait_until(lambda: run.bot.router.trusted_chatter == 1)
         asked = run.say(w.general_id, w.alice_id, f"{run.mention()} is the sky green?")
         await run.wait_until(lambda: bool(run.replies_to(int(asked["id"]))))
         by_bob = run.say(w.general_id, w.bob_id, f"{run.mention()} and mine?")

@@ -164,9 +164,10 @@ async def test_history_and_chat_metadata_reach_the_prompt(tmp_path: Path) -> Non
     async with running_bot(tmp_path, toml="[discriminator]\nhistory = 2\n") as run:
         w = run.world
         run.bot.store.set_tier(w.bob_id, "user")
-        for text in ("first words", "second words", "third words"):
-            msg = run.say(w.general_id, w.bob_id, text)
-            await decision(run, msg)  # mentions-only: recorded in the cache, skipped
+        for n, text in enumerate(("first words", "second words", "third words"), start=1):
+            run.say(w.general_id, w.bob_id, text)
+            # mentions-only: chatter, recorded in the cache at once
+            await run.wait_until(lambda n=n: run.bot.router.trusted_chatter == n)
         run.bot.store.set_attention_mode(w.general_id, "discriminate", 0.0)
         run.sim.model.script(FALSE)
         run.say(w.general_id, w.alice_id, "what now")
@@ -209,9 +210,9 @@ async def test_long_history_is_capped_under_the_cost_budget(tmp_path: Path) -> N
         w = run.world
         run.bot.store.set_tier(w.bob_id, "user")
         long_text = "word " * 400  # 2,000 characters each
-        for _ in range(6):
-            msg = run.say(w.general_id, w.bob_id, long_text)
-            await decision(run, msg)
+        for n in range(1, 7):
+            run.say(w.general_id, w.bob_id, long_text)
+            await run.wait_until(lambda n=n: run.bot.router.trusted_chatter == n)
         run.bot.store.set_attention_mode(w.general_id, "discriminate", 0.0)
         run.sim.model.script(FALSE)
         run.say(w.general_id, w.alice_id, "x" * 1900)
@@ -261,9 +262,9 @@ async def test_discriminator_test_cli_prints_each_decision_reason_and_cost(
         w = run.world
         run.bot.store.set_tier(w.bob_id, "user")
         texts = ["good morning all", "what is the capital of Peru?", "lol same"]
-        for text in texts:
-            msg = run.say(w.general_id, w.bob_id, text)
-            await decision(run, msg)
+        for n, text in enumerate(texts, start=1):
+            run.say(w.general_id, w.bob_id, text)
+            await run.wait_until(lambda n=n: run.bot.router.trusted_chatter == n)
         await run.bot.cache.flush()
         assert (run.bot.settings.cache_dir / f"{w.general_id}.json").is_file()
         run.sim.model.script(TRUE, INVALID)  # then the offline model's default verdict

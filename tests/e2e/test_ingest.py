@@ -111,3 +111,78 @@ async def test_idle_channels_release_their_mailboxes(
         # The channel comes back on its next message.
         again = run.say(w.general_id, w.alice_id, f"{run.mention()} again")
         await run.wait_until(lambda: bool(run.replies_to(int(again["id"]))))
+
+
+TRUSTED_FILES = {
+    "agents.yaml": (
+        "personas:\n  - id: sleep\n    name: Sleep Coach\n    description: Sleep help.\n"
+        "    domain_triggers: [insomnia]\n"
+    )
+}
+
+
+async def test_trusted_chatter_is_decided_inline_yet_stored_and_observed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router_mod, "INGEST_EVERY_SECONDS", 0.2)
+    async with running_bot(tmp_path, files=TRUSTED_FILES) as run:
+        w = run.world
+        said = [run.say(w.general_id, w.alice_id, f"insomnia again, night {i}") for i in range(3)]
+        ids = {int(m["id"]) for m in said}
+        marker = run.say(w.general_id, w.bob_id, f"{run.mention()} marker")
+        await run.wait_event("decision", message_id=int(marker["id"]))
+        # No mailbox, no decision line: counted as chatter, of which trusted.
+        ingest = await run.wait_event("ingest")
+        assert (ingest[0]["chatter"], ingest[0]["delivered"]) == (3, 1)
+        assert run.bot.snapshot()["ingest"]["trusted_chatter"] == 3
+        assert not {int(e["message_id"]) for e in run.events("decision")} & ids
+        assert ids <= {m.id for m in run.bot.cache.recent(w.general_id, 50)}
+        # Yet stored for recall, observed by the persona it matches, and marked handled.
+        await run.bot.store.flush()
+        with trio.fail_after(10):
+            while await stored_ids(run, "insomnia") != ids:
+                await trio.sleep(0.01)
+        hits = await run.bot.store.read(
+            lambda db: db.search_memory("insomnia", since=0.0, workspace=None, limit=50)
+        )
+        observed = {h.message_id for h in hits if h.kind == "observation" and h.persona == "sleep"}
+        assert observed == ids
+        assert (
+            await run.bot.store.read(lambda db: [db.is_seen(i) for i in sorted(ids)]) == [True] * 3
+        )
+
+
+async def test_trusted_chatter_in_an_open_request_still_continues_it(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, toml="continuation_seconds = 600\n") as run:
+        w = run.world
+        run.sim.model.script(ModelReply(text="answer"))
+        ask = run.say(w.general_id, w.alice_id, f"{run.mention()} a question")
+        follow = run.say(w.general_id, w.alice_id, "and one more thing")
+        await run.wait_until(lambda: bool(run.replies_to(int(ask["id"]))))
+        found = await run.wait_event("continuation")
+        assert int(found[0]["message_id"]) == int(follow["id"])
+        assert run.bot.router.trusted_chatter == 0
+
+
+async def test_chatter_is_decided_within_the_gateways_call_when_the_router_is_idle(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        marker = run.say(w.general_id, w.bob_id, f"{run.mention()} marker")
+        await run.wait_event("decision", message_id=int(marker["id"]))
+        await trio.sleep(0.2)
+        router = run.bot.router
+        chatter = {**marker, "id": str(int(marker["id"]) + 1), "content": "just talking"}
+        chatter["mentions"] = []
+        router.on_dispatch("MESSAGE_CREATE", chatter)
+        # No hop through the router's inbox: counted and cached before the call returns.
+        assert (router.chatter, router.inbox.depth) == (1, 0)
+        assert int(chatter["id"]) in {m.id for m in run.bot.cache.recent(w.general_id, 10)}
+        # Anything else still queues for the router's task, in order.
+        mention = {**chatter, "id": str(int(chatter["id"]) + 1), "content": "hi again"}
+        mention["mentions"] = marker["mentions"]
+        mention["content"] = f"{run.mention()} hi again"
+        router.on_dispatch("MESSAGE_CREATE", mention)
+        assert not router.inbox.settled
+        await run.wait_event("decision", message_id=int(mention["id"]))

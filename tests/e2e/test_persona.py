@@ -295,8 +295,8 @@ async def test_recall_excerpts_from_earlier_messages_reach_the_prompt(tmp_path: 
             run.say(w.general_id, w.bob_id, f"filler {i}")
         # Said in another channel: never recalled here (SPEC 8).
         run.say(w.random_id, w.bob_id, "insomnia tip from the other channel: chamomile")
-        with trio.fail_after(WAIT):
-            await run.wait_event("decision", count=9, outcome="skip")
+        # Trusted chatter: decided at once, stored, counted (no decision line each).
+        await run.wait_until(lambda: run.bot.router.trusted_chatter == 9)
         run.say(w.general_id, w.alice_id, f"{run.mention()} insomnia again, why?")
         with trio.fail_after(WAIT):
             await run.wait_event("persona.responded")
@@ -504,7 +504,8 @@ async def test_the_recall_attack_plants_nothing_in_any_prompt(tmp_path: Path) ->
         with trio.fail_after(WAIT):
             await run.wait_event("message-delete")
             await run.wait_event("message-edit")
-            await run.wait_event("decision", count=6, outcome="skip", author_id=w.alice_id)
+            # The private plant, two in #general and the small talk: trusted chatter.
+            await run.wait_until(lambda: run.bot.router.trusted_chatter == 9)
         before = len(run.sim.model.calls)
         run.say(w.general_id, w.bob_id, f"{run.mention()} any tips for insomnia?")
         with trio.fail_after(WAIT):
