@@ -316,8 +316,7 @@ class ChannelActor:
         if clients.faults is not None:
             clients.faults.check("mailbox", msg.content)
         author = msg.author.id
-        stored = None if author == settings.owner_id else clients.store.get_tier(author)
-        tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
+        tier = self._tier(author, settings.owner_id)
         command_text = cmds.detect_command(
             msg,
             wakeword=settings.wakeword,
@@ -350,6 +349,11 @@ class ChannelActor:
             await self._command(msg, command_text, tier, nursery)
             return
         await self._attend(msg, text, tier, now, nursery)
+
+    def _tier(self, author: Snowflake, owner_id: Snowflake | None) -> Tier | None:
+        """The author's trust tier (SPEC 3); None when not trusted."""
+        stored = None if author == owner_id else self._clients.store.get_tier(author)
+        return tier_of(author, owner_id, {author: stored} if stored else {})
 
     def _remember(self, msg: Message) -> None:
         """Store the message for memory recall (SPEC 8)."""
@@ -489,8 +493,7 @@ class ChannelActor:
         if inter.user.bot or inter.user.id == clients.bot.user_id:
             return
         author = inter.user.id
-        stored = None if author == settings.owner_id else clients.store.get_tier(author)
-        tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
+        tier = self._tier(author, settings.owner_id)
         if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
             # Config keys are for those who may change config; others see no suggestions.
             allowed = tier is not None and may_run("config", tier)
