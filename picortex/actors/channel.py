@@ -797,11 +797,17 @@ class ChannelActor:
         async with clients.replies.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background
         ) as shown:
-            if gen.trigger.id not in self._asks and self._persona_matches(gen.request):
+            matches = [] if gen.trigger.id in self._asks else self._persona_matches(gen.request)
+            if matches:
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
                 handled = await persona_answer.maybe_answer(
-                    clients, gen.request, trigger, lines, files=lambda: self._files(gen)
+                    clients,
+                    gen.request,
+                    trigger,
+                    lines,
+                    files=lambda: self._files(gen),
+                    matches=matches,
                 )
                 if handled:
                     return
@@ -955,11 +961,11 @@ class ChannelActor:
         clients.triggers.set_context(gen.request.parent_id, lines)
         return lines
 
-    def _persona_matches(self, request: cont.Request) -> bool:
+    def _persona_matches(self, request: cont.Request) -> list[pcore.PersonaMatch]:
         if self._clients.personas is None:
-            return False
+            return []
         personas = persona_answer.current_personas(self._clients)
-        return personas is not None and bool(pcore.match(personas, request.text))
+        return pcore.match(personas, request.text) if personas is not None else []
 
     def _skip_or_fail(
         self,
