@@ -26,17 +26,16 @@ from picortex.actors.clients import (
     ChannelRest,
     ChannelStore,
     ContextReader,
+    FaultCheck,
     HandledMarks,
     ReplyPoster,
 )
+from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
-    Faults,
     TriggerBook,
-    failure_text,
-    lines_text,
 )
 from picortex.actors.polls import PollClients
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
@@ -46,7 +45,7 @@ from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
-from picortex.core.budget import REFUSAL_REASONS, workspace_id
+from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, may_run, should_ignore, tier_of
@@ -127,7 +126,7 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
         ...
 
     @property
-    def faults(self) -> Faults | None:
+    def faults(self) -> FaultCheck | None:
         """Fault points (tests only)."""
         ...
 
@@ -317,8 +316,7 @@ class ChannelActor:
         if clients.faults is not None:
             clients.faults.check("mailbox", msg.content)
         author = msg.author.id
-        stored = None if author == settings.owner_id else clients.store.get_tier(author)
-        tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
+        tier = self._tier(author, settings.owner_id)
         command_text = cmds.detect_command(
             msg,
             wakeword=settings.wakeword,
@@ -351,6 +349,11 @@ class ChannelActor:
             await self._command(msg, command_text, tier, nursery)
             return
         await self._attend(msg, text, tier, now, nursery)
+
+    def _tier(self, author: Snowflake, owner_id: Snowflake | None) -> Tier | None:
+        """The author's trust tier (SPEC 3); None when not trusted."""
+        stored = None if author == owner_id else self._clients.store.get_tier(author)
+        return tier_of(author, owner_id, {author: stored} if stored else {})
 
     def _remember(self, msg: Message) -> None:
         """Store the message for memory recall (SPEC 8)."""
@@ -412,7 +415,7 @@ class ChannelActor:
                 await slot.turn()
                 await clients.replies.post(plan, reply, command=name, trigger_id=msg.id)
             except Exception as exc:
-                logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
+                logger.warning("reply to %s command failed: %s", name, error_line(exc))
             finally:
                 slot.done.set()
             # Posted or failed (and logged): final. Cancelled by a shutdown: handled again.
@@ -490,8 +493,7 @@ class ChannelActor:
         if inter.user.bot or inter.user.id == clients.bot.user_id:
             return
         author = inter.user.id
-        stored = None if author == settings.owner_id else clients.store.get_tier(author)
-        tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
+        tier = self._tier(author, settings.owner_id)
         if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
             # Config keys are for those who may change config; others see no suggestions.
             allowed = tier is not None and may_run("config", tier)
@@ -762,7 +764,7 @@ class ChannelActor:
                 try:
                     await self._answer(gen, typing)
                 except Exception as exc:
-                    message = failure_text(exc)[0]
+                    message = error_line(exc)
                     self._clients.events.emit(
                         "error", scope="generate", message_id=gen.trigger.id, message=message
                     )
@@ -795,19 +797,26 @@ class ChannelActor:
         async with clients.replies.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background
         ) as shown:
-            if gen.trigger.id not in self._asks and self._persona_matches(gen.request):
+            matches = [] if gen.trigger.id in self._asks else self._persona_matches(gen.request)
+            if matches:
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
                 handled = await persona_answer.maybe_answer(
-                    clients, gen.request, trigger, lines, files=lambda: self._files(gen)
+                    clients,
+                    gen.request,
+                    trigger,
+                    lines,
+                    files=lambda: self._files(gen),
+                    matches=matches,
                 )
                 if handled:
                     return
             prompt = gen.request.text
             if lines:
+                conversation = "\n".join(lines)
                 prompt = (
                     f"Recent conversation, oldest first. {CONTEXT_FORMAT_NOTE}\n"
-                    f"{lines_text(lines)}\n\nThe request from {trigger.author.display_name}:\n"
+                    f"{conversation}\n\nThe request from {trigger.author.display_name}:\n"
                     f"{gen.request.text}"
                 )
             prompt = prompt or "(no text)"
@@ -940,7 +949,7 @@ class ChannelActor:
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
             clients.events.emit(
-                "error", scope="context", message_id=trigger.id, message=failure_text(exc)[0]
+                "error", scope="context", message_id=trigger.id, message=error_line(exc)
             )
             lines = ()
         clients.events.emit(
@@ -952,11 +961,11 @@ class ChannelActor:
         clients.triggers.set_context(gen.request.parent_id, lines)
         return lines
 
-    def _persona_matches(self, request: cont.Request) -> bool:
+    def _persona_matches(self, request: cont.Request) -> list[pcore.PersonaMatch]:
         if self._clients.personas is None:
-            return False
+            return []
         personas = persona_answer.current_personas(self._clients)
-        return personas is not None and bool(pcore.match(personas, request.text))
+        return pcore.match(personas, request.text) if personas is not None else []
 
     def _skip_or_fail(
         self,
@@ -979,11 +988,7 @@ class ChannelActor:
                 stack_trace=trace,
             )
             return None
-        reason = {
-            "no_key": "no answer: ANTHROPIC_API_KEY is not set",
-            "budget": "no answer: "
-            + REFUSAL_REASONS.get(limit or "workspace", REFUSAL_REASONS["workspace"]),
-        }.get(outcome, f"no answer: {outcome}")
+        reason = f"no answer: {skip_reason(outcome, limit)}"
         self._decision(trigger, "skip", reason)
         return reason
 

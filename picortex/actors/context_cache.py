@@ -8,6 +8,7 @@ channel keeps is `picortex.core.history`; the files are `picortex.store.cache_fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections import OrderedDict
@@ -19,6 +20,7 @@ import attrs
 import httpx
 import trio
 
+from picortex.actors.clients import FaultCheck
 from picortex.core.context import assemble_context
 from picortex.core.history import ChannelHistory, plan_eviction
 from picortex.discord.normalize import message_from_payload
@@ -93,14 +95,6 @@ class HistorySource(Protocol):
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Discord message objects of one channel, newest first."""
-        ...
-
-
-class FaultCheck(Protocol):
-    """A fault point (`picortex.runtime.faults.FaultPoints`)."""
-
-    def check(self, actor: str, content: str) -> None:
-        """Raise when a fault is configured for `actor` and `content`."""
         ...
 
 
@@ -659,9 +653,7 @@ class ContextCache:
         channel = self._read(channel_id)
         tails = [t for t in (self._tails_writing.get(channel_id), self._pop_tail(channel_id)) if t]
         for tail in tails:  # live messages its file may lack yet
-            channel.absorb(tail.guild_id, tail.messages, self._cap)
-            if tail.synced_to is not None:
-                channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+            channel.merge(tail, self._cap)
         if tails:
             self._mark_dirty(channel_id)
         self._loaded[channel_id] = channel
@@ -708,6 +700,13 @@ class ContextCache:
 
     def _drop_corrupt(self, channel_id: Snowflake, reason: str) -> None:
         """Log and delete a bad channel file; the next context request fetches afresh."""
+        self._report_corrupt(channel_id, reason)
+        remove_channel(self._dir, channel_id)
+        self._forget_file(channel_id)
+        self._last_fetch.pop(channel_id, None)
+        self._in_sync.discard(channel_id)
+
+    def _report_corrupt(self, channel_id: Snowflake, reason: str) -> None:
         log.warning("dropping cache file of channel %s: %s", channel_id, reason)
         self._events.emit(
             "error",
@@ -715,10 +714,6 @@ class ContextCache:
             message=f"corrupt cache file dropped: {reason}",
             channel_id=channel_id,
         )
-        remove_channel(self._dir, channel_id)
-        self._forget_file(channel_id)
-        self._last_fetch.pop(channel_id, None)
-        self._in_sync.discard(channel_id)
 
     def _forget_file(self, channel_id: Snowflake) -> None:
         self._total_bytes -= self._files.pop(channel_id, 0)
@@ -762,27 +757,12 @@ class ContextCache:
                 with trio.move_on_at(due):
                     await self._wake.wait()
                 continue
-            channel = self._loaded.get(channel_id)
-            tail = None if channel is not None else self._pop_tail(channel_id)
-            if channel is None and tail is None:  # evicted meanwhile
+            job = self._write_job(channel_id)
+            if job is None:  # evicted meanwhile
                 continue
             self._writing.add(channel_id)
             try:
-                if channel is not None:
-                    data = encode_channel(channel)
-                    await trio.to_thread.run_sync(
-                        write_atomic, channel_path(self._dir, channel_id), data
-                    )
-                    self._written(channel_id, len(data))
-                else:
-                    assert tail is not None
-                    self._tails_writing[channel_id] = tail
-                    size, problem = await trio.to_thread.run_sync(
-                        write_with_tail, self._dir, tail, self._cap
-                    )
-                    self._written(channel_id, size)
-                    if problem is not None:
-                        self._history_lost(channel_id, problem)
+                self._wrote(channel_id, *await trio.to_thread.run_sync(job))
             except OSError as exc:
                 # A tail that did not reach its file is dropped with the channel's sync, so
                 # the next trigger fetches it back; a failing disk never makes memory grow.
@@ -799,20 +779,43 @@ class ContextCache:
         while self._dirty:
             channel_id = next(iter(self._dirty))
             del self._dirty[channel_id]
-            channel = self._loaded.get(channel_id)
-            tail = None if channel is not None else self._pop_tail(channel_id)
+            job = self._write_job(channel_id)
             try:
-                if channel is not None:
-                    data = encode_channel(channel)
-                    write_atomic(channel_path(self._dir, channel_id), data)
-                    self._written(channel_id, len(data))
-                elif tail is not None:
-                    size, problem = write_with_tail(self._dir, tail, self._cap)
-                    self._written(channel_id, size)
-                    if problem is not None:
-                        self._history_lost(channel_id, problem)
+                if job is not None:
+                    self._wrote(channel_id, *job())
             except OSError as exc:
                 self._write_failed(channel_id, exc)
+            finally:
+                self._tails_writing.pop(channel_id, None)
+
+    def _write_job(self, channel_id: Snowflake) -> Callable[[], tuple[int, str | None]] | None:
+        """The blocking write of a changed channel, returning what `write_with_tail` does;
+        None when there is nothing to write (the channel left memory and has no tail).
+
+        A channel in memory is encoded now, in the trio thread, since it may change while its
+        bytes are being written; a tail is merged into the file by the job itself.
+        """
+        channel = self._loaded.get(channel_id)
+        if channel is not None:
+            data = encode_channel(channel)
+            path = channel_path(self._dir, channel_id)
+
+            def write() -> tuple[int, str | None]:
+                write_atomic(path, data)
+                return len(data), None
+
+            return write
+        tail = self._pop_tail(channel_id)
+        if tail is None:
+            return None
+        self._tails_writing[channel_id] = tail
+        return functools.partial(write_with_tail, self._dir, tail, self._cap)
+
+    def _wrote(self, channel_id: Snowflake, size: int, problem: str | None) -> None:
+        """A write landed; `problem` says why an unreadable old file was dropped."""
+        self._written(channel_id, size)
+        if problem is not None:
+            self._history_lost(channel_id, problem)
 
     def _pop_tail(self, channel_id: Snowflake) -> ChannelHistory | None:
         tail = self._tails.pop(channel_id, None)
@@ -822,13 +825,7 @@ class ContextCache:
 
     def _history_lost(self, channel_id: Snowflake, reason: str) -> None:
         """A channel's unreadable file was replaced by its tail: fetch the rest again."""
-        log.warning("dropping cache file of channel %s: %s", channel_id, reason)
-        self._events.emit(
-            "error",
-            scope="context_cache",
-            message=f"corrupt cache file dropped: {reason}",
-            channel_id=channel_id,
-        )
+        self._report_corrupt(channel_id, reason)
         self._last_fetch.pop(channel_id, None)
         self._lose_sync(channel_id)
 
@@ -891,9 +888,7 @@ def write_with_tail(directory: Path, tail: ChannelHistory, cap: int) -> tuple[in
     if channel is None:
         channel = ChannelHistory(tail.id)
     channel.trim(cap)
-    channel.absorb(tail.guild_id, tail.messages, cap)
-    if tail.synced_to is not None:
-        channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+    channel.merge(tail, cap)
     data = encode_channel(channel)
     write_atomic(channel_path(directory, tail.id), data)
     return len(data), problem

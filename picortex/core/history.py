@@ -39,11 +39,6 @@ def cap_messages(messages: Sequence[Message], cap: int) -> list[Message]:
     return list(messages[-cap:])
 
 
-def newest_id(messages: Sequence[Message]) -> Snowflake | None:
-    """The id of the newest message in an id-ordered list, or None when it is empty."""
-    return messages[-1].id if messages else None
-
-
 def plan_eviction(
     files: Iterable[tuple[Snowflake, int]],
     max_bytes: int,
@@ -132,6 +127,13 @@ class ChannelHistory:
             self.messages = merge_messages(self.messages, fresh)
         self.trim(cap)
         return True
+
+    def merge(self, other: ChannelHistory, cap: int) -> None:
+        """Take in another history of this channel (live messages kept apart from it, and
+        the sync mark they moved), keeping the newest `cap`."""
+        self.absorb(other.guild_id, other.messages, cap)
+        if other.synced_to is not None:
+            self.synced_to = max(self.synced_to or 0, other.synced_to)
 
     def fetched(self, messages: Sequence[Message]) -> bool:
         """A fetch returned `messages` (already absorbed): history is complete up to the
