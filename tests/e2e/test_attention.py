@@ -303,6 +303,12 @@ async def test_picortex_config_set_attention_for_one_chat(tmp_path: Path) -> Non
         done = await run.cli("config", "set", f"attention.{w.random_id}", "always")
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == f"attention.{w.random_id} = always"
+        await run.wait_commit_seen(
+            lambda: (
+                getattr(run.bot.store.get_chat_config(w.random_id), "attention_mode", None)
+                == "always"
+            )
+        )
         msg = run.say(w.random_id, w.bob_id, "anyone up for lunch")
         await answered(run, msg)
         assert (await decision(run, msg))["mode"] == "always"
