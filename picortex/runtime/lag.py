@@ -15,9 +15,14 @@ LAG_PROBE_SECONDS: Final = 0.01
 
 
 class LoopLag:
-    """Keeps the worst lag seen, overall and since the last `take()`."""
+    """Keeps the worst lag seen, overall and since the last `take()`.
 
-    def __init__(self) -> None:
+    `probe_seconds`: the probe period (tests on virtual time, where lag is always zero,
+    lengthen it so the clock is free to jump).
+    """
+
+    def __init__(self, probe_seconds: float = LAG_PROBE_SECONDS) -> None:
+        self.probe_seconds = probe_seconds
         self.worst = 0.0
         self._recent = 0.0
 
@@ -25,9 +30,10 @@ class LoopLag:
         """Probe until cancelled."""
         task_status.started()
         while True:
+            probe = self.probe_seconds
             before = trio.current_time()
-            await trio.sleep(LAG_PROBE_SECONDS)
-            lag = trio.current_time() - before - LAG_PROBE_SECONDS
+            await trio.sleep(probe)
+            lag = trio.current_time() - before - probe
             if lag > self._recent:
                 self._recent = lag
                 if lag > self.worst:

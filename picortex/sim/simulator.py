@@ -424,6 +424,10 @@ class Simulator:
         while not predicate():
             await self._changed.wait()
 
+    async def changed(self) -> None:
+        """Wait for the next simulator change (for a waiter that also watches something else)."""
+        await self._changed.wait()
+
     async def wait_ready(self, count: int = 1) -> None:
         """Wait until `count` sessions have been identified (or resumed) and are connected."""
         await self.wait_until(lambda: self.gateway.stats().ready_sessions >= count)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from tests.e2e.harness import Running, running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 COOLDOWN = 0.2
 

@@ -10,6 +10,8 @@ from picortex.actors import channel as channel_mod
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import running_bot
 
+pytestmark = pytest.mark.virtual_time
+
 
 async def test_a_replayed_message_is_answered_once(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as run:

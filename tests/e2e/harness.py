@@ -1,18 +1,26 @@
-"""Runs the whole bot against the built-in simulator, in one trio run, for end-to-end tests."""
+"""Runs the whole bot against the built-in simulator, in one trio run, for end-to-end tests.
+
+The run is on virtual time (`virtual_clock`, which tests get with the `virtual_time` marker):
+whenever every task waits, the clock jumps to the next deadline, so a 2 s window or a 30 s
+timeout costs no wall time. Waits are on events (a log line, a simulator change), never on
+polling. While the test waits on another process (`run_cli`) the clock runs at wall speed.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager, suppress
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import attrs
 import orjson
 import trio
+import trio.testing
 
 from picortex.app import Bot
 from picortex.config import load_settings
@@ -20,12 +28,92 @@ from picortex.core.jsonids import is_id_key
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, Simulator
 
+T = TypeVar("T")
+
 # Route groups whose limits `relaxed_limits` lifts.
 RELAXED_BUCKETS: Final = ("messages.post", "typing", "users/@me/channels", "reactions.me")
 # A wait that takes longer than this failed: raise (TooSlowError) instead of hanging the run.
 WAIT_SECONDS: Final = 30.0
 # The same for a whole test body inside `running_bot`.
 TEST_SECONDS: Final = 90.0
+# Wall seconds every task must have waited before the virtual clock jumps. Not 0: bytes on
+# a loopback socket and the store thread's polling take real time the clock cannot see.
+AUTOJUMP_SECONDS: Final = 0.01
+# Virtual time between a user's post and whatever happened before it.
+USER_GAP_SECONDS: Final = 0.001
+# The loop-lag probe's period on virtual time.
+LAG_PROBE_ON_VIRTUAL_TIME: Final = 60.0
+
+
+# What the clock must not jump over, per trio run (see `run_on_virtual_time`).
+_BUSY: Final[trio.lowlevel.RunVar[list[Callable[[], bool]]]] = trio.lowlevel.RunVar("busy")
+
+
+def virtual_clock() -> trio.testing.MockClock:
+    """The clock of an end-to-end run: stands still until `run_on_virtual_time` jumps it."""
+    return trio.testing.MockClock()
+
+
+async def run_on_virtual_time(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run `fn` while jumping the clock to the next deadline whenever the run is idle.
+
+    Idle is every task waiting for AUTOJUMP_SECONDS of wall time *and* no work the clock
+    cannot see under way: a `trio.to_thread` call, the store thread, a child process. A jump
+    while such work runs would fire deadlines that wall time never reaches (a flaky timeout),
+    which is what trio's own autojump does.
+    """
+    clock = trio.lowlevel.current_clock()
+    assert isinstance(clock, trio.testing.MockClock)
+    checks: list[Callable[[], bool]] = [_threads_busy]
+    _BUSY.set(checks)
+
+    async def jump_when_idle() -> None:
+        while True:
+            await trio.testing.wait_all_tasks_blocked(AUTOJUMP_SECONDS)
+            if any(check() for check in checks):
+                continue
+            jump = trio.lowlevel.current_statistics().seconds_to_next_deadline
+            if 0 < jump < math.inf:
+                clock.jump(jump)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(jump_when_idle)
+        try:
+            return await fn()
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+def hold_time_while(check: Callable[[], bool]) -> None:
+    """On virtual time, never jump while `check()` says work is under way."""
+    with suppress(LookupError):  # wall time, or a test with a clock of its own
+        _BUSY.get().append(check)
+
+
+def _threads_busy() -> bool:
+    """Whether a `trio.to_thread` call is running (they all borrow the default limiter)."""
+    return trio.to_thread.current_default_thread_limiter().statistics().borrowed_tokens > 0
+
+
+@contextmanager
+def wall_time() -> Iterator[None]:
+    """While waiting on another process, let the virtual clock run at wall speed, no jumps.
+
+    A child process's work is invisible to the clock: jumping meanwhile would race the test's
+    own deadlines through in a few milliseconds.
+    """
+    clock = trio.lowlevel.current_clock()
+    if not isinstance(clock, trio.testing.MockClock):
+        yield
+        return
+    waiting = True
+    hold_time_while(lambda: waiting)
+    rate, clock.rate = clock.rate, 1.0
+    try:
+        yield
+    finally:
+        clock.rate = rate
+        waiting = False
 
 
 @attrs.define
@@ -36,6 +124,27 @@ class Running:
     bot: Bot
     world: DefaultWorld
     home: Path
+    _token: trio.lowlevel.TrioToken = attrs.field(factory=trio.lowlevel.current_trio_token)
+    _logged: trio.Event = attrs.field(factory=trio.Event)
+    _rows: list[dict[str, Any]] = attrs.field(factory=list)
+    _read_to: int = 0
+
+    def __attrs_post_init__(self) -> None:
+        # Every line the bot logs wakes the waiters (the log's own writer runs later).
+        emit = self.bot.events.emit
+
+        def emit_and_wake(event: str, /, **fields: object) -> None:
+            emit(event, **fields)
+            if trio.lowlevel.in_trio_run():
+                self._wake()
+            else:
+                self._token.run_sync_soon(self._wake)
+
+        self.bot.events.emit = emit_and_wake  # type: ignore[method-assign]
+
+    def _wake(self) -> None:
+        self._logged.set()
+        self._logged = trio.Event()
 
     def events(self, event: str | None = None) -> list[dict[str, Any]]:
         """Action-log lines written so far (flushes the log first)."""
@@ -43,8 +152,15 @@ class Running:
         path = self.bot.settings.action_log_path
         if not path.exists():
             return []
-        rows = [orjson.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
-        return [r for r in rows if event is None or r["event"] == event]
+        with path.open("rb") as f:
+            if f.seek(0, os.SEEK_END) < self._read_to:
+                self._read_to, self._rows = 0, []  # rotated: read the new file afresh
+            f.seek(self._read_to)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self._rows.extend(orjson.loads(line) for line in data[:end].splitlines() if line.strip())
+        self._read_to += end
+        return [r for r in self._rows if event is None or r["event"] == event]
 
     async def wait_event(self, event: str, count: int = 1, **match: object) -> list[dict[str, Any]]:
         """Wait until `count` events of a type (with matching fields) are in the log.
@@ -54,15 +170,20 @@ class Running:
         match = {k: str(v) if type(v) is int and is_id_key(k) else v for k, v in match.items()}
         with trio.fail_after(WAIT_SECONDS):
             while True:
+                logged = self._logged
                 found = [
                     e for e in self.events(event) if all(e.get(k) == v for k, v in match.items())
                 ]
                 if len(found) >= count:
                     return found
-                await trio.sleep(0.01)
+                await logged.wait()
 
     def say(self, channel_id: int, author_id: int, content: str, **kw: Any) -> dict[str, Any]:
-        """A user posts a message."""
+        """A user posts a message (on virtual time, a millisecond after anything before it)."""
+        clock = trio.lowlevel.current_clock()
+        if isinstance(clock, trio.testing.MockClock):
+            # Nothing else would separate two posts: a window of 0 s would still hold both.
+            clock.jump(USER_GAP_SECONDS)
         return self.sim.post_user_message(channel_id, author_id, content, **kw)
 
     def mention(self) -> str:
@@ -82,11 +203,18 @@ class Running:
         ]
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        """Wait until `predicate()` holds (checked after each simulator change and the log)."""
+        """Wait until `predicate()` holds (checked after each simulator change and log line)."""
         with trio.fail_after(WAIT_SECONDS):
             while not predicate():
-                with trio.move_on_after(0.02):
-                    await self.sim.wait_until(predicate)
+                logged = self._logged
+                async with trio.open_nursery() as nursery:
+
+                    async def first(wait: Callable[[], Any]) -> None:
+                        await wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(first, logged.wait)
+                    nursery.start_soon(first, self.sim.changed)
 
     async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run `python -m picortex ARGS` on this bot's home; never raises on exit codes."""
@@ -97,16 +225,34 @@ async def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`python -m picortex ARGS` with PICORTEX_HOME=home, output captured as text."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PICORTEX_", "DISCORD_"))}
     env["PICORTEX_HOME"] = str(home)
-    done = await trio.run_process(
-        [sys.executable, "-m", "picortex", *args],
-        env=env,
-        capture_stdout=True,
-        capture_stderr=True,
-        check=False,
-    )
+    with wall_time():
+        done = await trio.run_process(
+            [sys.executable, "-m", "picortex", *args],
+            env=env,
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
+
+
+def _store_waits(bot: Bot) -> Callable[[], bool]:
+    """Count the calls awaiting the store thread; the check says whether any is under way."""
+    call = bot.store.call
+    waiting = 0
+
+    async def counted(fn: Callable[[Any], Any], *, write: bool = True) -> Any:
+        nonlocal waiting
+        waiting += 1
+        try:
+            return await call(fn, write=write)
+        finally:
+            waiting -= 1
+
+    bot.store.call = counted  # type: ignore[method-assign]
+    return lambda: waiting > 0
 
 
 @asynccontextmanager
@@ -152,6 +298,11 @@ async def running_bot(
         base_env.update(env or {})
         settings = load_settings(base_env)
         bot = Bot(settings, gateway_timings=GatewayTimings(backoff_base=0.05, backoff_cap=0.5))
+        if isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock):
+            # On virtual time the loop is never late, and a probe every 10 ms would hold the
+            # clock back to wall speed (it jumps only when every task waits).
+            bot.lag.probe_seconds = LAG_PROBE_ON_VIRTUAL_TIME
+        hold_time_while(_store_waits(bot))
         try:
             # The bot stops first, while the simulator still answers its goodbyes.
             async with trio.open_nursery() as bot_nursery:

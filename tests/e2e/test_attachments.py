@@ -15,6 +15,8 @@ from picortex.sim.model import ModelCall
 from picortex.sim.world import tiny_png
 from tests.e2e.harness import Running, running_bot
 
+pytestmark = pytest.mark.virtual_time
+
 NO_CONTINUATION = "continuation_seconds = 0\n"
 MB = 1024 * 1024
 

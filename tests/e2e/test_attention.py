@@ -13,6 +13,8 @@ from picortex.sim.model import ModelReply
 from picortex.store.chathome import PROMPT_RELPATH
 from tests.e2e.harness import Running, running_bot
 
+pytestmark = pytest.mark.virtual_time
+
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
 SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
 TRUE = '{"should_respond": true, "reason": "bob asks the bot for its view"}'

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 DISCRIMINATE_NO = '{"should_respond": false, "reason": "chatter between friends"}'
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from picortex.core.poll import NUMBER_EMOJI
 from tests.e2e.harness import Running, running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 
 async def _reply(run: Running, msg: dict[str, object]) -> str:

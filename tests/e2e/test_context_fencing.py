@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from tests.e2e.harness import running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running, running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 
 def _prompt(run: Running, index: int) -> str:

@@ -5,9 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running, running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 # Secret shapes a model error could echo back: none may reach the log or the database.
 DISCORD_TOKEN = "MTIzNDU2Nzg5MDEyMzQ1Njc4OTA.GaBcDe.abcdefghijklmnopqrstuvwxyz0123456789AB"

@@ -12,6 +12,8 @@ from picortex.actors import router as router_mod
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running, running_bot
 
+pytestmark = pytest.mark.virtual_time
+
 
 async def stored_ids(run: Running, word: str) -> set[int]:
     hits = await run.bot.store.read(

@@ -10,10 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from tests.e2e.harness import running_bot
+from tests.e2e.harness import running_bot, wall_time
+
+pytestmark = pytest.mark.virtual_time
 
 TOOLS = {
     "get_action_log",
@@ -31,7 +34,8 @@ async def mcp_session(home: Path, owner_id: int) -> AsyncIterator[ClientSession]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PICORTEX_", "DISCORD_"))}
     env.update({"PICORTEX_HOME": str(home), "PICORTEX_OWNER_ID": str(owner_id)})
     params = StdioServerParameters(command=sys.executable, args=["-m", "picortex", "mcp"], env=env)
-    with open(os.devnull, "w") as errlog:
+    # The server is a child process: the clock runs at wall speed while it works.
+    with open(os.devnull, "w") as errlog, wall_time():
         async with (
             stdio_client(params, errlog=errlog) as (read, write),
             ClientSession(read, write) as session,

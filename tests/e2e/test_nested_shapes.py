@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from picortex.store import MemoryHit
 from tests.e2e.harness import Running, running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 
 async def _recall(run: Running, word: str) -> list[MemoryHit]:

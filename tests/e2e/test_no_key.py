@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.harness import running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 
 async def test_without_a_key_commands_work_and_answers_are_skipped(tmp_path: Path) -> None:

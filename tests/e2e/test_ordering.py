@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running, running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 
 def posts_at(run: Running, channel_id: int) -> list[float]:

@@ -19,6 +19,8 @@ from picortex.cli.errors import run_errors
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running, running_bot
 
+pytestmark = pytest.mark.virtual_time
+
 AGENTS = """
 personas:
   - id: sleep

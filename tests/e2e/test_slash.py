@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
 from picortex.sim import Simulator
 from picortex.sim.interactions import SimInteraction
 from tests.e2e.harness import Running, running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 
 async def _registered(run: Running, guild_id: int | None = None) -> list[dict[str, object]]:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.harness import running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 
 async def test_owner_mention_is_answered(tmp_path: Path) -> None:

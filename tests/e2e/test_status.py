@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.harness import running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 
 async def test_config_set_from_the_cli_reaches_the_running_bot(tmp_path: Path) -> None:

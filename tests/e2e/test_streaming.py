@@ -16,6 +16,8 @@ from picortex.sim.model import ModelReply
 from picortex.sim.rest import RecordedRequest
 from tests.e2e.harness import Running, running_bot
 
+pytestmark = pytest.mark.virtual_time
+
 # Streamed in deltas of 24 characters, one every 0.1 s: a 3,000-character answer takes
 # 12.5 s, long enough for several edits.
 PACE = 0.1

@@ -7,9 +7,12 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 
 from picortex.store import Store
 from tests.e2e.harness import running_bot
+
+pytestmark = pytest.mark.virtual_time
 
 WEB = "[web]\nport = 0\n"
 
