@@ -14,7 +14,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
-from picortex.actors.pipeline import Pipeline, failure_text
+from picortex.actors.failures import error_line
+from picortex.actors.pipeline import Pipeline
 from picortex.core.trust import should_ignore
 from picortex.discord.normalize import message_from_payload
 from picortex.types import Message, Snowflake
@@ -76,7 +77,7 @@ async def catch_up(
                 "error",
                 scope="catch-up",
                 channel_id=channel_id,
-                message=f"history not fetched: {failure_text(exc)[0]}",
+                message=f"history not fetched: {error_line(exc)}",
             )
             continue
         for message in messages:

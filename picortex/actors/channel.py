@@ -26,17 +26,16 @@ from picortex.actors.clients import (
     ChannelRest,
     ChannelStore,
     ContextReader,
+    FaultCheck,
     HandledMarks,
     ReplyPoster,
 )
+from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
-    Faults,
     TriggerBook,
-    failure_text,
-    lines_text,
 )
 from picortex.actors.polls import PollClients
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
@@ -46,7 +45,7 @@ from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
-from picortex.core.budget import REFUSAL_REASONS, workspace_id
+from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, may_run, should_ignore, tier_of
@@ -127,7 +126,7 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
         ...
 
     @property
-    def faults(self) -> Faults | None:
+    def faults(self) -> FaultCheck | None:
         """Fault points (tests only)."""
         ...
 
@@ -412,7 +411,7 @@ class ChannelActor:
                 await slot.turn()
                 await clients.replies.post(plan, reply, command=name, trigger_id=msg.id)
             except Exception as exc:
-                logger.warning("reply to %s command failed: %s", name, failure_text(exc)[0])
+                logger.warning("reply to %s command failed: %s", name, error_line(exc))
             finally:
                 slot.done.set()
             # Posted or failed (and logged): final. Cancelled by a shutdown: handled again.
@@ -762,7 +761,7 @@ class ChannelActor:
                 try:
                     await self._answer(gen, typing)
                 except Exception as exc:
-                    message = failure_text(exc)[0]
+                    message = error_line(exc)
                     self._clients.events.emit(
                         "error", scope="generate", message_id=gen.trigger.id, message=message
                     )
@@ -805,9 +804,10 @@ class ChannelActor:
                     return
             prompt = gen.request.text
             if lines:
+                conversation = "\n".join(lines)
                 prompt = (
                     f"Recent conversation, oldest first. {CONTEXT_FORMAT_NOTE}\n"
-                    f"{lines_text(lines)}\n\nThe request from {trigger.author.display_name}:\n"
+                    f"{conversation}\n\nThe request from {trigger.author.display_name}:\n"
                     f"{gen.request.text}"
                 )
             prompt = prompt or "(no text)"
@@ -940,7 +940,7 @@ class ChannelActor:
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
             clients.events.emit(
-                "error", scope="context", message_id=trigger.id, message=failure_text(exc)[0]
+                "error", scope="context", message_id=trigger.id, message=error_line(exc)
             )
             lines = ()
         clients.events.emit(
@@ -979,11 +979,7 @@ class ChannelActor:
                 stack_trace=trace,
             )
             return None
-        reason = {
-            "no_key": "no answer: ANTHROPIC_API_KEY is not set",
-            "budget": "no answer: "
-            + REFUSAL_REASONS.get(limit or "workspace", REFUSAL_REASONS["workspace"]),
-        }.get(outcome, f"no answer: {outcome}")
+        reason = f"no answer: {skip_reason(outcome, limit)}"
         self._decision(trigger, "skip", reason)
         return reason
 

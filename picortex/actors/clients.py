@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+class FaultCheck(Protocol):
+    """A fault point (`picortex.runtime.faults.FaultPoints`, set by PICORTEX_FAULT_INJECT)."""
+
+    def check(self, actor: str, content: str) -> None:
+        """Raise when a fault is configured for `actor` and `content`."""
+        ...
+
+
 class CurrentSettings(Protocol):
     """The settings in force: the file and environment plus runtime config."""
 

@@ -19,6 +19,7 @@ import attrs
 import httpx
 import trio
 
+from picortex.actors.clients import FaultCheck
 from picortex.core.context import assemble_context
 from picortex.core.history import ChannelHistory, plan_eviction
 from picortex.discord.normalize import message_from_payload
@@ -93,14 +94,6 @@ class HistorySource(Protocol):
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """Discord message objects of one channel, newest first."""
-        ...
-
-
-class FaultCheck(Protocol):
-    """A fault point (`picortex.runtime.faults.FaultPoints`)."""
-
-    def check(self, actor: str, content: str) -> None:
-        """Raise when a fault is configured for `actor` and `content`."""
         ...
 
 
@@ -659,9 +652,7 @@ class ContextCache:
         channel = self._read(channel_id)
         tails = [t for t in (self._tails_writing.get(channel_id), self._pop_tail(channel_id)) if t]
         for tail in tails:  # live messages its file may lack yet
-            channel.absorb(tail.guild_id, tail.messages, self._cap)
-            if tail.synced_to is not None:
-                channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+            channel.merge(tail, self._cap)
         if tails:
             self._mark_dirty(channel_id)
         self._loaded[channel_id] = channel
@@ -708,6 +699,13 @@ class ContextCache:
 
     def _drop_corrupt(self, channel_id: Snowflake, reason: str) -> None:
         """Log and delete a bad channel file; the next context request fetches afresh."""
+        self._report_corrupt(channel_id, reason)
+        remove_channel(self._dir, channel_id)
+        self._forget_file(channel_id)
+        self._last_fetch.pop(channel_id, None)
+        self._in_sync.discard(channel_id)
+
+    def _report_corrupt(self, channel_id: Snowflake, reason: str) -> None:
         log.warning("dropping cache file of channel %s: %s", channel_id, reason)
         self._events.emit(
             "error",
@@ -715,10 +713,6 @@ class ContextCache:
             message=f"corrupt cache file dropped: {reason}",
             channel_id=channel_id,
         )
-        remove_channel(self._dir, channel_id)
-        self._forget_file(channel_id)
-        self._last_fetch.pop(channel_id, None)
-        self._in_sync.discard(channel_id)
 
     def _forget_file(self, channel_id: Snowflake) -> None:
         self._total_bytes -= self._files.pop(channel_id, 0)
@@ -822,13 +816,7 @@ class ContextCache:
 
     def _history_lost(self, channel_id: Snowflake, reason: str) -> None:
         """A channel's unreadable file was replaced by its tail: fetch the rest again."""
-        log.warning("dropping cache file of channel %s: %s", channel_id, reason)
-        self._events.emit(
-            "error",
-            scope="context_cache",
-            message=f"corrupt cache file dropped: {reason}",
-            channel_id=channel_id,
-        )
+        self._report_corrupt(channel_id, reason)
         self._last_fetch.pop(channel_id, None)
         self._lose_sync(channel_id)
 
@@ -891,9 +879,7 @@ def write_with_tail(directory: Path, tail: ChannelHistory, cap: int) -> tuple[in
     if channel is None:
         channel = ChannelHistory(tail.id)
     channel.trim(cap)
-    channel.absorb(tail.guild_id, tail.messages, cap)
-    if tail.synced_to is not None:
-        channel.synced_to = max(channel.synced_to or 0, tail.synced_to)
+    channel.merge(tail, cap)
     data = encode_channel(channel)
     write_atomic(channel_path(directory, tail.id), data)
     return len(data), problem

@@ -1,15 +1,17 @@
 """Failed invocations (SPEC 9): each one a `cortex.invocation_failed` event and an error row,
-redacted, the event naming the row once it is committed.
+redacted, the event naming the row once it is committed; and the one way an exception
+becomes text for an event, a log line or an error row.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, Protocol
 
-from picortex.actors.replies import ERROR_MESSAGE_MAX_CHARS
+from picortex.core.budget import REFUSAL_REASONS
 from picortex.core.redact import redact
 from picortex.types import EventSink, Snowflake
 
@@ -20,6 +22,27 @@ logger = logging.getLogger(__name__)
 
 # The persona column of an error row when the default agent (no persona) failed.
 DEFAULT_PERSONA: Final = "default"
+# An error text in an event or an error row is cut to this many characters.
+ERROR_MESSAGE_MAX_CHARS: Final = 500
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception as one redacted line for an event, a log line or an error row."""
+    return redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS]
+
+
+def skip_reason(outcome: str, limit: str | None) -> str:
+    """Why a model call that did not fail gave no answer (a `skip` decision's reason)."""
+    if outcome == "no_key":
+        return "ANTHROPIC_API_KEY is not set"
+    if outcome == "budget":
+        return REFUSAL_REASONS.get(limit or "workspace", REFUSAL_REASONS["workspace"])
+    return outcome
+
+
+def failure_text(exc: BaseException) -> tuple[str, str]:
+    """An exception as (one-line message, stack trace), both redacted."""
+    return error_line(exc), redact("".join(traceback.format_exception(exc)))
 
 
 class ErrorRows(Protocol):

@@ -25,11 +25,9 @@ from picortex.actors.clients import (
     StoreAccess,
     TrustReader,
 )
-from picortex.actors.pipeline import failure_text
-from picortex.actors.replies import ERROR_MESSAGE_MAX_CHARS
+from picortex.actors.failures import error_line
 from picortex.core import policy
 from picortex.core import slash as sl
-from picortex.core.redact import redact
 from picortex.core.split import split_reply
 from picortex.errors import FatalDiscordError
 from picortex.types import EventSink, Interaction, Message, Snowflake
@@ -230,7 +228,7 @@ def _note_failure(
 ) -> None:
     if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
         clients.fatal(exc)
-    message = failure_text(exc)[0]
+    message = error_line(exc)
     clients.events.emit(
         "error",
         scope="interaction",
@@ -429,7 +427,7 @@ def _reply_event(
     if ids:
         fields["message_ids"] = ids
     if exc is not None:
-        fields["error"] = redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS]
+        fields["error"] = error_line(exc)
     clients.events.emit("reply", **fields)
 
 
@@ -466,7 +464,7 @@ async def register_commands(clients: InteractionClients, application_id: Snowfla
         except Exception as exc:
             if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
                 clients.fatal(exc)
-            message = failure_text(exc)[0]
+            message = error_line(exc)
             clients.events.emit("slash", action="failed", scope=scope, error=message)
             logger.warning("registering slash commands (%s) failed: %s", scope, message)
             continue

@@ -22,11 +22,11 @@ from picortex.actors.clients import (
     ReplyPoster,
     ThreadStarter,
 )
+from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
-from picortex.actors.pipeline import failure_text
 from picortex.core import personas as pcore
 from picortex.core import policy
-from picortex.core.budget import REFUSAL_REASONS, workspace_id
+from picortex.core.budget import workspace_id
 from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
@@ -410,10 +410,7 @@ async def _not_answered(
             stack_trace=result.stack_trace,
         )
         return
-    reason = {
-        "no_key": "ANTHROPIC_API_KEY is not set",
-        "budget": REFUSAL_REASONS.get(result.limit or "workspace", REFUSAL_REASONS["workspace"]),
-    }.get(result.outcome, result.outcome)
+    reason = skip_reason(result.outcome, result.limit)
     clients.events.emit(
         "decision",
         message_id=trigger.id,
@@ -518,9 +515,7 @@ async def _open_thread(clients: PersonaClients, trigger: Message, name: str) -> 
             raise
         # No permission, a channel type without threads...: the answer still goes out.
         logger.warning("no thread for message %s (%s): replying in the channel", trigger.id, exc)
-        clients.events.emit(
-            "error", scope="thread", message_id=trigger.id, message=failure_text(exc)[0]
-        )
+        clients.events.emit("error", scope="thread", message_id=trigger.id, message=error_line(exc))
         return None
     return _remember_thread(clients, data)
 

@@ -1,31 +1,30 @@
-"""What channel actors share: settings, identity, registry, and the I/O helpers they use.
+"""What the channel side shares, wired once by the app: the settings in force, the bot's
+identity, the channels seen, the trigger log, and the `Pipeline` that holds them with the
+actors and clients channel-side code calls.
 
-The channel actor decides; these helpers post replies through the response policy, record
-failed invocations (SPEC 9) and keep the bot's view of its identity and channels. The app
-builds one `Pipeline`; each user is typed by the narrow protocol of what it calls
-(`picortex.actors.clients`), so none depends on this whole object.
+Each user types the `Pipeline` by the narrow protocol of what it calls
+(`picortex.actors.clients`), so none depends on this whole object; posting lives in
+`picortex.actors.replies`, failure recording in `picortex.actors.failures`.
 """
 
 from __future__ import annotations
 
 import logging
-import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol
 
 import attrs
 
-from picortex.actors.clients import ChannelRest
+from picortex.actors.clients import ChannelRest, FaultCheck
 from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
 from picortex.actors.handled import HandledLedger
 from picortex.actors.llm import LLMActor
-from picortex.actors.replies import ERROR_MESSAGE_MAX_CHARS, PostingRest, Replies
+from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
 from picortex.core import commands as cmds
-from picortex.core.redact import redact
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store, StoreActor
@@ -54,12 +53,6 @@ class Rest(ChannelRest, PostingRest, Protocol):
         before: int | None = None,
         limit: int = 100,
     ) -> list[dict[str, Any]]: ...
-
-
-class Faults(Protocol):
-    """PICORTEX_FAULT_INJECT's check."""
-
-    def check(self, actor: str, content: str) -> None: ...
 
 
 @attrs.define
@@ -203,7 +196,8 @@ class TriggerBook:
 class Pipeline:
     """The one object the app builds that provides every narrow client of the channel side
     (`ChannelClients`, `PersonaClients`, `InteractionClients`, `PollClients`); the router
-    holds it whole."""
+    holds it whole. The reply poster, the failure recorder and the handled ledger are built
+    from the fields the app passes in."""
 
     settings: SettingsSource
     store: StoreActor
@@ -215,19 +209,19 @@ class Pipeline:
     registry: ChannelRegistry
     triggers: TriggerBook
     home: Path
-    faults: Faults | None = None
+    faults: FaultCheck | None = None
     personas: PersonaLoader | None = None
-    # Polls run in a nursery that outlives channel actors, so an idle exit keeps the timer.
+    # Starts a task in the app's nursery, which outlives channel actors (polls, deadlines of
+    # slash commands, catch-up, command registration), so an idle exit keeps their timers.
     spawn: Callable[..., None] | None = None
-    dm_channels: dict[Snowflake, Snowflake] = attrs.field(factory=dict)
     # Called when Discord refuses the token (HTTP 401): the app stops with exit code 3.
     fatal: Callable[[FatalDiscordError], None] | None = None
-    # Posting, typing and streaming; built from the fields above (the token refusal is
-    # looked up per post, since the app sets `fatal` when it starts running).
     # Failed invocations (SPEC 9): events and error rows.
     failures: FailureLog = attrs.field(
         default=attrs.Factory(lambda self: FailureLog(self.store, self.events), takes_self=True)
     )
+    # Posting, typing and streaming (the token refusal is looked up per post, since the app
+    # sets `fatal` when it starts running).
     replies: Replies = attrs.field(
         default=attrs.Factory(
             lambda self: Replies(
@@ -235,7 +229,6 @@ class Pipeline:
                 self.rest,
                 self.llm,
                 self.events,
-                dm_channels=self.dm_channels,
                 fatal=lambda: self.fatal,
             ),
             takes_self=True,
@@ -250,14 +243,13 @@ class Pipeline:
     handled: HandledLedger = attrs.field(
         default=attrs.Factory(lambda self: HandledLedger(self.store), takes_self=True)
     )
+    # Slash interactions not answered yet, by id: whoever comes first answers Discord within
+    # its 3 s, the channel actor with a response or the router's deadline with a deferral.
+    acks: dict[Snowflake, Any] = attrs.field(factory=dict)
 
     def finish(self, message: Message | Interaction) -> None:
         """The decision on `message` is final: it is never handled again."""
         self.handled.finish((message.id,), message.channel_id, message.guild_id)
-
-    # Slash interactions not answered yet, by id: whoever comes first answers Discord within
-    # its 3 s, the channel actor with a response or the router's deadline with a deferral.
-    acks: dict[Snowflake, Any] = attrs.field(factory=dict)
 
     async def apply_command_changes(
         self, changes: Sequence[cmds.Change], *, chat_id: Snowflake | None, now: float
@@ -281,16 +273,3 @@ class Pipeline:
             return self.store.get_tier(user_id) is not None
         except Exception:
             return False
-
-
-def failure_text(exc: BaseException) -> tuple[str, str]:
-    """An exception as (one-line message, stack trace), both redacted."""
-    return (
-        redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS],
-        redact("".join(traceback.format_exception(exc))),
-    )
-
-
-def lines_text(lines: Sequence[str]) -> str:
-    """Context lines as one block for a prompt."""
-    return "\n".join(lines)

@@ -8,7 +8,8 @@ from typing import Final, Protocol
 import trio
 
 from picortex.actors.clients import CurrentSettings, Poster, ReactionsRest
-from picortex.actors.pipeline import BotIdentity, failure_text
+from picortex.actors.failures import error_line
+from picortex.actors.pipeline import BotIdentity
 from picortex.core import policy
 from picortex.core import poll as pcore
 from picortex.core.commands import StartPoll
@@ -106,7 +107,7 @@ async def run_poll(
             part="r",
         )
     except Exception as exc:
-        message = failure_text(exc)[0]
+        message = error_line(exc)
         clients.events.emit("error", scope="poll", message_id=trigger.id, message=message)
         logger.warning("poll in channel %s failed: %s", trigger.channel_id, message)
 

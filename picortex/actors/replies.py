@@ -15,10 +15,10 @@ import attrs
 import trio
 
 from picortex.actors.clients import CurrentSettings, ModelClient
+from picortex.actors.failures import error_line
 from picortex.actors.llm import LLMRequest, LLMResult
-from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply
+from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply, reply_nonce
 from picortex.core import policy
-from picortex.core.redact import redact
 from picortex.core.split import split_reply
 from picortex.core.stream import with_cut_notice
 from picortex.errors import FatalDiscordError
@@ -31,8 +31,6 @@ TYPING_RENEW_SECONDS: Final = 8.0
 # A ready answer waits at most this long for its first typing request (sent when generation
 # started, so normally long done): the indicator comes before the reply, never much later.
 TYPING_FIRST_WAIT_SECONDS: Final = 0.5
-# An error text in an event or an error row is cut to this many characters.
-ERROR_MESSAGE_MAX_CHARS: Final = 500
 
 
 class PostingRest(Protocol):
@@ -72,7 +70,6 @@ class Replies:
         rest: Discord's message routes.
         llm: the model, for streamed answers.
         events: the action log.
-        dm_channels: DM channels opened so far, by user (shared with the panel).
         fatal: returns where a refused token is reported, once the app has set it.
     """
 
@@ -83,14 +80,14 @@ class Replies:
         llm: ModelClient,
         events: EventSink,
         *,
-        dm_channels: dict[Snowflake, Snowflake],
         fatal: Callable[[], Callable[[FatalDiscordError], None] | None],
     ) -> None:
         self.settings = settings
         self.rest = rest
         self.llm = llm
         self.events = events
-        self.dm_channels = dm_channels
+        # DM channels opened so far, by user (the panel lists them too).
+        self.dm_channels: dict[Snowflake, Snowflake] = {}
         self._fatal = fatal
 
     def reply_target(self, command: str | None) -> policy.Target:
@@ -213,7 +210,7 @@ class Replies:
                 target=target_channel or plan.dm_user_id,
                 trigger_id=trigger_id,
                 result="failed",
-                error=redact(f"{type(exc).__name__}: {exc}")[:ERROR_MESSAGE_MAX_CHARS],
+                error=error_line(exc),
                 parts=len(posted),
             )
             raise
@@ -288,7 +285,7 @@ class Replies:
                 target=surface.channel_id,
                 trigger_id=trigger_id,
                 result="failed",
-                error=redact(f"{type(failure).__name__}: {failure}")[:ERROR_MESSAGE_MAX_CHARS],
+                error=error_line(failure),
                 parts=len(surface.message_ids),
                 streamed=True,
             )
@@ -330,17 +327,3 @@ class Streamed:
     def message_ids(self) -> list[Snowflake]:
         """The ids of the reply's messages."""
         return self.surface.message_ids
-
-
-def reply_nonce(trigger_id: Snowflake | None, part: str, index: int) -> dict[str, str]:
-    """The enforced nonce of one chunk of one post made for `trigger_id`.
-
-    Derived from the trigger, so the same chunk posted again (a trigger handled again after a
-    kill that came between the post and its handled mark) is returned by Discord instead of
-    posted twice. `part` is one letter telling a trigger's posts apart: `a` an answer, `c` a
-    command's reply, `r` a poll's result. At most 25 characters: a snowflake, the letter and
-    the chunk number.
-    """
-    if trigger_id is None:
-        return {}
-    return {"nonce": f"{trigger_id}{part}{index}"}

@@ -200,9 +200,9 @@ class ChannelSurface:
                 text,
                 reply_to=self._reply_to if index == 0 else None,
                 allowed_mentions=policy.allowed_mentions(ping_users=False),
-                # The same nonce as a whole answer's part (Pipeline.post): posted again after
+                # The same nonce as a whole answer's part (Replies.post): posted again after
                 # a restart, Discord returns the message already there, which is then edited.
-                **({"nonce": f"{self._trigger_id}a{index}"} if self._trigger_id else {}),
+                **reply_nonce(self._trigger_id, "a", index),
             )
         self.message_ids.append(int(data["id"]))
 
@@ -216,3 +216,17 @@ class ChannelSurface:
                 text,
                 allowed_mentions=policy.allowed_mentions(ping_users=False),
             )
+
+
+def reply_nonce(trigger_id: Snowflake | None, part: str, index: int) -> dict[str, str]:
+    """The enforced nonce of one chunk of one post made for `trigger_id`.
+
+    Derived from the trigger, so the same chunk posted again (a trigger handled again after a
+    kill that came between the post and its handled mark) is returned by Discord instead of
+    posted twice. `part` is one letter telling a trigger's posts apart: `a` an answer, `c` a
+    command's reply, `r` a poll's result. At most 25 characters: a snowflake, the letter and
+    the chunk number.
+    """
+    if trigger_id is None:
+        return {}
+    return {"nonce": f"{trigger_id}{part}{index}"}

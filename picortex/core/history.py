@@ -137,6 +137,13 @@ class ChannelHistory:
         self.trim(cap)
         return True
 
+    def merge(self, other: ChannelHistory, cap: int) -> None:
+        """Take in another history of this channel (live messages kept apart from it, and
+        the sync mark they moved), keeping the newest `cap`."""
+        self.absorb(other.guild_id, other.messages, cap)
+        if other.synced_to is not None:
+            self.synced_to = max(self.synced_to or 0, other.synced_to)
+
     def fetched(self, messages: Sequence[Message]) -> bool:
         """A fetch returned `messages` (already absorbed): history is complete up to the
         newest of them. True when there were any (the file then records the new mark)."""

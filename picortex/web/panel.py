@@ -672,6 +672,6 @@ def panel_for_bot(bot: Bot) -> Panel:
         rest=bot.rest,
         personas=current_personas,
         triggers=triggers,
-        dm_channels=pipe.dm_channels,
+        dm_channels=pipe.replies.dm_channels,
         bot_user=lambda: (pipe.bot.user_id, pipe.bot.username),
     )
