@@ -316,8 +316,7 @@ class ChannelActor:
         if clients.faults is not None:
             clients.faults.check("mailbox", msg.content)
         author = msg.author.id
-        stored = None if author == settings.owner_id else clients.store.get_tier(author)
-        tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
+        tier = self._tier(author, settings.owner_id)
         command_text = cmds.detect_command(
             msg,
             wakeword=settings.wakeword,
@@ -350,6 +349,11 @@ class ChannelActor:
             await self._command(msg, command_text, tier, nursery)
             return
         await self._attend(msg, text, tier, now, nursery)
+
+    def _tier(self, author: Snowflake, owner_id: Snowflake | None) -> Tier | None:
+        """The author's trust tier (SPEC 3); None when not trusted."""
+        stored = None if author == owner_id else self._clients.store.get_tier(author)
+        return tier_of(author, owner_id, {author: stored} if stored else {})
 
     def _remember(self, msg: Message) -> None:
         """Store the message for memory recall (SPEC 8)."""
@@ -489,8 +493,7 @@ class ChannelActor:
         if inter.user.bot or inter.user.id == clients.bot.user_id:
             return
         author = inter.user.id
-        stored = None if author == settings.owner_id else clients.store.get_tier(author)
-        tier = tier_of(author, settings.owner_id, {author: stored} if stored else {})
+        tier = self._tier(author, settings.owner_id)
         if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
             # Config keys are for those who may change config; others see no suggestions.
             allowed = tier is not None and may_run("config", tier)
@@ -794,11 +797,17 @@ class ChannelActor:
         async with clients.replies.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background
         ) as shown:
-            if gen.trigger.id not in self._asks and self._persona_matches(gen.request):
+            matches = [] if gen.trigger.id in self._asks else self._persona_matches(gen.request)
+            if matches:
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
                 handled = await persona_answer.maybe_answer(
-                    clients, gen.request, trigger, lines, files=lambda: self._files(gen)
+                    clients,
+                    gen.request,
+                    trigger,
+                    lines,
+                    files=lambda: self._files(gen),
+                    matches=matches,
                 )
                 if handled:
                     return
@@ -952,11 +961,11 @@ class ChannelActor:
         clients.triggers.set_context(gen.request.parent_id, lines)
         return lines
 
-    def _persona_matches(self, request: cont.Request) -> bool:
+    def _persona_matches(self, request: cont.Request) -> list[pcore.PersonaMatch]:
         if self._clients.personas is None:
-            return False
+            return []
         personas = persona_answer.current_personas(self._clients)
-        return personas is not None and bool(pcore.match(personas, request.text))
+        return pcore.match(personas, request.text) if personas is not None else []
 
     def _skip_or_fail(
         self,

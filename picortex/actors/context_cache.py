@@ -8,6 +8,7 @@ channel keeps is `picortex.core.history`; the files are `picortex.store.cache_fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections import OrderedDict
@@ -756,27 +757,12 @@ class ContextCache:
                 with trio.move_on_at(due):
                     await self._wake.wait()
                 continue
-            channel = self._loaded.get(channel_id)
-            tail = None if channel is not None else self._pop_tail(channel_id)
-            if channel is None and tail is None:  # evicted meanwhile
+            job = self._write_job(channel_id)
+            if job is None:  # evicted meanwhile
                 continue
             self._writing.add(channel_id)
             try:
-                if channel is not None:
-                    data = encode_channel(channel)
-                    await trio.to_thread.run_sync(
-                        write_atomic, channel_path(self._dir, channel_id), data
-                    )
-                    self._written(channel_id, len(data))
-                else:
-                    assert tail is not None
-                    self._tails_writing[channel_id] = tail
-                    size, problem = await trio.to_thread.run_sync(
-                        write_with_tail, self._dir, tail, self._cap
-                    )
-                    self._written(channel_id, size)
-                    if problem is not None:
-                        self._history_lost(channel_id, problem)
+                self._wrote(channel_id, *await trio.to_thread.run_sync(job))
             except OSError as exc:
                 # A tail that did not reach its file is dropped with the channel's sync, so
                 # the next trigger fetches it back; a failing disk never makes memory grow.
@@ -793,20 +779,43 @@ class ContextCache:
         while self._dirty:
             channel_id = next(iter(self._dirty))
             del self._dirty[channel_id]
-            channel = self._loaded.get(channel_id)
-            tail = None if channel is not None else self._pop_tail(channel_id)
+            job = self._write_job(channel_id)
             try:
-                if channel is not None:
-                    data = encode_channel(channel)
-                    write_atomic(channel_path(self._dir, channel_id), data)
-                    self._written(channel_id, len(data))
-                elif tail is not None:
-                    size, problem = write_with_tail(self._dir, tail, self._cap)
-                    self._written(channel_id, size)
-                    if problem is not None:
-                        self._history_lost(channel_id, problem)
+                if job is not None:
+                    self._wrote(channel_id, *job())
             except OSError as exc:
                 self._write_failed(channel_id, exc)
+            finally:
+                self._tails_writing.pop(channel_id, None)
+
+    def _write_job(self, channel_id: Snowflake) -> Callable[[], tuple[int, str | None]] | None:
+        """The blocking write of a changed channel, returning what `write_with_tail` does;
+        None when there is nothing to write (the channel left memory and has no tail).
+
+        A channel in memory is encoded now, in the trio thread, since it may change while its
+        bytes are being written; a tail is merged into the file by the job itself.
+        """
+        channel = self._loaded.get(channel_id)
+        if channel is not None:
+            data = encode_channel(channel)
+            path = channel_path(self._dir, channel_id)
+
+            def write() -> tuple[int, str | None]:
+                write_atomic(path, data)
+                return len(data), None
+
+            return write
+        tail = self._pop_tail(channel_id)
+        if tail is None:
+            return None
+        self._tails_writing[channel_id] = tail
+        return functools.partial(write_with_tail, self._dir, tail, self._cap)
+
+    def _wrote(self, channel_id: Snowflake, size: int, problem: str | None) -> None:
+        """A write landed; `problem` says why an unreadable old file was dropped."""
+        self._written(channel_id, size)
+        if problem is not None:
+            self._history_lost(channel_id, problem)
 
     def _pop_tail(self, channel_id: Snowflake) -> ChannelHistory | None:
         tail = self._tails.pop(channel_id, None)

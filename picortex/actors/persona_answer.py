@@ -333,16 +333,19 @@ async def maybe_answer(
     trigger: Message,
     lines: Sequence[str],
     files: Callable[[], Awaitable[RequestFiles]] | None = None,
+    matches: Sequence[PersonaMatch] | None = None,
 ) -> bool:
     """Answer as a persona when one matches; False lets the default agent answer.
 
     `files` gives the request's attachments as model content (SPEC 16), fetched only once
-    a persona is chosen.
+    a persona is chosen. `matches` are the request's matches when the caller has them
+    already (so the persona files are not checked and matched twice).
     """
-    personas = current_personas(clients)
-    if personas is None:
-        return False
-    matches = pcore.match(personas, request.text)
+    if matches is None:
+        personas = current_personas(clients)
+        if personas is None:
+            return False
+        matches = pcore.match(personas, request.text)
     if not matches:
         return False
     tiebreak = "single match"

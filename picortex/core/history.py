@@ -39,11 +39,6 @@ def cap_messages(messages: Sequence[Message], cap: int) -> list[Message]:
     return list(messages[-cap:])
 
 
-def newest_id(messages: Sequence[Message]) -> Snowflake | None:
-    """The id of the newest message in an id-ordered list, or None when it is empty."""
-    return messages[-1].id if messages else None
-
-
 def plan_eviction(
     files: Iterable[tuple[Snowflake, int]],
     max_bytes: int,

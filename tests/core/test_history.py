@@ -9,7 +9,6 @@ from picortex.core.history import (
     ChannelHistory,
     cap_messages,
     merge_messages,
-    newest_id,
     plan_eviction,
 )
 from picortex.types import (
@@ -68,9 +67,15 @@ def test_cap_keeps_newest() -> None:
     assert cap_messages(messages, 0) == []
 
 
-def test_newest_id() -> None:
-    assert newest_id([]) is None
-    assert newest_id([msg(4), msg(9)]) == 9
+def test_merge_takes_in_a_tail_with_the_sync_mark_it_moved() -> None:
+    h = history(4, 5)
+    h.synced_to = 5
+    tail = ChannelHistory(10, synced_to=9, messages=[msg(9)])
+    h.merge(tail, cap=2)
+    assert ids(h) == [5, 9]
+    assert h.synced_to == 9
+    h.merge(ChannelHistory(10, synced_to=3), cap=2)
+    assert h.synced_to == 9  # an older mark never moves it back
 
 
 # ----- eviction plan ----------------------------------------------------------------------
