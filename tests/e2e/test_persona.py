@@ -131,7 +131,7 @@ async def test_two_matches_make_one_tiebreak_call_and_one_reply(tmp_path: Path) 
         sent = run.say(w.general_id, w.alice_id, f"{run.mention()} so tired, I skipped sleep")
         with trio.fail_after(WAIT):
             await run.wait_event("persona.responded")
-        await trio.sleep(0.2)  # room for a wrong second answer to show up
+        await run.idle()  # a wrong second answer would be out by now
         assert models(run) == [TRIAGE, GENERAL]
         tiebreak = run.sim.model.calls[0]
         assert "sleep" in user_text(tiebreak) and "fitness" in user_text(tiebreak)
