@@ -244,6 +244,8 @@ async def test_errors_patterns_groups_by_persona_and_stage(tmp_path: Path) -> No
 async def test_without_api_key_routing_and_observations_only(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Whatever level an earlier test in this process left on the root logger.
+    caplog.set_level(logging.WARNING)
     async with running_bot(tmp_path, files=FILES, with_key=False) as run:
         w = run.world
         sent = run.say(w.general_id, w.alice_id, f"{run.mention()} so tired after my workout")
