@@ -13,6 +13,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import (
     asynccontextmanager,
@@ -47,6 +48,11 @@ TEST_SECONDS: Final = 90.0
 # Wall seconds every task must have waited before the virtual clock jumps. Not 0: bytes on
 # a loopback socket and the store thread's polling take real time the clock cannot see.
 AUTOJUMP_SECONDS: Final = 0.01
+# Wall seconds a test on virtual time may take before it fails (instead of hanging).
+WALL_SECONDS: Final = 120.0
+# Wall seconds the clock waits for busy work (a thread, a store call, a child process)
+# before it jumps anyway: stuck work then ends in the test's timeout, not in a hang.
+BUSY_HOLD_SECONDS: Final = 20.0
 # Virtual time between a user's post and whatever happened before it.
 USER_GAP_SECONDS: Final = 0.001
 # The loop-lag probe's period on virtual time.
@@ -85,10 +91,20 @@ async def run_on_virtual_time(fn: Callable[[], Awaitable[T]]) -> T:
 
     async def jump_when_idle() -> None:
         woke = False
+        busy_since: float | None = None
+        started = time.monotonic()
         while True:
             await trio.testing.wait_all_tasks_blocked(AUTOJUMP_SECONDS)
+            if time.monotonic() - started > WALL_SECONDS:
+                raise trio.TooSlowError(f"more than {WALL_SECONDS:g} s of wall time")
             if any(check() for check in state.busy):
-                continue
+                # Held for too long, the work is stuck: jump anyway, so that the test's own
+                # deadlines fire and it fails instead of hanging.
+                now = time.monotonic()
+                busy_since = now if busy_since is None else busy_since
+                if now - busy_since < BUSY_HOLD_SECONDS:
+                    continue
+            busy_since = None
             if not woke and state.idle.statistics().tasks_waiting:
                 state.idle.set()
                 state.idle = trio.Event()
