@@ -34,8 +34,9 @@ def is_chatter(
     """
     if bot_user_id is None or trusted or message.guild_id is None or mode not in QUIET_MODES:
         return False
-    if any(u.id == bot_user_id for u in message.mentions):
-        return False
+    for user in message.mentions:  # usually none: a loop, not a generator per message
+        if user.id == bot_user_id:
+            return False
     if message.message_reference is not None:
         # A reply to the bot addresses it; a reply whose author is unknown might.
         author = message.referenced_author

@@ -101,9 +101,13 @@ class ChannelHistory:
         return None
 
     def trim(self, cap: int) -> None:
-        """Keep only the newest `cap` messages."""
-        if len(self.messages) > cap:
-            self.messages = cap_messages(self.messages, cap)
+        """Keep only the newest `cap` messages.
+
+        In place: a full channel taking a live message drops its oldest one, not copies the rest.
+        """
+        excess = len(self.messages) - max(cap, 0)
+        if excess > 0:
+            del self.messages[:excess]
 
     def absorb(self, guild_id: Snowflake | None, messages: Iterable[Message], cap: int) -> bool:
         """Merge fetched or live messages, keeping the newest `cap`; True when anything changed.

@@ -83,8 +83,11 @@ def test_modes_are_the_five_of_the_spec() -> None:
         ("silent", "record", False),
     ],
 )
-def test_plain_group_message_by_mode(mode: str, outcome: str, typing: bool) -> None:
-    decision = decide(msg(), mode)
+@pytest.mark.parametrize("is_dm", [False, True])
+def test_plain_message_by_mode(mode: str, outcome: str, typing: bool, is_dm: bool) -> None:
+    # A user's DM is gated like a group (the owner's DM aside, below).
+    message = msg(guild=None) if is_dm else msg()
+    decision = decide(message, mode, is_dm=is_dm)
     assert (decision.outcome, decision.show_typing) == (outcome, typing)
     assert mode in decision.reason
 

@@ -45,8 +45,15 @@ USER_GAP_SECONDS: Final = 0.001
 LAG_PROBE_ON_VIRTUAL_TIME: Final = 60.0
 
 
-# What the clock must not jump over, per trio run (see `run_on_virtual_time`).
-_BUSY: Final[trio.lowlevel.RunVar[list[Callable[[], bool]]]] = trio.lowlevel.RunVar("busy")
+@attrs.define
+class _VirtualTime:
+    """Per trio run: what the clock must not jump over, and who waits for the run to idle."""
+
+    busy: list[Callable[[], bool]]
+    idle: trio.Event = attrs.field(factory=trio.Event)
+
+
+_STATE: Final[trio.lowlevel.RunVar[_VirtualTime]] = trio.lowlevel.RunVar("virtual_time")
 
 
 def virtual_clock() -> trio.testing.MockClock:
@@ -58,20 +65,28 @@ async def run_on_virtual_time(fn: Callable[[], Awaitable[T]]) -> T:
     """Run `fn` while jumping the clock to the next deadline whenever the run is idle.
 
     Idle is every task waiting for AUTOJUMP_SECONDS of wall time *and* no work the clock
-    cannot see under way: a `trio.to_thread` call, the store thread, a child process. A jump
+    cannot see under way: a `trio.to_thread` call, a store call, a child process. A jump
     while such work runs would fire deadlines that wall time never reaches (a flaky timeout),
-    which is what trio's own autojump does.
+    which is what trio's own autojump does. Before a jump, whoever waits for the run to idle
+    is woken first (and may act); the jump comes at the next idle spell.
     """
     clock = trio.lowlevel.current_clock()
     assert isinstance(clock, trio.testing.MockClock)
-    checks: list[Callable[[], bool]] = [_threads_busy]
-    _BUSY.set(checks)
+    state = _VirtualTime(busy=[_threads_busy])
+    _STATE.set(state)
 
     async def jump_when_idle() -> None:
+        woke = False
         while True:
             await trio.testing.wait_all_tasks_blocked(AUTOJUMP_SECONDS)
-            if any(check() for check in checks):
+            if any(check() for check in state.busy):
                 continue
+            if not woke and state.idle.statistics().tasks_waiting:
+                state.idle.set()
+                state.idle = trio.Event()
+                woke = True
+                continue
+            woke = False
             jump = trio.lowlevel.current_statistics().seconds_to_next_deadline
             if 0 < jump < math.inf:
                 clock.jump(jump)
@@ -84,10 +99,20 @@ async def run_on_virtual_time(fn: Callable[[], Awaitable[T]]) -> T:
             nursery.cancel_scope.cancel()
 
 
+async def run_idle() -> None:
+    """Wait until the run idles (virtual time); on wall time, a short while."""
+    try:
+        state = _STATE.get()
+    except LookupError:
+        await trio.sleep(0.02)
+        return
+    await state.idle.wait()
+
+
 def hold_time_while(check: Callable[[], bool]) -> None:
     """On virtual time, never jump while `check()` says work is under way."""
     with suppress(LookupError):  # wall time, or a test with a clock of its own
-        _BUSY.get().append(check)
+        _STATE.get().busy.append(check)
 
 
 def _threads_busy() -> bool:
@@ -178,6 +203,20 @@ class Running:
                     return found
                 await logged.wait()
 
+    async def idle(self) -> None:
+        """Wait until the bot has nothing left to do: every task waits, and no store call,
+        worker thread or child process is under way (virtual time only).
+
+        The event that proves something did NOT happen: anything the bot was going to do
+        about what came before has been done by now (a later deadline aside).
+        """
+        try:
+            _STATE.get()
+        except LookupError:
+            raise RuntimeError("Running.idle() needs the `virtual_time` marker") from None
+        with trio.fail_after(WAIT_SECONDS):
+            await run_idle()
+
     def say(self, channel_id: int, author_id: int, content: str, **kw: Any) -> dict[str, Any]:
         """A user posts a message (on virtual time, a millisecond after anything before it)."""
         clock = trio.lowlevel.current_clock()
@@ -203,7 +242,8 @@ class Running:
         ]
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        """Wait until `predicate()` holds (checked after each simulator change and log line)."""
+        """Wait until `predicate()` holds (checked after each simulator change, log line and
+        idle spell of the run)."""
         with trio.fail_after(WAIT_SECONDS):
             while not predicate():
                 logged = self._logged
@@ -215,6 +255,8 @@ class Running:
 
                     nursery.start_soon(first, logged.wait)
                     nursery.start_soon(first, self.sim.changed)
+                    # The bot's own state changes without a log line (a counter, a cache).
+                    nursery.start_soon(first, run_idle)
 
     async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         """Run `python -m picortex ARGS` on this bot's home; never raises on exit codes."""

@@ -11,8 +11,9 @@ import trio
 
 from tests.e2e.harness import Running, running_bot
 
+pytestmark = pytest.mark.virtual_time
+
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
-SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
 TINY = "[budget]\nceiling_usd = 0.000001\n"
 LEDGER = "picortex.actors.ledger"
 
@@ -47,7 +48,7 @@ async def test_tiny_ceiling_stops_the_second_call_in_a_guild(
         second = run.say(w.random_id, w.bob_id, f"{run.mention()} and me?")
         skip = await decision(run, second, outcome="skip")
         assert skip["reason"] == "no answer: the workspace's budget ceiling is reached"
-        await trio.sleep(SETTLE)
+        await run.idle()
         assert len(run.sim.model.calls) == 1
         assert run.replies_to(int(second["id"])) == []
         budget = run.events("budget")
@@ -69,7 +70,7 @@ async def test_tiny_ceiling_stops_the_second_call_in_a_guild(
         assert found["reason"] == (
             "discriminator unavailable: budget ceiling reached; failing closed in a group"
         )
-        await trio.sleep(SETTLE)
+        await run.idle()
         assert len(run.sim.model.calls) == 1
         assert len(run.events("budget")) == 2
         # One warning line for the workspace in this period, however many calls it refused.
@@ -97,7 +98,7 @@ async def test_tiny_ceiling_in_a_dm_fails_open_and_status_shows_spend(
         skip = await decision(run, first, outcome="skip")
         assert "budget" in skip["reason"]  # the answer itself was refused
         assert [c.model for c in run.sim.model.calls] == ["claude-haiku-5-5"]
-        await trio.sleep(SETTLE)
+        await run.idle()
         # Second message: no classification, so the DM fails open; still no call.
         second = run.say(dm, w.bob_id, "hello again, anyone?")
         found = await decision(run, second, outcome="respond")
@@ -144,7 +145,7 @@ async def test_a_user_over_the_rate_limit_gets_one_polite_line_and_the_owner_non
             await decision(run, asks[-1])
         with trio.fail_after(WAIT):
             await run.wait_until(lambda: bool(run.replies_to(int(asks[1]["id"]))))
-        await trio.sleep(SETTLE)
+        await run.idle()
         assert len(run.sim.model.calls) == 1
         (polite,) = run.replies_to(int(asks[1]["id"]))
         assert polite["content"].startswith("Sorry,")

@@ -18,10 +18,11 @@ from picortex.config import load_settings
 from picortex.core import discriminator as disc
 from picortex.sim.model import ModelReply
 from picortex.store.chathome import HAND_EDIT_MESSAGE, PROMPT_RELPATH, SEED_MESSAGE
-from tests.e2e.harness import Running, running_bot
+from tests.e2e.harness import Running, running_bot, wall_time
+
+pytestmark = pytest.mark.virtual_time
 
 WAIT = 15.0  # seconds; a generous bound on a local round trip, not a speed claim
-SETTLE = 0.3  # seconds given to a wrong reply to show up before asserting there is none
 TIMEOUT_TOML = "[discriminator]\ntimeout_seconds = 0.5\n"
 HAIKU = (0.10, 0.50)  # USD per million tokens, input and output
 TRUE = '{"should_respond": true, "reason": "a question for the bot"}'
@@ -67,8 +68,19 @@ ANSWERS = {
 }
 
 
-@pytest.mark.parametrize("place", ["group", "dm"])
-@pytest.mark.parametrize("answer", list(ANSWERS))
+# Each answer through the whole bot once, failing open (DM) and closed (group) at least
+# once each; every answer in both places is a core test (tests/core/test_discriminator.py).
+@pytest.mark.parametrize(
+    ("answer", "place"),
+    [
+        ("true", "group"),
+        ("false", "dm"),
+        ("fenced", "group"),
+        ("invalid", "group"),
+        ("timeout", "dm"),
+        ("http_500", "group"),
+    ],
+)
 async def test_scripted_answers_decide_and_fail_open_or_closed(
     tmp_path: Path, place: str, answer: str
 ) -> None:
@@ -110,7 +122,7 @@ async def test_scripted_answers_decide_and_fail_open_or_closed(
             with trio.fail_after(WAIT):
                 await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
         else:
-            await trio.sleep(SETTLE)
+            await run.idle()
             assert run.sim.bot_messages() == []
         # One classification per message, never retried.
         assert [e["stage"] for e in run.events("llm")].count("discriminate") == 1
@@ -200,7 +212,7 @@ async def test_discriminate_quiet_shows_nothing_when_it_will_not_answer(tmp_path
         run.sim.model.script(ModelReply(text=FALSE, delay=0.5))
         msg = run.say(w.general_id, w.bob_id, "the train was late again")
         assert (await decision(run, msg))["outcome"] == "skip"
-        await trio.sleep(SETTLE)
+        await run.idle()
         assert typing_in(run, w.general_id) == 0
         assert [r for r in run.sim.requests if "/reactions/" in r.path] == []
 
@@ -275,22 +287,23 @@ async def test_discriminator_test_cli_prints_each_decision_reason_and_cost(
             ANTHROPIC_API_KEY="sk-ant-test-key-0000",
             ANTHROPIC_BASE_URL=run.sim.urls.anthropic_base_url,
         )
-        done = await trio.run_process(
-            [
-                sys.executable,
-                "-m",
-                "picortex",
-                "discriminator",
-                "test",
-                str(w.general_id),
-                "-n",
-                "3",
-            ],
-            env=env,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
+        with wall_time():  # a child process: the clock runs at wall speed meanwhile
+            done = await trio.run_process(
+                [
+                    sys.executable,
+                    "-m",
+                    "picortex",
+                    "discriminator",
+                    "test",
+                    str(w.general_id),
+                    "-n",
+                    "3",
+                ],
+                env=env,
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
         out = done.stdout.decode()
         assert done.returncode == 0, done.stderr.decode()
         lines = out.splitlines()

@@ -131,7 +131,7 @@ async def test_two_matches_make_one_tiebreak_call_and_one_reply(tmp_path: Path) 
         sent = run.say(w.general_id, w.alice_id, f"{run.mention()} so tired, I skipped sleep")
         with trio.fail_after(WAIT):
             await run.wait_event("persona.responded")
-        await trio.sleep(0.2)  # room for a wrong second answer to show up
+        await run.idle()  # a wrong second answer would be out by now
         assert models(run) == [TRIAGE, GENERAL]
         tiebreak = run.sim.model.calls[0]
         assert "sleep" in user_text(tiebreak) and "fitness" in user_text(tiebreak)
@@ -244,6 +244,8 @@ async def test_errors_patterns_groups_by_persona_and_stage(tmp_path: Path) -> No
 async def test_without_api_key_routing_and_observations_only(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Whatever level an earlier test in this process left on the root logger.
+    caplog.set_level(logging.WARNING)
     async with running_bot(tmp_path, files=FILES, with_key=False) as run:
         w = run.world
         sent = run.say(w.general_id, w.alice_id, f"{run.mention()} so tired after my workout")
