@@ -8,12 +8,19 @@ polling. While the test waits on another process (`run_cli`) the clock runs at w
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import (
+    asynccontextmanager,
+    contextmanager,
+    redirect_stderr,
+    redirect_stdout,
+    suppress,
+)
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
@@ -23,6 +30,7 @@ import trio
 import trio.testing
 
 from picortex.app import Bot
+from picortex.cli import main
 from picortex.config import load_settings
 from picortex.core.jsonids import is_id_key
 from picortex.discord.protocol import GatewayTimings
@@ -104,6 +112,10 @@ async def run_idle() -> None:
     try:
         state = _STATE.get()
     except LookupError:
+        await trio.sleep(0.02)
+        return
+    if any(check() for check in state.busy):
+        # No idle spell comes while work is under way (at wall speed): look again shortly.
         await trio.sleep(0.02)
         return
     await state.idle.wait()
@@ -203,6 +215,15 @@ class Running:
                     return found
                 await logged.wait()
 
+    async def wait_commit_seen(self, predicate: Callable[[], bool]) -> None:
+        """Wait, at wall speed, until the bot has read another writer's commit.
+
+        The store thread looks for other writers' commits on a wall-clock poll, which the
+        virtual clock cannot see.
+        """
+        with wall_time():
+            await self.wait_until(predicate)
+
     async def idle(self) -> None:
         """Wait until the bot has nothing left to do: every task waits, and no store call,
         worker thread or child process is under way (virtual time only).
@@ -258,9 +279,15 @@ class Running:
                     # The bot's own state changes without a log line (a counter, a cache).
                     nursery.start_soon(first, run_idle)
 
-    async def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        """Run `python -m picortex ARGS` on this bot's home; never raises on exit codes."""
-        return await run_cli(self.home, *args)
+    async def cli(self, *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
+        """`picortex ARGS` on this bot's home; never raises on exit codes.
+
+        In this process through the CLI's `main` (on a worker thread: `status` asks the bot),
+        or with `process=True` as a real `python -m picortex` child.
+        """
+        if process:
+            return await run_cli(self.home, *args)
+        return await run_cli_in_process(self.home, *args)
 
 
 async def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -278,6 +305,38 @@ async def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
     )
+
+
+async def run_cli_in_process(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """What `run_cli` does, through `picortex.cli.main` on a worker thread of this process.
+
+    The environment, stdout/stderr and the umask are the process's: they are set for the
+    call and put back after (the bot under test reads none of them while it runs).
+    """
+
+    def call() -> tuple[int, str, str]:
+        saved = {k: v for k, v in os.environ.items() if k.startswith(("PICORTEX_", "DISCORD_"))}
+        for key in saved:
+            del os.environ[key]
+        os.environ["PICORTEX_HOME"] = str(home)
+        umask = os.umask(0o022)
+        os.umask(umask)
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with redirect_stdout(out), redirect_stderr(err):
+                try:
+                    code = main(list(args))
+                except SystemExit as e:  # argparse: --help, usage errors
+                    code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        finally:
+            os.umask(umask)
+            os.environ.pop("PICORTEX_HOME", None)
+            os.environ.update(saved)
+        return code, out.getvalue(), err.getvalue()
+
+    with wall_time():
+        code, out, err = await trio.to_thread.run_sync(call)
+    return subprocess.CompletedProcess(["picortex", *args], code, out, err)
 
 
 def _store_waits(bot: Bot) -> Callable[[], bool]:

@@ -303,12 +303,12 @@ async def test_picortex_config_set_attention_for_one_chat(tmp_path: Path) -> Non
         done = await run.cli("config", "set", f"attention.{w.random_id}", "always")
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == f"attention.{w.random_id} = always"
-        # The bot takes the change up from the database within a few tens of milliseconds.
-        with trio.fail_after(WAIT):
-            while (found := run.bot.store.get_chat_config(w.random_id)) is None or (
-                found.attention_mode != "always"
-            ):
-                await trio.sleep(0.01)
+        await run.wait_commit_seen(
+            lambda: (
+                getattr(run.bot.store.get_chat_config(w.random_id), "attention_mode", None)
+                == "always"
+            )
+        )
         msg = run.say(w.random_id, w.bob_id, "anyone up for lunch")
         await answered(run, msg)
         assert (await decision(run, msg))["mode"] == "always"

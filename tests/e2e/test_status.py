@@ -14,17 +14,20 @@ pytestmark = pytest.mark.virtual_time
 async def test_config_set_from_the_cli_reaches_the_running_bot(tmp_path: Path) -> None:
     async with running_bot(tmp_path, relaxed_limits=True) as run:
         w = run.world
-        done = await run.cli("config", "set", "wakeword", "!zz")
+        # A real `python -m picortex` child: the entry point, and another process's commit.
+        done = await run.cli("config", "set", "wakeword", "!zz", process=True)
         assert done.returncode == 0, done.stderr
         # Another process's commit reaches the bot's memory within the store's poll.
-        await run.wait_until(lambda: run.bot.source.refresh().wakeword == "!zz")
+        await run.wait_commit_seen(lambda: run.bot.source.refresh().wakeword == "!zz")
         msg = run.say(w.general_id, w.alice_id, f"{run.mention()} !ZZ help")
         await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
         assert "Commands (start with `!zz `)" in run.replies_to(int(msg["id"]))[0]["content"]
         # The response policy too: with `dm` as the default, answers go by DM.
         done = await run.cli("config", "set", "response_policy.default_mode", "dm")
         assert done.returncode == 0, done.stderr
-        await run.wait_until(lambda: run.bot.source.refresh().response_policy.default_mode == "dm")
+        await run.wait_commit_seen(
+            lambda: run.bot.source.refresh().response_policy.default_mode == "dm"
+        )
         ask = run.say(w.general_id, w.alice_id, f"{run.mention()} where do you answer?")
         dm = run.dm_id(w.alice_id)
         replies = await run.sim.wait_bot_messages(1, dm)
@@ -33,7 +36,9 @@ async def test_config_set_from_the_cli_reaches_the_running_bot(tmp_path: Path) -
         # The model tiers too: the LLM actor calls the new model from the next message on.
         done = await run.cli("config", "set", "models.general", "claude-test-9")
         assert done.returncode == 0, done.stderr
-        await run.wait_until(lambda: run.bot.source.refresh().models.general == "claude-test-9")
+        await run.wait_commit_seen(
+            lambda: run.bot.source.refresh().models.general == "claude-test-9"
+        )
         run.say(dm, w.alice_id, "which model now?")
         await run.sim.wait_bot_messages(2, dm)
         assert run.sim.model.calls[-1].model == "claude-test-9"
