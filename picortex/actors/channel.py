@@ -62,6 +62,9 @@ DEFAULT_SYSTEM_PROMPT: Final = (
 )
 # How far back in the channel's cache the request's follow-ups and recent images are sought.
 ATTACHMENT_SCAN: Final = 200
+# How far back in the channel's cache a replied-to message is sought when Discord did not
+# include it (an older one is not taken for the bot's).
+REPLY_SCAN: Final = 200
 # An answer never waits longer than this for its context.
 CONTEXT_TIMEOUT_SECONDS: Final = 30.0
 # Messages handled per wake-up at most when the mailbox is deep: a backlog is drained
@@ -644,7 +647,7 @@ class ChannelActor:
             return False
         if msg.referenced_author is not None:
             return msg.referenced_author.id == bot_id
-        for cached in self._clients.cache.recent(msg.channel_id, 200):
+        for cached in self._clients.cache.recent(msg.channel_id, REPLY_SCAN):
             if cached.id == ref.message_id:
                 return cached.author.id == bot_id
         return False

@@ -75,7 +75,7 @@ class InteractionClients(FatalReporter, Spawner, Protocol):
         ...
 
     @property
-    def acks(self) -> dict[Snowflake, Any]:
+    def acks(self) -> dict[Snowflake, Ack]:
         """Interactions not answered yet, by id (see `expect`)."""
         ...
 
@@ -136,7 +136,7 @@ async def _deadline(clients: InteractionClients, ack: Ack, at: float) -> None:
 
 async def _claim(clients: InteractionClients, interaction: Interaction) -> str:
     """Take the right to answer: `respond` (nobody has), `edit` (deferred), `lost` (failed)."""
-    ack: Ack | None = clients.acks.pop(interaction.id, None)
+    ack = clients.acks.pop(interaction.id, None)
     if ack is None or ack.state == "pending":
         if ack is not None:
             ack.state = "responded"

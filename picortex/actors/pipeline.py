@@ -21,6 +21,7 @@ from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
 from picortex.actors.handled import HandledLedger
+from picortex.actors.interactions import Ack
 from picortex.actors.llm import LLMActor
 from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
@@ -245,7 +246,7 @@ class Pipeline:
     )
     # Slash interactions not answered yet, by id: whoever comes first answers Discord within
     # its 3 s, the channel actor with a response or the router's deadline with a deferral.
-    acks: dict[Snowflake, Any] = attrs.field(factory=dict)
+    acks: dict[Snowflake, Ack] = attrs.field(factory=dict)
 
     def finish(self, message: Message | Interaction) -> None:
         """The decision on `message` is final: it is never handled again."""
