@@ -63,6 +63,10 @@ LOADED_CHANNELS: Final = 256
 # at once rather than WRITE_DELAY after their first change (about 10 MB of chatter): the
 # writers then keep a burst's memory flat instead of holding several seconds of it.
 TAIL_MESSAGES: Final = 10_000
+# Live messages waiting in tails beyond which a new one is not kept at all: when a burst
+# outruns the writers, memory stays flat and the message's channel fetches its history from
+# Discord at its next trigger, as after any lost live event.
+TAIL_MESSAGES_MAX: Final = 2 * TAIL_MESSAGES
 # Gateway events waiting to be applied; beyond this they are dropped and counted, so the
 # gateway reader never blocks on the cache.
 LIVE_QUEUE: Final = 4096
@@ -108,6 +112,7 @@ class CacheStatistics:
     pending_writes: int
     pending_live_events: int
     live_events_dropped: int
+    tail_messages_dropped: int
     fetches: int
 
 
@@ -181,6 +186,7 @@ class ContextCache:
         self._live_tx, self._live_rx = trio.open_memory_channel[LiveEvent](LIVE_QUEUE)
         self._live_pending = 0
         self._live_dropped = 0
+        self._tail_dropped = 0  # live messages not kept because the tails were full
         self._fetches = 0
         # Cooldowns are kept across restarts so a crash loop cannot hammer Discord.
         self._last_fetch: dict[Snowflake, float] = {}
@@ -361,6 +367,7 @@ class ContextCache:
             pending_writes=len(self._dirty),
             pending_live_events=self._live_pending,
             live_events_dropped=self._live_dropped,
+            tail_messages_dropped=self._tail_dropped,
             fetches=self._fetches,
         )
 
@@ -555,6 +562,10 @@ class ContextCache:
             ):
                 # Memory is full of other channels: no need to read this one's history to
                 # add its newest message; the writer merges it into the file.
+                if self._tail_messages >= TAIL_MESSAGES_MAX:
+                    self._tail_dropped += 1
+                    self._lose_sync(channel_id)  # its next trigger fetches what is missing
+                    return
                 tail = self._tails.get(channel_id)
                 if tail is None:
                     tail = self._tails[channel_id] = ChannelHistory(channel_id)

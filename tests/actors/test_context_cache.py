@@ -774,3 +774,27 @@ async def test_many_waiting_tail_messages_are_written_before_their_delay(
         assert cache.statistics().pending_writes == 5
         await cache.flush()
         nursery.cancel_scope.cancel()
+
+
+async def test_tails_beyond_their_limit_keep_no_more_and_the_channel_fetches_what_it_lacks(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    monkeypatch.setattr(cc, "TAIL_MESSAGES", 100)
+    monkeypatch.setattr(cc, "TAIL_MESSAGES_MAX", 3)
+    rest = FakeHistory()
+    async with trio.open_nursery() as nursery:
+        cache = make_cache(tmp_path, rest)
+        await nursery.start(cache.run)
+        cache.on_message(rest.post("fills memory"))
+        for c in range(1, 6):  # five tails' worth of messages; the limit keeps three
+            cache.on_message(rest.post(f"m{c}", channel_id=CH + c))
+        for _ in range(100):
+            await trio.sleep(0)
+        assert cache.statistics().tail_messages_dropped == 2
+        await cache.flush()
+        assert not (tmp_path / "cache" / f"{CH + 5}.json").exists()
+        lines = await ctx(cache, rest.post("q", channel_id=CH + 5))
+        nursery.cancel_scope.cancel()
+    assert [c["channel"] for c in rest.calls] == [CH + 5]
+    assert texts(lines) == ["m5"]
