@@ -142,6 +142,7 @@ class PanelApp:
                         "The form was stale or not ours (CSRF check failed): reload the page.",
                         status_code=403,
                     )
+            await self.panel.settle()
             return await handler(request, session)
 
         return wrapped
@@ -166,6 +167,7 @@ class PanelApp:
                     return _error(403, "A change with a session cookie needs X-CSRF-Token.")
             if self._too_large(request):
                 return _error(413, "The body is too large.")
+            await self.panel.settle()
             try:
                 return await handler(request)
             except PanelInputError as exc:

@@ -30,7 +30,7 @@ from picortex.core.attention import mode_for_chat
 from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier
-from picortex.errors import ConfigError, PanelInputError
+from picortex.errors import ConfigError, PanelInputError, StoreError
 from picortex.store import RESOLUTIONS, InvocationError, Store, StoreActor
 from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.store.personas import load_personas
@@ -360,6 +360,18 @@ class Panel:
                         with_names(cached.content, names),
                     )
         return texts
+
+    async def settle(self) -> None:
+        """Wait for the writes the bot queued so far, so a page shows what it already did.
+
+        The spend chart, the error list and the trust list are read from the database, and
+        the store actor commits in groups a few milliseconds behind the bot.
+        """
+        if isinstance(self.store, StoreActor):
+            try:
+                await self.store.flush()
+            except StoreError as exc:
+                logger.warning("the panel reads what is committed: %s", exc)
 
     def spend(self, days: int = SPEND_DAYS) -> dict[str, list[tuple[str, float]]]:
         """workspace -> [(day, USD)] for the last `days` UTC days, oldest first, zeros included."""

@@ -20,7 +20,7 @@ from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.config import Settings
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 from picortex.store.chathome import ChatHome
 from picortex.types import Channel, ChannelType, Message, User
 from picortex.web.app import PanelApp
@@ -356,6 +356,22 @@ async def test_overview_draws_spend_per_workspace(env: Env) -> None:
     assert page.text.count("<rect x=") == 2
     assert str(GUILD) in page.text
     assert "$0.2500" in page.text
+
+
+async def test_pages_show_writes_the_store_actor_has_not_committed_yet(env: Env) -> None:
+    await env.login()
+    actor = StoreActor(Store.open(env.home / "picortex.db"))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(actor.run)
+        env.panel.store = actor
+        commits = actor.commits
+        actor.add_spend(str(GUILD), "p", 0.25, time.time())
+        page = await env.client.get("/")
+        assert actor.commits > commits
+        assert "<svg" in page.text
+        assert page.text.count("<rect x=") == 1
+        nursery.cancel_scope.cancel()
+    actor.close()
 
 
 async def test_chat_page_with_unknown_id_is_404(env: Env) -> None:
