@@ -16,7 +16,7 @@ from typing import Final, Protocol
 
 from picortex.actors.clients import CatchUpClients
 from picortex.actors.failures import error_line
-from picortex.core.trust import should_ignore
+from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import message_from_payload
 from picortex.types import Message, Snowflake
 
@@ -127,14 +127,10 @@ async def _fetch(
 
 
 def _trusted(clients: CatchUpClients, message: Message) -> bool:
-    """A person the bot answers: not a bot or system message, and the owner or on the list."""
+    """A person the bot answers: not a bot or system message, and the owner or on the list.
+
+    The bot itself is left out on purpose (its own messages are ignored, SPEC 5 step 1).
+    """
     if should_ignore(message, clients.bot.user_id) is not None:
         return False
-    owner = clients.settings().owner_id
-    if owner is not None and message.author.id == owner:
-        return True
-    try:
-        return clients.store.get_tier(message.author.id) is not None
-    except Exception:
-        logger.exception("catch-up: trust list unavailable")
-        return False
+    return is_trusted(message.author.id, clients.settings().owner_id, clients.store.get_tier)

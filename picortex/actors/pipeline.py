@@ -26,6 +26,7 @@ from picortex.actors.llm import LLMActor
 from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
 from picortex.core import commands as cmds
+from picortex.core import trust
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store, StoreActor
@@ -256,11 +257,9 @@ class Pipeline:
         )
 
     def is_trusted(self, user_id: Snowflake) -> bool:
-        """Whether someone's words may be repeated to the model unmarked: the bot itself,
-        the owner or anyone on the trust list (an unreadable store trusts no one)."""
-        if user_id == self.bot.user_id or user_id == self.settings().owner_id:
-            return True
-        try:
-            return self.store.get_tier(user_id) is not None
-        except Exception:
-            return False
+        """Whether someone's words may be repeated to the model unmarked (context lines,
+        recall): the owner, anyone on the trust list, and the bot itself, whose own answers
+        are part of the conversation."""
+        return trust.is_trusted(
+            user_id, self.settings().owner_id, self.store.get_tier, bot_user_id=self.bot.user_id
+        )

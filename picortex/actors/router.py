@@ -15,22 +15,18 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
 import attrs
 import trio
 
-from picortex.actors import interactions, persona_answer
+from picortex.actors import chats, interactions, persona_answer
 from picortex.actors.clients import ChannelActorFactory, ChannelWorker, RouterClients
 from picortex.actors.interactions import register_commands
-from picortex.core.attention import mode_for_chat
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
-from picortex.core.personas import PersonaSet
-from picortex.core.trust import should_ignore
+from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, RestartPolicy
@@ -67,9 +63,6 @@ ROUTER_BATCH: Final = 1024
 # How often chatter and routing counts go to the action log as one `ingest` event (when
 # anything arrived), and idle channels' mailboxes are released.
 INGEST_EVERY_SECONDS: Final = 60.0
-# How often trusted chatter decided inline looks for edited persona files (a few stats): an
-# answer always looks; an observation of chatter may match against a set this old.
-PERSONA_CHECK_SECONDS: Final = 1.0
 
 
 class ChannelSupervisor(Protocol):
@@ -105,7 +98,6 @@ class Router:
         self._inbox: Mailbox[tuple[str, Any, int | None]] = Mailbox(ROUTER_QUEUE, name="router")
         self._mailboxes: dict[Snowflake, Mailbox[Message | Interaction]] = {}
         self._actors: dict[Snowflake, ChannelWorker] = {}  # the latest actor of each mailbox
-        self._personas_checked = -math.inf
         self.replays_dropped = 0
         # The gateway's seq of the dispatch being handed over (set by the app): kept with each
         # message in hand, so the persisted session resumes before anything not yet final.
@@ -430,20 +422,9 @@ class Router:
             return _NOT_CHATTER  # a DM always addresses the bot
         clients = self._clients
         settings = clients.settings()
-        author = message.author.id
-        trusted = author == settings.owner_id or clients.store.get_tier(author) is not None
-        own = clients.store.get_chat_config(message.channel_id)
-        parent = None
-        if own is None:
-            parent_id = clients.registry.parent_of(message.channel_id)
-            if parent_id is not None:
-                parent = clients.store.get_chat_config(parent_id)
-        mode = mode_for_chat(
-            own.attention_mode if own is not None else None,
-            parent.attention_mode if parent is not None else None,
-            False,
-            settings.attention,
-        )
+        # The bot's own messages never get here (routed before as answers).
+        trusted = is_trusted(message.author.id, settings.owner_id, clients.store.get_tier)
+        mode = chats.attention_mode(clients.store, clients.registry, message, settings.attention)
         if not is_chatter(message, bot_user_id=clients.bot.user_id, trusted=False, mode=mode):
             return _NOT_CHATTER
         if not trusted:
@@ -483,50 +464,21 @@ class Router:
         clients = self._clients
         self.chatter += 1
         self.trusted_chatter += 1
-        self._remember(message, message.text)
-        personas = self._personas()
-        if personas is not None:
+        chats.remember(clients.store, message, message.text)
+        if clients.personas is not None:
             text = strip_mention(message.text, clients.bot.user_id)
-            persona_answer.record_matches(clients, personas, message, text)
+            persona_answer.observe(clients, message, text)
         clients.handled.finish((message.id,), message.channel_id, message.guild_id)
-
-    def _personas(self) -> PersonaSet | None:
-        """The personas, looking for edited files at most every PERSONA_CHECK_SECONDS."""
-        loader = self._clients.personas
-        if loader is None:
-            return None
-        now = trio.current_time()
-        if now - self._personas_checked >= PERSONA_CHECK_SECONDS:
-            self._personas_checked = now
-            return persona_answer.current_personas(self._clients)
-        found = loader.current
-        return found if len(found) else None
 
     def _remember_answer(self, message: Message) -> None:
         """Store one of the bot's own answers for recall."""
-        self._remember(message, message.content)
-
-    def _remember(self, message: Message, content: str) -> None:
-        """Store a message for recall (queued for the store's next group)."""
-        try:
-            self._clients.store.add_memory_message(
-                message_id=message.id,
-                channel_id=message.channel_id,
-                guild_id=message.guild_id,
-                author_id=message.author.id,
-                author_name=message.author.display_name,
-                content=content,
-                created_at=time.time(),
-            )
-        except Exception:
-            logger.exception("could not store message %s for recall", message.id)
+        chats.remember(self._clients.store, message, message.content)
 
     def _reaction(self, event: ReactionEvent) -> None:
         clients = self._clients
-        settings = clients.settings()
-        trusted = (settings.owner_id is not None and event.user_id == settings.owner_id) or (
-            clients.store.get_tier(event.user_id) is not None
-        )
+        owner = clients.settings().owner_id
+        # The bot's own reactions (a poll's seeded options) are not logged.
+        trusted = is_trusted(event.user_id, owner, clients.store.get_tier)
         if trusted and event.user_id != clients.bot.user_id:
             clients.events.emit(
                 "reaction",
