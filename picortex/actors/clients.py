@@ -121,12 +121,16 @@ class RecallStore(Protocol):
         ...
 
 
-class StoreAccess(Protocol):
-    """Queries and writes run on the store's thread."""
+class StoreQueries(Protocol):
+    """Queries run on the store's thread."""
 
     async def read(self, fn: Callable[[Store], T]) -> T:
         """Run a query; it sees every write queued before it."""
         ...
+
+
+class StoreAccess(StoreQueries, Protocol):
+    """Queries and writes run on the store's thread."""
 
     def submit(
         self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
@@ -163,11 +167,19 @@ class RouterStore(ChannelStore, HandledIds, Protocol):
         ...
 
 
-class CatchUpStore(TierReader, HandledIds, StoreAccess, Protocol):
+class CatchUpStore(TierReader, HandledIds, StoreQueries, Protocol):
     """What catch-up reads: active channels, handled ids, the trust list."""
 
 
-class ChannelDirectory(Protocol):
+class ThreadParents(Protocol):
+    """Which channel a thread belongs to (its `parent_id`)."""
+
+    def parent_of(self, channel_id: Snowflake) -> Snowflake | None:
+        """The parent channel of a thread, else None."""
+        ...
+
+
+class ChannelDirectory(ThreadParents, Protocol):
     """Channels and threads seen on the gateway."""
 
     def get(self, channel_id: Snowflake) -> Channel | None:
@@ -176,10 +188,6 @@ class ChannelDirectory(Protocol):
 
     def add(self, channel: Channel) -> None:
         """Remember (or update) a channel."""
-        ...
-
-    def parent_of(self, channel_id: Snowflake) -> Snowflake | None:
-        """The parent channel of a thread, else None."""
         ...
 
     def is_thread(self, channel_id: Snowflake) -> bool:
@@ -199,7 +207,7 @@ class ChannelBook(ChannelDirectory, Protocol):
         ...
 
 
-class LiveHistory(Protocol):
+class ContextFeed(Protocol):
     """The context cache, as the router feeds it with gateway events."""
 
     def on_session_start(self) -> None:
@@ -223,8 +231,8 @@ class LiveHistory(Protocol):
         ...
 
 
-class FetchTurns(Protocol):
-    """The context cache's per-channel fetch cooldown (catch-up waits on it)."""
+class FetchCooldown(Protocol):
+    """The context cache's per-channel `fetch_cooldown_seconds` (catch-up waits on it)."""
 
     async def fetch_turn(self, channel_id: Snowflake) -> None:
         """Wait until the channel's history may be fetched again."""
@@ -483,7 +491,8 @@ class HistoryRest(Protocol):
 
 
 class RouterRest(InteractionRest, IdentityRest, Protocol):
-    """The REST calls the router makes or starts (identity, slash command registration)."""
+    """The REST calls the router makes or starts (identity, slash command registration, the
+    deferral of a slash answer its channel is late with)."""
 
 
 class ChannelWorker(Protocol):
@@ -527,11 +536,11 @@ class RouterClients(FatalReporter, Spawner, Protocol):
 
     @property
     def rest(self) -> RouterRest:
-        """Who the bot is; slash command registration."""
+        """Who the bot is; registering slash commands, deferring their answers."""
         ...
 
     @property
-    def cache(self) -> LiveHistory:
+    def cache(self) -> ContextFeed:
         """The context cache, fed with live events."""
         ...
 
@@ -600,7 +609,7 @@ class CatchUpClients(Protocol):
         ...
 
     @property
-    def cache(self) -> FetchTurns:
+    def cache(self) -> FetchCooldown:
         """The per-channel fetch cooldown."""
         ...
 

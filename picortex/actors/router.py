@@ -69,7 +69,7 @@ class ChannelSupervisor(Protocol):
     """The dynamic supervisor of the channel actors (`DynamicSupervisor`)."""
 
     def get(self, name: str) -> ChildSpec | None:
-        """The supervised child `name`, or None."""
+        """The spec of the supervised child `name` (running or about to restart), or None."""
         ...
 
     async def start_child(self, spec: ChildSpec) -> object:
@@ -422,12 +422,11 @@ class Router:
             return _NOT_CHATTER  # a DM always addresses the bot
         clients = self._clients
         settings = clients.settings()
-        # The bot's own messages never get here (routed before as answers).
-        trusted = is_trusted(message.author.id, settings.owner_id, clients.store.get_tier)
         mode = chats.attention_mode(clients.store, clients.registry, message, settings.attention)
         if not is_chatter(message, bot_user_id=clients.bot.user_id, trusted=False, mode=mode):
             return _NOT_CHATTER
-        if not trusted:
+        # The bot's own messages never get here (routed before as answers).
+        if not is_trusted(message.author.id, settings.owner_id, clients.store.get_tier):
             return _STRANGER_CHATTER
         return _TRUSTED_CHATTER if self._decides_trusted_chatter(message, mode) else _NOT_CHATTER
 
