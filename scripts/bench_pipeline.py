@@ -240,7 +240,7 @@ async def feed(
     cpu = time.process_time() - cpu
     bot_after = bot_cpu()
     used = None if bot_before is None or bot_after is None else bot_after - bot_before
-    latencies = [answered[mid] - sent_at[mid] for mid in answered]
+    latencies = [answered[mid] - sent_at[mid] for mid in sorted(answered, key=sent_at.get)]
     return Run(latencies, len(sent_at) - len(answered), cpu, used)
 
 
@@ -269,6 +269,25 @@ def describe(name: str, run: Run, rounds: int) -> float:
         f"p99 {p99:7.2f} ms  max {ordered[-1] * 1000:7.2f} ms  {cpu}"
     )
     return median
+
+
+def print_round(number: int, floor: Run, result: Run) -> None:
+    """One line per round: both medians and p99s, and their ratio."""
+    parts = []
+    for name, run in (("echo bot", floor), ("picortex", result)):
+        ordered = sorted(run.latencies)
+        if not ordered:
+            print(f"round {number}: {name} answered nothing", flush=True)
+            return
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        parts.append((statistics.median(ordered) * 1000, p99 * 1000))
+    ratio = parts[1][0] / parts[0][0]
+    print(
+        f"round {number}: echo bot median {parts[0][0]:6.2f} ms p99 {parts[0][1]:7.2f} ms, "
+        f"picortex median {parts[1][0]:6.2f} ms p99 {parts[1][1]:7.2f} ms, "
+        f"ratio {ratio:.2f}" + ("" if ratio <= TARGET_RATIO else " (above target)"),
+        flush=True,
+    )
 
 
 async def bench(args: argparse.Namespace) -> int:
@@ -311,11 +330,23 @@ async def bench(args: argparse.Namespace) -> int:
             floors: list[Run] = []
             results: list[Run] = []
             per_round = max(1, args.triggers // args.rounds)
-            for _ in range(args.rounds):
+            for n in range(args.rounds):
                 async with echo() as cpu:
                     floors.append(await feed(sim, channels, owner, per_round, args.rate, cpu))
+                mark = len(sim.requests)
                 async with ours() as cpu:
                     results.append(await feed(sim, channels, owner, per_round, args.rate, cpu))
+                if os.environ.get("BENCH_ROUTES"):
+                    import collections, re
+                    c = collections.Counter()
+                    t0 = sim.requests[mark].at
+                    for r in sim.requests[mark:]:
+                        c[(r.method, re.sub(r"\d+", "N", r.path), int(r.at - t0))] += 1
+                    for k in sorted(c, key=lambda k: (k[2], k[0], k[1])):
+                        print("   ", k, c[k])
+                    lat = results[-1].latencies
+                    print("   lat", [round(x * 1000) for x in lat])
+                print_round(n + 1, floors[-1], results[-1])
             nursery.cancel_scope.cancel()
     floor, result = combined(floors), combined(results)
     floor_median = describe("echo bot", floor, args.rounds)

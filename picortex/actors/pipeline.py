@@ -53,7 +53,10 @@ class Rest(ChannelRest, PostingRest, Protocol):
         after: int | None = None,
         before: int | None = None,
         limit: int = 100,
+        background: bool = False,
     ) -> list[dict[str, Any]]: ...
+
+    async def hold_slot_for_answer(self) -> None: ...
 
 
 @attrs.define
