@@ -240,7 +240,7 @@ async def feed(
     cpu = time.process_time() - cpu
     bot_after = bot_cpu()
     used = None if bot_before is None or bot_after is None else bot_after - bot_before
-    latencies = [answered[mid] - sent_at[mid] for mid in sorted(answered, key=sent_at.get)]
+    latencies = [answered[mid] - sent_at[mid] for mid in answered]
     return Run(latencies, len(sent_at) - len(answered), cpu, used)
 
 
@@ -333,19 +333,8 @@ async def bench(args: argparse.Namespace) -> int:
             for n in range(args.rounds):
                 async with echo() as cpu:
                     floors.append(await feed(sim, channels, owner, per_round, args.rate, cpu))
-                mark = len(sim.requests)
                 async with ours() as cpu:
                     results.append(await feed(sim, channels, owner, per_round, args.rate, cpu))
-                if os.environ.get("BENCH_ROUTES"):
-                    import collections, re
-                    c = collections.Counter()
-                    t0 = sim.requests[mark].at
-                    for r in sim.requests[mark:]:
-                        c[(r.method, re.sub(r"\d+", "N", r.path), int(r.at - t0))] += 1
-                    for k in sorted(c, key=lambda k: (k[2], k[0], k[1])):
-                        print("   ", k, c[k])
-                    lat = results[-1].latencies
-                    print("   lat", [round(x * 1000) for x in lat])
                 print_round(n + 1, floors[-1], results[-1])
             nursery.cancel_scope.cancel()
     floor, result = combined(floors), combined(results)
