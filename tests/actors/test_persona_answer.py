@@ -9,6 +9,8 @@ from typing import Any, cast
 
 import attrs
 import pytest
+import trio
+import trio.testing
 
 from picortex.actors import persona_answer
 from picortex.actors.llm import LLMRequest, LLMResult
@@ -183,6 +185,22 @@ def remember(store: Store, msg: Message, at: float) -> None:
 
 
 # -- recall ---------------------------------------------------------------------------------
+
+
+async def test_observing_looks_for_edited_files_at_most_once_a_second_an_answer_always(
+    tmp_path: Path, store: Store, autojump_clock: trio.testing.MockClock
+) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    assert persona_answer.current_personas(pipe, observing=True) is not None  # looks
+    (tmp_path / "agents.yaml").write_text(AGENTS.replace("insomnia", "insomnia, snoring"))
+    seen = persona_answer.current_personas(pipe, observing=True)
+    assert seen is not None and "snoring" not in seen.get("sleep").domain_triggers
+    answering = persona_answer.current_personas(pipe)
+    assert answering is not None and "snoring" in answering.get("sleep").domain_triggers
+    (tmp_path / "agents.yaml").write_text(AGENTS)
+    await trio.sleep(persona_answer.PERSONA_CHECK_SECONDS)
+    later = persona_answer.current_personas(pipe, observing=True)
+    assert later is not None and "snoring" not in later.get("sleep").domain_triggers
 
 
 async def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text(
