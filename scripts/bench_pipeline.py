@@ -271,6 +271,25 @@ def describe(name: str, run: Run, rounds: int) -> float:
     return median
 
 
+def print_round(number: int, floor: Run, result: Run) -> None:
+    """One line per round: both medians and p99s, and their ratio."""
+    parts = []
+    for name, run in (("echo bot", floor), ("picortex", result)):
+        ordered = sorted(run.latencies)
+        if not ordered:
+            print(f"round {number}: {name} answered nothing", flush=True)
+            return
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        parts.append((statistics.median(ordered) * 1000, p99 * 1000))
+    ratio = parts[1][0] / parts[0][0]
+    print(
+        f"round {number}: echo bot median {parts[0][0]:6.2f} ms p99 {parts[0][1]:7.2f} ms, "
+        f"picortex median {parts[1][0]:6.2f} ms p99 {parts[1][1]:7.2f} ms, "
+        f"ratio {ratio:.2f}" + ("" if ratio <= TARGET_RATIO else " (above target)"),
+        flush=True,
+    )
+
+
 async def bench(args: argparse.Namespace) -> int:
     sim = Simulator(heartbeat_interval_ms=41_250)
     for bucket in RELAXED_BUCKETS:
@@ -311,11 +330,12 @@ async def bench(args: argparse.Namespace) -> int:
             floors: list[Run] = []
             results: list[Run] = []
             per_round = max(1, args.triggers // args.rounds)
-            for _ in range(args.rounds):
+            for n in range(args.rounds):
                 async with echo() as cpu:
                     floors.append(await feed(sim, channels, owner, per_round, args.rate, cpu))
                 async with ours() as cpu:
                     results.append(await feed(sim, channels, owner, per_round, args.rate, cpu))
+                print_round(n + 1, floors[-1], results[-1])
             nursery.cancel_scope.cancel()
     floor, result = combined(floors), combined(results)
     floor_median = describe("echo bot", floor, args.rounds)

@@ -95,6 +95,7 @@ async def catch_up(
                     age_seconds=round(age, 1),
                 )
 
+            await clients.rest.hold_slot_for_answer()  # paced behind live answers
             if await deliver(message, logged):
                 ran += 1
     return ran
@@ -108,7 +109,10 @@ async def _fetch(
     after = floor
     for _ in range(PAGES_MAX):
         await clients.cache.fetch_turn(channel_id)
-        page = await clients.rest.get_channel_messages(channel_id, after=after, limit=PAGE)
+        # In the background lane: answers to live triggers go first (discord.ratelimit).
+        page = await clients.rest.get_channel_messages(
+            channel_id, after=after, limit=PAGE, background=True
+        )
         for payload in page:
             message = message_from_payload(payload, guild_id=guild_id)
             if isinstance(message, Message) and message.channel_id == channel_id:

@@ -485,8 +485,17 @@ class HistoryRest(Protocol):
         after: int | None = None,
         before: int | None = None,
         limit: int = 100,
+        background: bool = False,
     ) -> list[dict[str, Any]]:
-        """GET /channels/{channel_id}/messages."""
+        """GET /channels/{channel_id}/messages (`background`: after live answers)."""
+        ...
+
+
+class CatchUpRest(HistoryRest, Protocol):
+    """History read in the global limit's background lane, and slots held for answers."""
+
+    async def hold_slot_for_answer(self) -> None:
+        """Wait behind live answers, then hold a slot for the answer of a handed-over trigger."""
         ...
 
 
@@ -604,7 +613,7 @@ class CatchUpClients(Protocol):
         ...
 
     @property
-    def rest(self) -> HistoryRest:
+    def rest(self) -> CatchUpRest:
         """Channel history."""
         ...
 

@@ -16,7 +16,7 @@ from typing import Final, Protocol
 
 import attrs
 
-from picortex.actors.clients import ChannelRest, FaultCheck, HistoryRest, IdentityRest
+from picortex.actors.clients import CatchUpRest, ChannelRest, FaultCheck, IdentityRest
 from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
@@ -42,7 +42,7 @@ ANSWER_TIMEOUT_SECONDS: Final = 60.0
 CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
 
 
-class Rest(ChannelRest, PostingRest, IdentityRest, HistoryRest, Protocol):
+class Rest(ChannelRest, PostingRest, IdentityRest, CatchUpRest, Protocol):
     """The REST calls the router, catch-up and channel side make (`RestClient`)."""
 
 
