@@ -27,7 +27,6 @@ from picortex.types import (
 )
 
 if TYPE_CHECKING:
-    from picortex.actors.interactions import Ack
     from picortex.actors.llm import LLMRequest, LLMResult
     from picortex.actors.pipeline import BotIdentity
     from picortex.actors.replies import AnswerSurface, Streamed
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
     from picortex.errors import FatalDiscordError
     from picortex.runtime.mailbox import Mailbox
     from picortex.store import Store
-    from picortex.store.personas import PersonaLoader
     from picortex.store.store import ChatConfig
     from picortex.types import Interaction
 
@@ -522,76 +520,6 @@ class ChannelActorFactory(Protocol):
     def __call__(
         self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
     ) -> ChannelWorker: ...
-
-
-class RouterClients(FatalReporter, Spawner, Protocol):
-    """What the router uses: it feeds the cache, recall and handled marks, decides chatter
-    inline, and starts slash-command answers and persona bookkeeping."""
-
-    @property
-    def settings(self) -> CurrentSettings:
-        """The settings in force."""
-        ...
-
-    @property
-    def events(self) -> EventSink:
-        """The action log."""
-        ...
-
-    @property
-    def store(self) -> RouterStore:
-        """Handled ids, trust list, chat config and recall."""
-        ...
-
-    @property
-    def rest(self) -> RouterRest:
-        """Who the bot is; registering slash commands, deferring their answers."""
-        ...
-
-    @property
-    def cache(self) -> ContextFeed:
-        """The context cache, fed with live events."""
-        ...
-
-    @property
-    def handled(self) -> HandledBook:
-        """Messages in hand and handled (SPEC 12)."""
-        ...
-
-    @property
-    def bot(self) -> BotIdentity:
-        """Who the bot is (set from READY)."""
-        ...
-
-    @property
-    def registry(self) -> ChannelBook:
-        """Channels and threads seen."""
-        ...
-
-    @property
-    def arrivals(self) -> dict[Snowflake, float]:
-        """When each message reached its mailbox (stamped here, taken by the actor)."""
-        ...
-
-    @property
-    def acks(self) -> dict[Snowflake, Ack]:
-        """Slash interactions not answered yet."""
-        ...
-
-    @property
-    def replies(self) -> ReplyTarget:
-        """Where replies go (a slash answer's privacy is predicted from it)."""
-        ...
-
-    @property
-    def personas(self) -> PersonaLoader | None:
-        """The persona files, or None."""
-        ...
-
-    @property
-    def faults(self) -> FaultCheck | None:
-        """Fault points (tests only): with any, every message takes the mailbox's way."""
-        ...
 
 
 class CatchUpClients(Protocol):

@@ -16,14 +16,24 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import trio
 
 from picortex.actors import chats, interactions, persona_answer
-from picortex.actors.clients import ChannelActorFactory, ChannelWorker, RouterClients
-from picortex.actors.interactions import register_commands
+from picortex.actors.clients import (
+    ChannelActorFactory,
+    ChannelBook,
+    ChannelWorker,
+    ContextFeed,
+    FaultCheck,
+    HandledBook,
+    RouterRest,
+    RouterStore,
+)
+from picortex.actors.interactions import InteractionClients, register_commands
+from picortex.actors.persona_answer import PersonaIndex
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
 from picortex.core.trust import is_trusted, should_ignore
@@ -48,6 +58,9 @@ from picortex.types import (
     ThreadListSync,
 )
 
+if TYPE_CHECKING:
+    from picortex.actors.pipeline import BotIdentity
+
 logger = logging.getLogger(__name__)
 
 # Dispatches waiting for the router; a burst of this size is queued, beyond it counted.
@@ -63,6 +76,51 @@ ROUTER_BATCH: Final = 1024
 # How often chatter and routing counts go to the action log as one `ingest` event (when
 # anything arrived), and idle channels' mailboxes are released.
 INGEST_EVERY_SECONDS: Final = 60.0
+
+
+class RouterClients(InteractionClients, PersonaIndex, Protocol):
+    """What the router uses: what slash-command answers and persona bookkeeping use (it
+    starts both), and the cache, handled marks, registry and recall it feeds."""
+
+    @property
+    def store(self) -> RouterStore:
+        """Handled ids, trust list, chat config and recall."""
+        ...
+
+    @property
+    def rest(self) -> RouterRest:
+        """Who the bot is; registering slash commands, deferring their answers."""
+        ...
+
+    @property
+    def cache(self) -> ContextFeed:
+        """The context cache, fed with live events."""
+        ...
+
+    @property
+    def handled(self) -> HandledBook:
+        """Messages in hand and handled (SPEC 12)."""
+        ...
+
+    @property
+    def bot(self) -> BotIdentity:
+        """Who the bot is (set from READY)."""
+        ...
+
+    @property
+    def registry(self) -> ChannelBook:
+        """Channels and threads seen."""
+        ...
+
+    @property
+    def arrivals(self) -> dict[Snowflake, float]:
+        """When each message reached its mailbox (stamped here, taken by the actor)."""
+        ...
+
+    @property
+    def faults(self) -> FaultCheck | None:
+        """Fault points (tests only): with any, every message takes the mailbox's way."""
+        ...
 
 
 class ChannelSupervisor(Protocol):
