@@ -157,8 +157,8 @@ class HandledIds(Protocol):
         ...
 
 
-class RouterStore(ChannelStore, HandledIds, Protocol):
-    """What the router reads and keeps: the channel side's reads, handled ids, recall."""
+class RouterStore(TrustReader, ChatConfigReader, PersonaStore, HandledIds, Protocol):
+    """What the router reads and keeps: trust, chat modes, recall, handled ids."""
 
     def note_seen(self, message_id: int) -> None:
         """Queue marking a message decided inline as seen."""
