@@ -33,6 +33,7 @@ import trio
 
 from picortex.actors.action_log import ActionLog
 from picortex.actors.catch_up import catch_up
+from picortex.actors.channel import ChannelActor
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.control import ControlServer, socket_path
 from picortex.actors.ledger import LedgerBudget
@@ -170,7 +171,10 @@ class Bot:
             personas=personas,
         )
         self.channels = DynamicSupervisor("channels", events=self.events)
-        self.router = Router(self.pipe, self.channels)
+        pipe = self.pipe
+        self.router = Router(
+            pipe, self.channels, lambda channel_id, inbox: ChannelActor(channel_id, inbox, pipe)
+        )
         self.gateway = GatewayActor(
             settings.discord_token,
             self.rest,

@@ -582,6 +582,21 @@ def format_value(value: object) -> str:
     return str(value)
 
 
+def runtime_values(settings: Settings) -> dict[str, str]:
+    """Every key `config get|set` knows, as text: the runtime keys and each model's prices
+    (what a chat command and the panel show and accept alike)."""
+    values: dict[str, str] = {}
+    for key in RUNTIME_KEYS:
+        try:
+            values[key] = format_value(settings.value_of(key))
+        except Exception:  # a key without a readable value is left out, never a crash
+            logger.debug("config key %s has no readable value", key)
+    for model, price in settings.prices.items():
+        for field in PRICE_FIELDS:
+            values[f"{PRICES_PREFIX}{model}.{field}"] = format_value(getattr(price, field))
+    return values
+
+
 def _price_key(key: str) -> tuple[str, str] | None:
     """(model, field) of a `prices.<model>.input|output` key, or None for other keys."""
     key = key.strip()

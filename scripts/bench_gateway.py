@@ -187,7 +187,7 @@ def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: s
                     tick()
 
         # The app's router: its on_dispatch (a Mailbox.send_nowait) and its mailbox.
-        router = BenchRouter(cast(Any, Pipe()), cast(Any, None))
+        router = BenchRouter(cast(Any, Pipe()), cast(Any, None), cast(Any, None))
         inbox = router.inbox
 
         def normalize_only(name: str, data: Any) -> None:

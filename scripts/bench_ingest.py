@@ -37,7 +37,6 @@ import os
 import pstats
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,16 +49,23 @@ import apsw
 import attrs
 import orjson
 import trio
+from bench_support import (
+    PICORTEX_ARGV,
+    ROOT,
+    bench_simulator,
+    bot_process,
+    picortex_env,
+    process_cpu,
+    serving,
+    turns,
+    write_home,
+)
 
-# Runnable from a checkout without installing the package.
-ROOT: Final = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from picortex.cli.status import query_status  # noqa: E402
-from picortex.sim import Simulator  # noqa: E402
-from picortex.sim.simulator import SimURLs  # noqa: E402
-from picortex.sim.snowflake import iso_timestamp, snowflake_ms  # noqa: E402
-from picortex.store import Store  # noqa: E402
+from picortex.cli.status import query_status
+from picortex.sim import Simulator
+from picortex.sim.simulator import SimURLs
+from picortex.sim.snowflake import iso_timestamp, snowflake_ms
+from picortex.store import Store
 
 SCRIPT: Final = Path(__file__).resolve()
 SIZE: Final = 1024
@@ -292,12 +298,6 @@ def run_bare(api_base: str, gateway_url: str, token: str, trusted: set[int]) -> 
     trio.run(main)
 
 
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) a process used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def process_rss_mib(pid: int) -> float:
     """A process's resident set size in MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -343,21 +343,10 @@ class Bot:
     home: Path | None = None
 
 
-def picortex_env(home: Path, sim: Simulator, urls: SimURLs, owner: int) -> dict[str, str]:
-    return {
-        "PICORTEX_HOME": str(home),
-        "DISCORD_BOT_TOKEN": sim.token,
-        "DISCORD_API_BASE": urls.api_base,
-        "ANTHROPIC_API_KEY": "sk-ant-bench-0000",
-        "ANTHROPIC_BASE_URL": urls.anthropic_base_url,
-        "PICORTEX_OWNER_ID": str(owner),
-    }
-
-
 def new_home(parent: Path, name: str, regular: int) -> Path:
     home = parent / name
     home.mkdir()
-    (home / "picortex.toml").write_text("continuation_seconds = 0\n")
+    write_home(home)
     store = Store.open(home / "picortex.db")
     try:
         store.set_tier(regular, "trusted")
@@ -373,38 +362,24 @@ async def start_bot(
     """Start one bot process; yield once its gateway session is ready."""
     sim = world.sim
     trusted = ",".join(str(u) for u in (world.owner, world.regular))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = {"PYTHONPATH": str(ROOT)}
     home: Path | None = None
     if name == "picortex":
         home = new_home(tmp, f"home-{time.monotonic_ns()}", world.regular)
         env.update(picortex_env(home, sim, urls, world.owner))
-        argv = [sys.executable, "-m", "picortex", "run"]
+        argv = list(PICORTEX_ARGV)
         if profile is not None:
             argv = [sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "picortex", "run"]
     else:
         argv = [sys.executable, str(SCRIPT), f"--{name}-bot", urls.api_base, urls.gateway_url]
         argv += [sim.token, trusted]
-    before = sim.gateway_stats.identifies
-    quiet = None if os.environ.get("BENCH_VERBOSE") else subprocess.DEVNULL
-    proc = await trio.lowlevel.open_process(argv, env=env, stdout=quiet, stderr=quiet)
-    try:
-        with trio.fail_after(START_SECONDS):
-            await sim.wait_until(
-                lambda: (
-                    sim.gateway_stats.identifies > before and sim.gateway_stats.ready_sessions >= 1
-                )
-            )
-            if home is not None:  # the control socket answers once the tree is up
-                await wait_for_status(home)
+
+    async def tree_up() -> None:
+        if home is not None:  # the control socket answers once the tree is up
+            await wait_for_status(home)
+
+    async with bot_process(sim, argv, env, start_seconds=START_SECONDS, started=tree_up) as proc:
         yield Bot(name, proc, home)
-    finally:
-        proc.terminate()
-        with trio.move_on_after(START_SECONDS) as waited, trio.CancelScope(shield=True):
-            await proc.wait()
-        if waited.cancelled_caught:
-            proc.kill()
-        with trio.CancelScope(shield=True), trio.move_on_after(START_SECONDS):
-            await sim.wait_until(lambda: sim.gateway_stats.ready_sessions == 0)
 
 
 async def wait_for_status(home: Path) -> None:
@@ -474,7 +449,8 @@ async def measure(bot: Bot, world: World, args: argparse.Namespace) -> Result:
             )
         t0, mentioned, ids = await burst(world, frames, args.mentions)
         end = await answered_at(sim, since, ids)
-    cpu = process_cpu(pid) - cpu0
+    cpu1 = process_cpu(pid)
+    cpu = None if cpu0 is None or cpu1 is None else cpu1 - cpu0
     if bot.home is not None:
         status = await trio.to_thread.run_sync(query_status, bot.home, 5.0)
         if status is not None:
@@ -547,9 +523,7 @@ def profile_report(path: Path) -> None:
 
 
 async def bench(args: argparse.Namespace) -> int:
-    sim = Simulator(heartbeat_interval_ms=41_250)
-    for bucket in RELAXED_BUCKETS:
-        sim.set_rate_limit(bucket, 100_000, 1.0)
+    sim = bench_simulator(RELAXED_BUCKETS)
     full = make_world(sim, max(args.channels, 0 if args.no_memory else args.memory_channels))
     world = attrs.evolve(full, channels=full.channels[: args.channels])
     print(__doc__.split("\n\n")[1])
@@ -563,11 +537,8 @@ async def bench(args: argparse.Namespace) -> int:
     results: dict[str, list[Result]] = {}
     with tempfile.TemporaryDirectory(prefix="picortex-ingest-") as tmp_name:
         tmp = Path(tmp_name)
-        async with trio.open_nursery() as nursery:
-            urls: SimURLs = await nursery.start(sim.serve)
-            for run in range(args.rounds):
-                shift = run % len(args.clients)
-                order = args.clients[shift:] + args.clients[:shift]
+        async with serving(sim) as urls:
+            for run, order in turns(args.clients, args.rounds, rotate=True):
                 for name in order:
                     profile = tmp / "picortex.prof" if args.profile and name == "picortex" else None
                     async with start_bot(name, world, urls, tmp, profile) as bot:
@@ -596,7 +567,6 @@ async def bench(args: argparse.Namespace) -> int:
             print_lag(results.get("picortex", []), contended=not args.no_contention)
             if not args.no_memory:
                 await memory_check(full, urls, tmp, args)
-            nursery.cancel_scope.cancel()
     print(f"\n({time.perf_counter() - started:.0f} s)")
     return 0
 

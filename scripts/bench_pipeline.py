@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,15 +35,21 @@ import attrs
 import httpx
 import orjson
 import trio
+from bench_support import (
+    PICORTEX_ARGV,
+    bench_simulator,
+    bot_process,
+    picortex_env,
+    process_cpu,
+    serving,
+    turns,
+    write_home,
+)
 from trio_websocket import open_websocket_url
-
-# Runnable from a checkout without installing the package.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from picortex.app import Bot
 from picortex.config import load_settings
 from picortex.sim import Simulator
-from picortex.sim.simulator import SimURLs
 
 SCRIPT: Final = Path(__file__).resolve()
 # Route groups whose per-channel limits would pace the run rather than the bots.
@@ -119,53 +123,13 @@ async def echo_bot(
 # ----- running a bot -------------------------------------------------------------------------
 
 
-def picortex_env(home: Path, sim: Simulator, urls: SimURLs, owner: int) -> dict[str, str]:
-    """The environment `picortex run` gets."""
-    return {
-        "PICORTEX_HOME": str(home),
-        "DISCORD_BOT_TOKEN": sim.token,
-        "DISCORD_API_BASE": urls.api_base,
-        "ANTHROPIC_API_KEY": "sk-ant-bench-0000",
-        "ANTHROPIC_BASE_URL": urls.anthropic_base_url,
-        "PICORTEX_OWNER_ID": str(owner),
-    }
-
-
-def process_cpu(pid: int) -> float | None:
-    """CPU seconds (user + system) a process used so far, where /proc tells; else None."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @asynccontextmanager
 async def subprocess_bot(
     sim: Simulator, argv: list[str], env: dict[str, str]
 ) -> AsyncIterator[Callable[[], float | None]]:
     """A bot process; yields (once its gateway session is ready) a reader of its CPU seconds."""
-    ready = sim.gateway_stats.identifies
-    full_env = {**os.environ, **env}
-    proc = await trio.lowlevel.open_process(
-        argv, env=full_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        with trio.fail_after(START_SECONDS):
-            await sim.wait_until(
-                lambda: (
-                    sim.gateway_stats.identifies > ready and sim.gateway_stats.ready_sessions >= 1
-                )
-            )
+    async with bot_process(sim, argv, env, start_seconds=START_SECONDS) as proc:
         yield lambda: process_cpu(proc.pid)
-    finally:
-        proc.terminate()
-        with trio.move_on_after(START_SECONDS) as waited, trio.CancelScope(shield=True):
-            await proc.wait()
-        if waited.cancelled_caught:
-            proc.kill()
-        with trio.CancelScope(shield=True):
-            await sim.wait_until(lambda: sim.gateway_stats.ready_sessions == 0)
 
 
 @asynccontextmanager
@@ -271,10 +235,27 @@ def describe(name: str, run: Run, rounds: int) -> float:
     return median
 
 
+def print_round(number: int, floor: Run, result: Run) -> None:
+    """One line per round: both medians and p99s, and their ratio."""
+    parts = []
+    for name, run in (("echo bot", floor), ("picortex", result)):
+        ordered = sorted(run.latencies)
+        if not ordered:
+            print(f"round {number}: {name} answered nothing", flush=True)
+            return
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+        parts.append((statistics.median(ordered) * 1000, p99 * 1000))
+    ratio = parts[1][0] / parts[0][0]
+    print(
+        f"round {number}: echo bot median {parts[0][0]:6.2f} ms p99 {parts[0][1]:7.2f} ms, "
+        f"picortex median {parts[1][0]:6.2f} ms p99 {parts[1][1]:7.2f} ms, "
+        f"ratio {ratio:.2f}" + ("" if ratio <= TARGET_RATIO else " (above target)"),
+        flush=True,
+    )
+
+
 async def bench(args: argparse.Namespace) -> int:
-    sim = Simulator(heartbeat_interval_ms=41_250)
-    for bucket in RELAXED_BUCKETS:
-        sim.set_rate_limit(bucket, 100_000, 1.0)
+    sim = bench_simulator(RELAXED_BUCKETS)
     owner = sim.add_user("owner", global_name="Owner")
     guild = sim.add_guild("bench", owner_id=owner)
     channels = [sim.add_channel(guild, f"bench-{n}") for n in range(args.channels)]
@@ -287,9 +268,8 @@ async def bench(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="picortex-bench-") as tmp:
         home = Path(tmp)
-        (home / "picortex.toml").write_text("continuation_seconds = 0\n")
-        async with trio.open_nursery() as nursery:
-            urls: SimURLs = await nursery.start(sim.serve)
+        write_home(home)
+        async with serving(sim) as urls:
             env = picortex_env(home, sim, urls, owner)
             if args.in_process:
 
@@ -305,19 +285,18 @@ async def bench(args: argparse.Namespace) -> int:
                 script = [sys.executable, str(SCRIPT), "--echo-bot"]
                 echo_argv = [*script, urls.api_base, urls.gateway_url, sim.token]
                 echo = functools.partial(subprocess_bot, sim, echo_argv, {})
-                picortex_argv = [sys.executable, "-m", "picortex", "run"]
-                ours = functools.partial(subprocess_bot, sim, picortex_argv, env)
-            # Rounds take turns, so a machine whose speed drifts slows both bots alike.
-            floors: list[Run] = []
-            results: list[Run] = []
+                ours = functools.partial(subprocess_bot, sim, list(PICORTEX_ARGV), env)
+            bots = {"echo bot": echo, "picortex": ours}
+            runs: dict[str, list[Run]] = {name: [] for name in bots}
             per_round = max(1, args.triggers // args.rounds)
-            for _ in range(args.rounds):
-                async with echo() as cpu:
-                    floors.append(await feed(sim, channels, owner, per_round, args.rate, cpu))
-                async with ours() as cpu:
-                    results.append(await feed(sim, channels, owner, per_round, args.rate, cpu))
-            nursery.cancel_scope.cancel()
-    floor, result = combined(floors), combined(results)
+            for n, order in turns(list(bots), args.rounds, rotate=False):
+                for name in order:
+                    async with bots[name]() as cpu:
+                        runs[name].append(
+                            await feed(sim, channels, owner, per_round, args.rate, cpu)
+                        )
+                print_round(n + 1, runs["echo bot"][-1], runs["picortex"][-1])
+    floor, result = combined(runs["echo bot"]), combined(runs["picortex"])
     floor_median = describe("echo bot", floor, args.rounds)
     median = describe("picortex", result, args.rounds)
     ratio = median / floor_median

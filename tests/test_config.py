@@ -18,6 +18,7 @@ from picortex.config import (
     load_settings,
     parse_runtime_value,
     runtime_key,
+    runtime_values,
 )
 from picortex.errors import ConfigError
 
@@ -324,6 +325,15 @@ def test_file_prices_merge_with_builtins(tmp_path: Path) -> None:
     assert settings.price_for("claude-haiku-5-5") == Price(0.2, 0.5)
     assert settings.price_for("m") == Price(1.0, 2.0)
     assert settings.price_for("claude-opus-5-5") == BUILTIN_PRICES["claude-opus-5-5"]
+
+
+def test_runtime_values_are_every_runtime_key_and_each_models_prices(tmp_path: Path) -> None:
+    toml = '[prices."m"]\ninput = 1\noutput = 2.5\n'
+    values = runtime_values(load_settings(env=_home(tmp_path, toml)))
+    assert set(RUNTIME_KEYS) <= set(values)
+    assert values["prices.m.input"] == "1"
+    assert values["prices.m.output"] == "2.5"
+    assert values["attention.group"] == "mentions-only"
 
 
 def test_price_cost() -> None:

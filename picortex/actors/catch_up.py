@@ -14,9 +14,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
+from picortex.actors.clients import CatchUpClients
 from picortex.actors.failures import error_line
-from picortex.actors.pipeline import Pipeline
-from picortex.core.trust import should_ignore
+from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import message_from_payload
 from picortex.types import Message, Snowflake
 
@@ -51,15 +51,15 @@ class Deliver(Protocol):
 
 
 async def catch_up(
-    pipe: Pipeline, deliver: Deliver, *, wall_clock: Callable[[], float] = time.time
+    clients: CatchUpClients, deliver: Deliver, *, wall_clock: Callable[[], float] = time.time
 ) -> int:
     """Find and run the missed trusted messages of the window; returns how many were run."""
-    window = pipe.settings().catch_up_seconds
+    window = clients.settings().catch_up_seconds
     if window <= 0:
         return 0
     started = wall_clock()
     try:
-        channels = await pipe.store.read(
+        channels = await clients.store.read(
             lambda db: db.active_channels(started - ACTIVE_CHANNELS_SECONDS, ACTIVE_CHANNELS_MAX)
         )
     except Exception:
@@ -71,9 +71,9 @@ async def catch_up(
     ran = 0
     for channel_id, guild_id, _last_handled in channels:
         try:
-            messages = await _fetch(pipe, channel_id, guild_id, floor)
+            messages = await _fetch(clients, channel_id, guild_id, floor)
         except Exception as exc:
-            pipe.events.emit(
+            clients.events.emit(
                 "error",
                 scope="catch-up",
                 channel_id=channel_id,
@@ -82,11 +82,11 @@ async def catch_up(
             continue
         for message in messages:
             age = wall_clock() - snowflake_seconds(message.id)
-            if age > window or not _trusted(pipe, message):
+            if age > window or not _trusted(clients, message):
                 continue
 
             def logged(message: Message = message, age: float = age) -> None:
-                pipe.events.emit(
+                clients.events.emit(
                     "catch-up",
                     message_id=message.id,
                     channel_id=message.channel_id,
@@ -95,20 +95,24 @@ async def catch_up(
                     age_seconds=round(age, 1),
                 )
 
+            await clients.rest.hold_slot_for_answer()  # paced behind live answers
             if await deliver(message, logged):
                 ran += 1
     return ran
 
 
 async def _fetch(
-    pipe: Pipeline, channel_id: Snowflake, guild_id: Snowflake | None, floor: Snowflake
+    clients: CatchUpClients, channel_id: Snowflake, guild_id: Snowflake | None, floor: Snowflake
 ) -> list[Message]:
     """The channel's messages after `floor`, oldest first (not already handled or in hand)."""
     found: dict[Snowflake, Message] = {}
     after = floor
     for _ in range(PAGES_MAX):
-        await pipe.cache.fetch_turn(channel_id)
-        page = await pipe.rest.get_channel_messages(channel_id, after=after, limit=PAGE)
+        await clients.cache.fetch_turn(channel_id)
+        # In the background lane: answers to live triggers go first (discord.ratelimit).
+        page = await clients.rest.get_channel_messages(
+            channel_id, after=after, limit=PAGE, background=True
+        )
         for payload in page:
             message = message_from_payload(payload, guild_id=guild_id)
             if isinstance(message, Message) and message.channel_id == channel_id:
@@ -118,23 +122,19 @@ async def _fetch(
         after = max(found)
     fresh = []
     for _, message in sorted(found.items()):
-        if pipe.handled.known(message.id):
+        if clients.handled.known(message.id):
             continue
-        if pipe.store.seen(message.id) is None and await pipe.store.was_handled(message.id):
+        if clients.store.seen(message.id) is None and await clients.store.was_handled(message.id):
             continue  # older than the handled ids kept in memory, and handled
         fresh.append(message)
     return fresh
 
 
-def _trusted(pipe: Pipeline, message: Message) -> bool:
-    """A person the bot answers: not a bot or system message, and the owner or on the list."""
-    if should_ignore(message, pipe.bot.user_id) is not None:
+def _trusted(clients: CatchUpClients, message: Message) -> bool:
+    """A person the bot answers: not a bot or system message, and the owner or on the list.
+
+    The bot itself is left out on purpose (its own messages are ignored, SPEC 5 step 1).
+    """
+    if should_ignore(message, clients.bot.user_id) is not None:
         return False
-    owner = pipe.settings().owner_id
-    if owner is not None and message.author.id == owner:
-        return True
-    try:
-        return pipe.store.get_tier(message.author.id) is not None
-    except Exception:
-        logger.exception("catch-up: trust list unavailable")
-        return False
+    return is_trusted(message.author.id, clients.settings().owner_id, clients.store.get_tier)

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from picortex import config as config_mod
-from picortex.actors import attachment_parts, discriminate, interactions, persona_answer
+from picortex.actors import attachment_parts, chats, discriminate, interactions, persona_answer
 from picortex.actors.clients import (
     ChannelRest,
     ChannelStore,
@@ -44,11 +44,11 @@ from picortex.core import continuation as cont
 from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
-from picortex.core.attention import AttentionDecision, decide_attention, mode_for_chat
+from picortex.core.attention import AttentionDecision, decide_attention
 from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.triggerlog import entry_from_message
-from picortex.core.trust import Tier, may_run, should_ignore, tier_of
+from picortex.core.trust import Tier, is_trusted, may_run, should_ignore, tier_of
 from picortex.store.chathome import ChatHome, default_prompt_template
 from picortex.types import Interaction, InteractionType, Message, Snowflake
 
@@ -334,7 +334,7 @@ class ChannelActor:
             self._decision(msg, "ignore", what or "untrusted author: never answered")
             return
         # Only trusted authors' words are kept for recall (SPEC 8): strangers cost no write.
-        self._remember(msg)
+        chats.remember(clients.store, msg, msg.text)
 
         if command_text is None:
             window = cont.window_for(self._cont, msg.channel_id, msg.author.id, now)
@@ -357,21 +357,6 @@ class ChannelActor:
         """The author's trust tier (SPEC 3); None when not trusted."""
         stored = None if author == owner_id else self._clients.store.get_tier(author)
         return tier_of(author, owner_id, {author: stored} if stored else {})
-
-    def _remember(self, msg: Message) -> None:
-        """Store the message for memory recall (SPEC 8)."""
-        try:
-            self._clients.store.add_memory_message(
-                message_id=msg.id,
-                channel_id=msg.channel_id,
-                guild_id=msg.guild_id,
-                author_id=msg.author.id,
-                author_name=msg.author.display_name,
-                content=msg.text,
-                created_at=time.time(),
-            )
-        except Exception:
-            logger.exception("could not store message %s for recall", msg.id)
 
     def _decision(self, msg: Message, outcome: str, reason: str, **extra: object) -> None:
         self._clients.events.emit(
@@ -455,7 +440,7 @@ class ChannelActor:
             prompt_path=f"PICORTEX_HOME/{prompt_path.as_posix()}",
             poll_enabled=settings.poll_enabled,
             poll_seconds=settings.poll_seconds,
-            config_values=_config_values(settings),
+            config_values=config_mod.runtime_values(settings),
             parse_config_value=config_mod.parse_runtime_value,
             format_config_value=config_mod.format_value,
             requester_id=msg.author.id,
@@ -598,15 +583,8 @@ class ChannelActor:
 
     def _mode(self, msg: Message) -> str:
         clients = self._clients
-        settings = clients.settings()
-        own = clients.store.get_chat_config(msg.channel_id)
-        parent_id = clients.registry.parent_of(msg.channel_id)
-        parent = clients.store.get_chat_config(parent_id) if parent_id is not None else None
-        return mode_for_chat(
-            own.attention_mode if own is not None else None,
-            parent.attention_mode if parent is not None else None,
-            msg.is_dm,
-            settings.attention,
+        return chats.attention_mode(
+            clients.store, clients.registry, msg, clients.settings().attention
         )
 
     async def _attend(
@@ -923,10 +901,12 @@ class ChannelActor:
         if not any(m.attachments for m in (*own, *context)):
             return attachment_parts.RequestFiles()
         owner = settings.owner_id
+        # Files of the owner and the trust list only: not the bot's own (`is_trusted` without
+        # the bot's id), it posts none worth fetching back.
         trusted = [
             author
             for author in {m.author.id for m in context if m.attachments}
-            if author == owner or clients.store.get_tier(author) is not None
+            if is_trusted(author, owner, clients.store.get_tier)
         ]
         try:
             return await attachment_parts.gather(
@@ -1054,17 +1034,3 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 def _channel_name(clients: ChannelClients, channel_id: Snowflake) -> str:
     ch = clients.registry.get(channel_id)
     return ch.name if ch is not None and ch.name else str(channel_id)
-
-
-def _config_values(settings: config_mod.Settings) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for key in config_mod.RUNTIME_KEYS:
-        try:
-            values[key] = config_mod.format_value(settings.value_of(key))
-        except Exception:
-            logger.debug("config key %s has no readable value", key)
-    for model, price in settings.prices.items():
-        for field in config_mod.PRICE_FIELDS:
-            key = f"{config_mod.PRICES_PREFIX}{model}.{field}"
-            values[key] = config_mod.format_value(getattr(price, field))
-    return values

@@ -1,8 +1,10 @@
-"""The narrow clients that channel-side code is given, each naming the few calls one job needs.
+"""The narrow clients that the router, catch-up and channel-side code are given, each naming
+the few calls one job needs.
 
 The app builds one object that provides them all (`picortex.actors.pipeline.Pipeline`) and
-passes it in; each user types it by the protocol of what it calls (`ChannelClients`,
-`PersonaClients`, `InteractionClients`, `PollClients`), so a test hands in a fake of just that.
+passes it in; each user types it by the protocol of what it calls (`RouterClients`,
+`CatchUpClients`, `ChannelClients`, `PersonaClients`, `InteractionClients`, `PollClients`), so
+a test hands in a fake of just that.
 """
 
 from __future__ import annotations
@@ -13,16 +15,28 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
-from picortex.types import Channel, Message, Snowflake
+from picortex.types import (
+    Channel,
+    ChannelDelete,
+    EventSink,
+    Message,
+    MessageDelete,
+    MessageDeleteBulk,
+    MessageUpdate,
+    Snowflake,
+)
 
 if TYPE_CHECKING:
     from picortex.actors.llm import LLMRequest, LLMResult
+    from picortex.actors.pipeline import BotIdentity
     from picortex.actors.replies import AnswerSurface, Streamed
     from picortex.config import Settings
     from picortex.core import policy
     from picortex.errors import FatalDiscordError
+    from picortex.runtime.mailbox import Mailbox
     from picortex.store import Store
     from picortex.store.store import ChatConfig
+    from picortex.types import Interaction
 
 T = TypeVar("T")
 
@@ -47,12 +61,16 @@ class CurrentSettings(Protocol):
         ...
 
 
-class TrustReader(Protocol):
-    """The trust list (SPEC 3), read from memory."""
+class TierReader(Protocol):
+    """One person's place on the trust list (SPEC 3), read from memory."""
 
     def get_tier(self, user_id: int) -> str | None:
         """The user's tier, or None when not on the list."""
         ...
+
+
+class TrustReader(TierReader, Protocol):
+    """The trust list (SPEC 3), read from memory."""
 
     def trust_list(self) -> list[tuple[int, str]]:
         """Every (user id, tier), by user id."""
@@ -101,12 +119,16 @@ class RecallStore(Protocol):
         ...
 
 
-class StoreAccess(Protocol):
-    """Queries and writes run on the store's thread."""
+class StoreQueries(Protocol):
+    """Queries run on the store's thread."""
 
     async def read(self, fn: Callable[[Store], T]) -> T:
         """Run a query; it sees every write queued before it."""
         ...
+
+
+class StoreAccess(StoreQueries, Protocol):
+    """Queries and writes run on the store's thread."""
 
     def submit(
         self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
@@ -123,7 +145,39 @@ class ChannelStore(TrustReader, ChatConfigReader, PersonaStore, Protocol):
     """What the channel actor reads and keeps."""
 
 
-class ChannelDirectory(Protocol):
+class HandledIds(Protocol):
+    """Which message ids were handled (SPEC 12): the ids in memory, then SQLite's."""
+
+    def seen(self, message_id: int) -> bool | None:
+        """True or False when memory knows; None when only SQLite does."""
+        ...
+
+    async def was_handled(self, message_id: int) -> bool:
+        """Ask SQLite (for an id older than memory holds)."""
+        ...
+
+
+class RouterStore(TrustReader, ChatConfigReader, PersonaStore, HandledIds, Protocol):
+    """What the router reads and keeps: trust, chat modes, recall, handled ids."""
+
+    def note_seen(self, message_id: int) -> None:
+        """Queue marking a message decided inline as seen."""
+        ...
+
+
+class CatchUpStore(TierReader, HandledIds, StoreQueries, Protocol):
+    """What catch-up reads: active channels, handled ids, the trust list."""
+
+
+class ThreadParents(Protocol):
+    """Which channel a thread belongs to (its `parent_id`)."""
+
+    def parent_of(self, channel_id: Snowflake) -> Snowflake | None:
+        """The parent channel of a thread, else None."""
+        ...
+
+
+class ChannelDirectory(ThreadParents, Protocol):
     """Channels and threads seen on the gateway."""
 
     def get(self, channel_id: Snowflake) -> Channel | None:
@@ -134,16 +188,52 @@ class ChannelDirectory(Protocol):
         """Remember (or update) a channel."""
         ...
 
-    def parent_of(self, channel_id: Snowflake) -> Snowflake | None:
-        """The parent channel of a thread, else None."""
-        ...
-
     def is_thread(self, channel_id: Snowflake) -> bool:
         """True when the channel is a known thread."""
         ...
 
     def is_group_dm(self, channel_id: Snowflake) -> bool:
         """True when the channel is a known group DM."""
+        ...
+
+
+class ChannelBook(ChannelDirectory, Protocol):
+    """The channel registry as the router keeps it (deletes included)."""
+
+    def remove(self, channel_id: Snowflake) -> list[Snowflake]:
+        """Forget a deleted channel and its threads; every id forgotten."""
+        ...
+
+
+class ContextFeed(Protocol):
+    """The context cache, as the router feeds it with gateway events."""
+
+    def on_session_start(self) -> None:
+        """A new gateway session: what happened meanwhile is unknown."""
+        ...
+
+    def on_message(self, message: Message) -> None:
+        """A message was created."""
+        ...
+
+    def on_update(self, update: MessageUpdate) -> None:
+        """A message was edited."""
+        ...
+
+    def on_delete(self, delete: MessageDelete | MessageDeleteBulk) -> None:
+        """Messages were deleted."""
+        ...
+
+    def on_channel_delete(self, delete: ChannelDelete) -> None:
+        """A channel was deleted."""
+        ...
+
+
+class FetchCooldown(Protocol):
+    """The context cache's per-channel `fetch_cooldown_seconds` (catch-up waits on it)."""
+
+    async def fetch_turn(self, channel_id: Snowflake) -> None:
+        """Wait until the channel's history may be fetched again."""
         ...
 
 
@@ -183,6 +273,34 @@ class HandledMarks(Protocol):
         self, message_ids: Sequence[Snowflake], channel_id: Snowflake, guild_id: Snowflake | None
     ) -> None:
         """The decision on these messages is final."""
+        ...
+
+
+class HandledLookup(Protocol):
+    """Whether a message is handled or in hand already."""
+
+    def known(self, message_id: Snowflake) -> bool:
+        """True when handled or in hand."""
+        ...
+
+
+class HandledBook(HandledMarks, HandledLookup, Protocol):
+    """The handled ledger as the router keeps it (`picortex.actors.handled.HandledLedger`)."""
+
+    def take(self, message_id: Snowflake, seq: int | None) -> bool:
+        """Put a message in hand; False when it is handled or in hand already."""
+        ...
+
+    def routed(self, seq: int | None) -> None:
+        """The dispatch with gateway sequence `seq` has been routed."""
+        ...
+
+    def release(self, message_ids: Sequence[Snowflake]) -> None:
+        """Messages in hand that will not be handled now (a full mailbox)."""
+        ...
+
+    def new_session(self) -> None:
+        """A fresh IDENTIFY: sequence numbers start again."""
         ...
 
 
@@ -345,3 +463,99 @@ class AttachmentSource(Protocol):
 
 class ChannelRest(InteractionRest, ThreadStarter, ReactionsRest, AttachmentSource, Protocol):
     """The REST calls made on a channel actor's behalf besides posting replies."""
+
+
+class IdentityRest(Protocol):
+    """Who the bot is, asked of Discord."""
+
+    async def get_current_user(self) -> dict[str, Any]:
+        """GET /users/@me."""
+        ...
+
+
+class HistoryRest(Protocol):
+    """A channel's history, read from Discord."""
+
+    async def get_channel_messages(
+        self,
+        channel_id: int,
+        *,
+        after: int | None = None,
+        before: int | None = None,
+        limit: int = 100,
+        background: bool = False,
+    ) -> list[dict[str, Any]]:
+        """GET /channels/{channel_id}/messages (`background`: after live answers)."""
+        ...
+
+
+class CatchUpRest(HistoryRest, Protocol):
+    """History read in the global limit's background lane, and slots held for answers."""
+
+    async def hold_slot_for_answer(self) -> None:
+        """Wait behind live answers, then hold a slot for the answer of a handed-over trigger."""
+        ...
+
+
+class RouterRest(InteractionRest, IdentityRest, Protocol):
+    """The REST calls the router makes or starts (identity, slash command registration, the
+    deferral of a slash answer its channel is late with)."""
+
+
+class ChannelWorker(Protocol):
+    """A channel's actor as the router sees it (`picortex.actors.channel.ChannelActor`)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Handle the channel's mailbox until idle."""
+        ...
+
+    def may_continue(self, author_id: Snowflake, now: float) -> bool:
+        """Whether a message from `author_id` at `now` could join an open request."""
+        ...
+
+
+class ChannelActorFactory(Protocol):
+    """Makes the actor of one channel around its mailbox (built by the app)."""
+
+    def __call__(
+        self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
+    ) -> ChannelWorker: ...
+
+
+class CatchUpClients(Protocol):
+    """What catch-up uses (SPEC 4): active channels, their history, trust, handled marks."""
+
+    @property
+    def settings(self) -> CurrentSettings:
+        """The settings in force (the window, the owner)."""
+        ...
+
+    @property
+    def events(self) -> EventSink:
+        """The action log."""
+        ...
+
+    @property
+    def store(self) -> CatchUpStore:
+        """Active channels, handled ids, the trust list."""
+        ...
+
+    @property
+    def rest(self) -> CatchUpRest:
+        """Channel history."""
+        ...
+
+    @property
+    def cache(self) -> FetchCooldown:
+        """The per-channel fetch cooldown."""
+        ...
+
+    @property
+    def handled(self) -> HandledLookup:
+        """Messages handled or in hand."""
+        ...
+
+    @property
+    def bot(self) -> BotIdentity:
+        """Who the bot is (its own messages are not caught up)."""
+        ...

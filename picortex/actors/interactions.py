@@ -29,6 +29,7 @@ from picortex.actors.failures import error_line
 from picortex.core import policy
 from picortex.core import slash as sl
 from picortex.core.split import split_reply
+from picortex.core.trust import is_trusted
 from picortex.errors import FatalDiscordError
 from picortex.types import EventSink, Interaction, Message, Snowflake
 
@@ -147,10 +148,8 @@ async def _claim(clients: InteractionClients, interaction: Interaction) -> str:
 
 def predicted_ephemeral(clients: InteractionClients, interaction: Interaction) -> bool:
     """Whether the answer will be private, judged before the channel handles it."""
-    settings = clients.settings()
-    user = interaction.user.id
-    trusted = user == settings.owner_id or clients.store.get_tier(user) is not None
-    if not trusted:
+    owner = clients.settings().owner_id
+    if not is_trusted(interaction.user.id, owner, clients.store.get_tier):
         return True
     name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
     return name != sl.Ask.NAME and clients.replies.reply_target(name) == "dm"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import traceback
 from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
@@ -19,11 +18,12 @@ import anthropic
 import attrs
 import trio
 
+from picortex.actors.clients import FaultCheck
+from picortex.actors.failures import failure_text
 from picortex.config import ModelTiers, Price
 from picortex.core import budget as budget_core
 from picortex.core.budget import Refusal, Reservation
 from picortex.core.personas import MODEL_TIERS
-from picortex.core.redact import redact
 from picortex.errors import FaultInjected, StreamCut
 from picortex.types import EventSink
 
@@ -41,8 +41,6 @@ DEFAULT_MAX_TOKENS: Final = 1024
 # The dearest built-in list price (Opus 5.5); charged when the price table is empty, so an
 # unknown model can never look free to the budget.
 FALLBACK_PRICE: Final = Price(4.0, 20.0)
-# The stored error text stays short enough for one log line and one database cell.
-ERROR_MAX_CHARS: Final = 500
 # Anthropic scales an image down to about 1,600 tokens at most; in prompt characters (about
 # four per token) that is what one image may cost, for the budget's worst case.
 IMAGE_WORST_CHARS: Final = 1600 * 4
@@ -80,14 +78,6 @@ class Budget(Protocol):
 
     def settle(self, held: Reservation, cost_usd: float) -> None:
         """Release a reservation made by `reserve` and record the real cost."""
-        ...
-
-
-class FaultCheck(Protocol):
-    """The `PICORTEX_FAULT_INJECT` hook (SPEC 12): raises when `llm:SUBSTRING` matches."""
-
-    def check(self, actor: str, content: str) -> None:
-        """Raise FaultInjected when a fault point for `actor` matches `content`."""
         ...
 
 
@@ -482,11 +472,9 @@ class LLMActor:
         error: str | None = None
         stack: str | None = None
         if failure is not None:
+            error, stack = failure_text(failure)
             if outcome == "timeout":
                 error = f"no answer within {request.timeout:g} s"
-            else:
-                error = redact(f"{type(failure).__name__}: {failure}")[:ERROR_MAX_CHARS]
-            stack = redact("".join(traceback.format_exception(failure)))
         fields: dict[str, object] = {
             "model": model,
             "stage": request.stage,

@@ -51,6 +51,10 @@ TIEBREAK_MAX_TOKENS: Final = 20  # a persona id, with room for stray quotes or a
 THREAD_NAME_MAX: Final = 100  # Discord's limit for a thread name
 THREAD_EXISTS_CODE: Final = 160004  # "A thread has already been created for this message"
 TIEBREAK_TEXT_IN_LOG: Final = 40  # how much of an unusable tiebreak answer the log keeps
+# How often observing a message looks for edited persona files (a few stats per look, and
+# trusted chatter comes by the hundred): an observation may match against a set this old.
+# An answer always looks, so an edit reaches the very next request.
+PERSONA_CHECK_SECONDS: Final = 1.0
 
 
 class PersonaIndex(Protocol):
@@ -124,13 +128,21 @@ class Placement:
     reply_to: Snowflake | None = None
 
 
-def current_personas(clients: PersonaIndex) -> PersonaSet | None:
-    """The configured personas (reloaded when the files changed), or None."""
+def current_personas(clients: PersonaIndex, *, observing: bool = False) -> PersonaSet | None:
+    """The configured personas (reloaded when the files changed), or None.
+
+    With `observing`, the files are looked at only when the last look (by anyone) is
+    PERSONA_CHECK_SECONDS old.
+    """
     loader = clients.personas
     if loader is None:
         return None
+    now = trio.current_time()
+    if observing and now - loader.looked_at < PERSONA_CHECK_SECONDS:
+        found = loader.current
+        return found if len(found) else None
     try:
-        if loader.reload_if_changed() is not None:
+        if loader.reload_if_changed(now) is not None:
             clients.events.emit("personas", action="reloaded", count=len(loader.current))
             for warning in loader.current.warnings:
                 logger.warning("%s", warning)
@@ -142,9 +154,10 @@ def current_personas(clients: PersonaIndex) -> PersonaSet | None:
     return found if len(found) else None
 
 
-def observe(clients: PersonaClients, msg: Message, text: str) -> list[PersonaMatch]:
-    """Match `text` against the personas and record every match as an observation."""
-    personas = current_personas(clients)
+def observe(clients: PersonaIndex, msg: Message, text: str) -> list[PersonaMatch]:
+    """Match `text` against the personas and record every match as an observation (the
+    router's trusted chatter and the channel actor's messages alike)."""
+    personas = current_personas(clients, observing=True)
     if personas is None:
         return []
     return record_matches(clients, personas, msg, text)
@@ -278,7 +291,7 @@ def reindex(clients: PersonaIndex, update: MessageUpdate) -> None:
     content = update.content
     if content is None:
         return  # an embed or pin update: the text did not change
-    personas = current_personas(clients)
+    personas = current_personas(clients, observing=True)
     matches = pcore.match(personas, content) if personas is not None else []
     now = time.time()
 

@@ -1,9 +1,9 @@
-"""What the channel side shares, wired once by the app: the settings in force, the bot's
-identity, the channels seen, the trigger log, and the `Pipeline` that holds them with the
-actors and clients channel-side code calls.
+"""What the router and the channel side share, wired once by the app: the settings in force,
+the bot's identity, the channels seen, the trigger log, and the `Pipeline`, the composition
+root that holds them with the actors and clients.
 
-Each user types the `Pipeline` by the narrow protocol of what it calls
-(`picortex.actors.clients`), so none depends on this whole object; posting lives in
+Nothing is typed by the `Pipeline` itself: the router, catch-up and each channel-side job
+take the narrow protocol of what they call (`picortex.actors.clients`); posting lives in
 `picortex.actors.replies`, failure recording in `picortex.actors.failures`.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import attrs
 
-from picortex.actors.clients import ChannelRest, FaultCheck
+from picortex.actors.clients import CatchUpRest, ChannelRest, FaultCheck, IdentityRest
 from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
@@ -26,6 +26,7 @@ from picortex.actors.llm import LLMActor
 from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
 from picortex.core import commands as cmds
+from picortex.core import trust
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store, StoreActor
@@ -41,19 +42,8 @@ ANSWER_TIMEOUT_SECONDS: Final = 60.0
 CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
 
 
-class Rest(ChannelRest, PostingRest, Protocol):
-    """The REST calls channel-side code makes (picortex.discord.rest.RestClient)."""
-
-    async def get_current_user(self) -> dict[str, Any]: ...
-
-    async def get_channel_messages(
-        self,
-        channel_id: int,
-        *,
-        after: int | None = None,
-        before: int | None = None,
-        limit: int = 100,
-    ) -> list[dict[str, Any]]: ...
+class Rest(ChannelRest, PostingRest, IdentityRest, CatchUpRest, Protocol):
+    """The REST calls the router, catch-up and channel side make (`RestClient`)."""
 
 
 @attrs.define
@@ -195,10 +185,11 @@ class TriggerBook:
 
 @attrs.define
 class Pipeline:
-    """The one object the app builds that provides every narrow client of the channel side
-    (`ChannelClients`, `PersonaClients`, `InteractionClients`, `PollClients`); the router
-    holds it whole. The reply poster, the failure recorder and the handled ledger are built
-    from the fields the app passes in."""
+    """The composition root of the message path: the one object the app builds that provides
+    every narrow client (`RouterClients`, `CatchUpClients`, `ChannelClients`,
+    `PersonaClients`, `InteractionClients`, `PollClients`); no code is typed by it whole.
+    The reply poster, the failure recorder and the handled ledger are built from the fields
+    the app passes in."""
 
     settings: SettingsSource
     store: StoreActor
@@ -266,11 +257,9 @@ class Pipeline:
         )
 
     def is_trusted(self, user_id: Snowflake) -> bool:
-        """Whether someone's words may be repeated to the model unmarked: the bot itself,
-        the owner or anyone on the trust list (an unreadable store trusts no one)."""
-        if user_id == self.bot.user_id or user_id == self.settings().owner_id:
-            return True
-        try:
-            return self.store.get_tier(user_id) is not None
-        except Exception:
-            return False
+        """Whether someone's words may be repeated to the model unmarked (context lines,
+        recall): the owner, anyone on the trust list, and the bot itself, whose own answers
+        are part of the conversation."""
+        return trust.is_trusted(
+            user_id, self.settings().owner_id, self.store.get_tier, bot_user_id=self.bot.user_id
+        )

@@ -15,26 +15,31 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import trio
 
-from picortex.actors import interactions, persona_answer
-from picortex.actors.channel import ChannelActor
-from picortex.actors.interactions import register_commands
-from picortex.actors.pipeline import Pipeline
-from picortex.core.attention import mode_for_chat
+from picortex.actors import chats, interactions, persona_answer
+from picortex.actors.clients import (
+    ChannelActorFactory,
+    ChannelBook,
+    ChannelWorker,
+    ContextFeed,
+    FaultCheck,
+    HandledBook,
+    RouterRest,
+    RouterStore,
+)
+from picortex.actors.interactions import InteractionClients, register_commands
+from picortex.actors.persona_answer import PersonaIndex
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
-from picortex.core.personas import PersonaSet
-from picortex.core.trust import should_ignore
+from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
-from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, RestartPolicy
+from picortex.runtime.supervisor import ChildSpec, RestartPolicy
 from picortex.store import Store
 from picortex.types import (
     ChannelCreate,
@@ -53,6 +58,9 @@ from picortex.types import (
     ThreadListSync,
 )
 
+if TYPE_CHECKING:
+    from picortex.actors.pipeline import BotIdentity
+
 logger = logging.getLogger(__name__)
 
 # Dispatches waiting for the router; a burst of this size is queued, beyond it counted.
@@ -68,21 +76,86 @@ ROUTER_BATCH: Final = 1024
 # How often chatter and routing counts go to the action log as one `ingest` event (when
 # anything arrived), and idle channels' mailboxes are released.
 INGEST_EVERY_SECONDS: Final = 60.0
-# How often trusted chatter decided inline looks for edited persona files (a few stats): an
-# answer always looks; an observation of chatter may match against a set this old.
-PERSONA_CHECK_SECONDS: Final = 1.0
+
+
+class RouterClients(InteractionClients, PersonaIndex, Protocol):
+    """What the router uses: what slash-command answers and persona bookkeeping use (it
+    starts both), and the cache, handled marks, registry and recall it feeds."""
+
+    @property
+    def store(self) -> RouterStore:
+        """Handled ids, trust list, chat config and recall."""
+        ...
+
+    @property
+    def rest(self) -> RouterRest:
+        """Who the bot is; registering slash commands, deferring their answers."""
+        ...
+
+    @property
+    def cache(self) -> ContextFeed:
+        """The context cache, fed with live events."""
+        ...
+
+    @property
+    def handled(self) -> HandledBook:
+        """Messages in hand and handled (SPEC 12)."""
+        ...
+
+    @property
+    def bot(self) -> BotIdentity:
+        """Who the bot is (set from READY)."""
+        ...
+
+    @property
+    def registry(self) -> ChannelBook:
+        """Channels and threads seen."""
+        ...
+
+    @property
+    def arrivals(self) -> dict[Snowflake, float]:
+        """When each message reached its mailbox (stamped here, taken by the actor)."""
+        ...
+
+    @property
+    def faults(self) -> FaultCheck | None:
+        """Fault points (tests only): with any, every message takes the mailbox's way."""
+        ...
+
+
+class ChannelSupervisor(Protocol):
+    """The dynamic supervisor of the channel actors (`DynamicSupervisor`)."""
+
+    def get(self, name: str) -> ChildSpec | None:
+        """The spec of the supervised child `name` (running or about to restart), or None."""
+        ...
+
+    async def start_child(self, spec: ChildSpec) -> object:
+        """Start a child and wait until it is ready."""
+        ...
 
 
 class Router:
-    """Routes gateway dispatches; see the module docstring."""
+    """Routes gateway dispatches; see the module docstring.
 
-    def __init__(self, pipe: Pipeline, channels: DynamicSupervisor) -> None:
-        self._pipe = pipe
+    Args:
+        clients: what the router reads and feeds (the app passes its `Pipeline`).
+        channels: the supervisor the channel actors run under.
+        channel_actor: makes a channel's actor around its mailbox.
+    """
+
+    def __init__(
+        self,
+        clients: RouterClients,
+        channels: ChannelSupervisor,
+        channel_actor: ChannelActorFactory,
+    ) -> None:
+        self._clients = clients
         self._channels = channels
+        self._new_actor = channel_actor
         self._inbox: Mailbox[tuple[str, Any, int | None]] = Mailbox(ROUTER_QUEUE, name="router")
         self._mailboxes: dict[Snowflake, Mailbox[Message | Interaction]] = {}
-        self._actors: dict[Snowflake, ChannelActor] = {}  # the latest actor of each mailbox
-        self._personas_checked = -math.inf
+        self._actors: dict[Snowflake, ChannelWorker] = {}  # the latest actor of each mailbox
         self.replays_dropped = 0
         # The gateway's seq of the dispatch being handed over (set by the app): kept with each
         # message in hand, so the persisted session resumes before anything not yet final.
@@ -117,7 +190,7 @@ class Router:
         ):
             return
         if not self._inbox.send_nowait((name, data, seq)):
-            self._pipe.events.emit(
+            self._clients.events.emit(
                 "error", scope="router", message=f"router queue full: {name} dropped"
             )
 
@@ -126,7 +199,7 @@ class Router:
         found: list[dict[str, object]] = []
         for cid, mb in self._mailboxes.items():
             if mb.depth or self._channels.get(f"channel-{cid}") is not None:
-                channel = self._pipe.registry.get(cid)
+                channel = self._clients.registry.get(cid)
                 name = channel.name if channel is not None and channel.name else "dm"
                 found.append({"channel_id": str(cid), "name": name, "depth": mb.depth})
         return found
@@ -163,7 +236,7 @@ class Router:
         counts = (self.chatter, self.delivered)
         chatter, delivered = (c - r for c, r in zip(counts, self._reported, strict=True))
         if chatter or delivered:
-            self._pipe.events.emit(
+            self._clients.events.emit(
                 "ingest",
                 chatter=chatter,
                 delivered=delivered,
@@ -201,7 +274,7 @@ class Router:
                 name, data, seq = await inbox.receive()
             finally:
                 self._waiting = False
-            self._pipe.settings.refresh()
+            self._clients.settings.refresh()
             await self._route(name, data, seq)
             inbox.done()
             # In a burst, take what queued up meanwhile without a scheduler round per dispatch
@@ -219,36 +292,36 @@ class Router:
         try:
             await self._route_event(name, data, seq)
         finally:
-            self._pipe.handled.routed(seq)
+            self._clients.handled.routed(seq)
 
     async def _route_event(self, name: str, data: Any, seq: int | None) -> None:
-        pipe = self._pipe
+        clients = self._clients
         event = normalize(name, data)
         if event is None:
             return
         if isinstance(event, NormalizeError):
-            pipe.events.emit(
+            clients.events.emit(
                 "error", scope="normalize", event_name=event.event, message=event.reason
             )
             return
         if isinstance(event, Message):
-            if event.author.id == pipe.bot.user_id:
+            if event.author.id == clients.bot.user_id:
                 # Our own replies feed the context and recall (SPEC 8); the pipeline would
                 # ignore them anyway (SPEC 5 step 1), so they cost no mailbox hop.
-                pipe.cache.on_message(event)
+                clients.cache.on_message(event)
                 if name == "MESSAGE_CREATE":
                     self._remember_answer(event)
                 return
-            store = pipe.store
+            store = clients.store
             seen = store.seen(event.id)
             if seen is None:  # an id older than memory holds: only SQLite knows
                 seen = await store.was_handled(event.id)
             if name == "MESSAGE_CREATE" and self._decide_chatter(event, seen):
                 return
-            if seen or not pipe.handled.take(event.id, seq):
+            if seen or not clients.handled.take(event.id, seq):
                 self.replays_dropped += 1
                 if name == "MESSAGE_CREATE":
-                    pipe.events.emit(
+                    clients.events.emit(
                         "decision",
                         message_id=event.id,
                         channel_id=event.channel_id,
@@ -260,80 +333,80 @@ class Router:
                 return
             # In hand: marked handled (persisted with the store's next group) only once its
             # decision is final, so a kill before that leaves it to be handled again.
-            pipe.cache.on_message(event)
+            clients.cache.on_message(event)
             await self._deliver(event)
         elif isinstance(event, Interaction):
             # A replayed interaction was answered (or is past answering) already: handled
             # once taken (its token lasts minutes, a restart's replay comes after).
-            store = pipe.store
+            store = clients.store
             seen = store.seen(event.id)
             if seen is None:
                 seen = await store.was_handled(event.id)
-            if seen or not pipe.handled.take(event.id, seq):
+            if seen or not clients.handled.take(event.id, seq):
                 self.replays_dropped += 1
             else:
-                pipe.handled.finish((event.id,), event.channel_id, event.guild_id)
+                clients.handled.finish((event.id,), event.channel_id, event.guild_id)
                 if event.type == InteractionType.APPLICATION_COMMAND:
                     interactions.expect(
-                        pipe,
+                        clients,
                         event,
-                        ephemeral=interactions.predicted_ephemeral(pipe, event),
+                        ephemeral=interactions.predicted_ephemeral(clients, event),
                         arrived=trio.current_time(),
                     )
                 await self._deliver(event)
         elif isinstance(event, MessageUpdate):
-            pipe.cache.on_update(event)
+            clients.cache.on_update(event)
             # Recall must never show the text as it was before an edit.
-            persona_answer.reindex(pipe, event)
+            persona_answer.reindex(clients, event)
         elif isinstance(event, MessageDelete):
-            pipe.cache.on_delete(event)
+            clients.cache.on_delete(event)
             # A deleted message (a pasted secret, say) must not come back in a recall.
-            persona_answer.forget(pipe, [event.id])
+            persona_answer.forget(clients, [event.id])
         elif isinstance(event, MessageDeleteBulk):
             # A purge: the messages leave the cache and memory with their observations.
-            pipe.cache.on_delete(event)
-            persona_answer.forget(pipe, event.ids)
+            clients.cache.on_delete(event)
+            persona_answer.forget(clients, event.ids)
         elif isinstance(event, ChannelDelete):
             self._channel_deleted(event)
         elif isinstance(event, ReactionEvent):
             self._reaction(event)
         elif isinstance(event, Ready):
-            pipe.bot.user_id = event.user.id
-            pipe.bot.username = event.user.username
+            clients.bot.user_id = event.user.id
+            clients.bot.username = event.user.username
             # A new session (not a RESUME): events may have been missed since the last one.
-            pipe.handled.new_session()
-            pipe.cache.on_session_start()
-            if pipe.spawn is not None and self.catch_up is not None:
-                pipe.spawn(self.catch_up)
-            if event.application_id is not None and pipe.spawn is not None:
-                pipe.spawn(register_commands, pipe, event.application_id)
+            clients.handled.new_session()
+            clients.cache.on_session_start()
+            if clients.spawn is not None and self.catch_up is not None:
+                clients.spawn(self.catch_up)
+            if event.application_id is not None and clients.spawn is not None:
+                clients.spawn(register_commands, clients, event.application_id)
         elif isinstance(event, GuildCreate):
             for channel in (*event.channels, *event.threads):
-                pipe.registry.add(channel)
+                clients.registry.add(channel)
         elif isinstance(event, ChannelCreate):
-            pipe.registry.add(event.channel)
+            clients.registry.add(event.channel)
         elif isinstance(event, ThreadListSync):
             for thread in event.threads:
-                pipe.registry.add(thread)
+                clients.registry.add(thread)
 
     def _route_chatter_now(self, data: Any, seq: int | None) -> bool:
         """Decide a MESSAGE_CREATE inline if it is chatter; False: the task must route it."""
-        pipe = self._pipe
+        clients = self._clients
         event = normalize("MESSAGE_CREATE", data)
-        if type(event) is not Message or event.author.id == pipe.bot.user_id:
+        if type(event) is not Message or event.author.id == clients.bot.user_id:
             return False
-        seen = pipe.store.seen(event.id)
+        seen = clients.store.seen(event.id)
         if seen is None:  # only SQLite knows: the task asks it
             return False
-        pipe.settings.refresh()
+        clients.settings.refresh()
         if not self._decide_chatter(event, seen):
             return False
-        pipe.handled.routed(seq)
+        clients.handled.routed(seq)
         return True
 
     def _decide_chatter(self, event: Message, seen: bool) -> bool:
         """Decide a MESSAGE_CREATE here if it is chatter (a replay of it included)."""
-        pipe = self._pipe
+        clients = self._clients
         chatter = self._chatter(event)
         if chatter is _STRANGER_CHATTER:
             # Decided here: counted, fed to the context, never logged one by one and never
@@ -341,12 +414,12 @@ class Router:
             if seen:
                 self.replays_dropped += 1
                 return True
-            pipe.store.note_seen(event.id)
+            clients.store.note_seen(event.id)
             self.chatter += 1
-            pipe.cache.on_message(event)
+            clients.cache.on_message(event)
             return True
-        if chatter is _TRUSTED_CHATTER and not seen and not pipe.handled.known(event.id):
-            pipe.cache.on_message(event)
+        if chatter is _TRUSTED_CHATTER and not seen and not clients.handled.known(event.id):
+            clients.cache.on_message(event)
             self._trusted_chatter(event)
             return True
         return False
@@ -354,12 +427,12 @@ class Router:
     async def _learn_identity(self) -> None:
         """Who the bot is, before routing: READY says so, but a restarted process that RESUMEd
         its session gets no READY, and replayed messages must still see their mentions."""
-        bot = self._pipe.bot
+        bot = self._clients.bot
         if bot.user_id is not None:
             return
         with trio.move_on_after(IDENTITY_TIMEOUT_SECONDS):
             try:
-                me = await self._pipe.rest.get_current_user()
+                me = await self._clients.rest.get_current_user()
                 bot.user_id = int(me["id"])
                 bot.username = str(me.get("username") or bot.username)
             except Exception as exc:
@@ -372,23 +445,23 @@ class Router:
 
         `on_taken` runs once it is taken, before its channel can decide it (the log's order).
         """
-        if not self._pipe.handled.take(message.id, None):
+        if not self._clients.handled.take(message.id, None):
             return False
         if on_taken is not None:
             on_taken()
-        self._pipe.cache.on_message(message)
+        self._clients.cache.on_message(message)
         await self._deliver(message)
         return True
 
     def _channel_deleted(self, event: ChannelDelete) -> None:
         """A channel or thread is gone: forget it (and its threads) in registry, cache, memory."""
-        pipe = self._pipe
-        gone = pipe.registry.remove(event.id)
+        clients = self._clients
+        gone = clients.registry.remove(event.id)
         for channel_id in gone:
-            pipe.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
+            clients.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
             # Queued for the store's next group; nothing is left to catch up there either.
-            pipe.store.submit(functools.partial(_forget_channel, channel_id=channel_id))
-        pipe.events.emit(
+            clients.store.submit(functools.partial(_forget_channel, channel_id=channel_id))
+        clients.events.emit(
             "channel-delete",
             channel_id=event.id,
             guild_id=event.guild_id,
@@ -405,25 +478,13 @@ class Router:
         """
         if message.guild_id is None:
             return _NOT_CHATTER  # a DM always addresses the bot
-        pipe = self._pipe
-        settings = pipe.settings()
-        author = message.author.id
-        trusted = author == settings.owner_id or pipe.store.get_tier(author) is not None
-        own = pipe.store.get_chat_config(message.channel_id)
-        parent = None
-        if own is None:
-            parent_id = pipe.registry.parent_of(message.channel_id)
-            if parent_id is not None:
-                parent = pipe.store.get_chat_config(parent_id)
-        mode = mode_for_chat(
-            own.attention_mode if own is not None else None,
-            parent.attention_mode if parent is not None else None,
-            False,
-            settings.attention,
-        )
-        if not is_chatter(message, bot_user_id=pipe.bot.user_id, trusted=False, mode=mode):
+        clients = self._clients
+        settings = clients.settings()
+        mode = chats.attention_mode(clients.store, clients.registry, message, settings.attention)
+        if not is_chatter(message, bot_user_id=clients.bot.user_id, trusted=False, mode=mode):
             return _NOT_CHATTER
-        if not trusted:
+        # The bot's own messages never get here (routed before as answers).
+        if not is_trusted(message.author.id, settings.owner_id, clients.store.get_tier):
             return _STRANGER_CHATTER
         return _TRUSTED_CHATTER if self._decides_trusted_chatter(message, mode) else _NOT_CHATTER
 
@@ -438,10 +499,10 @@ class Router:
         on, every message goes the mailbox's way; so does a message without text, which an
         attention rule of its own weighs (attachments only: answered in `always` alone).
         """
-        pipe = self._pipe
-        if mode not in QUIET_MODES or pipe.faults or not message.text.strip():
+        clients = self._clients
+        if mode not in QUIET_MODES or clients.faults or not message.text.strip():
             return False
-        if should_ignore(message, pipe.bot.user_id) is not None:
+        if should_ignore(message, clients.bot.user_id) is not None:
             return False
         mailbox = self._mailboxes.get(message.channel_id)
         if mailbox is None:
@@ -457,55 +518,26 @@ class Router:
         What its channel actor would do (SPEC 5, 8), less the mailbox hop, the task switch and
         the `decision` line: chatter nobody addressed to the bot is counted, not logged.
         """
-        pipe = self._pipe
+        clients = self._clients
         self.chatter += 1
         self.trusted_chatter += 1
-        self._remember(message, message.text)
-        personas = self._personas()
-        if personas is not None:
-            text = strip_mention(message.text, pipe.bot.user_id)
-            persona_answer.record_matches(pipe, personas, message, text)
-        pipe.handled.finish((message.id,), message.channel_id, message.guild_id)
-
-    def _personas(self) -> PersonaSet | None:
-        """The personas, looking for edited files at most every PERSONA_CHECK_SECONDS."""
-        loader = self._pipe.personas
-        if loader is None:
-            return None
-        now = trio.current_time()
-        if now - self._personas_checked >= PERSONA_CHECK_SECONDS:
-            self._personas_checked = now
-            return persona_answer.current_personas(self._pipe)
-        found = loader.current
-        return found if len(found) else None
+        chats.remember(clients.store, message, message.text)
+        if clients.personas is not None:
+            text = strip_mention(message.text, clients.bot.user_id)
+            persona_answer.observe(clients, message, text)
+        clients.handled.finish((message.id,), message.channel_id, message.guild_id)
 
     def _remember_answer(self, message: Message) -> None:
         """Store one of the bot's own answers for recall."""
-        self._remember(message, message.content)
-
-    def _remember(self, message: Message, content: str) -> None:
-        """Store a message for recall (queued for the store's next group)."""
-        try:
-            self._pipe.store.add_memory_message(
-                message_id=message.id,
-                channel_id=message.channel_id,
-                guild_id=message.guild_id,
-                author_id=message.author.id,
-                author_name=message.author.display_name,
-                content=content,
-                created_at=time.time(),
-            )
-        except Exception:
-            logger.exception("could not store message %s for recall", message.id)
+        chats.remember(self._clients.store, message, message.content)
 
     def _reaction(self, event: ReactionEvent) -> None:
-        pipe = self._pipe
-        settings = pipe.settings()
-        trusted = (settings.owner_id is not None and event.user_id == settings.owner_id) or (
-            pipe.store.get_tier(event.user_id) is not None
-        )
-        if trusted and event.user_id != pipe.bot.user_id:
-            pipe.events.emit(
+        clients = self._clients
+        owner = clients.settings().owner_id
+        # The bot's own reactions (a poll's seeded options) are not logged.
+        trusted = is_trusted(event.user_id, owner, clients.store.get_tier)
+        if trusted and event.user_id != clients.bot.user_id:
+            clients.events.emit(
                 "reaction",
                 action="add" if event.added else "remove",
                 message_id=event.message_id,
@@ -521,12 +553,12 @@ class Router:
             mailbox = Mailbox(CHANNEL_MAILBOX, name=f"channel-{channel_id}")
             self._mailboxes[channel_id] = mailbox
         # Stamped before queueing: the continuation window counts from arrival.
-        self._pipe.arrivals[message.id] = trio.current_time()
+        self._clients.arrivals[message.id] = trio.current_time()
         self.delivered += 1
         if not mailbox.send_nowait(message):
-            self._pipe.arrivals.pop(message.id, None)
-            self._pipe.handled.release([message.id])
-            self._pipe.events.emit(
+            self._clients.arrivals.pop(message.id, None)
+            self._clients.handled.release([message.id])
+            self._clients.events.emit(
                 "error",
                 scope="mailbox",
                 channel_id=channel_id,
@@ -542,7 +574,7 @@ class Router:
         """Start the channel's actor unless it is running."""
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:
-            actor = ChannelActor(channel_id, mailbox, self._pipe)
+            actor = self._new_actor(channel_id, mailbox)
             self._actors[channel_id] = actor
             spec = ChildSpec(name, actor.run, restart=RestartPolicy.TRANSIENT, mailbox=mailbox)
             try:

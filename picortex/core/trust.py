@@ -6,7 +6,7 @@ Tiers are ordered `user < trusted < admin`; the owner is always admin.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from picortex.types import Message, Snowflake
@@ -53,6 +53,28 @@ def tier_of(
     if owner_id is not None and user_id == owner_id:
         return Tier.ADMIN
     return Tier.parse(trust_lookup.get(user_id))
+
+
+def is_trusted(
+    user_id: Snowflake,
+    owner_id: Snowflake | None,
+    tier_lookup: Callable[[int], str | None],
+    *,
+    bot_user_id: Snowflake | None = None,
+) -> bool:
+    """Whether `user_id` is trusted (SPEC 3): the owner or anyone on the trust list; with
+    `bot_user_id`, the bot itself too (its own words count where they are repeated).
+
+    `tier_lookup` reads the trust list (`get_tier`); a list that cannot be read trusts no one.
+    """
+    if owner_id is not None and user_id == owner_id:
+        return True
+    if bot_user_id is not None and user_id == bot_user_id:
+        return True
+    try:
+        return tier_lookup(user_id) is not None
+    except Exception:  # fail closed: an unreadable trust list lets nobody's words through
+        return False
 
 
 def required_tier(command: str) -> Tier:

@@ -2,6 +2,13 @@
 
 No I/O and no clock: every method takes `now`. The REST client (`discord.rest`) does the
 waiting and the sending around these counters; the numbers are from Discord's rate-limits doc.
+
+The global limit has two lanes: the foreground (answers, typing, interaction responses,
+anything a person is waiting for) and the background (catch-up's history fetches), which
+takes a slot only when no foreground request waits and FOREGROUND_RESERVE slots stay free,
+and goes first once it has waited BACKGROUND_PATIENCE, so it is late but never starved.
+Catch-up also holds a slot in that lane for each missed trigger it hands over, so the answers
+it causes come out of what the foreground leaves free.
 """
 
 from __future__ import annotations
@@ -17,6 +24,18 @@ GLOBAL_WINDOW: Final = 1.0
 # What we allow ourselves of it: headroom for what our clock cannot see (clock granularity,
 # a proxy's own counting) costs 4% of the rate and keeps us clear of a global 429.
 GLOBAL_BUDGET: Final = 48
+# What background requests leave to the foreground: a burst of answers that starts while
+# catch-up reads history still finds this many slots free at once (a sixth of the budget).
+FOREGROUND_RESERVE: Final = 8
+# The longest a background request gives way: then it takes the next free slot before any
+# foreground request, so a steady stream of answers delays catch-up but cannot stop it.
+BACKGROUND_PATIENCE: Final = 5.0
+# A slot held for a caught-up trigger's answer is given back unused after this: by then the
+# answer is posted (the model is quick) or comes later on a slot of its own.
+HELD_SLOT_SECONDS: Final = 2.0
+# At most ten background grants a second: when a full window expires at once, the slots it
+# frees must not all go to catch-up, whose answers would then come back as one burst.
+BACKGROUND_SPACING: Final = 0.1
 # Discord bans an IP for a while after 10,000 invalid requests (401, 403, 429) in 10 minutes.
 INVALID_WINDOW: Final = 600.0
 # Refuse to send well before the ban: a bot that has burned 8,000 is broken, not busy.
@@ -169,6 +188,20 @@ class Buckets:
                 del self._buckets[key]
 
 
+class GlobalWaiter:
+    """A request waiting for a global slot: its lane and since when it waits."""
+
+    __slots__ = ("background", "since")
+
+    def __init__(self, since: float, *, background: bool) -> None:
+        self.since = since
+        self.background = background
+
+    def overdue(self, now: float) -> bool:
+        """A background request that has given way for BACKGROUND_PATIENCE goes first now."""
+        return self.background and now >= self.since + BACKGROUND_PATIENCE
+
+
 class GlobalLimit:
     """The global limit, counted from when a request is sent until GLOBAL_WINDOW after its answer.
 
@@ -176,34 +209,139 @@ class GlobalLimit:
     comes back. So a request holds its slot while in flight and for GLOBAL_WINDOW after its
     answer: a new request then arrives at least GLOBAL_WINDOW after every request it is not
     counted with, whatever the network's delays.
+
+    Who may take a free slot (see the module's docstring for the lanes): an overdue background
+    request first; else a foreground one; else a background or optional (typing) one if no
+    foreground request waits and FOREGROUND_RESERVE slots stay free, a background one also
+    no sooner than BACKGROUND_SPACING after the previous. A foreground request registers
+    (`wait`) only once it has to wait; a background one always does, so its patience is
+    counted.
+
+    A slot may also be held (`hold`) in the background lane for an answer about to be made
+    (catch-up hands a missed trigger over): the next foreground request takes it, or it is
+    given back unused after HELD_SLOT_SECONDS. Nothing was sent on it, so it is simply free
+    again then.
     """
 
     def __init__(self) -> None:
         self._answered: collections.deque[float] = collections.deque()
         self._in_flight = 0
+        # When each held slot is given back unused, oldest first.
+        self._held: collections.deque[float] = collections.deque()
         self.blocked_until = -math.inf
+        self._foreground_waiting = 0
+        # In arrival order, so the first is the one that becomes overdue first.
+        self._background: dict[GlobalWaiter, None] = {}
+        # The background lane's next grant, BACKGROUND_SPACING after its last.
+        self._background_next = -math.inf
 
-    def try_take(self, now: float) -> bool:
-        """Take a slot if one is free right now (and no global 429 is pending)."""
+    def wait(self, now: float, *, background: bool = False) -> GlobalWaiter:
+        """Register a request that waits for a slot; `leave` it when it has one or gives up."""
+        waiter = GlobalWaiter(now, background=background)
+        if background:
+            self._background[waiter] = None
+        else:
+            self._foreground_waiting += 1
+        return waiter
+
+    def leave(self, waiter: GlobalWaiter, now: float) -> bool:
+        """`waiter` took its slot or gave up; True if the others may go now (wake them)."""
+        if waiter.background:
+            del self._background[waiter]
+            # An overdue request held the foreground back.
+            return waiter.overdue(now)
+        self._foreground_waiting -= 1
+        # The last waiting foreground request held the background back.
+        return self._foreground_waiting == 0 and bool(self._background)
+
+    def try_take(
+        self, now: float, waiter: GlobalWaiter | None = None, *, optional: bool = False
+    ) -> bool:
+        """Take a slot if one is free right now for `waiter` (None: a foreground request).
+
+        A foreground request takes a held slot first. An `optional` one (typing, cosmetic)
+        never does, and goes only when the background lane could: it never takes a slot an
+        answer waits for or one of the FOREGROUND_RESERVE kept for answers.
+        """
         if now < self.blocked_until:
             return False
-        answered = self._answered
-        # The same sum as `next_free`, so waking at it always frees the slot.
-        while answered and answered[0] + GLOBAL_WINDOW <= now:
-            answered.popleft()
-        if self._in_flight + len(answered) < GLOBAL_BUDGET:
+        used = self._used(now)
+        background = waiter is not None and waiter.background
+        if self._held and not background and not optional:
+            self._held.popleft()
             self._in_flight += 1
             return True
-        return False
+        if optional:
+            allowed = self._background_may_go(now, used, spaced=False)
+        else:
+            allowed = self._may_go(now, waiter, used)
+        if used >= GLOBAL_BUDGET or not allowed:
+            return False
+        if background:
+            self._background_next = now + BACKGROUND_SPACING
+        self._in_flight += 1
+        return True
+
+    def hold(self, now: float, waiter: GlobalWaiter) -> bool:
+        """Hold a slot for an answer about to be made, if the background lane may go now."""
+        if now < self.blocked_until:
+            return False
+        used = self._used(now)
+        if used >= GLOBAL_BUDGET or not self._may_go(now, waiter, used):
+            return False
+        self._background_next = now + BACKGROUND_SPACING
+        self._held.append(now + HELD_SLOT_SECONDS)
+        return True
+
+    def _used(self, now: float) -> int:
+        """Slots in use at `now`: in flight, answered within the window, and held."""
+        answered = self._answered
+        # The same sums as `next_free`, so waking at it always frees the slot.
+        while answered and answered[0] + GLOBAL_WINDOW <= now:
+            answered.popleft()
+        held = self._held
+        while held and held[0] <= now:
+            held.popleft()
+        return self._in_flight + len(answered) + len(held)
+
+    def _may_go(self, now: float, waiter: GlobalWaiter | None, used: int) -> bool:
+        """Whether `waiter`'s lane may have a free slot now (see the class docstring)."""
+        if waiter is None or not waiter.background:
+            return not self._overdue(now)
+        return waiter.overdue(now) or self._background_may_go(now, used, spaced=True)
+
+    def _background_may_go(self, now: float, used: int, *, spaced: bool) -> bool:
+        """No foreground request waits, none is overdue, the reserve stays free, and (if
+        `spaced`) BACKGROUND_SPACING has passed since the background lane's last grant."""
+        return (
+            self._foreground_waiting == 0
+            and not self._overdue(now)
+            and used < GLOBAL_BUDGET - FOREGROUND_RESERVE
+            and (not spaced or now >= self._background_next)
+        )
+
+    def _overdue(self, now: float) -> bool:
+        oldest = next(iter(self._background), None)
+        return oldest is not None and oldest.overdue(now)
 
     def next_free(self) -> float:
-        """When the oldest answered slot leaves the window (inf: only an answer frees one)."""
-        return self._answered[0] + GLOBAL_WINDOW if self._answered else math.inf
+        """When the next slot frees by itself: the oldest answer leaves the window or a held
+        slot is given back (inf: only an answer frees one)."""
+        answered = self._answered[0] + GLOBAL_WINDOW if self._answered else math.inf
+        return min(answered, self._held[0]) if self._held else answered
+
+    def next_chance(self, waiter: GlobalWaiter, now: float) -> float:
+        """When `waiter` should look again, unless woken: a slot frees, the background lane's
+        spacing ends, or `waiter` becomes overdue."""
+        if waiter.background and not waiter.overdue(now):
+            spaced = self._background_next if self._background_next > now else math.inf
+            return min(self.next_free(), spaced, waiter.since + BACKGROUND_PATIENCE)
+        return self.next_free()
 
     def release(self, now: float) -> bool:
         """A request's answer (or failure) is in; True if waiters had no expiry to wait for."""
         self._in_flight -= 1
-        wake = not self._answered
+        wake = not self._answered and not self._held
         self._answered.append(now)
         return wake
 

@@ -269,8 +269,12 @@ class RestClient:
         after: int | None = None,
         before: int | None = None,
         limit: int = 100,
+        background: bool = False,
     ) -> list[dict[str, Any]]:
-        """Up to `limit` (1-100) messages of a channel, newest first, as Discord sends them."""
+        """Up to `limit` (1-100) messages of a channel, newest first, as Discord sends them.
+
+        A `background` read (catch-up's) gives way to answers within the global limit.
+        """
         if after is not None and before is not None:
             raise ValueError("after and before are mutually exclusive")
         params = {"limit": str(min(100, max(1, limit)))}
@@ -283,6 +287,7 @@ class RestClient:
             "/channels/{channel_id}/messages",
             f"/channels/{channel_id}/messages",
             params=params,
+            background=background,
         )
         return _as_list(result)
 
@@ -449,11 +454,13 @@ class RestClient:
         *,
         params: Mapping[str, str] | None = None,
         optional: bool = False,
+        background: bool = False,
         on_sent: Callable[[], None] | None = None,
     ) -> Any:
         """Send one request, honouring every limit; retry 429s and 5xx as SPEC 4 says.
 
-        An `optional` request is dropped (None) rather than wait for the global limit.
+        An `optional` request is dropped (None) rather than wait for the global limit; a
+        `background` one waits in the global limit's background lane (`discord.ratelimit`).
         """
         route = f"{method} {template}"
         major = major_parameter(path)
@@ -475,8 +482,8 @@ class RestClient:
             slot = False
             try:
                 if not optional:
-                    await self._global_slot()
-                elif not self._global.try_take(trio.current_time()):
+                    await self._global_slot(background)
+                elif not self._global.try_take(trio.current_time(), optional=True):
                     return None  # the bucket reservation is returned below
                 slot = True
                 self._check_allowed()
@@ -667,27 +674,66 @@ class RestClient:
         if bucket is not None:
             self._notify(bucket)
 
-    async def _global_slot(self) -> None:
+    async def hold_slot_for_answer(self) -> None:
+        """Wait for the global limit's background lane, then hold a slot for an answer.
+
+        Catch-up calls it before handing a missed trigger over, so the answers it causes are
+        paced by what the foreground leaves free instead of crowding out live answers. The
+        next foreground request takes the held slot, or it is given back unused after
+        `ratelimit.HELD_SLOT_SECONDS`.
+        """
+        limit = self._global
+        waiter = limit.wait(trio.current_time(), background=True)
+        try:
+            while True:
+                now = trio.current_time()
+                if now < limit.blocked_until:
+                    await trio.sleep_until(limit.blocked_until)
+                    continue
+                if limit.hold(now, waiter):
+                    return
+                with trio.move_on_at(limit.next_chance(waiter, now)):
+                    await self._global_freed.wait()
+        finally:
+            if limit.leave(waiter, trio.current_time()):
+                self._wake_global()
+
+    async def _global_slot(self, background: bool) -> None:
         """Wait until sending keeps us under the global limit, then take a slot."""
         limit = self._global
-        while True:
-            now = trio.current_time()
-            if now < limit.blocked_until:
-                await trio.sleep_until(limit.blocked_until)
-                continue
-            if limit.try_take(now):
-                return
-            # Full: the oldest answer leaves the window, or an answer comes back and its
-            # slot starts its last second.
-            with trio.move_on_at(limit.next_free()):
-                await self._global_freed.wait()
+        now = trio.current_time()
+        # A background request waits in line from the start (its patience counts from
+        # here); a foreground one only once it finds no free slot.
+        waiter = limit.wait(now, background=True) if background else None
+        try:
+            while True:
+                now = trio.current_time()
+                if now < limit.blocked_until:
+                    await trio.sleep_until(limit.blocked_until)
+                    continue
+                if limit.try_take(now, waiter):
+                    return
+                if waiter is None:
+                    waiter = limit.wait(now)
+                # Full, or not our lane's turn: the oldest answer leaves the window, an
+                # answer comes back and its slot starts its last second, a waiter ahead
+                # leaves, or (background) our patience ends.
+                with trio.move_on_at(limit.next_chance(waiter, now)):
+                    await self._global_freed.wait()
+        finally:
+            if waiter is not None and limit.leave(waiter, trio.current_time()):
+                self._wake_global()
 
     def _global_release(self) -> None:
         """A request's answer (or failure) is in: its slot lasts one more GLOBAL_WINDOW."""
         if self._global.release(trio.current_time()):
             # Waiters had no expiry to wait for; with answers queued they already have one.
-            self._global_freed.set()
-            self._global_freed = trio.Event()
+            self._wake_global()
+
+    def _wake_global(self) -> None:
+        """Wake every task waiting for a global slot to look again."""
+        self._global_freed.set()
+        self._global_freed = trio.Event()
 
 
 # ---- helpers ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ The parsing and every rule about what the files mean is pure, in `picortex.core.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from picortex.core.personas import AGENTS_FILE, PROFILES_DIR, PersonaSet, parse_agents
@@ -46,6 +47,12 @@ class PersonaLoader:
         self._home = home
         self._stamp: tuple[tuple[str, int, int], ...] | None = None
         self._current = PersonaSet((), str(home / AGENTS_FILE))
+        self._looked_at = -math.inf
+
+    @property
+    def looked_at(self) -> float:
+        """When `reload_if_changed` last looked at the files, on its caller's clock."""
+        return self._looked_at
 
     @property
     def current(self) -> PersonaSet:
@@ -77,13 +84,18 @@ class PersonaLoader:
         self._current = load_personas(self._home)
         return self._current
 
-    def reload_if_changed(self) -> PersonaSet | None:
+    def reload_if_changed(self, now: float | None = None) -> PersonaSet | None:
         """The new set when a file changed since the last load, else None.
+
+        `now` (the caller's clock) is kept as `looked_at`, for callers that look at most so
+        often.
 
         Raises:
             ConfigError: the changed files are not valid; the previous set stays current and
                 the same bad edit is not reported again.
         """
+        if now is not None:
+            self._looked_at = now
         if self._snapshot() == self._stamp:
             return None
         return self.load()

@@ -541,7 +541,7 @@ class Panel:
             prompt_path=prompt_path,
             poll_enabled=settings.poll_enabled,
             poll_seconds=settings.poll_seconds,
-            config_values=_config_values(settings),
+            config_values=config_mod.runtime_values(settings),
             parse_config_value=config_mod.parse_runtime_value,
             format_config_value=config_mod.format_value,
             requester_id=settings.owner_id,  # the panel acts as the owner (SPEC 13)
@@ -647,16 +647,6 @@ def _hunks(patch: str) -> str:
     lines = patch.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
     return "\n".join(lines[start:])
-
-
-def _config_values(settings: config_mod.Settings) -> dict[str, str]:
-    values: dict[str, str] = {}
-    for key in config_mod.RUNTIME_KEYS:
-        try:
-            values[key] = config_mod.format_value(settings.value_of(key))
-        except ConfigError:
-            logger.debug("config key %s has no readable value", key)
-    return values
 
 
 def panel_for_bot(bot: Bot) -> Panel:

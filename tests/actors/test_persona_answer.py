@@ -9,6 +9,8 @@ from typing import Any, cast
 
 import attrs
 import pytest
+import trio
+import trio.testing
 
 from picortex.actors import persona_answer
 from picortex.actors.llm import LLMRequest, LLMResult
@@ -185,6 +187,22 @@ def remember(store: Store, msg: Message, at: float) -> None:
 # -- recall ---------------------------------------------------------------------------------
 
 
+async def test_observing_looks_for_edited_files_at_most_once_a_second_an_answer_always(
+    tmp_path: Path, store: Store, autojump_clock: trio.testing.MockClock
+) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    assert persona_answer.current_personas(pipe, observing=True) is not None  # looks
+    (tmp_path / "agents.yaml").write_text(AGENTS.replace("insomnia", "insomnia, snoring"))
+    seen = persona_answer.current_personas(pipe, observing=True)
+    assert seen is not None and "snoring" not in seen.get("sleep").domain_triggers
+    answering = persona_answer.current_personas(pipe)
+    assert answering is not None and "snoring" in answering.get("sleep").domain_triggers
+    (tmp_path / "agents.yaml").write_text(AGENTS)
+    await trio.sleep(persona_answer.PERSONA_CHECK_SECONDS)
+    later = persona_answer.current_personas(pipe, observing=True)
+    assert later is not None and "snoring" not in later.get("sleep").domain_triggers
+
+
 async def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text(
     tmp_path: Path, store: Store
 ) -> None:
@@ -304,6 +322,20 @@ async def test_single_match_opens_a_thread_and_posts_there(tmp_path: Path, store
     assert pipe.registry.is_thread(50)  # known at once, before THREAD_CREATE arrives
     done = sink.of("persona.responded")
     assert done[0]["thread_id"] == 50 and done[0]["posted"] == [9001]
+
+
+async def test_an_answer_sees_a_persona_file_edited_since_the_last_observation(
+    tmp_path: Path, store: Store, autojump_clock: trio.testing.MockClock
+) -> None:
+    llm, rest = FakeLLM(), FakeRest()
+    pipe, _ = make_pipe(tmp_path, store, llm, rest)
+    chatter = message(49, "nice weather")
+    assert persona_answer.observe(pipe, chatter, chatter.content) == []  # looks at the files
+    (tmp_path / "agents.yaml").write_text(AGENTS.replace("insomnia", "insomnia, snoring"))
+    trigger = message(50, "my snoring woke everyone")
+    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert [r.persona for r in llm.requests] == ["sleep"]
+    assert rest.threads == [(GENERAL, 50, "Sleep Coach responding")]
 
 
 async def test_no_match_leaves_it_to_the_default_agent(tmp_path: Path, store: Store) -> None:

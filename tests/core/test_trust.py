@@ -10,6 +10,7 @@ from picortex.core.trust import (
     ADMIN_COMMANDS,
     TIER_LABELS,
     Tier,
+    is_trusted,
     may_run,
     required_tier,
     should_ignore,
@@ -31,6 +32,24 @@ def msg(author: User, *, type_: int = 0, webhook_id: int | None = None) -> Messa
         type=type_,
         webhook_id=webhook_id,
     )
+
+
+def test_trusted_is_the_owner_the_list_and_with_its_id_the_bot() -> None:
+    tiers = {5: "user"}.get
+    assert is_trusted(OWNER, OWNER, tiers)
+    assert is_trusted(5, OWNER, tiers)
+    assert not is_trusted(6, OWNER, tiers)
+    assert not is_trusted(6, None, tiers)  # no owner configured: nobody is the owner
+    assert not is_trusted(BOT, OWNER, tiers)
+    assert is_trusted(BOT, OWNER, tiers, bot_user_id=BOT)
+
+
+def test_an_unreadable_trust_list_trusts_no_one_but_the_owner() -> None:
+    def broken(user_id: int) -> str | None:
+        raise RuntimeError("store closed")
+
+    assert not is_trusted(5, OWNER, broken)
+    assert is_trusted(OWNER, OWNER, broken)
 
 
 def test_tiers_are_ordered_by_power() -> None:
