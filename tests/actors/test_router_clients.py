@@ -279,3 +279,19 @@ async def test_a_threads_own_mode_wins_over_its_parent_channels(
     run = await routing(tmp_path, [message], setup=setup)
     assert (run.router.chatter, run.router.delivered) == (1, 0)
     assert run.channels.started == []
+
+
+async def test_an_unreadable_trust_list_settles_chatter_as_a_strangers(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    def unreadable(clients: FakeClients) -> None:
+        def get_tier(user_id: int) -> str | None:
+            raise RuntimeError("store closed")
+
+        clients.store.get_tier = get_tier  # type: ignore[method-assign]
+
+    run = await routing(tmp_path, [payload(7, TRUSTED_ID, "nice weather today")], setup=unreadable)
+    # Fails closed: counted and noted as seen like a stranger's, kept for nobody's recall.
+    assert (run.router.chatter, run.router.trusted_chatter) == (1, 0)
+    assert run.clients.store.kept == []
+    assert run.clients.store.noted == [7]
