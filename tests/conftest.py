@@ -22,25 +22,31 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "virtual_time: run this trio test on the end-to-end harness's virtual clock "
-        "(tests/e2e/harness.py) unless it asks for a clock fixture of its own",
+        "(tests/e2e/harness.py) unless it asks for a clock fixture of its own; "
+        "virtual_time(rate=R) also lets the clock run at R times wall speed between jumps",
     )
 
 
-def _run_on_virtual_time(
-    fn: Callable[[], Awaitable[Any]],
-    *,
-    clock: trio.abc.Clock | None = None,
-    instruments: Sequence[trio.abc.Instrument] = (),
-) -> Any:
-    if clock is not None:
-        return trio.run(fn, clock=clock, instruments=instruments)
-    return trio.run(run_on_virtual_time, fn, clock=virtual_clock(), instruments=instruments)
+def _on_virtual_time(rate: float) -> Callable[..., Any]:
+    def run(
+        fn: Callable[[], Awaitable[Any]],
+        *,
+        clock: trio.abc.Clock | None = None,
+        instruments: Sequence[trio.abc.Instrument] = (),
+    ) -> Any:
+        if clock is not None:
+            return trio.run(fn, clock=clock, instruments=instruments)
+        virtual = virtual_clock()
+        virtual.rate = rate
+        return trio.run(run_on_virtual_time, fn, clock=virtual, instruments=instruments)
+
+    return run
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         function = getattr(item, "function", None)
-        if item.get_closest_marker("virtual_time") is not None and inspect.iscoroutinefunction(
-            function
-        ):
-            item.add_marker(pytest.mark.trio(run=_run_on_virtual_time))
+        marker = item.get_closest_marker("virtual_time")
+        if marker is not None and inspect.iscoroutinefunction(function):
+            rate = float(marker.kwargs.get("rate", 0.0))
+            item.add_marker(pytest.mark.trio(run=_on_virtual_time(rate)))

@@ -5,10 +5,16 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import trio
 
 from picortex.actors import catch_up as catch_up_mod
 from tests.e2e.harness import Running, running_bot
+
+# Virtual time that also runs at wall speed: catch-up hands over the missed messages one
+# after the other at once, and a clock standing still would put them all at one instant,
+# inside each other's continuation window even with `continuation_seconds = 0`.
+pytestmark = pytest.mark.virtual_time(rate=1.0)
 
 
 async def _fresh_session(run: Running) -> None:
@@ -68,7 +74,8 @@ async def test_a_trigger_older_than_the_window_is_never_caught_up(tmp_path: Path
         run.bot.wall_clock = lambda: later
         await run.wait_until(lambda: run.sim.gateway_stats.identifies > identifies)
         await run.wait_event("gateway", action="ready", count=2)
-        await trio.sleep(0.5)
+        await trio.sleep(0.5)  # long enough for catch-up to have run
+        await run.idle()
         assert run.events("catch-up") == []
         assert not run.replies_to(int(old["id"]))
 

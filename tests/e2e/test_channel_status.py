@@ -10,6 +10,8 @@ from picortex.actors import router as router_mod
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import run_cli, running_bot
 
+pytestmark = pytest.mark.virtual_time(rate=1.0)
+
 DISCRIMINATE_NO = '{"should_respond": false, "reason": "chatter between friends"}'
 
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import running_bot
+
+pytestmark = pytest.mark.virtual_time(rate=1.0)
 
 
 async def test_mailbox_fault_drops_one_message_and_the_channel_goes_on(tmp_path: Path) -> None:
