@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 
-from picortex.actors.clients import ChannelDirectory, ChatConfigReader, RecallStore
+from picortex.actors.clients import ChatConfigReader, RecallStore, ThreadParents
 from picortex.core.attention import AttentionDefaults, AttentionMode, as_mode, mode_for_chat
 from picortex.types import Message
 
@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 def attention_mode(
     store: ChatConfigReader,
-    registry: ChannelDirectory,
+    registry: ThreadParents,
     message: Message,
     defaults: AttentionDefaults,
 ) -> AttentionMode:
@@ -38,7 +38,11 @@ def attention_mode(
 
 def remember(store: RecallStore, message: Message, content: str) -> None:
     """Keep a message for recall (SPEC 8), queued for the store's next group; a failure is
-    logged, never raised (the message is still handled)."""
+    logged, never raised (the message is still handled).
+
+    Only a trusted author's message or one of the bot's own answers is kept: the caller has
+    checked which it is.
+    """
     try:
         store.add_memory_message(
             message_id=message.id,

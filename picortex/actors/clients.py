@@ -27,7 +27,6 @@ from picortex.types import (
 )
 
 if TYPE_CHECKING:
-    from picortex.actors.interactions import Ack
     from picortex.actors.llm import LLMRequest, LLMResult
     from picortex.actors.pipeline import BotIdentity
     from picortex.actors.replies import AnswerSurface, Streamed
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
     from picortex.errors import FatalDiscordError
     from picortex.runtime.mailbox import Mailbox
     from picortex.store import Store
-    from picortex.store.personas import PersonaLoader
     from picortex.store.store import ChatConfig
     from picortex.types import Interaction
 
@@ -121,12 +119,16 @@ class RecallStore(Protocol):
         ...
 
 
-class StoreAccess(Protocol):
-    """Queries and writes run on the store's thread."""
+class StoreQueries(Protocol):
+    """Queries run on the store's thread."""
 
     async def read(self, fn: Callable[[Store], T]) -> T:
         """Run a query; it sees every write queued before it."""
         ...
+
+
+class StoreAccess(StoreQueries, Protocol):
+    """Queries and writes run on the store's thread."""
 
     def submit(
         self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
@@ -155,19 +157,27 @@ class HandledIds(Protocol):
         ...
 
 
-class RouterStore(ChannelStore, HandledIds, Protocol):
-    """What the router reads and keeps: the channel side's reads, handled ids, recall."""
+class RouterStore(TrustReader, ChatConfigReader, PersonaStore, HandledIds, Protocol):
+    """What the router reads and keeps: trust, chat modes, recall, handled ids."""
 
     def note_seen(self, message_id: int) -> None:
         """Queue marking a message decided inline as seen."""
         ...
 
 
-class CatchUpStore(TierReader, HandledIds, StoreAccess, Protocol):
+class CatchUpStore(TierReader, HandledIds, StoreQueries, Protocol):
     """What catch-up reads: active channels, handled ids, the trust list."""
 
 
-class ChannelDirectory(Protocol):
+class ThreadParents(Protocol):
+    """Which channel a thread belongs to (its `parent_id`)."""
+
+    def parent_of(self, channel_id: Snowflake) -> Snowflake | None:
+        """The parent channel of a thread, else None."""
+        ...
+
+
+class ChannelDirectory(ThreadParents, Protocol):
     """Channels and threads seen on the gateway."""
 
     def get(self, channel_id: Snowflake) -> Channel | None:
@@ -176,10 +186,6 @@ class ChannelDirectory(Protocol):
 
     def add(self, channel: Channel) -> None:
         """Remember (or update) a channel."""
-        ...
-
-    def parent_of(self, channel_id: Snowflake) -> Snowflake | None:
-        """The parent channel of a thread, else None."""
         ...
 
     def is_thread(self, channel_id: Snowflake) -> bool:
@@ -199,7 +205,7 @@ class ChannelBook(ChannelDirectory, Protocol):
         ...
 
 
-class LiveHistory(Protocol):
+class ContextFeed(Protocol):
     """The context cache, as the router feeds it with gateway events."""
 
     def on_session_start(self) -> None:
@@ -223,8 +229,8 @@ class LiveHistory(Protocol):
         ...
 
 
-class FetchTurns(Protocol):
-    """The context cache's per-channel fetch cooldown (catch-up waits on it)."""
+class FetchCooldown(Protocol):
+    """The context cache's per-channel `fetch_cooldown_seconds` (catch-up waits on it)."""
 
     async def fetch_turn(self, channel_id: Snowflake) -> None:
         """Wait until the channel's history may be fetched again."""
@@ -492,7 +498,8 @@ class CatchUpRest(HistoryRest, Protocol):
 
 
 class RouterRest(InteractionRest, IdentityRest, Protocol):
-    """The REST calls the router makes or starts (identity, slash command registration)."""
+    """The REST calls the router makes or starts (identity, slash command registration, the
+    deferral of a slash answer its channel is late with)."""
 
 
 class ChannelWorker(Protocol):
@@ -513,76 +520,6 @@ class ChannelActorFactory(Protocol):
     def __call__(
         self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
     ) -> ChannelWorker: ...
-
-
-class RouterClients(FatalReporter, Spawner, Protocol):
-    """What the router uses: it feeds the cache, recall and handled marks, decides chatter
-    inline, and starts slash-command answers and persona bookkeeping."""
-
-    @property
-    def settings(self) -> CurrentSettings:
-        """The settings in force."""
-        ...
-
-    @property
-    def events(self) -> EventSink:
-        """The action log."""
-        ...
-
-    @property
-    def store(self) -> RouterStore:
-        """Handled ids, trust list, chat config and recall."""
-        ...
-
-    @property
-    def rest(self) -> RouterRest:
-        """Who the bot is; slash command registration."""
-        ...
-
-    @property
-    def cache(self) -> LiveHistory:
-        """The context cache, fed with live events."""
-        ...
-
-    @property
-    def handled(self) -> HandledBook:
-        """Messages in hand and handled (SPEC 12)."""
-        ...
-
-    @property
-    def bot(self) -> BotIdentity:
-        """Who the bot is (set from READY)."""
-        ...
-
-    @property
-    def registry(self) -> ChannelBook:
-        """Channels and threads seen."""
-        ...
-
-    @property
-    def arrivals(self) -> dict[Snowflake, float]:
-        """When each message reached its mailbox (stamped here, taken by the actor)."""
-        ...
-
-    @property
-    def acks(self) -> dict[Snowflake, Ack]:
-        """Slash interactions not answered yet."""
-        ...
-
-    @property
-    def replies(self) -> ReplyTarget:
-        """Where replies go (a slash answer's privacy is predicted from it)."""
-        ...
-
-    @property
-    def personas(self) -> PersonaLoader | None:
-        """The persona files, or None."""
-        ...
-
-    @property
-    def faults(self) -> FaultCheck | None:
-        """Fault points (tests only): with any, every message takes the mailbox's way."""
-        ...
 
 
 class CatchUpClients(Protocol):
@@ -609,7 +546,7 @@ class CatchUpClients(Protocol):
         ...
 
     @property
-    def cache(self) -> FetchTurns:
+    def cache(self) -> FetchCooldown:
         """The per-channel fetch cooldown."""
         ...
 

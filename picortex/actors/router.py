@@ -16,14 +16,24 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
 import trio
 
 from picortex.actors import chats, interactions, persona_answer
-from picortex.actors.clients import ChannelActorFactory, ChannelWorker, RouterClients
-from picortex.actors.interactions import register_commands
+from picortex.actors.clients import (
+    ChannelActorFactory,
+    ChannelBook,
+    ChannelWorker,
+    ContextFeed,
+    FaultCheck,
+    HandledBook,
+    RouterRest,
+    RouterStore,
+)
+from picortex.actors.interactions import InteractionClients, register_commands
+from picortex.actors.persona_answer import PersonaIndex
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
 from picortex.core.trust import is_trusted, should_ignore
@@ -48,6 +58,9 @@ from picortex.types import (
     ThreadListSync,
 )
 
+if TYPE_CHECKING:
+    from picortex.actors.pipeline import BotIdentity
+
 logger = logging.getLogger(__name__)
 
 # Dispatches waiting for the router; a burst of this size is queued, beyond it counted.
@@ -65,11 +78,56 @@ ROUTER_BATCH: Final = 1024
 INGEST_EVERY_SECONDS: Final = 60.0
 
 
+class RouterClients(InteractionClients, PersonaIndex, Protocol):
+    """What the router uses: what slash-command answers and persona bookkeeping use (it
+    starts both), and the cache, handled marks, registry and recall it feeds."""
+
+    @property
+    def store(self) -> RouterStore:
+        """Handled ids, trust list, chat config and recall."""
+        ...
+
+    @property
+    def rest(self) -> RouterRest:
+        """Who the bot is; registering slash commands, deferring their answers."""
+        ...
+
+    @property
+    def cache(self) -> ContextFeed:
+        """The context cache, fed with live events."""
+        ...
+
+    @property
+    def handled(self) -> HandledBook:
+        """Messages in hand and handled (SPEC 12)."""
+        ...
+
+    @property
+    def bot(self) -> BotIdentity:
+        """Who the bot is (set from READY)."""
+        ...
+
+    @property
+    def registry(self) -> ChannelBook:
+        """Channels and threads seen."""
+        ...
+
+    @property
+    def arrivals(self) -> dict[Snowflake, float]:
+        """When each message reached its mailbox (stamped here, taken by the actor)."""
+        ...
+
+    @property
+    def faults(self) -> FaultCheck | None:
+        """Fault points (tests only): with any, every message takes the mailbox's way."""
+        ...
+
+
 class ChannelSupervisor(Protocol):
     """The dynamic supervisor of the channel actors (`DynamicSupervisor`)."""
 
     def get(self, name: str) -> ChildSpec | None:
-        """The supervised child `name`, or None."""
+        """The spec of the supervised child `name` (running or about to restart), or None."""
         ...
 
     async def start_child(self, spec: ChildSpec) -> object:
@@ -422,12 +480,11 @@ class Router:
             return _NOT_CHATTER  # a DM always addresses the bot
         clients = self._clients
         settings = clients.settings()
-        # The bot's own messages never get here (routed before as answers).
-        trusted = is_trusted(message.author.id, settings.owner_id, clients.store.get_tier)
         mode = chats.attention_mode(clients.store, clients.registry, message, settings.attention)
         if not is_chatter(message, bot_user_id=clients.bot.user_id, trusted=False, mode=mode):
             return _NOT_CHATTER
-        if not trusted:
+        # The bot's own messages never get here (routed before as answers).
+        if not is_trusted(message.author.id, settings.owner_id, clients.store.get_tier):
             return _STRANGER_CHATTER
         return _TRUSTED_CHATTER if self._decides_trusted_chatter(message, mode) else _NOT_CHATTER
 

@@ -4,53 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import attrs
 import trio
 
 from picortex.actors.channel import ChannelActor
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry, TriggerBook
-from picortex.config import Settings, load_settings
+from picortex.config import load_settings
 from picortex.core import commands as cmds
 from picortex.core import policy
 from picortex.types import Interaction, Message, User
+from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 
 OWNER = User(id=1, username="owner")
 STRANGER = User(id=2, username="stranger")
 BOT_ID = 99
 CHANNEL = 10
-
-
-class FakeSettings:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def __call__(self) -> Settings:
-        return self.settings
-
-    def refresh(self, *, force: bool = False) -> Settings:
-        return self.settings
-
-
-class FakeStore:
-    """The trust list and chat config in memory; recall writes recorded."""
-
-    def __init__(self) -> None:
-        self.kept: list[int] = []
-
-    def get_tier(self, user_id: int) -> str | None:
-        return None
-
-    def trust_list(self) -> list[tuple[int, str]]:
-        return []
-
-    def get_chat_config(self, chat_id: int) -> None:
-        return None
-
-    def add_memory_message(self, message_id: int, **fields: Any) -> None:
-        self.kept.append(message_id)
 
 
 class FakeHandled:

@@ -324,6 +324,20 @@ async def test_single_match_opens_a_thread_and_posts_there(tmp_path: Path, store
     assert done[0]["thread_id"] == 50 and done[0]["posted"] == [9001]
 
 
+async def test_an_answer_sees_a_persona_file_edited_since_the_last_observation(
+    tmp_path: Path, store: Store, autojump_clock: trio.testing.MockClock
+) -> None:
+    llm, rest = FakeLLM(), FakeRest()
+    pipe, _ = make_pipe(tmp_path, store, llm, rest)
+    chatter = message(49, "nice weather")
+    assert persona_answer.observe(pipe, chatter, chatter.content) == []  # looks at the files
+    (tmp_path / "agents.yaml").write_text(AGENTS.replace("insomnia", "insomnia, snoring"))
+    trigger = message(50, "my snoring woke everyone")
+    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert [r.persona for r in llm.requests] == ["sleep"]
+    assert rest.threads == [(GENERAL, 50, "Sleep Coach responding")]
+
+
 async def test_no_match_leaves_it_to_the_default_agent(tmp_path: Path, store: Store) -> None:
     llm = FakeLLM()
     pipe, sink = make_pipe(tmp_path, store, llm)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,54 +12,22 @@ import trio.testing
 
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry
 from picortex.actors.router import Router
-from picortex.config import Settings, load_settings
+from picortex.config import load_settings
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec
-from picortex.types import Interaction, Message
+from picortex.store.store import ChatConfig
+from picortex.types import Channel, Interaction, Message
+from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 
 BOT_ID = 99
 OWNER_ID = 1
 STRANGER_ID = 2
+TRUSTED_ID = 3
 GUILD = 20
 CHANNEL = 10
-
-
-class FakeSettings:
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-
-    def __call__(self) -> Settings:
-        return self.settings
-
-    def refresh(self, *, force: bool = False) -> Settings:
-        return self.settings
-
-
-class FakeStore:
-    """Nobody on the trust list, no chat config, every id unseen; writes recorded."""
-
-    def __init__(self) -> None:
-        self.noted: list[int] = []
-        self.kept: list[int] = []
-
-    def seen(self, message_id: int) -> bool | None:
-        return False
-
-    async def was_handled(self, message_id: int) -> bool:
-        return False
-
-    def note_seen(self, message_id: int) -> None:
-        self.noted.append(message_id)
-
-    def get_tier(self, user_id: int) -> str | None:
-        return None
-
-    def get_chat_config(self, chat_id: int) -> None:
-        return None
-
-    def add_memory_message(self, message_id: int, **fields: Any) -> None:
-        self.kept.append(message_id)
+THREAD = 11  # a public thread of CHANNEL
+PUBLIC_THREAD = 11  # Discord's channel type
 
 
 class FakeCache:
@@ -143,12 +111,12 @@ class FakeActor:
         return False
 
 
-def payload(i: int, author_id: int, content: str) -> dict[str, Any]:
+def payload(i: int, author_id: int, content: str, *, channel: int = CHANNEL) -> dict[str, Any]:
     """A MESSAGE_CREATE as Discord sends it (the fields the router reads)."""
     mentions = [{"id": str(BOT_ID), "username": "bot"}] if f"<@{BOT_ID}>" in content else []
     return {
         "id": str(i),
-        "channel_id": str(CHANNEL),
+        "channel_id": str(channel),
         "guild_id": str(GUILD),
         "author": {"id": str(author_id), "username": f"user{author_id}"},
         "content": content,
@@ -167,10 +135,21 @@ class Routed:
     chatter_at_dispatch: list[int]
 
 
-async def routing(tmp_path: Path, dispatches: list[dict[str, Any]]) -> Routed:
-    """Run a router on fakes, hand it `dispatches` and wait until it is idle again."""
-    env = {"PICORTEX_HOME": str(tmp_path), "PICORTEX_OWNER_ID": str(OWNER_ID)}
+async def routing(
+    tmp_path: Path,
+    dispatches: list[dict[str, Any]],
+    *,
+    owner: int | None = OWNER_ID,
+    setup: Callable[[FakeClients], None] | None = None,
+) -> Routed:
+    """Run a router on fakes (`setup` fills them first), hand it `dispatches` and wait until
+    it is idle again."""
+    env = {"PICORTEX_HOME": str(tmp_path)}
+    if owner is not None:
+        env["PICORTEX_OWNER_ID"] = str(owner)
     clients = FakeClients(settings=FakeSettings(load_settings(env)))
+    if setup is not None:
+        setup(clients)
     channels = FakeChannels()
     actors: dict[int, FakeActor] = {}
 
@@ -225,3 +204,94 @@ async def test_an_addressed_message_goes_to_its_channels_mailbox(
     assert 6 in run.clients.arrivals
     assert run.clients.cache.messages == [6]
     assert run.clients.store.noted == []
+
+
+async def test_a_trusted_authors_chatter_is_kept_for_recall_and_final_at_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    def trust(clients: FakeClients) -> None:
+        clients.store.tiers[TRUSTED_ID] = "user"
+
+    dispatches = [payload(7, TRUSTED_ID, "nice weather today"), payload(8, OWNER_ID, "indeed")]
+    run = await routing(tmp_path, dispatches, setup=trust)
+    assert run.chatter_at_dispatch == [1, 2]
+    assert run.router.trusted_chatter == 2
+    assert run.router.delivered == 0
+    # Kept for recall (SPEC 8) and final here: no mailbox, nothing left in hand.
+    assert run.clients.store.kept == [7, 8]
+    assert run.clients.handled.finished == [7, 8]
+    assert run.clients.store.noted == []
+
+
+async def test_without_an_owner_nobody_is_trusted_for_want_of_a_list_entry(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    run = await routing(tmp_path, [payload(7, OWNER_ID, "nice weather today")], owner=None)
+    assert run.router.chatter == 1
+    assert run.router.trusted_chatter == 0
+    assert run.clients.store.kept == []
+    assert run.clients.store.noted == [7]
+
+
+async def test_the_bots_own_answer_is_kept_for_recall_and_never_queued(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    run = await routing(tmp_path, [payload(9, BOT_ID, "here is my answer")])
+    assert run.clients.store.kept == [9]
+    assert run.clients.cache.messages == [9]
+    assert (run.router.chatter, run.router.delivered) == (0, 0)
+    assert run.clients.store.noted == []
+    assert run.channels.started == []
+
+
+def thread_of_channel(
+    parent_mode: str | None, own_mode: str | None
+) -> Callable[[FakeClients], None]:
+    """A setup: THREAD is a thread of CHANNEL, each with the chat mode given (None: no row)."""
+
+    def setup(clients: FakeClients) -> None:
+        clients.registry.add(Channel(id=CHANNEL, type=0, guild_id=GUILD))
+        clients.registry.add(
+            Channel(id=THREAD, type=PUBLIC_THREAD, guild_id=GUILD, parent_id=CHANNEL)
+        )
+        for chat_id, mode in ((CHANNEL, parent_mode), (THREAD, own_mode)):
+            if mode is not None:
+                clients.store.chat_configs[chat_id] = ChatConfig(chat_id, mode, None, None, 0.0)
+
+    return setup
+
+
+async def test_a_thread_without_a_mode_of_its_own_takes_its_parent_channels(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    # The parent answers `always`: its thread's messages are weighed by the channel actor.
+    message = payload(12, STRANGER_ID, "nice weather today", channel=THREAD)
+    run = await routing(tmp_path, [message], setup=thread_of_channel("always", None))
+    assert (run.router.chatter, run.router.delivered) == (0, 1)
+    assert run.channels.started == [f"channel-{THREAD}"]
+
+
+async def test_a_threads_own_mode_wins_over_its_parent_channels(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    message = payload(12, STRANGER_ID, "nice weather today", channel=THREAD)
+    setup = thread_of_channel("always", "mentions-only")
+    run = await routing(tmp_path, [message], setup=setup)
+    assert (run.router.chatter, run.router.delivered) == (1, 0)
+    assert run.channels.started == []
+
+
+async def test_an_unreadable_trust_list_settles_chatter_as_a_strangers(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    def unreadable(clients: FakeClients) -> None:
+        def get_tier(user_id: int) -> str | None:
+            raise RuntimeError("store closed")
+
+        clients.store.get_tier = get_tier  # type: ignore[method-assign]
+
+    run = await routing(tmp_path, [payload(7, TRUSTED_ID, "nice weather today")], setup=unreadable)
+    # Fails closed: counted and noted as seen like a stranger's, kept for nobody's recall.
+    assert (run.router.chatter, run.router.trusted_chatter) == (1, 0)
+    assert run.clients.store.kept == []
+    assert run.clients.store.noted == [7]
