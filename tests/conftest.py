@@ -1,4 +1,4 @@
-"""Suite-wide test set-up: the `virtual_time` marker."""
+"""Suite-wide test set-up: the `virtual_time` marker, Hypothesis without wall-clock limits."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import HealthCheck, settings
 
 from tests.e2e.harness import run_on_virtual_time, virtual_clock
+
+# No test depends on wall-clock speed: Hypothesis's per-example deadline and its check on
+# slow data generation both fail a correct test on a loaded machine.
+settings.register_profile("picortex", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("picortex")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -323,17 +323,22 @@ async def run_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def run_cli_in_process(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+async def run_cli_in_process(
+    home: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """What `run_cli` does, through `picortex.cli.main` on a worker thread of this process.
 
-    The environment, stdout/stderr and the umask are the process's: they are set for the
-    call and put back after (the bot under test reads none of them while it runs).
+    The environment (plus `env`), stdout/stderr and the umask are the process's: they are set
+    for the call and put back after (the bot under test reads none of them while it runs).
     """
+    extra = dict(env or {})
+    prefixes = ("PICORTEX_", "DISCORD_", *(("ANTHROPIC_",) if extra else ()))
 
     def call() -> tuple[int, str, str]:
-        saved = {k: v for k, v in os.environ.items() if k.startswith(("PICORTEX_", "DISCORD_"))}
+        saved = {k: v for k, v in os.environ.items() if k.startswith(prefixes) or k in extra}
         for key in saved:
             del os.environ[key]
+        os.environ.update(extra)
         os.environ["PICORTEX_HOME"] = str(home)
         umask = os.umask(0o022)
         os.umask(umask)
@@ -346,7 +351,8 @@ async def run_cli_in_process(home: Path, *args: str) -> subprocess.CompletedProc
                     code = e.code if isinstance(e.code, int) else int(e.code is not None)
         finally:
             os.umask(umask)
-            os.environ.pop("PICORTEX_HOME", None)
+            for key in (*extra, "PICORTEX_HOME"):
+                os.environ.pop(key, None)
             os.environ.update(saved)
         return code, out.getvalue(), err.getvalue()
 

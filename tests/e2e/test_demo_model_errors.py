@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import os
+import io
 import re
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import orjson
+import pytest
+
+from picortex.cli.demo import run_demo
 
 BAD_KEY = "sk-ant-not-a-working-key"
 
@@ -51,56 +51,36 @@ def refusing_model() -> Iterator[str]:
         server.server_close()
 
 
-def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PICORTEX_"))}
-    env["TMPDIR"] = str(tmp_path)
-    return env
-
-
-def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(tmp_path: Path) -> None:
+def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    # In this process (tests/e2e/test_demo.py runs `picortex demo` as a child).
+    out = io.StringIO()
     with refusing_model() as base_url:
-        env = {**_env(tmp_path), "ANTHROPIC_API_KEY": BAD_KEY, "ANTHROPIC_BASE_URL": base_url}
-        done = subprocess.run(
-            [sys.executable, "-m", "picortex", "demo", "--speed", "4"],
-            capture_output=True,
-            text=True,
-            env=env,
-            # Eleven scenes each waiting out their 30 s would take five minutes.
-            timeout=150,
-            check=False,
-        )
-    out = done.stdout
-    assert done.returncode == 1, out + done.stderr
-    assert "model: real Claude" in out
-    assert "the model failed (" in out
-    assert "this scene stops here" in out
-    assert "`picortex demo --offline`" in out.split("Some scenes did not finish")[1]
-    assert "within 30 s" not in out
+        env = {"ANTHROPIC_API_KEY": BAD_KEY, "ANTHROPIC_BASE_URL": base_url}
+        code = run_demo(keep=False, speed=4, out=out, env=env)
+    text, err = out.getvalue(), capfd.readouterr().err
+    assert code == 1, text + err
+    assert "model: real Claude" in text
+    assert "the model failed (" in text
+    assert "this scene stops here" in text
+    assert "`picortex demo --offline`" in text.split("Some scenes did not finish")[1]
+    assert "within 30 s" not in text
     # Scenes are printed in order, each header once.
-    numbers = [int(n) for n in re.findall(r"^\[(\d+)\] ", out, flags=re.MULTILINE)]
+    numbers = [int(n) for n in re.findall(r"^\[(\d+)\] ", text, flags=re.MULTILINE)]
     assert numbers == list(range(1, 14))
     # The staged failure of scene 9 is reported under scene 9, not after it.
-    scene9 = out.split("[9] ")[1].split("[10] ")[0]
+    scene9 = text.split("[9] ")[1].split("[10] ")[0]
     assert "invocation failed at stage" in scene9
-    assert BAD_KEY not in out + done.stderr
-    assert "Traceback" not in out + done.stderr
+    assert BAD_KEY not in text + err
+    assert "Traceback" not in text + err
 
 
-def test_offline_forces_the_offline_model_and_says_so(tmp_path: Path) -> None:
-    env = {
-        **_env(tmp_path),
-        "ANTHROPIC_API_KEY": BAD_KEY,
-        "ANTHROPIC_BASE_URL": "http://127.0.0.1:9",
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "picortex", "demo", "--offline", "--speed", "4"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-        check=False,
-    )
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
-    assert "OFFLINE model endpoint (--offline)" in out
-    assert "the model failed" not in out
+def test_offline_forces_the_offline_model_and_says_so(capfd: pytest.CaptureFixture[str]) -> None:
+    out = io.StringIO()
+    env = {"ANTHROPIC_API_KEY": BAD_KEY, "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    code = run_demo(keep=False, speed=4, out=out, env=env, offline=True)
+    text = out.getvalue()
+    assert code == 0, text + capfd.readouterr().err
+    assert "OFFLINE model endpoint (--offline)" in text
+    assert "the model failed" not in text

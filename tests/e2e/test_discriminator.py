@@ -4,9 +4,6 @@ scripted verdicts in a group and a DM, typing, cost, failures, and the CLI comma
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +15,7 @@ from picortex.config import load_settings
 from picortex.core import discriminator as disc
 from picortex.sim.model import ModelReply
 from picortex.store.chathome import HAND_EDIT_MESSAGE, PROMPT_RELPATH, SEED_MESSAGE
-from tests.e2e.harness import Running, running_bot, wall_time
+from tests.e2e.harness import Running, run_cli_in_process, running_bot
 
 pytestmark = pytest.mark.virtual_time
 
@@ -281,31 +278,21 @@ async def test_discriminator_test_cli_prints_each_decision_reason_and_cost(
         assert (run.bot.settings.cache_dir / f"{w.general_id}.json").is_file()
         run.sim.model.script(TRUE, INVALID)  # then the offline model's default verdict
         assert run.sim.urls is not None
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("PICORTEX_", "ANTHROPIC_"))}
-        env.update(
-            PICORTEX_HOME=str(run.home),
-            ANTHROPIC_API_KEY="sk-ant-test-key-0000",
-            ANTHROPIC_BASE_URL=run.sim.urls.anthropic_base_url,
+        # In this process (on a worker thread), as the CLI's own `main` runs it.
+        done = await run_cli_in_process(
+            run.home,
+            "discriminator",
+            "test",
+            str(w.general_id),
+            "-n",
+            "3",
+            env={
+                "ANTHROPIC_API_KEY": "sk-ant-test-key-0000",
+                "ANTHROPIC_BASE_URL": run.sim.urls.anthropic_base_url,
+            },
         )
-        with wall_time():  # a child process: the clock runs at wall speed meanwhile
-            done = await trio.run_process(
-                [
-                    sys.executable,
-                    "-m",
-                    "picortex",
-                    "discriminator",
-                    "test",
-                    str(w.general_id),
-                    "-n",
-                    "3",
-                ],
-                env=env,
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
-        out = done.stdout.decode()
-        assert done.returncode == 0, done.stderr.decode()
+        out = done.stdout
+        assert done.returncode == 0, done.stderr
         lines = out.splitlines()
         assert lines[0].startswith(f"Chat {w.general_id} (group, attention mode mentions-only)")
         assert lines[1] == "Bob: good morning all"
@@ -335,16 +322,7 @@ def test_discriminator_test_cli_in_process_without_a_key(tmp_path: Path) -> None
     assert "No cached messages for chat 123" in out.getvalue()
 
 
-def test_prompts_history_cli_rejects_a_bad_chat_id(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PICORTEX_")}
-    env["PICORTEX_HOME"] = str(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "picortex", "prompts", "history", "general"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+async def test_prompts_history_cli_rejects_a_bad_chat_id(tmp_path: Path) -> None:
+    done = await run_cli_in_process(tmp_path, "prompts", "history", "general")
     assert done.returncode == 2
     assert "CHAT must be a Discord channel id" in done.stderr

@@ -10,8 +10,10 @@ from scripts.chaos_triggers import run_disconnects, run_sigkill
 
 
 async def test_sigkill_cycles_with_triggers_in_flight_lose_nothing_and_double_nothing() -> None:
-    total, once, lost, doubled = await run_sigkill(cycles=3, per_cycle=3, seed=3)
-    assert (total, lost, doubled) == (9, 0, 0)
+    # Two kills: the second lands on a process that restarted after the first (one
+    # SIGKILL and restart alone is tests/e2e/test_sigkill.py).
+    total, once, lost, doubled = await run_sigkill(cycles=2, per_cycle=3, seed=3)
+    assert (total, lost, doubled) == (6, 0, 0)
     assert once == total
 
 

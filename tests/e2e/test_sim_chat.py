@@ -23,27 +23,25 @@ def _chat(script: str) -> str:
     return done.stdout
 
 
-def test_chat_terminal_round_trip() -> None:
-    script = "@bot ping me back?\n/why\n/as carol\n@bot hello\n/why\n/dm\n/quit\n"
-    out = _chat(script)
-    assert "picortex in #general: (offline model) You said:" in out
-    assert "respond (the message mentions the bot)" in out
-    assert "untrusted author" in out
-    assert "[DM as carol]>" in out
-    assert out.rstrip().endswith("bye")
-
-
-def test_chat_terminal_sends_slash_commands() -> None:
-    script = (
+def test_chat_terminal_round_trip_and_slash_commands() -> None:
+    # One child for both: each start of the terminal is a whole bot and simulator.
+    slash = (
         "//picortex attention show\n"
         "//picortex whitelist add @bob trusted\n"
         "//picortex nonsense\n"
         "/as carol\n"
         "//picortex ask hello?\n"
-        "/quit\n"
     )
-    out = _chat(script)
+    chat = "/as alice\n@bot ping me back?\n/why\n/as carol\n@bot hello\n/why\n/dm\n/quit\n"
+    out = _chat(slash + chat)
+    # Slash commands typed as `//...`.
     assert "<- picortex: Attention mode: `mentions-only`" in out
     assert "<- picortex (only you see this): Added as trusted:" in out
     assert "(not sent: no subcommand 'nonsense')" in out
     assert "<- picortex (only you see this): You are not on this bot's trust list" in out
+    # Typed lines reach the bot; `/why` shows its decisions.
+    assert "picortex in #general: (offline model) You said:" in out
+    assert "respond (the message mentions the bot)" in out
+    assert "untrusted author" in out
+    assert "[DM as carol]>" in out
+    assert out.rstrip().endswith("bye")

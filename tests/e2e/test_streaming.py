@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trio.testing import MockClock
 
 from picortex.core.split import split_reply
 from picortex.core.stream import CUT_NOTICE, EDIT_INTERVAL_SECONDS
@@ -24,18 +23,6 @@ PACE = 0.1
 NO_CONTINUATION = "continuation_seconds = 0\n"
 # Virtual times are sums of floats: equal gaps may differ in the last bits.
 SLACK = 1e-9
-
-
-@pytest.fixture
-def jump_clock() -> MockClock:
-    """Virtual time, three times as fast as real time, that also jumps when idle for a while.
-
-    The bot does some work on threads (the store, the model SDK's first-request set-up); a
-    clock that jumped as soon as the event loop idled would fire deadlines while a thread
-    runs on a busy machine. Running fast instead keeps these tests quick and such waits
-    short in virtual time.
-    """
-    return MockClock(rate=3.0, autojump_threshold=0.5)
 
 
 def long_answer() -> str:
@@ -68,7 +55,7 @@ async def ask(run: Running, channel_id: int, text: str = "tell me everything") -
 
 
 async def test_a_slow_answer_is_posted_at_its_first_sentence_and_edited_at_a_pace(
-    tmp_path: Path, jump_clock: MockClock
+    tmp_path: Path,
 ) -> None:
     answer = long_answer()
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
@@ -106,7 +93,7 @@ async def test_a_slow_answer_is_posted_at_its_first_sentence_and_edited_at_a_pac
 
 
 async def test_with_streaming_off_the_answer_is_posted_once_and_never_edited(
-    tmp_path: Path, jump_clock: MockClock
+    tmp_path: Path,
 ) -> None:
     answer = long_answer()
     toml = NO_CONTINUATION + "[replies]\nstream = false\n"
@@ -125,7 +112,7 @@ async def test_with_streaming_off_the_answer_is_posted_once_and_never_edited(
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 @pytest.mark.parametrize("stream_error", [None, "overloaded_error"])
 async def test_a_stream_cut_midway_leaves_what_was_written_and_says_so(
-    tmp_path: Path, jump_clock: MockClock, stream_error: str | None
+    tmp_path: Path, stream_error: str | None
 ) -> None:
     answer = long_answer()
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
@@ -150,7 +137,7 @@ async def test_a_stream_cut_midway_leaves_what_was_written_and_says_so(
     gc.collect()  # here, under this test's warning filter
 
 
-async def test_a_dm_answer_streams_too(tmp_path: Path, jump_clock: MockClock) -> None:
+async def test_a_dm_answer_streams_too(tmp_path: Path) -> None:
     answer = long_answer()[:1500]
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         dm = run.dm_id(run.world.alice_id)
@@ -173,7 +160,7 @@ personas:
 
 
 async def test_a_persona_answer_streams_into_its_thread(
-    tmp_path: Path, jump_clock: MockClock
+    tmp_path: Path,
 ) -> None:
     answer = long_answer()
     async with running_bot(tmp_path, toml=NO_CONTINUATION, files=PERSONAS) as run:
@@ -191,7 +178,7 @@ async def test_a_persona_answer_streams_into_its_thread(
 
 
 async def test_a_slash_ask_streams_into_its_deferred_response(
-    tmp_path: Path, jump_clock: MockClock
+    tmp_path: Path,
 ) -> None:
     answer = long_answer()
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:

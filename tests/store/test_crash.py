@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -18,14 +19,15 @@ RUNS = 30
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _spawn(db: Path) -> subprocess.Popen[str]:
+def _writers() -> subprocess.Popen[str]:
+    """The process that forks the writers (tests/store/crash_writer.py)."""
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.store.crash_writer", str(db)],
+        [sys.executable, "-m", "tests.store.crash_writer"],
         cwd=REPO,
         env=env,
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
         text=True,
     )
 
@@ -64,23 +66,41 @@ def test_sigkill_at_random_moments_loses_no_committed_row(tmp_path: Path) -> Non
     rng = random.Random(2026)
     committed: set[int] = set()
     runs_with_commits = 0
-    for run in range(RUNS):
-        proc = _spawn(db)
-        assert proc.stdout is not None
-        # Every third run is killed counting from the spawn, so the kill may land while the
-        # store opens; the others count from "ready", so it lands inside the write loop.
-        if run % 3 != 0:
-            first = proc.stdout.readline()
-            assert first == "ready\n", proc.stderr.read() if proc.stderr else first
-        time.sleep(rng.uniform(0.02, 0.2))
-        proc.send_signal(signal.SIGKILL)
-        out, _ = proc.communicate(timeout=30)
-        assert proc.returncode == -signal.SIGKILL
-        ids = {int(line) for line in out.split() if line.isdigit()}
-        runs_with_commits += bool(ids)
-        assert not ids & committed, "an id was handed out twice"
-        committed |= ids
-        _check(db, committed)
+    pid = 0
+    with _writers() as writers:
+        assert writers.stdin is not None
+        assert writers.stdout is not None
+        try:
+            for run in range(RUNS):
+                fifo = tmp_path / f"run{run}.fifo"
+                os.mkfifo(fifo)
+                writers.stdin.write(f"{db} {fifo}\n")
+                writers.stdin.flush()
+                pid = int(writers.stdout.readline())
+                # Opens once the writer has: it is running from here on.
+                with fifo.open(encoding="utf-8") as out:
+                    # Every third run is killed counting from the fork, so the kill may land
+                    # while the store opens; the others count from "ready", so it lands
+                    # inside the write loop.
+                    if run % 3 != 0:
+                        first = out.readline()
+                        assert first == "ready\n", first
+                    time.sleep(rng.uniform(0.02, 0.2))
+                    os.kill(pid, signal.SIGKILL)
+                    written = out.read()
+                status = int(writers.stdout.readline())
+                pid = 0
+                assert os.WIFSIGNALED(status)
+                assert os.WTERMSIG(status) == signal.SIGKILL
+                ids = {int(line) for line in written.split() if line.isdigit()}
+                runs_with_commits += bool(ids)
+                assert not ids & committed, "an id was handed out twice"
+                committed |= ids
+                _check(db, committed)
+        finally:
+            if pid:  # a failure left a writer running: the server waits for it
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
     assert runs_with_commits >= RUNS // 3  # the kills did land inside the write loop
     with Store.open(db) as store:
         assert store.integrity_check() == "ok"

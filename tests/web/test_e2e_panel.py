@@ -23,7 +23,7 @@ async def test_picortex_web_prints_the_running_panel_and_its_link_logs_in(
     async with running_bot(tmp_path, toml=WEB) as run:
         assert run.bot.web is not None
         await run.bot.web.ready.wait()
-        done = await run.cli("web", process=True)
+        done = await run.cli("web")
         assert done.returncode == 0, done.stdout + done.stderr
         assert f"panel:      {run.bot.web.url}\n" in done.stdout
         link = re.search(r"log in:\s+(\S+)", done.stdout)
