@@ -339,9 +339,14 @@ class GlobalLimit:
         return self.next_free()
 
     def release(self, now: float) -> bool:
-        """A request's answer (or failure) is in; True if waiters had no expiry to wait for."""
+        """A request's answer (or failure) is in; True if waiters should look again.
+
+        With answers already in the window, waiters wait for the oldest to leave, which is
+        sooner than this one; otherwise they waited for an answer or a held slot's end,
+        either of which may be later.
+        """
         self._in_flight -= 1
-        wake = not self._answered and not self._held
+        wake = not self._answered
         self._answered.append(now)
         return wake
 

@@ -109,6 +109,17 @@ def test_a_held_slot_goes_to_the_next_answer_or_back_after_a_while() -> None:
     assert limit.try_take(HELD_SLOT_SECONDS, catch_up)  # given back unused: free again
 
 
+def test_the_first_answer_in_the_window_wakes_waiters_that_wait_for_a_held_slot() -> None:
+    limit = GlobalLimit()
+    fill(limit, GLOBAL_BUDGET - FOREGROUND_RESERVE - 1, 0.0)
+    catch_up = limit.wait(0.0, background=True)
+    assert limit.hold(0.0, catch_up)
+    assert limit.next_free() == HELD_SLOT_SECONDS
+    assert limit.release(0.5)  # frees a slot at 1.5, before the held one's end: look again
+    assert limit.next_free() == 0.5 + GLOBAL_WINDOW
+    assert not limit.release(0.6)  # waiters already wake at 1.5, sooner than 1.6
+
+
 def test_a_global_429_stops_every_lane() -> None:
     limit = GlobalLimit()
     limit.block_until(3.0)
