@@ -275,7 +275,7 @@ async def test_parallel_wrong_guesses_wait_in_line(
     assert trio.current_time() - start >= 3 * DELAY
 
 
-async def test_one_time_link_logs_in_once(env: Env) -> None:
+async def test_one_time_link_logs_in_once(env: Env, autojump_clock: trio.abc.Clock) -> None:
     code = make_login_code(env.token, time.time())
     r = await env.client.get(f"/login?once={code}")
     assert r.status_code == 303
@@ -287,7 +287,9 @@ async def test_one_time_link_logs_in_once(env: Env) -> None:
         assert "picortex_session=" not in again.headers.get("set-cookie", "")
 
 
-async def test_a_link_signed_with_another_token_fails(env: Env) -> None:
+async def test_a_link_signed_with_another_token_fails(
+    env: Env, autojump_clock: trio.abc.Clock
+) -> None:
     code = make_login_code("another-token-entirely-0000000000000", time.time())
     r = await env.client.get(f"/login?once={code}")
     assert r.status_code == 401
