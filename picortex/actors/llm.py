@@ -3,7 +3,8 @@
 It owns the AsyncAnthropic client, routes tiers to models, enforces a deadline per call,
 asks the budget before calling, prices each call from its `usage` and logs one `llm` event.
 A call either returns the whole typed `Message` (`messages.create`) or streams its text as
-it is written (`messages.stream`, SPEC 16); either way it is one request, never retried.
+it is written (`messages.create` with `stream=True`, SPEC 16); either way it is one request,
+never retried.
 """
 
 from __future__ import annotations
@@ -446,9 +447,15 @@ class LLMActor:
                 model=model, max_tokens=request.max_tokens, messages=messages, system=system
             )
             return ModelAnswer(message_text(message), *usage_tokens(message.usage))
+        # The raw event stream, not the `messages.stream` helper: the answer needs only the
+        # text deltas and the usage counts, not a Message snapshot rebuilt at every event.
         return await _stream(
-            client.messages.stream(
-                model=model, max_tokens=request.max_tokens, messages=messages, system=system
+            await client.messages.create(
+                model=model,
+                max_tokens=request.max_tokens,
+                messages=messages,
+                system=system,
+                stream=True,
             ),
             on_text,
         )
@@ -528,17 +535,17 @@ def _moving_deadline(
     return report
 
 
-async def _stream(manager: Any, on_text: TextSink) -> ModelAnswer:
-    """Read one `messages.stream` to its `message_stop`, reporting the text as it grows.
+async def _stream(events: Any, on_text: TextSink) -> ModelAnswer:
+    """Read one event stream to its `message_stop`, reporting the text as it grows.
 
     Raises:
         StreamCut: the stream failed or ended before `message_stop`.
     """
     text = ""
     input_tokens = output_tokens = 0
-    final: Any = None
+    stopped = False
     try:
-        async with manager as stream:
+        async with events as stream:
             async for event in stream:
                 kind = event.type
                 if kind == "content_block_delta" and event.delta.type == "text_delta":
@@ -551,16 +558,15 @@ async def _stream(manager: Any, on_text: TextSink) -> ModelAnswer:
                     delta_in, output_tokens = usage_tokens(event.usage)
                     input_tokens = max(input_tokens, delta_in)
                 elif kind == "message_stop":
-                    final = event.message  # the helper's accumulated Message
+                    stopped = True
     except Exception as exc:
         if not text and not input_tokens:
             raise  # nothing was generated: an ordinary failed call
         reason = f"{type(exc).__name__}: {exc}"
         raise StreamCut(reason, text, input_tokens, output_tokens) from exc
-    if final is None:
+    if not stopped:
         raise StreamCut("it ended before message_stop", text, input_tokens, output_tokens)
-    final_in, final_out = usage_tokens(final.usage)
-    return ModelAnswer(text, max(final_in, input_tokens), max(final_out, output_tokens))
+    return ModelAnswer(text, input_tokens, output_tokens)
 
 
 def sdk_httpx() -> ModuleType:
