@@ -10,8 +10,6 @@ import pytest
 import trio
 from hypothesis import HealthCheck, settings
 
-from tests.e2e.harness import run_on_virtual_time, virtual_clock
-
 # No test depends on wall-clock speed: Hypothesis's per-example deadline and its check on
 # slow data generation both fail a correct test on a loaded machine.
 settings.register_profile("picortex", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -34,6 +32,9 @@ def _on_virtual_time(rate: float) -> Callable[..., Any]:
         clock: trio.abc.Clock | None = None,
         instruments: Sequence[trio.abc.Instrument] = (),
     ) -> Any:
+        # Imported here: the xdist controller loads this file too, and runs no test.
+        from tests.e2e.harness import run_on_virtual_time, virtual_clock
+
         if clock is not None:
             return trio.run(fn, clock=clock, instruments=instruments)
         virtual = virtual_clock()
