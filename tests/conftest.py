@@ -10,8 +10,6 @@ import pytest
 import trio
 from hypothesis import HealthCheck, settings
 
-from tests.e2e.harness import run_on_virtual_time, virtual_clock
-
 # No test depends on wall-clock speed: Hypothesis's per-example deadline and its check on
 # slow data generation both fail a correct test on a loaded machine.
 settings.register_profile("picortex", deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -25,6 +23,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "(tests/e2e/harness.py) unless it asks for a clock fixture of its own; "
         "virtual_time(rate=R) also lets the clock run at R times wall speed between jumps",
     )
+    config.addinivalue_line(
+        "markers",
+        "long(seconds=S): takes about S seconds of wall time (child processes, real-time "
+        "waits); on several workers it runs at the start of a worker's share of the suite",
+    )
 
 
 def _on_virtual_time(rate: float) -> Callable[..., Any]:
@@ -34,6 +37,9 @@ def _on_virtual_time(rate: float) -> Callable[..., Any]:
         clock: trio.abc.Clock | None = None,
         instruments: Sequence[trio.abc.Instrument] = (),
     ) -> Any:
+        # Imported here: the xdist controller loads this file too, and runs no test.
+        from tests.e2e.harness import run_on_virtual_time, virtual_clock
+
         if clock is not None:
             return trio.run(fn, clock=clock, instruments=instruments)
         virtual = virtual_clock()
@@ -43,10 +49,49 @@ def _on_virtual_time(rate: float) -> Callable[..., Any]:
     return run
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         function = getattr(item, "function", None)
         marker = item.get_closest_marker("virtual_time")
         if marker is not None and inspect.iscoroutinefunction(function):
             rate = float(marker.kwargs.get("rate", 0.0))
             item.add_marker(pytest.mark.trio(run=_on_virtual_time(rate)))
+    workerinput = getattr(config, "workerinput", None)  # set on an xdist worker
+    if workerinput is not None:
+        items[:] = _long_tests_first(items, int(workerinput["workercount"]))
+
+
+def _long_tests_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The order in which each worker's share of the suite opens with its share of the
+    `long` tests, so that none of them starts late and ends the run alone.
+
+    xdist's `worksteal` hands each worker an equal contiguous part of the collection (and
+    idle workers then take the end of a busy one's queue). The long tests are dealt out
+    longest first, back and forth, so each worker's share of them takes about as long.
+    Every worker computes the same order, as xdist requires; the other tests keep theirs.
+    """
+    long = sorted(
+        (item for item in items if item.get_closest_marker("long") is not None),
+        key=lambda item: -_long_seconds(item),
+    )
+    if workers < 2 or not long:
+        return items
+    heads: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    for n, item in enumerate(long):
+        lap, seat = divmod(n, workers)
+        heads[seat if lap % 2 == 0 else workers - 1 - seat].append(item)
+    rest = [item for item in items if item.get_closest_marker("long") is None]
+    order: list[pytest.Item] = []
+    left = len(items)
+    for n, head in enumerate(heads):
+        size = left // (workers - n)  # as worksteal cuts its parts
+        left -= size
+        take = max(0, size - len(head))
+        order += head + rest[:take]
+        rest = rest[take:]
+    return order + rest
+
+
+def _long_seconds(item: pytest.Item) -> float:
+    marker = item.get_closest_marker("long")
+    return float(marker.kwargs.get("seconds", 1.0)) if marker is not None else 0.0

@@ -304,6 +304,7 @@ trio.run(main)
 """
 
 
+@pytest.mark.long(seconds=2)
 def test_sigkill_at_any_moment_leaves_a_readable_log(tmp_path):
     path = tmp_path / "actions.jsonl"
     rng = random.Random(5)

@@ -10,8 +10,10 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 
+@pytest.mark.long(seconds=13)
 def test_demo_transcript_and_log(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PICORTEX_"))}
     env["TMPDIR"] = str(tmp_path)

@@ -51,6 +51,7 @@ def refusing_model() -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.long(seconds=4)
 def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
@@ -76,6 +77,7 @@ def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(
     assert "Traceback" not in text + err
 
 
+@pytest.mark.long(seconds=9)
 def test_offline_forces_the_offline_model_and_says_so(capfd: pytest.CaptureFixture[str]) -> None:
     out = io.StringIO()
     env = {"ANTHROPIC_API_KEY": BAD_KEY, "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}

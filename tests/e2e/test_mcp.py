@@ -52,6 +52,7 @@ async def _call(session: ClientSession, name: str, **args: Any) -> tuple[bool, A
     return False, orjson.loads(text)
 
 
+@pytest.mark.long(seconds=3)
 async def test_every_tool_over_stdio(tmp_path: Path) -> None:
     async with running_bot(tmp_path) as run:
         w = run.world

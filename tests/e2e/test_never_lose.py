@@ -6,9 +6,12 @@ Small runs of scripts/chaos_triggers.py (which measures the 20-cycle figures): a
 
 from __future__ import annotations
 
+import pytest
+
 from scripts.chaos_triggers import run_disconnects, run_sigkill
 
 
+@pytest.mark.long(seconds=11)
 async def test_sigkill_cycles_with_triggers_in_flight_lose_nothing_and_double_nothing() -> None:
     # Two kills: the second lands on a process that restarted after the first (one
     # SIGKILL and restart alone is tests/e2e/test_sigkill.py).
@@ -17,6 +20,7 @@ async def test_sigkill_cycles_with_triggers_in_flight_lose_nothing_and_double_no
     assert once == total
 
 
+@pytest.mark.long(seconds=6)
 async def test_disconnects_and_fresh_sessions_lose_nothing_and_double_nothing() -> None:
     # Three cycles: a fresh IDENTIFY (the first), then two RESUMEs.
     total, once, lost, doubled = await run_disconnects(cycles=3, per_cycle=3, seed=4)

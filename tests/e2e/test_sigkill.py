@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
+import pytest
 import trio
 
 from picortex.sim import DefaultWorld, Simulator
@@ -78,6 +79,7 @@ async def _wait(sim: Simulator, predicate: object, timeout: float = START_TIMEOU
         await sim.wait_until(predicate)
 
 
+@pytest.mark.long(seconds=7)
 async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def _chat(script: str) -> str:
     """Types `script` into `picortex sim --chat` (offline model, fresh home); its stdout."""
@@ -23,6 +25,7 @@ def _chat(script: str) -> str:
     return done.stdout
 
 
+@pytest.mark.long(seconds=6)
 def test_chat_terminal_round_trip_and_slash_commands() -> None:
     # One child for both: each start of the terminal is a whole bot and simulator.
     slash = (

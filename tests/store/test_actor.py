@@ -168,6 +168,7 @@ async def test_a_group_that_cannot_commit_fails_its_waiters(
     assert actor.write_errors == 1
 
 
+@pytest.mark.long(seconds=3)
 def test_sigkill_never_loses_a_flushed_group(tmp_path: Path) -> None:
     db = tmp_path / "picortex.db"
     committed = 0

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import apsw
+import pytest
 
 from picortex.store import Store
 
@@ -61,6 +62,7 @@ def _check(db: Path, committed: set[int]) -> None:
         conn.close()
 
 
+@pytest.mark.long(seconds=6)
 def test_sigkill_at_random_moments_loses_no_committed_row(tmp_path: Path) -> None:
     db = tmp_path / "picortex.db"
     rng = random.Random(2026)
