@@ -14,13 +14,13 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import attrs
 import httpx
 import trio
 
-from picortex.actors.clients import FaultCheck
+from picortex.actors.clients import FaultCheck, HistoryRest
 from picortex.core.context import assemble_context
 from picortex.core.history import ChannelHistory, plan_eviction
 from picortex.discord.normalize import message_from_payload
@@ -84,22 +84,6 @@ WRITERS: Final = 4
 REQUEST_QUEUE: Final = 256
 # Report live-queue overflow at the 1st, 10th, 100th... drop so a flood cannot flood the log.
 _OVERFLOW_REPORT_BASE: Final = 10
-
-
-class HistorySource(Protocol):
-    """The part of the REST client the cache uses (`picortex.discord.rest.RestClient`)."""
-
-    async def get_channel_messages(
-        self,
-        channel_id: Snowflake,
-        /,
-        *,
-        after: Snowflake | None = None,
-        before: Snowflake | None = None,
-        limit: int = 100,
-    ) -> list[dict[str, Any]]:
-        """Discord message objects of one channel, newest first."""
-        ...
 
 
 @attrs.frozen
@@ -167,7 +151,7 @@ class ContextCache:
         self,
         cache_dir: Path,
         *,
-        rest: HistorySource,
+        rest: HistoryRest,
         messages_per_channel: int,
         max_bytes: int,
         fetch_cooldown: float,

@@ -682,24 +682,11 @@ class RestClient:
         next foreground request takes the held slot, or it is given back unused after
         `ratelimit.HELD_SLOT_SECONDS`.
         """
-        limit = self._global
-        waiter = limit.wait(trio.current_time(), background=True)
-        try:
-            while True:
-                now = trio.current_time()
-                if now < limit.blocked_until:
-                    await trio.sleep_until(limit.blocked_until)
-                    continue
-                if limit.hold(now, waiter):
-                    return
-                with trio.move_on_at(limit.next_chance(waiter, now)):
-                    await self._global_freed.wait()
-        finally:
-            if limit.leave(waiter, trio.current_time()):
-                self._wake_global()
+        await self._global_slot(background=True, hold=True)
 
-    async def _global_slot(self, background: bool) -> None:
-        """Wait until sending keeps us under the global limit, then take a slot."""
+    async def _global_slot(self, background: bool, *, hold: bool = False) -> None:
+        """Wait until sending keeps us under the global limit, then take a slot (`hold`:
+        hold one for an answer about to be made instead, see `hold_slot_for_answer`)."""
         limit = self._global
         now = trio.current_time()
         # A background request waits in line from the start (its patience counts from
@@ -711,7 +698,11 @@ class RestClient:
                 if now < limit.blocked_until:
                     await trio.sleep_until(limit.blocked_until)
                     continue
-                if limit.try_take(now, waiter):
+                if hold and waiter is not None:
+                    taken = limit.hold(now, waiter)
+                else:
+                    taken = limit.try_take(now, waiter)
+                if taken:
                     return
                 if waiter is None:
                     waiter = limit.wait(now)
