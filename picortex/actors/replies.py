@@ -201,16 +201,12 @@ class Replies:
                 )
                 posted.append(int(data["id"]))
         except Exception as exc:
-            if isinstance(exc, FatalDiscordError) and (fatal := self._fatal()) is not None:
-                fatal(exc)
-            self.events.emit(
-                "reply",
+            self._failed(
+                exc,
                 command=command,
                 mode=plan.target,
                 target=target_channel or plan.dm_user_id,
                 trigger_id=trigger_id,
-                result="failed",
-                error=error_line(exc),
                 parts=len(posted),
             )
             raise
@@ -226,6 +222,13 @@ class Replies:
             chars=len(text),
         )
         return posted
+
+    def _failed(self, exc: BaseException, **fields: object) -> None:
+        """Log a reply that could not be posted; a fatal Discord error stops the bot too."""
+        if isinstance(exc, FatalDiscordError) and (fatal := self._fatal()) is not None:
+            fatal(exc)
+        where = {k: fields.pop(k) for k in ("command", "mode", "target", "trigger_id")}
+        self.events.emit("reply", **where, result="failed", error=error_line(exc), **fields)
 
     async def resolve_plan(self, plan: policy.PostPlan) -> policy.PostPlan:
         """The plan with its DM channel opened, when it goes to a DM."""
@@ -276,16 +279,12 @@ class Replies:
                     reply.stop()
         failure = reply.failure
         if failure is not None:
-            if isinstance(failure, FatalDiscordError) and (fatal := self._fatal()) is not None:
-                fatal(failure)
-            self.events.emit(
-                "reply",
+            self._failed(
+                failure,
                 command=None,
                 mode=surface.target,
                 target=surface.channel_id,
                 trigger_id=trigger_id,
-                result="failed",
-                error=error_line(failure),
                 parts=len(surface.message_ids),
                 streamed=True,
             )
