@@ -773,13 +773,15 @@ class ChannelActor:
         clients = self._clients
         trigger = gen.trigger
         lines = await self._context(gen)
-        # Typing from here on: the model request is built next and goes out first, so the
-        # indicator costs an instant answer no time; a slow answer shows it at once.
+        # Typing from here on, its first request right behind the model request (`sent`):
+        # it costs an instant answer no time, and a slow answer shows it at once.
+        sent = trio.Event()
         async with clients.replies.typing(
-            trigger.channel_id, enabled=typing, spawn=self._spawn_background
+            trigger.channel_id, enabled=typing, spawn=self._spawn_background, hold=sent
         ) as shown:
             matches = [] if gen.trigger.id in self._asks else self._persona_matches(gen.request)
             if matches:
+                sent.set()  # a persona answer makes calls of its own
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
                 handled = await persona_answer.maybe_answer(
@@ -817,9 +819,9 @@ class ChannelActor:
                 user_id=trigger.author.id,
             )
             if clients.settings().replies.stream:
-                await self._stream_answer(gen, request, shown)
+                await self._stream_answer(gen, request, shown, sent.set)
                 return
-            result = await clients.llm.complete(request)
+            result = await clients.llm.complete(request, on_sent=sent.set)
             if result.ok and not shown.is_set():
                 with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
                     await shown.wait()
@@ -837,7 +839,11 @@ class ChannelActor:
         await self._post_answer(gen, result.text, persona=None)
 
     async def _stream_answer(
-        self, gen: _Generation, request: LLMRequest, typing_shown: trio.Event
+        self,
+        gen: _Generation,
+        request: LLMRequest,
+        typing_shown: trio.Event,
+        on_sent: Callable[[], None],
     ) -> None:
         """The answer streamed into its reply (SPEC 16), in the reply's turn."""
         clients = self._clients
@@ -867,6 +873,7 @@ class ChannelActor:
             trigger_id=trigger.id,
             before_first_post=before_first_post,
             surface=surface,
+            on_sent=on_sent,
         )
         if ask is not None and streamed.reply.started:
             ask.answered = True

@@ -260,9 +260,16 @@ class ModelClient(Protocol):
     """One model call (the LLM actor)."""
 
     async def complete(
-        self, request: LLMRequest, *, on_text: Callable[[str], None] | None = None
+        self,
+        request: LLMRequest,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        on_sent: Callable[[], None] | None = None,
+        on_end: Callable[[str], None] | None = None,
     ) -> LLMResult:
-        """Make the call; `on_text` gets the text as it streams."""
+        """Make the call; `on_text` gets the text as it streams and `on_end` the whole
+        answer at the stream's end, `on_sent` is called once the request is written (or
+        the call ended without it)."""
         ...
 
 
@@ -345,8 +352,9 @@ class ReplyPoster(ReplyTarget, Poster, Protocol):
         enabled: bool = True,
         *,
         spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
+        hold: trio.Event | None = None,
     ) -> AbstractAsyncContextManager[trio.Event]:
-        """Show the typing indicator while the block runs."""
+        """Show the typing indicator while the block runs (from when `hold` is set)."""
         ...
 
     async def stream_answer(
@@ -357,6 +365,7 @@ class ReplyPoster(ReplyTarget, Poster, Protocol):
         trigger_id: Snowflake,
         before_first_post: Callable[[], Awaitable[bool]] | None = None,
         surface: AnswerSurface | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> Streamed:
         """Make the model call streamed and show the answer as it is written."""
         ...

@@ -9,6 +9,7 @@ never retried.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import sys
 from collections.abc import Callable, Mapping
@@ -25,6 +26,7 @@ from picortex.config import ModelTiers, Price
 from picortex.core import budget as budget_core
 from picortex.core.budget import Refusal, Reservation
 from picortex.core.personas import MODEL_TIERS
+from picortex.discord.http import sent_trace
 from picortex.errors import FaultInjected, StreamCut
 from picortex.types import EventSink
 
@@ -223,6 +225,33 @@ class ModelAnswer:
 
 TextSink = Callable[[str], None]
 
+# What the model call being made in this task calls once its request is written (see
+# `LLMActor.complete`'s `on_sent`); read by the HTTP client's request hook.
+_ON_SENT: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "picortex_model_request_sent", default=None
+)
+
+
+async def _trace_sent(request: Any) -> None:
+    """The model client's request hook: a call that asked for `on_sent` gets it traced."""
+    on_sent = _ON_SENT.get()
+    if on_sent is not None:
+        request.extensions = {**request.extensions, **sent_trace(on_sent)}
+
+
+class _Once:
+    """Calls a callback the first time it is called, never again."""
+
+    __slots__ = ("_callback",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback: Callable[[], None] | None = callback
+
+    def __call__(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
 
 def message_text(message: Any) -> str:
     """The text blocks of a typed `Message`, joined (tool use and thinking are left out)."""
@@ -329,6 +358,9 @@ class LLMActor:
                 )
             task_status.started()
             await trio.sleep_forever()
+        http = (self._http_client_factory or model_http_client)()
+        hooks = http.event_hooks
+        http.event_hooks = {**hooks, "request": [*hooks.get("request", ()), _trace_sent]}
         async with anthropic.AsyncAnthropic(
             api_key=self._api_key,
             base_url=self._base_url,
@@ -337,7 +369,7 @@ class LLMActor:
             # Anthropic's API reference authenticates with x-api-key; send it beside the
             # SDK's own Authorization header so any endpoint that follows the docs accepts us.
             default_headers={"x-api-key": self._api_key},
-            http_client=(self._http_client_factory or model_http_client)(),
+            http_client=http,
         ) as client:
             self._client = client
             self._ready.set()
@@ -353,13 +385,39 @@ class LLMActor:
                 self._client = None
                 self._ready = trio.Event()
 
-    async def complete(self, request: LLMRequest, *, on_text: TextSink | None = None) -> LLMResult:
+    async def complete(
+        self,
+        request: LLMRequest,
+        *,
+        on_text: TextSink | None = None,
+        on_sent: Callable[[], None] | None = None,
+        on_end: TextSink | None = None,
+    ) -> LLMResult:
         """Make one model call and report it; see LLMResult for the outcomes.
 
         With `on_text` the answer is streamed: `on_text(text_so_far)` is called as text
         arrives (synchronously, so it must not block). A stream cut midway is an "error"
         whose tokens so far are still paid for; what `on_text` last saw is what was written.
+        A streamed call calls `on_end(text)` once the stream says the answer is whole
+        (`message_stop`), before the response is closed and the call settled and logged,
+        so the answer can be posted at once. `on_sent` is called once, as soon as the
+        request is written to the model endpoint (or when the call ends without that:
+        refused, failed, not made), so work that can wait (the typing indicator) goes out
+        behind the request instead of in front of it.
         """
+        if on_sent is None:
+            return await self._complete(request, on_text, on_end)
+        once = _Once(on_sent)
+        token = _ON_SENT.set(once)
+        try:
+            return await self._complete(request, on_text, on_end)
+        finally:
+            _ON_SENT.reset(token)
+            once()
+
+    async def _complete(
+        self, request: LLMRequest, on_text: TextSink | None, on_end: TextSink | None
+    ) -> LLMResult:
         model = self.model_for(request)
         start = trio.current_time()
         if self._api_key is None:
@@ -382,7 +440,7 @@ class LLMActor:
             with trio.fail_after(request.timeout) as deadline:
                 if on_text is not None:
                     on_text = _moving_deadline(on_text, deadline, start, request.timeout)
-                response = await self._call(request, model, on_text)
+                response = await self._call(request, model, on_text, on_end)
         except BaseException as exc:
             if isinstance(exc, StreamCut) and (exc.input_tokens or exc.output_tokens):
                 # Part of an answer was generated and is billed: settle on what it cost.
@@ -431,7 +489,13 @@ class LLMActor:
         except Exception:  # the answer is paid for already; losing it helps nobody
             logger.exception("could not settle a budget reservation (cost %.6g USD)", cost)
 
-    async def _call(self, request: LLMRequest, model: str, on_text: TextSink | None) -> ModelAnswer:
+    async def _call(
+        self,
+        request: LLMRequest,
+        model: str,
+        on_text: TextSink | None,
+        on_end: TextSink | None = None,
+    ) -> ModelAnswer:
         if self._client is None:
             await self._ready.wait()
         client = self._client
@@ -458,6 +522,7 @@ class LLMActor:
                 stream=True,
             ),
             on_text,
+            on_end,
         )
 
     def _finish(
@@ -535,8 +600,12 @@ def _moving_deadline(
     return report
 
 
-async def _stream(events: Any, on_text: TextSink) -> ModelAnswer:
-    """Read one event stream to its `message_stop`, reporting the text as it grows.
+async def _stream(events: Any, on_text: TextSink, on_end: TextSink | None = None) -> ModelAnswer:
+    """Read one event stream to its `message_stop`, reporting the text as it grows, and the
+    whole answer to `on_end` at `message_stop`.
+
+    The answer is whole at `message_stop`: a failure after it (reading the rest of the
+    response, closing it) costs nothing of it.
 
     Raises:
         StreamCut: the stream failed or ended before `message_stop`.
@@ -559,7 +628,12 @@ async def _stream(events: Any, on_text: TextSink) -> ModelAnswer:
                     input_tokens = max(input_tokens, delta_in)
                 elif kind == "message_stop":
                     stopped = True
+                    if on_end is not None:
+                        on_end(text)
     except Exception as exc:
+        if stopped:
+            logger.debug("the model's response failed after message_stop: %s", exc)
+            return ModelAnswer(text, input_tokens, output_tokens)
         if not text and not input_tokens:
             raise  # nothing was generated: an ordinary failed call
         reason = f"{type(exc).__name__}: {exc}"

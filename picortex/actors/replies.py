@@ -31,6 +31,10 @@ TYPING_RENEW_SECONDS: Final = 8.0
 # A ready answer waits at most this long for its first typing request (sent when generation
 # started, so normally long done): the indicator comes before the reply, never much later.
 TYPING_FIRST_WAIT_SECONDS: Final = 0.5
+# A held indicator (`typing(hold=...)`) waits at most this long for the model request to be
+# written before its first request goes anyway: a request that takes long to leave (a new
+# connection's handshake) still shows the indicator about at once.
+TYPING_HOLD_SECONDS: Final = 0.25
 
 
 class PostingRest(Protocol):
@@ -112,6 +116,7 @@ class Replies:
         enabled: bool = True,
         *,
         spawn: Callable[[Callable[[], Awaitable[None]]], None] | None = None,
+        hold: trio.Event | None = None,
     ) -> AsyncIterator[trio.Event]:
         """Show the typing indicator in `channel_id` while the block runs, from its start.
 
@@ -119,7 +124,10 @@ class Replies:
         failed), so a ready answer can make sure the indicator goes first; typing never
         fails an answer. With `spawn` (a task starter that outlives the block) a typing
         request still in flight when the block ends finishes in the background instead of
-        being cut off, so its connection stays open for the next request.
+        being cut off, so its connection stays open for the next request. With `hold`, the
+        first typing request waits until `hold` is set (the answer's model request is
+        written: the indicator then costs a fast answer no time), at most
+        TYPING_HOLD_SECONDS; the block's end sets `hold` too.
         """
         shown = trio.Event()
         if not enabled:
@@ -130,6 +138,9 @@ class Replies:
 
         async def keep_typing() -> None:
             try:
+                if hold is not None and not hold.is_set():
+                    with trio.move_on_after(TYPING_HOLD_SECONDS):
+                        await hold.wait()
                 while not stop.is_set():
                     try:
                         await self.rest.trigger_typing(channel_id, on_sent=shown.set)
@@ -148,6 +159,8 @@ class Replies:
                 yield shown
             finally:
                 stop.set()
+                if hold is not None:
+                    hold.set()
             return
         async with trio.open_nursery() as nursery:
             nursery.start_soon(keep_typing)
@@ -245,6 +258,7 @@ class Replies:
         trigger_id: Snowflake,
         before_first_post: Callable[[], Awaitable[bool]] | None = None,
         surface: AnswerSurface | None = None,
+        on_sent: Callable[[], None] | None = None,
     ) -> Streamed:
         """Make the model call streamed and show the answer as it is written (SPEC 16).
 
@@ -252,7 +266,7 @@ class Replies:
         where the answer is written instead (a slash `ask`). The call is one
         request, never retried; a stream cut midway leaves what arrived plus one line
         saying so. A reply that could not be posted cancels the call. Logs the `reply`
-        event; the caller records failures.
+        event; the caller records failures. `on_sent` is the call's (`LLMActor.complete`).
         """
         if surface is None:
             # No deadline of its own: REST bounds each request and waits out 429s however many
@@ -270,8 +284,14 @@ class Replies:
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(write)
-                result = await self.llm.complete(request, on_text=reply.feed)
-                if result.ok:
+                # The reply is settled on the whole answer as soon as the stream ends, while
+                # the call is still closed, settled and logged.
+                result = await self.llm.complete(
+                    request, on_text=reply.feed, on_sent=on_sent, on_end=reply.finish
+                )
+                if reply.finished:
+                    pass  # whole at message_stop, whatever came after it
+                elif result.ok:
                     reply.finish(result.text)
                 elif reply.text:
                     reply.finish(with_cut_notice(reply.text))

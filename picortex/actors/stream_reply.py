@@ -83,6 +83,11 @@ class StreamedReply:
         return "".join(self.shown)
 
     @property
+    def finished(self) -> bool:
+        """True once the final text is given (`finish`)."""
+        return self._final is not None
+
+    @property
     def started(self) -> bool:
         """True once the first message is posted."""
         return bool(self.shown)

@@ -53,12 +53,21 @@ class FakeLLM:
         self.requests: list[LLMRequest] = []
 
     async def complete(
-        self, request: LLMRequest, *, on_text: Callable[[str], None] | None = None
+        self,
+        request: LLMRequest,
+        *,
+        on_text: Callable[[str], None] | None = None,
+        on_sent: Callable[[], None] | None = None,
+        on_end: Callable[[str], None] | None = None,
     ) -> LLMResult:
         self.requests.append(request)
+        if on_sent is not None:
+            on_sent()
         result = self.results.pop(0) if self.results else ok("a fine answer")
         if on_text is not None and result.text:
             on_text(result.text)  # streamed: the whole answer in one delta
+            if on_end is not None and result.ok:
+                on_end(result.text)
         return result
 
 

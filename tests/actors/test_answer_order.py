@@ -1,0 +1,198 @@
+"""What goes out first on an answer's path: the model request before the typing indicator,
+the reply as soon as the model's stream ends (before the call is closed, settled, logged)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+import trio
+
+from picortex.actors.replies import TYPING_HOLD_SECONDS, Replies
+from tests.actors.test_llm import (
+    FakeModel,
+    make_actor,
+    request,
+    running,
+    sdk_http,
+    sse,
+    stream_events,
+)
+from tests.helpers import RecordingSink
+
+# ----- the typing indicator's hold ------------------------------------------------------------
+
+
+class TypingRest:
+    """Records when each typing request was made (trio's clock)."""
+
+    def __init__(self) -> None:
+        self.typing_at: list[float] = []
+
+    async def trigger_typing(
+        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+    ) -> None:
+        self.typing_at.append(trio.current_time())
+        if on_sent is not None:
+            on_sent()
+
+
+def replies(rest: TypingRest) -> Replies:
+    return Replies(
+        lambda: None,  # type: ignore[arg-type, return-value]
+        rest,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        RecordingSink(),
+        fatal=lambda: None,
+    )
+
+
+async def test_a_held_indicator_goes_out_once_the_hold_is_released(autojump_clock: Any) -> None:
+    rest = TypingRest()
+    hold = trio.Event()
+    start = trio.current_time()
+    async with (
+        trio.open_nursery() as nursery,
+        replies(rest).typing(1, spawn=nursery.start_soon, hold=hold) as shown,
+    ):
+        await trio.sleep(0.1)
+        assert rest.typing_at == []
+        assert not shown.is_set()
+        hold.set()
+        await shown.wait()
+    assert [round(at - start, 3) for at in rest.typing_at] == [0.1]
+
+
+async def test_a_hold_never_released_delays_the_indicator_briefly(autojump_clock: Any) -> None:
+    rest = TypingRest()
+    start = trio.current_time()
+    async with (
+        trio.open_nursery() as nursery,
+        replies(rest).typing(1, spawn=nursery.start_soon, hold=trio.Event()) as shown,
+    ):
+        await shown.wait()
+    assert [round(at - start, 3) for at in rest.typing_at] == [TYPING_HOLD_SECONDS]
+
+
+async def test_without_a_hold_the_indicator_goes_out_at_once(autojump_clock: Any) -> None:
+    rest = TypingRest()
+    start = trio.current_time()
+    async with (
+        trio.open_nursery() as nursery,
+        replies(rest).typing(1, spawn=nursery.start_soon) as shown,
+    ):
+        await shown.wait()
+    assert [round(at - start, 3) for at in rest.typing_at] == [0.0]
+
+
+# ----- the model call's signals ---------------------------------------------------------------
+
+
+async def test_on_end_gets_the_whole_answer_before_the_call_is_logged() -> None:
+    sink = RecordingSink()
+
+    async def answer(body: dict[str, Any]) -> Any:
+        return sdk_http.Response(
+            200,
+            content=stream_events(body["model"], ["Hello", " there", "?"]),
+            headers={"content-type": "text/event-stream"},
+        )
+
+    ended: list[tuple[str, int]] = []
+
+    def on_end(text: str) -> None:
+        ended.append((text, len(sink.of("llm"))))
+
+    async with running(make_actor(FakeModel(answer), sink)) as llm:
+        result = await llm.complete(request(), on_text=lambda _: None, on_end=on_end)
+    assert result.ok
+    assert ended == [("Hello there?", 0)]
+    assert len(sink.of("llm")) == 1
+
+
+# The SDK raises an `error` event from inside its SSE generator and leaves the inner one to
+# the garbage collector, which reports it as an unclosed async generator.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_failure_after_message_stop_keeps_the_whole_answer() -> None:
+    sink = RecordingSink()
+    body = stream_events("m", ["All of it."]) + sse(
+        ("error", {"type": "error", "error": {"type": "api_error", "message": "late"}})
+    )
+
+    async def answer(_: dict[str, Any]) -> Any:
+        return sdk_http.Response(200, content=body, headers={"content-type": "text/event-stream"})
+
+    async with running(make_actor(FakeModel(answer), sink)) as llm:
+        result = await llm.complete(request(), on_text=lambda _: None)
+    assert result.ok
+    assert result.text == "All of it."
+
+
+async def test_on_sent_is_called_once_when_a_call_is_not_made() -> None:
+    sink = RecordingSink()
+    calls: list[str] = []
+    async with running(make_actor(None, sink, api_key=None)) as llm:
+        result = await llm.complete(request(), on_sent=lambda: calls.append("sent"))
+    assert result.outcome == "no_key"
+    assert calls == ["sent"]
+
+
+async def test_on_sent_is_called_once_the_request_is_written_before_any_answer() -> None:
+    """Over a real socket: the endpoint answers only once `on_sent` was called."""
+    sent = trio.Event()
+    calls: list[str] = []
+
+    def on_sent() -> None:
+        calls.append("sent")
+        sent.set()
+
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "hi"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+
+    async def serve(stream: trio.SocketStream) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            data += await stream.receive_some()
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        while len(body) < length:
+            body += await stream.receive_some()
+        with trio.fail_after(5):
+            await sent.wait()
+        payload = orjson.dumps(message)
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload
+        )
+        await stream.aclose()
+
+    sink = RecordingSink()
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(
+            functools.partial(trio.serve_tcp, serve, 0, host="127.0.0.1")
+        )
+        port = listeners[0].socket.getsockname()[1]
+        actor = make_actor(None, sink)
+        actor._base_url = f"http://127.0.0.1:{port}"
+        async with running(actor) as llm:
+            with trio.fail_after(10):
+                result = await llm.complete(request(), on_sent=on_sent)
+        nursery.cancel_scope.cancel()
+    assert result.ok, result.error
+    assert result.text == "hi"
+    assert calls == ["sent"]
