@@ -26,6 +26,7 @@ from picortex.core import budget as budget_core
 from picortex.core.budget import Refusal, Reservation
 from picortex.core.personas import MODEL_TIERS
 from picortex.errors import FaultInjected, StreamCut
+from picortex.tls import tls_context
 from picortex.types import EventSink
 
 if TYPE_CHECKING:
@@ -593,5 +594,6 @@ def model_http_client(transport: Any = None) -> Any:
         ),
         timeout=http.Timeout(MODEL_READ_TIMEOUT, connect=MODEL_CONNECT_TIMEOUT),
         follow_redirects=False,
+        verify=tls_context(),
         **extra,
     )
