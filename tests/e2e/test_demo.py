@@ -1,4 +1,4 @@
-"""`picortex demo` runs end to end and every scene leaves its events in the log."""
+"""`picortex demo --offline` runs end to end and every scene leaves its events in the log."""
 
 from __future__ import annotations
 
@@ -12,13 +12,18 @@ from pathlib import Path
 import orjson
 import pytest
 
+BAD_KEY = "sk-ant-not-a-working-key"
+
 
 @pytest.mark.long(seconds=13)
 def test_demo_transcript_and_log(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PICORTEX_"))}
     env["TMPDIR"] = str(tmp_path)
+    # A key that would not work: `--offline` must use the simulator's model all the same.
+    env["ANTHROPIC_API_KEY"] = BAD_KEY
+    env["ANTHROPIC_BASE_URL"] = "http://127.0.0.1:9"
     done = subprocess.run(
-        [sys.executable, "-m", "picortex", "demo", "--keep", "--speed", "4"],
+        [sys.executable, "-m", "picortex", "demo", "--keep", "--speed", "4", "--offline"],
         capture_output=True,
         text=True,
         env=env,
@@ -27,7 +32,9 @@ def test_demo_transcript_and_log(tmp_path: Path) -> None:
     )
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
-    assert "OFFLINE model" in out
+    assert "OFFLINE model endpoint (--offline)" in out
+    assert "the model failed" not in out
+    assert BAD_KEY not in out + done.stderr
     for n in range(1, 14):
         assert f"[{n}] " in out
     assert "swatch.png" in out
