@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("picortex", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("picortex")
 
+pytest_plugins = ["tests.bytecode"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
