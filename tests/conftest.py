@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -30,6 +31,19 @@ def pytest_configure(config: pytest.Config) -> None:
         "long(seconds=S): takes about S seconds of wall time (child processes, real-time "
         "waits); on several workers it runs at the start of a worker's share of the suite",
     )
+
+
+@pytest.fixture
+def root_logging_restored() -> Iterator[None]:
+    """`cli.main` sets up logging for a process; in this one, later tests need theirs back."""
+    root = logging.getLogger()
+    handlers = [(h, list(h.filters)) for h in root.handlers]
+    level = root.level
+    yield
+    for handler, filters in handlers:
+        handler.filters[:] = filters
+    root.handlers[:] = [h for h, _ in handlers]
+    root.setLevel(level)
 
 
 def _on_virtual_time(rate: float) -> Callable[..., Any]:
