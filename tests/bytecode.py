@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import os
 import py_compile
 import shutil
@@ -83,11 +84,14 @@ def pytest_collection(session: pytest.Session) -> None:
         return
     index = int(worker[2:]) % count
     root = session.config.rootpath
-    package = sorted((root / PACKAGE).rglob("*.py"))
-    for source in _slice(package, index, count):
-        with contextlib.suppress(py_compile.PyCompileError, OSError):
-            py_compile.compile(str(source), doraise=True)
     modules = sorted(_test_modules(session, root))
+    if _whole_suite(session, root):
+        # The whole suite imports nearly all of the package: compile this worker's share.
+        package = sorted((root / PACKAGE).rglob("*.py"))
+        for source in _slice(package, index, count):
+            if not _fresh(source):
+                with contextlib.suppress(py_compile.PyCompileError, OSError):
+                    py_compile.compile(str(source), doraise=True)
     start = len(modules) * index // count
     for name in modules[start:] + modules[:start]:
         # Collection imports it again and reports whatever went wrong here.
@@ -99,13 +103,30 @@ def _slice(paths: list[Path], index: int, count: int) -> list[Path]:
     return paths[len(paths) * index // count : len(paths) * (index + 1) // count]
 
 
+def _fresh(source: Path) -> bool:
+    """Whether the source's bytecode is there and no older than it."""
+    try:
+        cached = Path(importlib.util.cache_from_source(str(source)))
+        return cached.stat().st_mtime >= source.stat().st_mtime
+    except (OSError, NotImplementedError):
+        return False
+
+
+def _arg_paths(session: pytest.Session) -> list[Path]:
+    here = Path(session.config.invocation_params.dir)
+    return [(here / arg.split("::")[0]).resolve() for arg in session.config.args]
+
+
+def _whole_suite(session: pytest.Session, root: Path) -> bool:
+    return (root / SUITE).resolve() in _arg_paths(session)
+
+
 def _test_modules(session: pytest.Session, root: Path) -> set[str]:
     """Dotted names of the test modules the run collects (`tests` is a package tree)."""
     if str(root) not in sys.path:
         return set()
     names: set[str] = set()
-    for arg in session.config.args:
-        path = (Path(session.config.invocation_params.dir) / arg.split("::")[0]).resolve()
+    for path in _arg_paths(session):
         files = sorted(path.rglob("test_*.py")) if path.is_dir() else [path]
         for file in files:
             with contextlib.suppress(ValueError):
