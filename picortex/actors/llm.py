@@ -28,6 +28,7 @@ from picortex.core.budget import Refusal, Reservation
 from picortex.core.personas import MODEL_TIERS
 from picortex.discord.http import sent_trace
 from picortex.errors import FaultInjected, StreamCut
+from picortex.tls import tls_context
 from picortex.types import EventSink
 
 if TYPE_CHECKING:
@@ -667,5 +668,6 @@ def model_http_client(transport: Any = None) -> Any:
         ),
         timeout=http.Timeout(MODEL_READ_TIMEOUT, connect=MODEL_CONNECT_TIMEOUT),
         follow_redirects=False,
+        verify=tls_context(),
         **extra,
     )

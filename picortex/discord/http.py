@@ -12,6 +12,8 @@ from typing import Any, Final
 
 import httpx
 
+from picortex.tls import tls_context
+
 # Discord answers in well under a second; a half-minute stall is a dead connection.
 READ_TIMEOUT: Final = 30.0
 # A TCP + TLS handshake to Discord takes tens of milliseconds; ten seconds is a dead route.
@@ -46,6 +48,7 @@ def discord_client() -> httpx.AsyncClient:
         # Discord's API never redirects a bot; following one could hand the token elsewhere.
         follow_redirects=False,
         trust_env=True,
+        verify=tls_context(),
     )
 
 

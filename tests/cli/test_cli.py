@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
@@ -17,18 +15,8 @@ from picortex.cli.log import EVENT_TYPES
 from picortex.cli.status import format_status
 from picortex.store.lock import hold_home, running_pid
 
-
-@pytest.fixture(autouse=True)
-def _root_logging_restored() -> Iterator[None]:
-    """`cli.main` sets up logging for a process; in this one, later tests need theirs back."""
-    root = logging.getLogger()
-    handlers = [(h, list(h.filters)) for h in root.handlers]
-    level = root.level
-    yield
-    for handler, filters in handlers:
-        handler.filters[:] = filters
-    root.handlers[:] = [h for h, _ in handlers]
-    root.setLevel(level)
+# `cli.main` sets up logging for a process; in this one, later tests need theirs back.
+pytestmark = pytest.mark.usefixtures("root_logging_restored")
 
 
 @pytest.fixture

@@ -1,33 +1,44 @@
-"""`picortex demo` runs end to end and every scene leaves its events in the log."""
+"""`picortex demo --offline` plays every scene, and every scene leaves its events in the log.
+
+Through the command line's own entry (`cli.main`) in this process: `python -m picortex` runs
+as a child process in the end-to-end tests of `run`, `mcp` and `sim --chat`.
+"""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
+import tempfile
 from pathlib import Path
 
 import orjson
 import pytest
 
+from picortex import cli
 
-@pytest.mark.long(seconds=13)
-def test_demo_transcript_and_log(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "PICORTEX_"))}
-    env["TMPDIR"] = str(tmp_path)
-    done = subprocess.run(
-        [sys.executable, "-m", "picortex", "demo", "--keep", "--speed", "4"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-        check=False,
-    )
-    out = done.stdout
-    assert done.returncode == 0, out + done.stderr
-    assert "OFFLINE model" in out
+BAD_KEY = "sk-ant-not-a-working-key"
+
+# `cli.main` sets up logging for a process; in this one, later tests need theirs back.
+pytestmark = pytest.mark.usefixtures("root_logging_restored")
+
+
+@pytest.mark.long(seconds=9)
+def test_demo_transcript_and_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("PICORTEX_HOME", "PICORTEX_OWNER_ID", "DISCORD_BOT_TOKEN", "DISCORD_API_BASE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    # A key that would not work: `--offline` must use the simulator's model all the same.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", BAD_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
+    code = cli.main(["demo", "--keep", "--speed", "4", "--offline"])
+    done = capsys.readouterr()
+    out = done.out
+    assert code == 0, out + done.err
+    assert "OFFLINE model endpoint (--offline)" in out
+    assert "the model failed" not in out
+    assert BAD_KEY not in out + done.err
     for n in range(1, 14):
         assert f"[{n}] " in out
     assert "swatch.png" in out
@@ -67,14 +78,8 @@ def test_demo_transcript_and_log(tmp_path: Path) -> None:
         "poll",
     ):
         assert kind in kinds, kind
-    errors = subprocess.run(
-        [sys.executable, "-m", "picortex", "errors", "--json"],
-        capture_output=True,
-        text=True,
-        env={**env, "PICORTEX_HOME": str(home)},
-        timeout=60,
-        check=True,
-    )
-    rows = orjson.loads(errors.stdout)
+    monkeypatch.setenv("PICORTEX_HOME", str(home))
+    assert cli.main(["errors", "--json"]) == 0
+    rows = orjson.loads(capsys.readouterr().out)
     assert any(r["stage"] == "generate" for r in rows)
     shutil.rmtree(home, ignore_errors=True)

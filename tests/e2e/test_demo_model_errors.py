@@ -1,4 +1,4 @@
-"""`picortex demo` with a key the model endpoint refuses, and `demo --offline`."""
+"""`picortex demo` with a key the model endpoint refuses (tests/e2e/test_demo.py: `--offline`)."""
 
 from __future__ import annotations
 
@@ -75,14 +75,3 @@ def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(
     assert "invocation failed at stage" in scene9
     assert BAD_KEY not in text + err
     assert "Traceback" not in text + err
-
-
-@pytest.mark.long(seconds=9)
-def test_offline_forces_the_offline_model_and_says_so(capfd: pytest.CaptureFixture[str]) -> None:
-    out = io.StringIO()
-    env = {"ANTHROPIC_API_KEY": BAD_KEY, "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
-    code = run_demo(keep=False, speed=4, out=out, env=env, offline=True)
-    text = out.getvalue()
-    assert code == 0, text + capfd.readouterr().err
-    assert "OFFLINE model endpoint (--offline)" in text
-    assert "the model failed" not in text

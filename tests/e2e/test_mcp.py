@@ -7,14 +7,15 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import pytest
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from tests.e2e.harness import running_bot, wall_time
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
 
 pytestmark = pytest.mark.virtual_time
 
@@ -31,6 +32,11 @@ TOOLS = {
 
 @asynccontextmanager
 async def mcp_session(home: Path, owner_id: int) -> AsyncIterator[ClientSession]:
+    # Imported here: the SDK takes about a second of CPU to import, and only the worker
+    # that runs these tests needs it.
+    from mcp.client.session import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PICORTEX_", "DISCORD_"))}
     env.update({"PICORTEX_HOME": str(home), "PICORTEX_OWNER_ID": str(owner_id)})
     params = StdioServerParameters(command=sys.executable, args=["-m", "picortex", "mcp"], env=env)
