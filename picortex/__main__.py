@@ -1,7 +1,5 @@
 """`python -m picortex` is the same as the `picortex` command."""
 
-import sys
+from picortex.cli import entry
 
-from picortex.cli import main
-
-sys.exit(main())
+entry()

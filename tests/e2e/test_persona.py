@@ -398,7 +398,6 @@ async def test_no_personas_means_the_default_agent_answers_in_channel(tmp_path: 
         assert run.events("persona") == []
 
 
-@pytest.mark.long(seconds=3)
 def test_bad_agents_yaml_stops_start_up_with_exit_2(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
