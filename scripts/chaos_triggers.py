@@ -21,8 +21,9 @@ import random
 import signal
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -69,7 +70,29 @@ async def _settle(sim: Simulator, sent: list[dict[str, Any]]) -> None:
         await sim.wait_until(lambda: tally(sim, sent)[1] == 0)
 
 
-async def run_sigkill(cycles: int, per_cycle: int, seed: int) -> tuple[int, int, int, int]:
+class BotProcess(Protocol):
+    """What a cycle does with a bot process (a trio.Process is one)."""
+
+    def send_signal(self, signum: int) -> None: ...
+
+    async def wait(self) -> int: ...
+
+
+async def exec_bot(env: dict[str, str], out: Path) -> BotProcess:
+    """`python -m picortex run` as a new process; its stdout and stderr go to `out`."""
+    with out.open("wb") as err:
+        return await trio.lowlevel.open_process(
+            [sys.executable, "-m", "picortex", "run"], env=env, stdout=err, stderr=err
+        )
+
+
+async def run_sigkill(
+    cycles: int,
+    per_cycle: int,
+    seed: int,
+    start: Callable[[dict[str, str], Path], Awaitable[BotProcess]] = exec_bot,
+) -> tuple[int, int, int, int]:
+    """`start` starts one bot process (tests fork them from a server that imported the bot)."""
     sim, w, rng = _world(seed)
     mention = f"<@{sim.bot_user_id}>"
     sent: list[dict[str, Any]] = []
@@ -82,10 +105,7 @@ async def run_sigkill(cycles: int, per_cycle: int, seed: int) -> tuple[int, int,
             env = _env(home, sim, urls, w.alice_id)
             for cycle in range(cycles + 1):
                 started = sim.gateway_stats.identifies + sim.gateway_stats.resumes
-                err = (home / f"run{cycle}.err").open("wb")
-                proc = await trio.lowlevel.open_process(
-                    [sys.executable, "-m", "picortex", "run"], env=env, stdout=err, stderr=err
-                )
+                proc = await start(env, home / f"run{cycle}.err")
                 with trio.fail_after(60):
                     await sim.wait_until(
                         lambda s=started: (
@@ -100,7 +120,6 @@ async def run_sigkill(cycles: int, per_cycle: int, seed: int) -> tuple[int, int,
                         shutil.copytree(home, os.environ["CHAOS_KEEP"], dirs_exist_ok=True)
                     proc.send_signal(signal.SIGTERM)
                     await proc.wait()
-                    err.close()
                     break
                 sim.model.script(
                     *[ModelReply(text=f"answer {cycle}.{n}", delay=0.3) for n in range(per_cycle)]
@@ -114,7 +133,6 @@ async def run_sigkill(cycles: int, per_cycle: int, seed: int) -> tuple[int, int,
                 await trio.sleep(rng.uniform(0.05, 0.5))
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
-                err.close()
             nursery.cancel_scope.cancel()
     once, lost, doubled = tally(sim, sent)
     return len(sent), once, lost, doubled

@@ -1,21 +1,29 @@
 """Kills and disconnects with triggers in flight: every trigger answered exactly once.
 
 Small runs of scripts/chaos_triggers.py (which measures the 20-cycle figures): a real
-`picortex run` SIGKILLed and restarted, and forced disconnects, some needing a fresh IDENTIFY.
+`picortex run` process SIGKILLed and restarted, and forced disconnects, some needing a fresh
+IDENTIFY.
 """
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from scripts.chaos_triggers import run_disconnects, run_sigkill
+from tests.e2e.forkserver import fork_server
 
 
-@pytest.mark.long(seconds=11)
+@pytest.mark.long(seconds=4)
 async def test_sigkill_cycles_with_triggers_in_flight_lose_nothing_and_double_nothing() -> None:
     # Two kills: the second lands on a process that restarted after the first (one
     # SIGKILL and restart alone is tests/e2e/test_sigkill.py).
-    total, once, lost, doubled = await run_sigkill(cycles=2, per_cycle=3, seed=3)
+    # Each process is forked from one that imported the bot once (tests/e2e/forkserver.py).
+    async with fork_server(os.environ) as server:
+        total, once, lost, doubled = await run_sigkill(
+            cycles=2, per_cycle=3, seed=3, start=server.start
+        )
     assert (total, lost, doubled) == (6, 0, 0)
     assert once == total
 

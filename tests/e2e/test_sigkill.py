@@ -1,13 +1,13 @@
 """SIGKILL during traffic, then restart (SPEC 12): state intact, nothing answered twice.
 
-The bot runs as a real `python -m picortex run` process against a simulator in this test.
+The bot runs as a real `picortex run` process (forked from one that imported the bot, see
+tests/e2e/forkserver.py) against a simulator in this test.
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,6 +20,7 @@ from picortex.sim import DefaultWorld, Simulator
 from picortex.sim.model import ModelReply
 from picortex.sim.simulator import SimURLs
 from picortex.store import Store
+from tests.e2e.forkserver import ForkedBot, ForkServer, fork_server
 from tests.e2e.harness import RELAXED_BUCKETS, run_cli
 
 TRIGGERS = 40
@@ -41,32 +42,31 @@ def _env(home: Path, sim: Simulator, urls: SimURLs, owner: int) -> dict[str, str
 
 @asynccontextmanager
 async def _bot_process(
-    home: Path, sim: Simulator, urls: SimURLs, world: DefaultWorld, run_no: int
-) -> AsyncIterator[trio.Process]:
-    """`picortex run` in a subprocess; yields once its gateway session is ready."""
+    server: ForkServer,
+    home: Path,
+    sim: Simulator,
+    urls: SimURLs,
+    world: DefaultWorld,
+    run_no: int,
+) -> AsyncIterator[ForkedBot]:
+    """`picortex run` in a process of its own; yields once its gateway session is ready."""
     # A restarted process RESUMEs the session the killed one left, or IDENTIFYs afresh.
     sessions = sim.gateway_stats.identifies + sim.gateway_stats.resumes
-    with (home / f"run{run_no}.err").open("wb") as err:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "picortex", "run"],
-            env=_env(home, sim, urls, world.alice_id),
-            stdout=err,
-            stderr=err,
-        )
-        try:
-            with trio.fail_after(START_TIMEOUT):
-                await sim.wait_until(
-                    lambda: (
-                        sim.gateway_stats.identifies + sim.gateway_stats.resumes > sessions
-                        and sim.gateway_stats.ready_sessions >= 1
-                    )
+    proc = await server.start(_env(home, sim, urls, world.alice_id), home / f"run{run_no}.err")
+    try:
+        with trio.fail_after(START_TIMEOUT):
+            await sim.wait_until(
+                lambda: (
+                    sim.gateway_stats.identifies + sim.gateway_stats.resumes > sessions
+                    and sim.gateway_stats.ready_sessions >= 1
                 )
-            yield proc
-        finally:
-            if proc.returncode is None:
-                proc.kill()
-            with trio.CancelScope(shield=True):
-                await proc.wait()
+            )
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        with trio.CancelScope(shield=True):
+            await proc.wait()
 
 
 def _dm_texts(sim: Simulator, user_id: int) -> list[str]:
@@ -79,7 +79,7 @@ async def _wait(sim: Simulator, predicate: object, timeout: float = START_TIMEOU
         await sim.wait_until(predicate)
 
 
-@pytest.mark.long(seconds=7)
+@pytest.mark.long(seconds=6)
 async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -93,11 +93,12 @@ async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
     world = sim.add_default_world()
     w = world
     mention = f"<@{sim.bot_user_id}>"
-    async with trio.open_nursery() as nursery:
+    # Both bot processes are forked from one that imported the bot once (forkserver.py).
+    async with fork_server(os.environ) as server, trio.open_nursery() as nursery:
         urls: SimURLs = await nursery.start(sim.serve)
         sent: list[dict[str, object]] = []
 
-        async with _bot_process(home, sim, urls, world, 1) as proc:
+        async with _bot_process(server, home, sim, urls, world, 1) as proc:
             # State worth keeping: a trusted user and a changed runtime setting.
             sim.post_user_message(
                 w.general_id, w.alice_id, f"{mention} !s whitelist add <@{w.bob_id}> trusted"
@@ -131,7 +132,7 @@ async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
             orjson.loads(line)
 
         sim.model.clear_script()
-        async with _bot_process(home, sim, urls, world, 2) as proc:
+        async with _bot_process(server, home, sim, urls, world, 2) as proc:
             # The new process answers (with the new wakeword) and knows bob is trusted.
             sim.post_user_message(w.general_id, w.alice_id, f"{mention} !k whitelist list")
             await _wait(sim, lambda: len(_dm_texts(sim, w.alice_id)) == 3)
