@@ -79,7 +79,8 @@ class ModelReply:
     `text` None means the default answer; `status` other than 200 answers with Anthropic's
     error body (`error_type` defaults from the status); `delay` seconds pass first (on trio's
     clock), to provoke client timeouts. For a streamed request, `pace` (None: the model's
-    default) is the seconds between text deltas, and `cut_after` cuts the stream once that
+    default) is the seconds between text deltas of `chunk` characters (None: the model's
+    default), and `cut_after` cuts the stream once that
     many characters were sent: the connection drops, or an `error` event of `stream_error`'s
     type is sent. `status` 30x answers a redirect to `location`.
     """
@@ -93,6 +94,7 @@ class ModelReply:
     input_tokens: int | None = None
     output_tokens: int | None = None
     pace: float | None = None
+    chunk: int | None = None
     cut_after: int | None = None
     stream_error: str | None = None
     location: str = ""
@@ -231,7 +233,7 @@ class OfflineModel:
         """The answer as Server-Sent Events, paced on trio's clock."""
         message_id = "msg_" + _digest(f"msg{self._count}", 12)
         pace = self.stream_pace if reply.pace is None else reply.pace
-        size = max(1, self.stream_chunk_chars)
+        size = max(1, self.stream_chunk_chars if reply.chunk is None else reply.chunk)
 
         async def events() -> AsyncGenerator[bytes, None]:
             yield _sse(

@@ -17,9 +17,11 @@ from tests.e2e.harness import Running, running_bot
 
 pytestmark = pytest.mark.virtual_time
 
-# Streamed in deltas of 24 characters, one every 0.1 s: a 3,000-character answer takes
-# 12.5 s, long enough for several edits.
-PACE = 0.1
+# Streamed in deltas of 96 characters, one every 0.4 s: a 3,000-character answer takes
+# 12.5 s, long enough for several edits. (Bigger deltas, fewer of them: each is a jump of
+# the virtual clock, which waits for the run to idle first.)
+PACE = 0.4
+CHUNK = 96
 NO_CONTINUATION = "continuation_seconds = 0\n"
 # Virtual times are sums of floats: equal gaps may differ in the last bits.
 SLACK = 1e-9
@@ -60,7 +62,7 @@ async def test_a_slow_answer_is_posted_at_its_first_sentence_and_edited_at_a_pac
     answer = long_answer()
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         general = run.world.general_id
-        run.sim.model.script(ModelReply(text=answer, pace=PACE))
+        run.sim.model.script(ModelReply(text=answer, pace=PACE, chunk=CHUNK))
         trigger = await ask(run, general)
         (reply,) = await run.wait_event("reply")
         assert reply["result"] == "posted"
@@ -99,7 +101,7 @@ async def test_with_streaming_off_the_answer_is_posted_once_and_never_edited(
     toml = NO_CONTINUATION + "[replies]\nstream = false\n"
     async with running_bot(tmp_path, toml=toml) as run:
         general = run.world.general_id
-        run.sim.model.script(ModelReply(text=answer, pace=PACE))
+        run.sim.model.script(ModelReply(text=answer, pace=PACE, chunk=CHUNK))
         await ask(run, general)
         await run.wait_event("reply")
         assert [m["content"] for m in run.sim.bot_messages(general)] == split_reply(answer)
@@ -118,7 +120,9 @@ async def test_a_stream_cut_midway_leaves_what_was_written_and_says_so(
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         general = run.world.general_id
         run.sim.model.script(
-            ModelReply(text=answer, pace=PACE, cut_after=600, stream_error=stream_error)
+            ModelReply(
+                text=answer, pace=PACE, chunk=CHUNK, cut_after=600, stream_error=stream_error
+            )
         )
         trigger = await ask(run, general)
         (reply,) = await run.wait_event("reply")
@@ -141,7 +145,7 @@ async def test_a_dm_answer_streams_too(tmp_path: Path) -> None:
     answer = long_answer()[:1500]
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         dm = run.dm_id(run.world.alice_id)
-        run.sim.model.script(ModelReply(text=answer, pace=PACE))
+        run.sim.model.script(ModelReply(text=answer, pace=PACE, chunk=CHUNK))
         run.say(dm, run.world.alice_id, "tell me everything")
         await run.wait_event("reply")
         assert [m["content"] for m in run.sim.bot_messages(dm)] == split_reply(answer)
@@ -165,7 +169,7 @@ async def test_a_persona_answer_streams_into_its_thread(
     answer = long_answer()
     async with running_bot(tmp_path, toml=NO_CONTINUATION, files=PERSONAS) as run:
         general = run.world.general_id
-        run.sim.model.script(ModelReply(text=answer, pace=PACE))
+        run.sim.model.script(ModelReply(text=answer, pace=PACE, chunk=CHUNK))
         trigger = await ask(run, general, "I slept terribly last night")
         (done,) = await run.wait_event("persona.responded")
         thread_id = int(trigger["id"])  # a thread started from a message has its id
@@ -184,7 +188,7 @@ async def test_a_slash_ask_streams_into_its_deferred_response(
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         w = run.world
         await run.wait_until(lambda: bool(run.sim.app_commands(None)))
-        run.sim.model.script(ModelReply(text=answer, pace=PACE))
+        run.sim.model.script(ModelReply(text=answer, pace=PACE, chunk=CHUNK))
         ask = run.sim.run_slash(w.general_id, w.alice_id, "picortex ask tell me everything")
         await run.wait_event("reply", trigger_id=ask.id, result="posted")
         kinds = [a.kind for a in ask.answers]
