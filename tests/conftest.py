@@ -30,7 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "long(seconds=S): takes about S seconds of wall time (child processes, real-time "
-        "waits); on several workers it runs at the start of a worker's share of the suite",
+        "waits); on several workers it runs in the first half of a worker's share",
     )
 
 
@@ -83,17 +83,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.trio(run=_on_virtual_time(rate)))
     workerinput = getattr(config, "workerinput", None)  # set on an xdist worker
     if workerinput is not None:
-        items[:] = _long_tests_first(items, int(workerinput["workercount"]))
+        items[:] = _long_tests_early(items, int(workerinput["workercount"]))
 
 
-def _long_tests_first(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
-    """The order in which each worker's share of the suite opens with its share of the
-    `long` tests, so that none of them starts late and ends the run alone.
+def _long_tests_early(items: list[pytest.Item], workers: int) -> list[pytest.Item]:
+    """The order in which each worker's share of the suite has its share of the `long`
+    tests spread over the first half, so that none of them starts late and ends the run
+    alone, and the workers are not all waiting on long tests at the same time.
 
-    xdist's `worksteal` hands each worker an equal contiguous part of the collection (and
-    idle workers then take the end of a busy one's queue). The long tests are dealt out
-    longest first, back and forth, so each worker's share of them takes about as long.
-    Every worker computes the same order, as xdist requires; the other tests keep theirs.
+    xdist's `worksteal` hands each worker an equal contiguous part of the collection (and an
+    idle worker then takes the later half of what a busy one has left, never the first
+    half). The long tests are dealt out longest first, back and forth, so each worker's
+    share of them takes about as long; within a share they are spaced evenly over its first
+    half, each worker's spacing shifted by its number, so that one worker waits on a child
+    process or a real-time wait while the others compute. Every worker computes the same
+    order, as xdist requires; the other tests keep theirs.
     """
     long = sorted(
         (item for item in items if item.get_closest_marker("long") is not None),
@@ -112,8 +116,11 @@ def _long_tests_first(items: list[pytest.Item], workers: int) -> list[pytest.Ite
         size = left // (workers - n)  # as worksteal cuts its parts
         left -= size
         take = max(0, size - len(head))
-        order += head + rest[:take]
-        rest = rest[take:]
+        share, rest = rest[:take], rest[take:]
+        step = (size // 2) // max(1, len(head))
+        for k, item in enumerate(head):
+            share.insert(min(len(share), k * step + n * step // workers + k), item)
+        order += share
     return order + rest
 
 
