@@ -26,7 +26,7 @@ from picortex.config import ModelTiers, Price
 from picortex.core import budget as budget_core
 from picortex.core.budget import Refusal, Reservation
 from picortex.core.personas import MODEL_TIERS
-from picortex.discord.http import sent_trace
+from picortex.discord.http import Once, sent_trace
 from picortex.errors import FaultInjected, StreamCut
 from picortex.tls import tls_context
 from picortex.types import EventSink
@@ -240,20 +240,6 @@ async def _trace_sent(request: Any) -> None:
         request.extensions = {**request.extensions, **sent_trace(on_sent)}
 
 
-class _Once:
-    """Calls a callback the first time it is called, never again."""
-
-    __slots__ = ("_callback",)
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self._callback: Callable[[], None] | None = callback
-
-    def __call__(self) -> None:
-        callback, self._callback = self._callback, None
-        if callback is not None:
-            callback()
-
-
 def message_text(message: Any) -> str:
     """The text blocks of a typed `Message`, joined (tool use and thinking are left out)."""
     return "".join(
@@ -408,7 +394,7 @@ class LLMActor:
         """
         if on_sent is None:
             return await self._complete(request, on_text, on_end)
-        once = _Once(on_sent)
+        once = Once(on_sent)
         token = _ON_SENT.set(once)
         try:
             return await self._complete(request, on_text, on_end)

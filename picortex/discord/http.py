@@ -52,6 +52,20 @@ def discord_client() -> httpx.AsyncClient:
     )
 
 
+class Once:
+    """Calls a callback the first time it is called, never again."""
+
+    __slots__ = ("_callback",)
+
+    def __init__(self, callback: Callable[[], None]) -> None:
+        self._callback: Callable[[], None] | None = callback
+
+    def __call__(self) -> None:
+        callback, self._callback = self._callback, None
+        if callback is not None:
+            callback()
+
+
 def sent_trace(on_sent: Callable[[], None]) -> Mapping[str, Any]:
     """Request extensions that call `on_sent` once the request is written to the socket.
 

@@ -23,7 +23,7 @@ import trio
 
 from picortex import PROJECT_URL, __version__
 from picortex.core import attachments
-from picortex.discord.http import discord_client, sent_trace
+from picortex.discord.http import Once, discord_client, sent_trace
 from picortex.discord.ratelimit import (
     GLOBAL_BUDGET,
     GLOBAL_LIMIT,
@@ -77,20 +77,6 @@ _NEVER_PARSED: Final = frozenset({"everyone", "roles"})
 ATTACHMENT_TIMEOUT: Final = 15.0
 # The placeholder of an interaction token in a route: routes, never paths, are logged.
 INTERACTION_TOKEN: Final = "{interaction_token}"  # noqa: S105 (a placeholder)
-
-
-class _Once:
-    """Calls a callback the first time it is called, never again."""
-
-    __slots__ = ("_callback",)
-
-    def __init__(self, callback: Callable[[], None]) -> None:
-        self._callback: Callable[[], None] | None = callback
-
-    def __call__(self) -> None:
-        callback, self._callback = self._callback, None
-        if callback is not None:
-            callback()
 
 
 class _NoSink:
@@ -470,7 +456,7 @@ class RestClient:
         if body is not None:
             content = orjson.dumps(body)
             headers = {**headers, "Content-Type": "application/json"}
-        sent = _Once(on_sent) if on_sent is not None else None
+        sent = Once(on_sent) if on_sent is not None else None
         extensions = sent_trace(sent) if sent is not None else None
         server_failures = 0
         rate_limited = 0
