@@ -94,9 +94,14 @@ def pytest_collection(session: pytest.Session) -> None:
                     py_compile.compile(str(source), doraise=True)
     start = len(modules) * index // count
     for name in modules[start:] + modules[:start]:
-        # Collection imports it again and reports whatever went wrong here.
-        with contextlib.suppress(Exception, pytest.skip.Exception):
+        try:
             importlib.import_module(name)
+        except KeyboardInterrupt:
+            raise
+        except BaseException:
+            # Collection imports it again and reports whatever went wrong here (a module
+            # that skips itself raises an outcome, not an Exception).
+            continue
 
 
 def _slice(paths: list[Path], index: int, count: int) -> list[Path]:
@@ -105,10 +110,12 @@ def _slice(paths: list[Path], index: int, count: int) -> list[Path]:
 
 def _fresh(source: Path) -> bool:
     """Whether the source's bytecode is there and no older than it."""
+    if sys.implementation.cache_tag is None:  # an interpreter that caches no bytecode
+        return False
     try:
         cached = Path(importlib.util.cache_from_source(str(source)))
         return cached.stat().st_mtime >= source.stat().st_mtime
-    except (OSError, NotImplementedError):
+    except OSError:
         return False
 
 
