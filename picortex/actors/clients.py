@@ -265,11 +265,12 @@ class ModelClient(Protocol):
         *,
         on_text: Callable[[str], None] | None = None,
         on_sent: Callable[[], None] | None = None,
-        on_end: Callable[[str], None] | None = None,
+        on_end: Callable[[str], Awaitable[None] | None] | None = None,
     ) -> LLMResult:
         """Make the call; `on_text` gets the text as it streams and `on_end` the whole
-        answer at the stream's end, `on_sent` is called once the request is written (or
-        the call ended without it)."""
+        answer at the stream's end (an awaitable it returns is awaited before the call
+        closes), `on_sent` is called once the request is written (or the call ended
+        without it)."""
         ...
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, cast
 
@@ -225,6 +225,9 @@ class ModelAnswer:
 
 
 TextSink = Callable[[str], None]
+# Told the whole answer at `message_stop`; what it returns, if anything, is awaited before
+# the call reads its response out and is settled and logged.
+EndSink = Callable[[str], Awaitable[None] | None]
 
 # What the model call being made in this task calls once its request is written (see
 # `LLMActor.complete`'s `on_sent`); read by the HTTP client's request hook.
@@ -378,7 +381,7 @@ class LLMActor:
         *,
         on_text: TextSink | None = None,
         on_sent: Callable[[], None] | None = None,
-        on_end: TextSink | None = None,
+        on_end: EndSink | None = None,
     ) -> LLMResult:
         """Make one model call and report it; see LLMResult for the outcomes.
 
@@ -387,7 +390,8 @@ class LLMActor:
         whose tokens so far are still paid for; what `on_text` last saw is what was written.
         A streamed call calls `on_end(text)` once the stream says the answer is whole
         (`message_stop`), before the response is closed and the call settled and logged,
-        so the answer can be posted at once. `on_sent` is called once, as soon as the
+        so the answer can be posted at once; an awaitable it returns is awaited first (the
+        reply's post going out before that work). `on_sent` is called once, as soon as the
         request is written to the model endpoint (or when the call ends without that:
         refused, failed, not made), so work that can wait (the typing indicator) goes out
         behind the request instead of in front of it.
@@ -403,7 +407,7 @@ class LLMActor:
             once()
 
     async def _complete(
-        self, request: LLMRequest, on_text: TextSink | None, on_end: TextSink | None
+        self, request: LLMRequest, on_text: TextSink | None, on_end: EndSink | None
     ) -> LLMResult:
         model = self.model_for(request)
         start = trio.current_time()
@@ -481,7 +485,7 @@ class LLMActor:
         request: LLMRequest,
         model: str,
         on_text: TextSink | None,
-        on_end: TextSink | None = None,
+        on_end: EndSink | None = None,
     ) -> ModelAnswer:
         if self._client is None:
             await self._ready.wait()
@@ -587,7 +591,7 @@ def _moving_deadline(
     return report
 
 
-async def _stream(events: Any, on_text: TextSink, on_end: TextSink | None = None) -> ModelAnswer:
+async def _stream(events: Any, on_text: TextSink, on_end: EndSink | None = None) -> ModelAnswer:
     """Read one event stream to its `message_stop`, reporting the text as it grows, and the
     whole answer to `on_end` at `message_stop`.
 
@@ -616,7 +620,9 @@ async def _stream(events: Any, on_text: TextSink, on_end: TextSink | None = None
                 elif kind == "message_stop":
                     stopped = True
                     if on_end is not None:
-                        on_end(text)
+                        pending = on_end(text)
+                        if pending is not None:
+                            await pending
     except Exception as exc:
         if stopped:
             logger.debug("the model's response failed after message_stop: %s", exc)

@@ -284,10 +284,15 @@ class Replies:
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(write)
+
                 # The reply is settled on the whole answer as soon as the stream ends, while
                 # the call is still closed, settled and logged.
+                def end(text: str) -> Awaitable[None]:
+                    reply.finish(text)
+                    return reply.handed_over()
+
                 result = await self.llm.complete(
-                    request, on_text=reply.feed, on_sent=on_sent, on_end=reply.finish
+                    request, on_text=reply.feed, on_sent=on_sent, on_end=end
                 )
                 if reply.finished:
                     pass  # whole at message_stop, whatever came after it

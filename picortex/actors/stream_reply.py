@@ -5,7 +5,8 @@ the first message once the first sentence is ready (never a placeholder), then e
 the text grows, never sooner than EDIT_INTERVAL_SECONDS after its previous write came back,
 so Discord sees no two edits closer than that; past 2000 characters it posts the next
 message. `finish` gives the final text (the full answer, or what arrived plus the cut
-notice) and the writer settles the messages on it, still paced, then returns.
+notice) and the writer settles the messages on it, still paced, then returns. `handed_over`
+lets the model call finish its own bookkeeping behind the answer's first post, not before it.
 
 Where the messages go is a `ReplySurface`: channel messages here; an interaction's
 original response and follow-ups fit the same shape.
@@ -15,18 +16,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import trio
 
 from picortex.core import policy
 from picortex.core import stream as core
+from picortex.discord.http import when_sent
 from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
 
 # An answer that came back empty still gets a visible reply (as non-streamed ones do).
 EMPTY_ANSWER = "(empty answer)"
+# The most the end of a model call (reading the response out, pricing, logging) waits for a
+# whole answer's first post to be on its way: that post waits only for its turn in the
+# channel, which is almost always now; a later turn is not worth holding the call for.
+HANDOVER_SECONDS: Final = 0.2
 
 
 class ReplySurface(Protocol):
@@ -66,6 +72,8 @@ class StreamedReply:
         self._final: str | None = None
         self._stopped = False
         self._changed = trio.Event()
+        # Set once a write is on its way to Discord (or the writer has ended).
+        self._went_out = trio.Event()
         self.shown: list[str] = []
         self.edits = 0
         self.abandoned = False
@@ -102,6 +110,13 @@ class StreamedReply:
         self._final = text or EMPTY_ANSWER
         self._changed.set()
 
+    async def handed_over(self) -> None:
+        """Return once the first post is on its way or the writer has ended, at most after
+        HANDOVER_SECONDS: the caller's own work (a whole answer's model call closing and
+        logging) then goes behind the answer instead of delaying it."""
+        with trio.move_on_after(HANDOVER_SECONDS):
+            await self._went_out.wait()
+
     def stop(self) -> None:
         """Nothing more will come and nothing more is to be written (the call failed)."""
         self._stopped = True
@@ -116,6 +131,8 @@ class StreamedReply:
             await self._run()
         except Exception as exc:
             self.failure = exc
+        finally:
+            self._went_out.set()
 
     async def _run(self) -> None:
         # The first post: a whole sentence, the end of the answer, or never.
@@ -154,11 +171,16 @@ class StreamedReply:
     async def _write(self, *, can_edit: bool) -> None:
         target = self._final if self._final is not None else self._text
         for write in core.next_writes(self.shown, target, can_edit=can_edit):
+            with when_sent(self._went_out.set):
+                if write.new:
+                    await self._surface.post(write.index, write.text)
+                else:
+                    await self._surface.edit(write.index, write.text)
+            # A surface that never says its request was written: its answer says so.
+            self._went_out.set()
             if write.new:
-                await self._surface.post(write.index, write.text)
                 self.shown.append(write.text)
             else:
-                await self._surface.edit(write.index, write.text)
                 self.shown[write.index] = write.text
                 self.edits += 1
             self._last_write = trio.current_time()

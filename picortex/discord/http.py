@@ -7,7 +7,9 @@ environment's business, not a second client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Final
 
 import httpx
@@ -64,6 +66,29 @@ class Once:
         callback, self._callback = self._callback, None
         if callback is not None:
             callback()
+
+
+# What the task making a Discord request wants called once the request is written (`when_sent`).
+_ON_SENT: ContextVar[Callable[[], None] | None] = ContextVar("picortex_request_sent", default=None)
+
+
+@contextmanager
+def when_sent(on_sent: Callable[[], None]) -> Iterator[None]:
+    """Within the block, each Discord request this task makes calls `on_sent` once written.
+
+    For a caller whose request is made a few layers down (a streamed reply's surface), where
+    passing a callback through every layer would widen each of them for one signal.
+    """
+    token = _ON_SENT.set(on_sent)
+    try:
+        yield
+    finally:
+        _ON_SENT.reset(token)
+
+
+def task_on_sent() -> Callable[[], None] | None:
+    """The callback `when_sent` set for this task, if any."""
+    return _ON_SENT.get()
 
 
 def sent_trace(on_sent: Callable[[], None]) -> Mapping[str, Any]:

@@ -23,7 +23,7 @@ import trio
 
 from picortex import PROJECT_URL, __version__
 from picortex.core import attachments
-from picortex.discord.http import Once, discord_client, sent_trace
+from picortex.discord.http import Once, discord_client, sent_trace, task_on_sent
 from picortex.discord.ratelimit import (
     GLOBAL_BUDGET,
     GLOBAL_LIMIT,
@@ -447,6 +447,7 @@ class RestClient:
 
         An `optional` request is dropped (None) rather than wait for the global limit; a
         `background` one waits in the global limit's background lane (`discord.ratelimit`).
+        `on_sent` (else the task's `http.when_sent` callback) is called once it is written.
         """
         route = f"{method} {template}"
         major = major_parameter(path)
@@ -456,6 +457,8 @@ class RestClient:
         if body is not None:
             content = orjson.dumps(body)
             headers = {**headers, "Content-Type": "application/json"}
+        if on_sent is None:
+            on_sent = task_on_sent()
         sent = Once(on_sent) if on_sent is not None else None
         extensions = sent_trace(sent) if sent is not None else None
         server_failures = 0

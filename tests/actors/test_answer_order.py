@@ -1,5 +1,6 @@
 """What goes out first on an answer's path: the model request before the typing indicator,
-the reply as soon as the model's stream ends (before the call is closed, settled, logged)."""
+the reply as soon as the model's stream ends (before the call is closed, settled, logged),
+and the call's bookkeeping behind the reply's post."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 import trio
 
 from picortex.actors.replies import TYPING_HOLD_SECONDS, Replies
+from picortex.actors.stream_reply import HANDOVER_SECONDS, StreamedReply
+from picortex.discord import http
 from tests.actors.test_llm import (
     FakeModel,
     make_actor,
@@ -196,3 +199,117 @@ async def test_on_sent_is_called_once_the_request_is_written_before_any_answer()
     assert result.ok, result.error
     assert result.text == "hi"
     assert calls == ["sent"]
+
+
+async def test_an_awaitable_from_on_end_is_awaited_before_the_call_is_logged() -> None:
+    sink = RecordingSink()
+
+    async def answer(body: dict[str, Any]) -> Any:
+        return sdk_http.Response(
+            200,
+            content=stream_events(body["model"], ["Whole."]),
+            headers={"content-type": "text/event-stream"},
+        )
+
+    seen: list[int] = []
+
+    async def behind_the_post() -> None:
+        for _ in range(5):  # other tasks run meanwhile; the call itself waits
+            await trio.lowlevel.checkpoint()
+        seen.append(len(sink.of("llm")))
+
+    def on_end(text: str) -> Any:
+        return behind_the_post()
+
+    async with running(make_actor(FakeModel(answer), sink)) as llm:
+        result = await llm.complete(request(), on_text=lambda _: None, on_end=on_end)
+    assert result.ok
+    assert seen == [0]
+    assert len(sink.of("llm")) == 1
+
+
+# ----- the handover at the end of a streamed answer -------------------------------------------
+
+
+class WrittenSurface:
+    """A surface whose post is written at once and answered when `answer` is set."""
+
+    def __init__(self, *, written: bool = True) -> None:
+        self.written = written
+        self.answer = trio.Event()
+        self.posted: list[str] = []
+
+    async def post(self, index: int, text: str) -> None:
+        on_sent = http.task_on_sent()
+        if self.written and on_sent is not None:
+            on_sent()  # what the REST client's transport trace does once the body is written
+        await self.answer.wait()
+        self.posted.append(text)
+
+    async def edit(self, index: int, text: str) -> None:
+        raise AssertionError("a whole answer is posted, never edited")
+
+
+async def test_the_handover_returns_once_the_first_post_is_written(autojump_clock: Any) -> None:
+    surface = WrittenSurface()
+    reply = StreamedReply(surface)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reply.run)
+        start = trio.current_time()
+        reply.finish("The whole answer.")
+        await reply.handed_over()
+        # Written, not yet answered: the call's bookkeeping goes on behind the post.
+        assert trio.current_time() - start < HANDOVER_SECONDS
+        assert surface.posted == []
+        surface.answer.set()
+    assert surface.posted == ["The whole answer."]
+
+
+async def test_a_post_waiting_for_its_turn_holds_the_handover_only_briefly(
+    autojump_clock: Any,
+) -> None:
+    turn = trio.Event()
+
+    async def before_first_post() -> bool:
+        await turn.wait()
+        return True
+
+    surface = WrittenSurface()
+    surface.answer.set()
+    reply = StreamedReply(surface, before_first_post=before_first_post)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reply.run)
+        start = trio.current_time()
+        reply.finish("Later.")
+        await reply.handed_over()
+        assert trio.current_time() - start == pytest.approx(HANDOVER_SECONDS)
+        assert surface.posted == []
+        turn.set()
+    assert surface.posted == ["Later."]
+
+
+async def test_the_handover_returns_when_the_writer_ends_or_its_surface_never_traces(
+    autojump_clock: Any,
+) -> None:
+    async def not_posted() -> bool:
+        return False
+
+    abandoned = StreamedReply(WrittenSurface(), before_first_post=not_posted)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(abandoned.run)
+        start = trio.current_time()
+        abandoned.finish("Never shown.")
+        await abandoned.handed_over()
+        assert trio.current_time() - start < HANDOVER_SECONDS
+    assert abandoned.abandoned
+
+    silent = WrittenSurface(written=False)
+    silent.answer.set()
+    reply = StreamedReply(silent)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reply.run)
+        start = trio.current_time()
+        reply.finish("Answered, so written.")
+        await reply.handed_over()
+        assert trio.current_time() - start < HANDOVER_SECONDS
+    assert silent.posted == ["Answered, so written."]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -58,7 +58,7 @@ class FakeLLM:
         *,
         on_text: Callable[[str], None] | None = None,
         on_sent: Callable[[], None] | None = None,
-        on_end: Callable[[str], None] | None = None,
+        on_end: Callable[[str], Awaitable[None] | None] | None = None,
     ) -> LLMResult:
         self.requests.append(request)
         if on_sent is not None:
@@ -67,7 +67,9 @@ class FakeLLM:
         if on_text is not None and result.text:
             on_text(result.text)  # streamed: the whole answer in one delta
             if on_end is not None and result.ok:
-                on_end(result.text)
+                pending = on_end(result.text)
+                if pending is not None:
+                    await pending
         return result
 
 

@@ -160,6 +160,36 @@ async def test_on_sent_is_called_when_the_request_is_written_before_the_answer(
     assert heads[0].startswith(b"POST /api/v10/channels/7/typing HTTP/1.1\r\n")
 
 
+async def test_a_tasks_when_sent_callback_is_called_for_its_requests_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    sent = trio.Event()
+
+    async def post(request_line: bytes, head: bytes) -> bytes:
+        if b"/channels/7/" in request_line:
+            # The answer is held until the posting task has been told its request went out.
+            with trio.fail_after(5):
+                await sent.wait()
+        return _response({"id": "99", "channel_id": "7", "content": "hi"})
+
+    calls: list[int] = []
+
+    def on_sent() -> None:
+        calls.append(1)
+        sent.set()
+
+    async with (
+        serve(post) as (port, _heads),
+        RestClient(f"http://127.0.0.1:{port}/api/v10", TOKEN) as rest,
+    ):
+        with http.when_sent(on_sent):
+            await rest.create_message(7, "hi")
+        await rest.create_message(8, "outside the block")
+    assert calls == [1]
+
+
 async def test_the_client_states_its_limits() -> None:
     async with http.discord_client() as client:
         assert client.timeout.read == http.READ_TIMEOUT

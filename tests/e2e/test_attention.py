@@ -28,9 +28,11 @@ async def decision(run: Running, msg: dict[str, Any]) -> dict[str, Any]:
 
 
 async def answered(run: Running, msg: dict[str, Any]) -> dict[str, Any]:
-    """The bot's reply to `msg` (waits for it)."""
+    """The bot's reply to `msg`, once the answer is logged whole (its model call too: a call
+    is closed and logged just behind its answer's post)."""
     with trio.fail_after(WAIT):
         await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
+    await run.wait_event("reply", trigger_id=int(msg["id"]))
     return run.replies_to(int(msg["id"]))[0]
 
 

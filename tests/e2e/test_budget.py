@@ -39,6 +39,8 @@ async def test_tiny_ceiling_stops_the_second_call_in_a_guild(
         first = run.say(w.general_id, w.alice_id, f"{run.mention()} hello?")
         with trio.fail_after(WAIT):
             await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
+        # The call is settled and logged just behind its answer's post.
+        await run.wait_event("llm", signal_id=int(first["id"]))
         assert len(run.sim.model.calls) == 1
         key = run.bot.budget.period_key()
         spent = await run.bot.store.read(lambda db: db.spend(str(w.guild_id), key))
@@ -116,6 +118,8 @@ async def test_tiny_ceiling_in_a_dm_fails_open_and_status_shows_spend(
         with trio.fail_after(WAIT):
             await run.wait_until(lambda: bool(run.replies_to(int(guild["id"]))))
         assert len(run.sim.model.calls) == 2
+        # The call is settled and logged just behind its answer's post.
+        await run.wait_event("llm", signal_id=int(guild["id"]))
 
         # `picortex status` shows spend against the ceiling per workspace.
         snapshot = run.bot.snapshot()["budget"]
@@ -159,6 +163,8 @@ async def test_a_user_over_the_rate_limit_gets_one_polite_line_and_the_owner_non
             msg = run.say(w.general_id, w.alice_id, f"{run.mention()} owner {i}?")
             with trio.fail_after(WAIT):
                 await run.wait_until(lambda m=msg: bool(run.replies_to(int(m["id"]))))
+            # The call is closed and logged just behind its answer's post.
+            await run.wait_event("llm", signal_id=int(msg["id"]))
         spenders = [e.get("user_id") for e in run.events("llm") if e["outcome"] == "ok"]
         assert spenders == [str(w.bob_id), str(w.alice_id), str(w.alice_id)]
         status = run.bot.snapshot()
