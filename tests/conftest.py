@@ -29,6 +29,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.addinivalue_line(
         "markers",
+        "forked_bots: starts `picortex run` processes through tests/e2e/forkserver.py, whose "
+        "server is forked from the test process before the tests run",
+    )
+    config.addinivalue_line(
+        "markers",
         "long(seconds=S): takes about S seconds of wall time (child processes, real-time "
         "waits); on several workers it runs in the first half of a worker's share",
     )
@@ -45,6 +50,24 @@ def root_logging_restored() -> Iterator[None]:
         handler.filters[:] = filters
     root.handlers[:] = [h for h, _ in handlers]
     root.setLevel(level)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    # Forked now, in the process that runs the tests: everything is imported and no test
+    # or trio run is under way (tests/e2e/forkserver.py). Not on xdist's controller.
+    config = session.config
+    controller = not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", 0)
+    if not controller and any(item.get_closest_marker("forked_bots") for item in session.items):
+        from tests.e2e import forkserver
+
+        forkserver.prefork()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from tests.e2e import forkserver
+
+    forkserver.shutdown()
 
 
 @pytest.hookimpl(trylast=True)

@@ -7,8 +7,6 @@ IDENTIFY.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from scripts.chaos_triggers import run_disconnects, run_sigkill
@@ -16,11 +14,12 @@ from tests.e2e.forkserver import fork_server
 
 
 @pytest.mark.long(seconds=4)
+@pytest.mark.forked_bots
 async def test_sigkill_cycles_with_triggers_in_flight_lose_nothing_and_double_nothing() -> None:
     # Two kills: the second lands on a process that restarted after the first (one
     # SIGKILL and restart alone is tests/e2e/test_sigkill.py).
     # Each process is forked from one that imported the bot once (tests/e2e/forkserver.py).
-    async with fork_server(os.environ) as server:
+    async with fork_server() as server:
         total, once, lost, doubled = await run_sigkill(
             cycles=2, per_cycle=3, seed=3, start=server.start
         )

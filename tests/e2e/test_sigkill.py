@@ -80,6 +80,7 @@ async def _wait(sim: Simulator, predicate: object, timeout: float = START_TIMEOU
 
 
 @pytest.mark.long(seconds=6)
+@pytest.mark.forked_bots
 async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -94,7 +95,7 @@ async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
     w = world
     mention = f"<@{sim.bot_user_id}>"
     # Both bot processes are forked from one that imported the bot once (forkserver.py).
-    async with fork_server(os.environ) as server, trio.open_nursery() as nursery:
+    async with fork_server() as server, trio.open_nursery() as nursery:
         urls: SimURLs = await nursery.start(sim.serve)
         sent: list[dict[str, object]] = []
 
