@@ -403,10 +403,15 @@ async def _play(demo: _Demo, speed: float) -> None:
     demo.report()
 
     demo.scene("A follow-up inside the continuation window joins the same request")
+    calls = len(sim.model.calls)
     if demo.offline:
         sim.model.script(ModelReply(delay=1.5 / speed))
     m = demo.say(general, w.bob_id, f"{at} suggest a weekend hike")
-    await demo.settle(0.3)
+    if demo.offline:
+        # The follow-up comes while the answer is being written, whatever the speed.
+        await demo.wait_for("model call", lambda _rows: len(sim.model.calls) > calls)
+    else:
+        await demo.settle(0.3)
     f = demo.say(general, w.bob_id, "somewhere near water, under 10 km")
     await demo.decided(m)
     await demo.decided(f)

@@ -32,7 +32,7 @@ def test_demo_transcript_and_log(
     # A key that would not work: `--offline` must use the simulator's model all the same.
     monkeypatch.setenv("ANTHROPIC_API_KEY", BAD_KEY)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-    code = cli.main(["demo", "--keep", "--speed", "4", "--offline"])
+    code = cli.main(["demo", "--keep", "--speed", "8", "--offline"])
     done = capsys.readouterr()
     out = done.out
     assert code == 0, out + done.err

@@ -59,7 +59,7 @@ def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(
     out = io.StringIO()
     with refusing_model() as base_url:
         env = {"ANTHROPIC_API_KEY": BAD_KEY, "ANTHROPIC_BASE_URL": base_url}
-        code = run_demo(keep=False, speed=4, out=out, env=env)
+        code = run_demo(keep=False, speed=8, out=out, env=env)
     text, err = out.getvalue(), capfd.readouterr().err
     assert code == 1, text + err
     assert "model: real Claude" in text
