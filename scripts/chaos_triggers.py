@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+import attrs
 import trio
 
 from picortex.app import Bot
@@ -138,20 +139,35 @@ async def run_sigkill(
     return len(sent), once, lost, doubled
 
 
-async def run_disconnects(cycles: int, per_cycle: int, seed: int) -> tuple[int, int, int, int]:
+async def run_disconnects(
+    cycles: int,
+    per_cycle: int,
+    seed: int,
+    *,
+    identify_window: float | None = None,
+    fetch_cooldown: float | None = None,
+) -> tuple[int, int, int, int]:
+    """`identify_window` (else Discord's 5 s) spaces the bot's IDENTIFYs, `fetch_cooldown`
+    (else the bot's default) its history reads of a channel: a test's shorter ones keep a
+    fresh session from waiting out the one before it, and its catch-up the last read."""
     sim, w, rng = _world(seed)
     mention = f"<@{sim.bot_user_id}>"
     sent: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
-        (home / "picortex.toml").write_text("continuation_seconds = 0\n")
+        toml = "continuation_seconds = 0\n"
+        if fetch_cooldown is not None:
+            toml += f"fetch_cooldown_seconds = {fetch_cooldown}\n"
+        (home / "picortex.toml").write_text(toml)
         async with trio.open_nursery() as nursery:
             urls: SimURLs = await nursery.start(sim.serve)
             settings = load_settings(_env(home, sim, urls, w.alice_id))
             timings = GatewayTimings(
                 backoff_base=0.05, backoff_cap=0.5, invalid_session_delay=(0.2, 0.5)
             )
+            if identify_window is not None:
+                timings = attrs.evolve(timings, identify_window=identify_window)
             bot = Bot(settings, gateway_timings=timings)
             async with trio.open_nursery() as bot_nursery:
                 await bot_nursery.start(bot.run)
