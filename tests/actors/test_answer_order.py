@@ -5,7 +5,8 @@ and the call's bookkeeping behind the reply's post."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import orjson
@@ -250,16 +251,28 @@ class WrittenSurface:
         raise AssertionError("a whole answer is posted, never edited")
 
 
+@asynccontextmanager
+async def writing(reply: StreamedReply) -> AsyncIterator[None]:
+    """The reply's writer runs for the block."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reply.run)
+        yield
+
+
+async def handover_took(reply: StreamedReply, text: str) -> float:
+    """Seconds from `finish(text)` until `handed_over` returned."""
+    start = trio.current_time()
+    reply.finish(text)
+    await reply.handed_over()
+    return trio.current_time() - start
+
+
 async def test_the_handover_returns_once_the_first_post_is_written(autojump_clock: Any) -> None:
     surface = WrittenSurface()
     reply = StreamedReply(surface)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(reply.run)
-        start = trio.current_time()
-        reply.finish("The whole answer.")
-        await reply.handed_over()
+    async with writing(reply):
+        assert await handover_took(reply, "The whole answer.") < HANDOVER_SECONDS
         # Written, not yet answered: the call's bookkeeping goes on behind the post.
-        assert trio.current_time() - start < HANDOVER_SECONDS
         assert surface.posted == []
         surface.answer.set()
     assert surface.posted == ["The whole answer."]
@@ -277,12 +290,8 @@ async def test_a_post_waiting_for_its_turn_holds_the_handover_only_briefly(
     surface = WrittenSurface()
     surface.answer.set()
     reply = StreamedReply(surface, before_first_post=before_first_post)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(reply.run)
-        start = trio.current_time()
-        reply.finish("Later.")
-        await reply.handed_over()
-        assert trio.current_time() - start == pytest.approx(HANDOVER_SECONDS)
+    async with writing(reply):
+        assert await handover_took(reply, "Later.") == pytest.approx(HANDOVER_SECONDS)
         assert surface.posted == []
         turn.set()
     assert surface.posted == ["Later."]
@@ -295,21 +304,13 @@ async def test_the_handover_returns_when_the_writer_ends_or_its_surface_never_tr
         return False
 
     abandoned = StreamedReply(WrittenSurface(), before_first_post=not_posted)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(abandoned.run)
-        start = trio.current_time()
-        abandoned.finish("Never shown.")
-        await abandoned.handed_over()
-        assert trio.current_time() - start < HANDOVER_SECONDS
+    async with writing(abandoned):
+        assert await handover_took(abandoned, "Never shown.") < HANDOVER_SECONDS
     assert abandoned.abandoned
 
     silent = WrittenSurface(written=False)
     silent.answer.set()
     reply = StreamedReply(silent)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(reply.run)
-        start = trio.current_time()
-        reply.finish("Answered, so written.")
-        await reply.handed_over()
-        assert trio.current_time() - start < HANDOVER_SECONDS
+    async with writing(reply):
+        assert await handover_took(reply, "Answered, so written.") < HANDOVER_SECONDS
     assert silent.posted == ["Answered, so written."]

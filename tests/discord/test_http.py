@@ -129,65 +129,63 @@ async def test_a_proxy_from_the_environment_carries_the_same_requests(
     assert heads[0].startswith(b"GET http://discord.test/api/v10/users/@me HTTP/1.1\r\n")
 
 
-async def test_on_sent_is_called_when_the_request_is_written_before_the_answer(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
-    sent = trio.Event()
-    answered_after_sent: list[bool] = []
+
+
+class Written:
+    """An `on_sent` callback: counts its calls, and `event` is set at the first."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.event = trio.Event()
+
+    def __call__(self) -> None:
+        self.calls += 1
+        self.event.set()
+
+    async def before_answering(self) -> None:
+        """The server's side: hold the answer until the client said the request went out."""
+        with trio.fail_after(5):
+            await self.event.wait()
+
+
+@pytest.mark.usefixtures("no_proxy")
+async def test_on_sent_is_called_when_the_request_is_written_before_the_answer() -> None:
+    written = Written()
 
     async def typing(request_line: bytes, head: bytes) -> bytes:
-        # The answer is held until the client has said the request went out.
-        with trio.fail_after(5):
-            await sent.wait()
-        answered_after_sent.append(True)
+        await written.before_answering()
         return b"HTTP/1.1 204 No Content\r\n\r\n"
-
-    calls: list[int] = []
-
-    def on_sent() -> None:
-        calls.append(1)
-        sent.set()
 
     async with (
         serve(typing) as (port, heads),
         RestClient(f"http://127.0.0.1:{port}/api/v10", TOKEN) as rest,
     ):
-        await rest.trigger_typing(7, on_sent=on_sent)
-    assert answered_after_sent == [True]
-    assert calls == [1]
+        await rest.trigger_typing(7, on_sent=written)
+    assert written.calls == 1
     assert heads[0].startswith(b"POST /api/v10/channels/7/typing HTTP/1.1\r\n")
 
 
-async def test_a_tasks_when_sent_callback_is_called_for_its_requests_only(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    sent = trio.Event()
+@pytest.mark.usefixtures("no_proxy")
+async def test_a_tasks_when_sent_callback_is_called_for_its_requests_only() -> None:
+    written = Written()
 
     async def post(request_line: bytes, head: bytes) -> bytes:
         if b"/channels/7/" in request_line:
-            # The answer is held until the posting task has been told its request went out.
-            with trio.fail_after(5):
-                await sent.wait()
+            await written.before_answering()
         return _response({"id": "99", "channel_id": "7", "content": "hi"})
-
-    calls: list[int] = []
-
-    def on_sent() -> None:
-        calls.append(1)
-        sent.set()
 
     async with (
         serve(post) as (port, _heads),
         RestClient(f"http://127.0.0.1:{port}/api/v10", TOKEN) as rest,
     ):
-        with http.when_sent(on_sent):
+        with http.when_sent(written):
             await rest.create_message(7, "hi")
         await rest.create_message(8, "outside the block")
-    assert calls == [1]
+    assert written.calls == 1
 
 
 async def test_the_client_states_its_limits() -> None:
