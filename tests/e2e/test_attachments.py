@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 import trio
-from trio.testing import MockClock
 
 from picortex.sim.httpserver import HttpRequest, HttpResponse, serve_http
 from picortex.sim.model import ModelCall
@@ -19,18 +18,6 @@ pytestmark = pytest.mark.virtual_time
 
 NO_CONTINUATION = "continuation_seconds = 0\n"
 MB = 1024 * 1024
-
-
-@pytest.fixture
-def jump_clock() -> MockClock:
-    """Virtual time, three times as fast as real time, that also jumps when idle for a while.
-
-    The bot does some work on threads (the store, the model SDK's first-request set-up); a
-    clock that jumped as soon as the event loop idled would fire deadlines while a thread
-    runs on a busy machine. Running fast instead keeps these tests quick and such waits
-    short in virtual time.
-    """
-    return MockClock(rate=3.0, autojump_threshold=0.5)
 
 
 def blocks(call: ModelCall, kind: str) -> list[dict[str, Any]]:
@@ -51,9 +38,7 @@ async def answer_to(run: Running, message: dict[str, Any]) -> str:
     return str(run.replies_to(int(message["id"]))[0]["content"])
 
 
-async def test_a_mentioned_png_reaches_the_model_as_an_image_block(
-    tmp_path: Path, jump_clock: MockClock
-) -> None:
+async def test_a_mentioned_png_reaches_the_model_as_an_image_block(tmp_path: Path) -> None:
     png = tiny_png()
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         w = run.world
@@ -79,9 +64,7 @@ async def test_a_mentioned_png_reaches_the_model_as_an_image_block(
         assert "authorization" not in fetch.headers
 
 
-async def test_a_sixth_image_and_a_six_mb_file_are_named_not_sent(
-    tmp_path: Path, jump_clock: MockClock
-) -> None:
+async def test_a_sixth_image_and_a_six_mb_file_are_named_not_sent(tmp_path: Path) -> None:
     images = [{"filename": f"{n}.png", "data": tiny_png(rgb=(n, n, n))} for n in range(6)]
     big = {"filename": "huge.png", "size": 6 * MB}
     # Says 1000 bytes, serves 6 MB: the download stops at the cap.
@@ -117,9 +100,7 @@ async def test_a_sixth_image_and_a_six_mb_file_are_named_not_sent(
         assert "I see" not in reply
 
 
-async def test_a_file_on_a_host_that_is_not_discords_is_never_fetched(
-    tmp_path: Path, jump_clock: MockClock
-) -> None:
+async def test_a_file_on_a_host_that_is_not_discords_is_never_fetched(tmp_path: Path) -> None:
     seen: list[HttpRequest] = []
 
     async def elsewhere(request: HttpRequest) -> HttpResponse:
@@ -147,9 +128,7 @@ async def test_a_file_on_a_host_that_is_not_discords_is_never_fetched(
         n.cancel_scope.cancel()
 
 
-async def test_text_files_are_inlined_and_other_files_named_with_their_size(
-    tmp_path: Path, jump_clock: MockClock
-) -> None:
+async def test_text_files_are_inlined_and_other_files_named_with_their_size(tmp_path: Path) -> None:
     source = "def add(a, b):\n    return a + b\n"
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         w = run.world
@@ -171,9 +150,7 @@ async def test_text_files_are_inlined_and_other_files_named_with_their_size(
         assert "x" * 1000 not in text
 
 
-async def test_recent_images_in_the_conversation_count_too(
-    tmp_path: Path, jump_clock: MockClock
-) -> None:
+async def test_recent_images_in_the_conversation_count_too(tmp_path: Path) -> None:
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         w = run.world
         run.say(w.general_id, w.alice_id, "my cat", attachments=["cat.png"])
@@ -187,9 +164,7 @@ async def test_recent_images_in_the_conversation_count_too(
         assert "I see 1 image" in reply
 
 
-async def test_an_attachment_only_message_is_answered_only_in_always(
-    tmp_path: Path, jump_clock: MockClock
-) -> None:
+async def test_an_attachment_only_message_is_answered_only_in_always(tmp_path: Path) -> None:
     async with running_bot(tmp_path, toml=NO_CONTINUATION) as run:
         w = run.world
         quiet = run.say(w.general_id, w.alice_id, "", attachments=["shot.png"])
@@ -217,9 +192,7 @@ personas:
 }
 
 
-async def test_a_persona_answer_sees_the_attached_image_too(
-    tmp_path: Path, jump_clock: MockClock
-) -> None:
+async def test_a_persona_answer_sees_the_attached_image_too(tmp_path: Path) -> None:
     async with running_bot(tmp_path, toml=NO_CONTINUATION, files=PERSONAS) as run:
         w = run.world
         run.say(
