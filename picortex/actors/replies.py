@@ -35,6 +35,11 @@ TYPING_FIRST_WAIT_SECONDS: Final = 0.5
 # written before its first request goes anyway: a request that takes long to leave (a new
 # connection's handshake) still shows the indicator about at once.
 TYPING_HOLD_SECONDS: Final = 0.25
+# An indicator's answer from Discord (an empty 204) is read once the answer's block has
+# ended, or this long after the request went out: handling it costs about what sending a
+# reply does, and an instant answer's post should not queue behind it. Longer than an
+# instant answer takes; far shorter than the 8 s renewal.
+TYPING_READ_DEFER_SECONDS: Final = 0.1
 
 
 class PostingRest(Protocol):
@@ -62,7 +67,11 @@ class PostingRest(Protocol):
     async def create_dm(self, user_id: int) -> dict[str, Any]: ...
 
     async def trigger_typing(
-        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+        self,
+        channel_id: int,
+        *,
+        on_sent: Callable[[], None] | None = None,
+        read_after: Callable[[], Awaitable[None]] | None = None,
     ) -> None: ...
 
 
@@ -127,7 +136,9 @@ class Replies:
         being cut off, so its connection stays open for the next request. With `hold`, the
         first typing request waits until `hold` is set (the answer's model request is
         written: the indicator then costs a fast answer no time), at most
-        TYPING_HOLD_SECONDS; the block's end sets `hold` too.
+        TYPING_HOLD_SECONDS; the block's end sets `hold` too. With `spawn`, Discord's
+        answer to each typing request is read once the block has ended, at most
+        TYPING_READ_DEFER_SECONDS after it was sent.
         """
         shown = trio.Event()
         if not enabled:
@@ -136,6 +147,14 @@ class Replies:
             return
         stop = trio.Event()
 
+        async def after_answer() -> None:
+            with trio.move_on_after(TYPING_READ_DEFER_SECONDS):
+                await stop.wait()
+
+        # Only a task that outlives the block may leave its answer unread that long: one
+        # cancelled at the block's end would close the connection it holds.
+        read_after = after_answer if spawn is not None else None
+
         async def keep_typing() -> None:
             try:
                 if hold is not None and not hold.is_set():
@@ -143,7 +162,9 @@ class Replies:
                         await hold.wait()
                 while not stop.is_set():
                     try:
-                        await self.rest.trigger_typing(channel_id, on_sent=shown.set)
+                        await self.rest.trigger_typing(
+                            channel_id, on_sent=shown.set, read_after=read_after
+                        )
                     except Exception as exc:  # typing is cosmetic; never fail an answer on it
                         logger.debug("typing indicator failed: %s", exc)
                         return

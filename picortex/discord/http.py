@@ -7,7 +7,7 @@ environment's business, not a second client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Final
@@ -91,8 +91,14 @@ def task_on_sent() -> Callable[[], None] | None:
     return _ON_SENT.get()
 
 
-def sent_trace(on_sent: Callable[[], None]) -> Mapping[str, Any]:
+def sent_trace(
+    on_sent: Callable[[], None], read_after: Callable[[], Awaitable[None]] | None = None
+) -> Mapping[str, Any]:
     """Request extensions that call `on_sent` once the request is written to the socket.
+
+    With `read_after`, the response is read only once that returns: the request is out, and
+    its answer waits in the socket meanwhile (for a cosmetic request whose answer need not
+    be handled ahead of more urgent work).
 
     Uses httpx's documented `trace` extension; a transport that never traces (a mock) gives
     no call, and the caller then treats the answer itself as proof the request went out.
@@ -101,5 +107,7 @@ def sent_trace(on_sent: Callable[[], None]) -> Mapping[str, Any]:
     async def trace(event_name: str, info: Mapping[str, Any]) -> None:
         if event_name in _SENT_EVENTS:
             on_sent()
+            if read_after is not None:
+                await read_after()
 
     return {"trace": trace}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import random
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
 from typing import Any, Final, Self
 from urllib.parse import quote
@@ -278,13 +278,18 @@ class RestClient:
         return _as_list(result)
 
     async def trigger_typing(
-        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+        self,
+        channel_id: int,
+        *,
+        on_sent: Callable[[], None] | None = None,
+        read_after: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Show the typing indicator in a channel (Discord clears it after about 10 s).
 
         Cosmetic, so it never waits for the global limit: when that is used up, the
         indicator is skipped and the slot left to the answers. `on_sent` is called when
-        the request is on its way to Discord.
+        the request is on its way to Discord; with `read_after`, Discord's answer is read
+        only once that returns.
         """
         await self._request(
             "POST",
@@ -292,6 +297,7 @@ class RestClient:
             f"/channels/{channel_id}/typing",
             optional=True,
             on_sent=on_sent,
+            read_after=read_after,
         )
 
     async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None:
@@ -442,12 +448,14 @@ class RestClient:
         optional: bool = False,
         background: bool = False,
         on_sent: Callable[[], None] | None = None,
+        read_after: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
         """Send one request, honouring every limit; retry 429s and 5xx as SPEC 4 says.
 
         An `optional` request is dropped (None) rather than wait for the global limit; a
         `background` one waits in the global limit's background lane (`discord.ratelimit`).
-        `on_sent` (else the task's `http.when_sent` callback) is called once it is written.
+        `on_sent` (else the task's `http.when_sent` callback) is called once it is written;
+        the response is read once `read_after` (if given) returns.
         """
         route = f"{method} {template}"
         major = major_parameter(path)
@@ -459,8 +467,10 @@ class RestClient:
             headers = {**headers, "Content-Type": "application/json"}
         if on_sent is None:
             on_sent = task_on_sent()
+        if on_sent is None and read_after is not None:
+            on_sent = _nothing
         sent = Once(on_sent) if on_sent is not None else None
-        extensions = sent_trace(sent) if sent is not None else None
+        extensions = sent_trace(sent, read_after) if sent is not None else None
         server_failures = 0
         rate_limited = 0
         failure = ""
@@ -717,6 +727,10 @@ class RestClient:
 
 
 # ---- helpers ---------------------------------------------------------------------------------
+
+
+def _nothing() -> None:
+    """A request-written callback for a caller that only wants its answer read later."""
 
 
 def _token(token: str) -> str:

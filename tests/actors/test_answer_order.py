@@ -5,7 +5,7 @@ and the call's bookkeeping behind the reply's post."""
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -13,7 +13,7 @@ import orjson
 import pytest
 import trio
 
-from picortex.actors.replies import TYPING_HOLD_SECONDS, Replies
+from picortex.actors.replies import TYPING_HOLD_SECONDS, TYPING_READ_DEFER_SECONDS, Replies
 from picortex.actors.stream_reply import HANDOVER_SECONDS, StreamedReply
 from picortex.discord import http
 from tests.actors.test_llm import (
@@ -35,13 +35,24 @@ class TypingRest:
 
     def __init__(self) -> None:
         self.typing_at: list[float] = []
+        # When each request's answer was read (its call returned), and whether it was held.
+        self.read_at: list[float] = []
+        self.held: list[bool] = []
 
     async def trigger_typing(
-        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+        self,
+        channel_id: int,
+        *,
+        on_sent: Callable[[], None] | None = None,
+        read_after: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.typing_at.append(trio.current_time())
         if on_sent is not None:
             on_sent()
+        self.held.append(read_after is not None)
+        if read_after is not None:
+            await read_after()
+        self.read_at.append(trio.current_time())
 
 
 def replies(rest: TypingRest) -> Replies:
@@ -90,6 +101,44 @@ async def test_without_a_hold_the_indicator_goes_out_at_once(autojump_clock: Any
     ):
         await shown.wait()
     assert [round(at - start, 3) for at in rest.typing_at] == [0.0]
+
+
+async def test_the_indicators_answer_is_read_once_a_quick_answer_is_done(
+    autojump_clock: Any,
+) -> None:
+    rest = TypingRest()
+    start = trio.current_time()
+    async with (
+        trio.open_nursery() as nursery,
+        replies(rest).typing(1, spawn=nursery.start_soon) as shown,
+    ):
+        await shown.wait()
+        await trio.sleep(0.03)  # the answer, posted meanwhile
+        assert rest.read_at == []
+    assert [round(at - start, 3) for at in rest.read_at] == [0.03]
+
+
+async def test_a_slow_answer_has_the_indicators_answer_read_after_the_deferral(
+    autojump_clock: Any,
+) -> None:
+    rest = TypingRest()
+    start = trio.current_time()
+    async with (
+        trio.open_nursery() as nursery,
+        replies(rest).typing(1, spawn=nursery.start_soon) as shown,
+    ):
+        await shown.wait()
+        await trio.sleep(2.0)
+    assert [round(at - start, 3) for at in rest.read_at] == [TYPING_READ_DEFER_SECONDS]
+
+
+async def test_an_indicator_cancelled_with_its_block_never_defers_its_answer(
+    autojump_clock: Any,
+) -> None:
+    rest = TypingRest()
+    async with replies(rest).typing(1) as shown:
+        await shown.wait()
+    assert rest.held == [False]
 
 
 # ----- the model call's signals ---------------------------------------------------------------

@@ -108,7 +108,11 @@ class FakeRest:
         return {"id": str(9000 + len(self.posts))}
 
     async def trigger_typing(
-        self, channel_id: int, *, on_sent: Callable[[], None] | None = None
+        self,
+        channel_id: int,
+        *,
+        on_sent: Callable[[], None] | None = None,
+        read_after: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         return None
 

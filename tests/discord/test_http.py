@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 import trio
+import trio.testing
 import trustme
 
 from picortex.discord import http
@@ -186,6 +187,40 @@ async def test_a_tasks_when_sent_callback_is_called_for_its_requests_only() -> N
             await rest.create_message(7, "hi")
         await rest.create_message(8, "outside the block")
     assert written.calls == 1
+
+
+@pytest.mark.usefixtures("no_proxy")
+async def test_an_answer_is_read_only_once_read_after_returns() -> None:
+    answered = trio.Event()
+    release = trio.Event()
+    seen: list[str] = []
+
+    async def typing(request_line: bytes, head: bytes) -> bytes:
+        answered.set()
+        return b"HTTP/1.1 204 No Content\r\n\r\n"
+
+    async def read_after() -> None:
+        seen.append("waiting")
+        await release.wait()
+        seen.append("released")
+
+    async def show(rest: RestClient) -> None:
+        await rest.trigger_typing(7, read_after=read_after)
+        seen.append("returned")
+
+    async with (
+        serve(typing) as (port, _heads),
+        RestClient(f"http://127.0.0.1:{port}/api/v10", TOKEN) as rest,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(show, rest)
+        with trio.fail_after(5):
+            await answered.wait()
+            # Discord has answered, and the answer waits unread until read_after returns.
+            await trio.testing.wait_all_tasks_blocked()
+        assert seen == ["waiting"]
+        release.set()
+    assert seen == ["waiting", "released", "returned"]
 
 
 async def test_the_client_states_its_limits() -> None:
