@@ -18,8 +18,9 @@ A request with `"stream": true` is answered with Server-Sent Events in the order
 streaming docs give (message_start, content_block_start, ping, content_block_delta...,
 content_block_stop, message_delta with the usage, message_stop). The pace is configurable
 (`stream_pace` seconds between deltas of `stream_chunk_chars` characters, on trio's clock),
-so tests can make slow streams; a scripted reply may cut its stream midway (`cut_after`),
-by dropping the connection or, with `stream_error`, by an `error` event.
+so tests can make slow streams; with no pace the whole stream goes out in one write. A
+scripted reply may cut its stream midway (`cut_after`), by dropping the connection or, with
+`stream_error`, by an `error` event.
 
 A request carrying image blocks gets `(offline model) I see N image(s).` before its answer.
 
@@ -235,8 +236,8 @@ class OfflineModel:
         pace = self.stream_pace if reply.pace is None else reply.pace
         size = max(1, self.stream_chunk_chars if reply.chunk is None else reply.chunk)
 
-        async def events() -> AsyncGenerator[bytes, None]:
-            yield _sse(
+        head = [
+            _sse(
                 "message_start",
                 {
                     "type": "message_start",
@@ -251,43 +252,59 @@ class OfflineModel:
                         "usage": {"input_tokens": input_tokens, "output_tokens": 1},
                     },
                 },
-            )
-            yield _sse(
+            ),
+            _sse(
                 "content_block_start",
                 {"type": "content_block_start", "index": 0, "content_block": _EMPTY_TEXT},
-            )
-            yield _sse("ping", {"type": "ping"})
-            sent = 0
-            while sent < len(text):
-                if reply.cut_after is not None and sent >= reply.cut_after:
-                    break
-                end = sent + size
-                if reply.cut_after is not None:
-                    end = min(end, reply.cut_after)
-                if pace > 0:
-                    await trio.sleep(pace)
-                delta = {"type": "text_delta", "text": text[sent:end]}
-                yield _sse(
-                    "content_block_delta",
-                    {"type": "content_block_delta", "index": 0, "delta": delta},
-                )
-                sent = end
-            if reply.cut_after is not None and sent < len(text):
-                if reply.stream_error is None:
-                    raise CutConnection
-                error = {"type": reply.stream_error, "message": f"Simulated {reply.stream_error}."}
-                yield _sse("error", {"type": "error", "error": error})
-                return
-            yield _sse("content_block_stop", {"type": "content_block_stop", "index": 0})
-            yield _sse(
-                "message_delta",
+            ),
+            _sse("ping", {"type": "ping"}),
+        ]
+        shown = len(text) if reply.cut_after is None else min(len(text), reply.cut_after)
+        deltas = [
+            _sse(
+                "content_block_delta",
                 {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
-                    "usage": {"output_tokens": output_tokens},
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": text[at : min(at + size, shown)]},
                 },
             )
-            yield _sse("message_stop", {"type": "message_stop"})
+            for at in range(0, shown, size)
+        ]
+        cut = shown < len(text)
+        if not cut:
+            tail = [
+                _sse("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                _sse(
+                    "message_delta",
+                    {
+                        "type": "message_delta",
+                        "delta": {"stop_reason": reply.stop_reason, "stop_sequence": None},
+                        "usage": {"output_tokens": output_tokens},
+                    },
+                ),
+                _sse("message_stop", {"type": "message_stop"}),
+            ]
+        elif reply.stream_error is not None:
+            error = {"type": reply.stream_error, "message": f"Simulated {reply.stream_error}."}
+            tail = [_sse("error", {"type": "error", "error": error})]
+        else:
+            tail = []
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            if pace > 0:
+                yield b"".join(head)
+                for delta in deltas:
+                    await trio.sleep(pace)
+                    yield delta
+                if tail:
+                    yield b"".join(tail)
+            else:
+                # Nothing to wait for: the events go out in one write, as a server flushing
+                # an answer it already has would send them.
+                yield b"".join([*head, *deltas, *tail])
+            if cut and reply.stream_error is None:
+                raise CutConnection
 
         headers = (
             ("Content-Type", "text/event-stream; charset=utf-8"),
