@@ -37,8 +37,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # A group is committed this long after its first write at most: a durable write waits no
-# longer than this plus one commit, and a burst costs one transaction per few milliseconds.
-GROUP_SECONDS: Final = 0.005
+# longer than this plus one commit, and a burst costs one transaction per few tens of
+# milliseconds. Longer than an instant answer takes, so a trigger's writes and its answer's
+# share one commit, made after the reply is posted rather than while it is being made.
+GROUP_SECONDS: Final = 0.02
 # ... or as soon as it holds this many writes, so one transaction never grows unbounded.
 GROUP_ROWS: Final = 500
 # How often the worker looks for another process's commits (one cheap pragma), so that

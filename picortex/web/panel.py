@@ -365,7 +365,7 @@ class Panel:
         """Wait for the writes the bot queued so far, so a page shows what it already did.
 
         The spend chart, the error list and the trust list are read from the database, and
-        the store actor commits in groups a few milliseconds behind the bot.
+        the store actor commits in groups a few tens of milliseconds behind the bot.
         """
         if isinstance(self.store, StoreActor):
             try:
