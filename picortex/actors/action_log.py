@@ -6,6 +6,7 @@ writes what it finds waiting in one write per batch, rotates, and drains on shut
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -483,7 +484,13 @@ class LogStatistics:
 def _rfc3339(ms: int) -> str:
     """RFC 3339 UTC with milliseconds: `2025-06-01T12:00:00.123Z`."""
     seconds, millis = divmod(ms, 1000)
-    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{millis:03d}Z"
+    return f"{_utc_second(seconds)}.{millis:03d}Z"
+
+
+# Every event is stamped, and an answer's events fall within the same second or two.
+@functools.lru_cache(maxsize=4)
+def _utc_second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 def _dropped_fields(count: int) -> dict[str, object]:

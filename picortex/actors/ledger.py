@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -55,7 +56,7 @@ class LedgerBudget:
         self._held_by_user: dict[int, float] = {}
         self._held_total = 0.0
         # Call start times per user in the last minute (for user_requests_per_minute).
-        self._starts: dict[int, list[float]] = {}
+        self._starts: dict[int, deque[float]] = {}
         # Spend per workspace in period `_period`, read from the store once per workspace and
         # period and kept current by `settle`, so a check never sums the ledger's rows.
         self._period: str | None = None
@@ -82,10 +83,10 @@ class LedgerBudget:
         key = budget.period_key(now, settings.budget.period)
         day = budget.period_key(now, "day")
         user_limited = user_id is not None and user_id != settings.owner_id
-        recent: list[float] = []
+        recent: deque[float] = deque()
         if user_id is not None:
-            recent = budget.recent_requests(self._starts.get(user_id, []), self._monotonic())
-            self._starts[user_id] = recent
+            recent = self._starts.setdefault(user_id, deque())
+            budget.drop_old_requests(recent, self._monotonic())
         usage = budget.Usage(
             workspace_spent=self._spent_in(workspace, key),
             workspace_held=self._held_by_workspace.get(workspace, 0.0),

@@ -5,6 +5,7 @@ The ledger lives in the store; this module only decides (SPEC 9).
 
 from __future__ import annotations
 
+from collections import deque
 from datetime import UTC, datetime
 from typing import Final, Literal, Protocol
 
@@ -212,7 +213,12 @@ def admit(limits: Limits, usage: Usage, *, user_limited: bool) -> Limit | None:
     return None
 
 
-def recent_requests(starts: list[float], now: float) -> list[float]:
-    """The call start times still inside the rate window (oldest first), from `starts`."""
+def drop_old_requests(starts: deque[float], now: float) -> None:
+    """Drop the call start times that left the rate window from `starts` (oldest first).
+
+    In place, from the old end: a busy user's minute holds hundreds of starts, and each
+    call drops only the few that aged out since the last one.
+    """
     cutoff = now - RATE_WINDOW_SECONDS
-    return [t for t in starts if t > cutoff]
+    while starts and starts[0] <= cutoff:
+        starts.popleft()

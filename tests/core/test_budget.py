@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import deque
 from datetime import UTC, datetime, timedelta, timezone
 
 import attrs
@@ -10,9 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from picortex.core.budget import (
+    RATE_WINDOW_SECONDS,
     WarnState,
     check,
     cost_usd,
+    drop_old_requests,
     period_key,
     should_warn,
     workspace_id,
@@ -135,3 +138,10 @@ def test_warn_once_state_stays_small_and_never_warns_twice_in_a_row(
         assert warned == (last.get(ws) != key)
         last[ws] = key
         assert len(state.warned) <= 3
+
+
+@given(st.lists(st.floats(0, 1000), max_size=50), st.floats(0, 2000))
+def test_only_the_starts_inside_the_rate_window_are_kept(starts: list[float], now: float) -> None:
+    window = deque(sorted(starts))
+    drop_old_requests(window, now)
+    assert list(window) == [t for t in sorted(starts) if t > now - RATE_WINDOW_SECONDS]
