@@ -181,18 +181,19 @@ async def _send_response(
     headers.append((b"Server", SERVER_NAME.encode("ascii")))
     if response.stream is not None:
         # No length: h11 frames the body with chunked encoding (or closes, for HTTP/1.0).
-        await stream.send_all(
-            conn.send(
-                h11.Response(
-                    status_code=response.status, headers=headers, reason=_reason(response.status)
-                )
+        # The head waits for the first part, so a stream that has its first part at once
+        # goes out in one write with it, as a server writing both to one buffer would.
+        head = conn.send(
+            h11.Response(
+                status_code=response.status, headers=headers, reason=_reason(response.status)
             )
         )
         async with aclosing(response.stream()) as parts:
             async for part in parts:
                 if part:
-                    await stream.send_all(conn.send(h11.Data(data=part)))
-        await stream.send_all(conn.send(h11.EndOfMessage()))
+                    await stream.send_all(head + conn.send(h11.Data(data=part)))
+                    head = b""
+        await stream.send_all(head + conn.send(h11.EndOfMessage()))
         return
     if response.status not in (204, 304):
         headers.append((b"Content-Length", str(len(response.body)).encode("ascii")))

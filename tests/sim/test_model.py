@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import anthropic
@@ -9,8 +10,10 @@ import httpx
 import orjson
 import pytest
 import trio
+import trio.testing
 
 from picortex.sim import ModelReply, Simulator, SimURLs, default_answer
+from picortex.sim.httpserver import HttpRequest
 
 
 @pytest.fixture
@@ -225,3 +228,42 @@ async def test_a_streamed_answer_follows_anthropics_event_order(urls: SimURLs) -
         "message_stop",
     ]
     assert '"usage":{"output_tokens":' in response.text
+
+
+async def _stream_parts(sim: Simulator, reply: ModelReply) -> list[bytes]:
+    """The parts of a streamed answer to `reply`, as the HTTP server is handed them."""
+    sim.model.script(reply)
+    request = HttpRequest(
+        method="POST",
+        target="/v1/messages",
+        path="/v1/messages",
+        query={},
+        headers={"x-api-key": "k", "anthropic-version": "2023-06-01"},
+        body=orjson.dumps(
+            {
+                "model": "m",
+                "max_tokens": 50,
+                "stream": True,
+                "messages": [{"role": "user", "content": "hi"}],
+            }
+        ),
+    )
+    response = await sim.model.handle(request)
+    assert response.stream is not None
+    return [part async for part in response.stream()]
+
+
+async def test_an_unpaced_stream_is_one_part_and_a_paced_one_a_part_per_delta(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    sim = Simulator()
+    (whole,) = await _stream_parts(sim, ModelReply(text="abcdefgh", chunk=3, pace=0.0))
+    assert whole.count(b"event: content_block_delta") == 3
+    assert whole.rstrip().endswith(b'{"type":"message_stop"}')
+    paced = await _stream_parts(sim, ModelReply(text="abcdefgh", chunk=3, pace=0.1))
+    head, *deltas, tail = paced
+    assert head.count(b"event: ") == 3  # message_start, content_block_start, ping
+    assert [d.count(b"event: content_block_delta") for d in deltas] == [1, 1, 1]
+    assert tail.count(b"event: ") == 3  # content_block_stop, message_delta, message_stop
+    texts = re.compile(rb'"text_delta","text":"([^"]*)"')
+    assert texts.findall(whole) == texts.findall(b"".join(deltas)) == [b"abc", b"def", b"gh"]
