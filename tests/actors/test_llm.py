@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anthropic
 import attrs
 import orjson
 import pytest
@@ -578,6 +580,27 @@ def test_the_model_client_is_tuned() -> None:
     assert client.timeout.connect == llm.MODEL_CONNECT_TIMEOUT
     assert client.timeout.read == llm.MODEL_READ_TIMEOUT
     assert client.trust_env  # proxies from the environment, by the SDK's own code path
+
+
+@pytest.mark.parametrize(
+    ("environ", "traced"),
+    [
+        ({}, False),
+        ({"PATH": "/usr/bin"}, False),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True),
+        ({"ANTHROPIC_OPEN_TELEMETRY_TRACES_CONTENT_MODE": "content"}, True),
+    ],
+)
+async def test_sdk_telemetry_is_off_unless_the_environment_configures_it(
+    environ: dict[str, str], traced: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in list(os.environ):  # the SDK reads its own variables; this test sets none
+        if name.startswith("ANTHROPIC_OPEN_TELEMETRY"):
+            monkeypatch.delenv(name)
+    async with anthropic.AsyncAnthropic(api_key=KEY, **llm.sdk_telemetry(environ)) as client:
+        options = client.open_telemetry
+    assert options["traces"]["enabled"] is traced
+    assert options["propagation"] is traced
 
 
 async def test_image_blocks_reach_the_model_as_base64_sources() -> None:
