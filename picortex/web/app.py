@@ -2,7 +2,9 @@
 
 Auth (SPEC 13): HTML pages without a session answer 303 to /login; /api/* and /metrics
 without a session or bearer token answer 401. Forms carry the session's CSRF token; API
-calls with a session cookie carry it in `X-CSRF-Token`, bearer calls need none.
+calls with a session cookie carry it in `X-CSRF-Token`, bearer calls need none. /metrics also
+takes the read-only metrics token. Bodies are capped and sessionless requests limited in
+`limits`.
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ import anyio
 import jinja2
 import orjson
 from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Scope
 
 from picortex.cli.errors import error_record
 from picortex.core.commands import ATTENTION_MODES
@@ -30,7 +35,16 @@ from picortex.core.trust import TIER_LABELS
 from picortex.errors import PanelInputError
 from picortex.store import RESOLUTIONS
 from picortex.web import charts
-from picortex.web.auth import LOGIN_COOKIE, SESSION_COOKIE, SESSION_SECONDS, Session, Sessions
+from picortex.web.auth import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    USED_CODES_FILE,
+    Session,
+    Sessions,
+    same_secret,
+)
+from picortex.web.limits import BodyTooLarge, RequestGuard, body_cap
 from picortex.web.logtail import LogFilter
 from picortex.web.metrics import Metrics
 from picortex.web.panel import TEST_MAX_MESSAGES, Panel, parse_snowflake, string_ids
@@ -57,8 +71,8 @@ ACTIVITY_EVENTS: Final = (
     "gateway",
 )
 PACKAGE_DIR: Final = Path(__file__).parent
-# The largest form or JSON body the panel reads: a prompt is at most 20,000 characters.
-MAX_BODY_BYTES: Final = 256 * 1024
+# The panel's forms have a handful of fields and no file uploads.
+MAX_FORM_FIELDS: Final = 16
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -94,17 +108,26 @@ class PanelApp:
         panel: Panel,
         token: str,
         *,
+        metrics_token: str | None = None,
+        secure_cookies: bool = False,
         wrong_token_delay: float = WRONG_TOKEN_DELAY_SECONDS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.panel = panel
-        self.sessions = Sessions(token)
+        self.sessions = Sessions(token, used_path=panel.home / USED_CODES_FILE)
+        self.metrics_token = metrics_token
+        self.secure_cookies = secure_cookies
         self.metrics = Metrics(panel.action_log_path, panel.snapshot)
         self.templates = _templates()
         self.wrong_token_delay = wrong_token_delay
         self.clock = clock
         self._wrong_lock = anyio.Lock()
-        self.app = Starlette(routes=self._routes())
+        guard = Middleware(RequestGuard, has_session=self._has_session, refuse=self._refusal)
+        self.app = Starlette(
+            routes=self._routes(),
+            middleware=[guard],
+            exception_handlers={BodyTooLarge: self._too_large},
+        )
 
     # ----- auth --------------------------------------------------------------------------
 
@@ -121,10 +144,34 @@ class PanelApp:
         async with self._wrong_lock:
             await anyio.sleep(self.wrong_token_delay)
 
+    def _has_session(self, scope: Scope) -> bool:
+        return self._session(Request(scope)) is not None
+
     @staticmethod
-    def _too_large(request: Request) -> bool:
-        length = request.headers.get("content-length", "")
-        return length.isdigit() and int(length) > MAX_BODY_BYTES
+    def _refusal(scope: Scope, status: int) -> ASGIApp:
+        """The answer to a body past its cap (413) or too many sessionless requests (503)."""
+        if status == 413:
+            sentence = "The body is too large."
+            headers = {"Connection": "close"}
+        else:
+            sentence = "The panel is busy: try again in a moment."
+            headers = {"Retry-After": "1", "Connection": "close"}
+        path = str(scope.get("path", ""))
+        if path.startswith("/api/") or path == "/metrics":
+            return _Json({"error": sentence}, status_code=status, headers=headers)
+        return HTMLResponse(sentence, status_code=status, headers=headers)
+
+    async def _too_large(self, request: Request, exc: Exception) -> Response:
+        response = self._refusal(request.scope, 413)
+        assert isinstance(response, Response)  # noqa: S101 - _refusal answers with a Response
+        return response
+
+    @staticmethod
+    async def _form(request: Request) -> FormData:
+        """The request's form, read once within the panel's limits (no files, few fields)."""
+        return await request.form(
+            max_files=0, max_fields=MAX_FORM_FIELDS, max_part_size=body_cap(request.url.path)
+        )
 
     def page(self, handler: Callable[[Request, Session], Awaitable[Response]]) -> Handler:
         """An HTML page: a session or a 303 to /login; POSTs must carry the CSRF token."""
@@ -133,26 +180,32 @@ class PanelApp:
             session = self._session(request)
             if session is None:
                 return RedirectResponse("/login", status_code=303)
-            if request.method == "POST":
-                if self._too_large(request):
-                    return HTMLResponse("That form is too large.", status_code=413)
-                form = await request.form()
-                if form.get("csrf") != session.csrf:
-                    return HTMLResponse(
-                        "The form was stale or not ours (CSRF check failed): reload the page.",
-                        status_code=403,
-                    )
-            await self.panel.settle()
-            return await handler(request, session)
+            try:
+                if request.method == "POST":
+                    form = await self._form(request)
+                    if form.get("csrf") != session.csrf:
+                        return HTMLResponse(
+                            "The form was stale or not ours (CSRF check failed): reload the page.",
+                            status_code=403,
+                        )
+                await self.panel.settle()
+                return await handler(request, session)
+            finally:
+                await request.close()
 
         return wrapped
 
-    def api(self, handler: Handler) -> Handler:
-        """An API call: a bearer token, or a session (with X-CSRF-Token on changes)."""
+    def api(self, handler: Handler, *, metrics: bool = False) -> Handler:
+        """An API call: a bearer token, or a session (with X-CSRF-Token on changes).
+
+        With `metrics`, the read-only metrics token is let in too.
+        """
 
         async def wrapped(request: Request) -> Response:
             bearer = self._bearer(request)
-            if bearer is not None:
+            if bearer is not None and metrics and self._is_metrics_token(bearer):
+                pass
+            elif bearer is not None:
                 if not self.sessions.check_token(bearer):
                     await self._refuse_slowly()
                     return _error(401, "The bearer token is not the panel's token.")
@@ -165,8 +218,6 @@ class PanelApp:
                     and request.headers.get("x-csrf-token") != session.csrf
                 ):
                     return _error(403, "A change with a session cookie needs X-CSRF-Token.")
-            if self._too_large(request):
-                return _error(413, "The body is too large.")
             await self.panel.settle()
             try:
                 return await handler(request)
@@ -174,6 +225,9 @@ class PanelApp:
                 return _error(400, str(exc))
 
         return wrapped
+
+    def _is_metrics_token(self, given: str) -> bool:
+        return self.metrics_token is not None and same_secret(given, self.metrics_token)
 
     # ----- rendering -----------------------------------------------------------------------
 
@@ -222,7 +276,13 @@ class PanelApp:
             request, None, "login.html", status=status, error=error, login_csrf=nonce
         )
         response.set_cookie(
-            LOGIN_COOKIE, nonce, httponly=True, samesite="strict", path="/login", max_age=3600
+            LOGIN_COOKIE,
+            nonce,
+            httponly=True,
+            samesite="strict",
+            path="/login",
+            max_age=3600,
+            secure=self.secure_cookies,
         )
         return response
 
@@ -235,14 +295,16 @@ class PanelApp:
             httponly=True,
             samesite="strict",
             path="/",
+            secure=self.secure_cookies,
         )
-        response.delete_cookie(LOGIN_COOKIE, path="/login")
+        response.delete_cookie(LOGIN_COOKIE, path="/login", secure=self.secure_cookies)
         return response
 
     async def login(self, request: Request) -> Response:
-        if self._too_large(request):
-            return self._login_form(request, "That form is too large.", 413)
-        form = await request.form()
+        try:
+            form = await self._form(request)
+        finally:
+            await request.close()
         # The login form carries a CSRF nonce (double-submitted in a cookie); a script that
         # posts only the token is let in too, since the token itself is the secret.
         given_csrf = form.get("csrf")
@@ -257,7 +319,7 @@ class PanelApp:
     async def logout(self, request: Request, session: Session) -> Response:
         self.sessions.end(session.id)
         response = self._back("/login")
-        response.delete_cookie(SESSION_COOKIE, path="/")
+        response.delete_cookie(SESSION_COOKIE, path="/", secure=self.secure_cookies)
         return response
 
     # ----- pages ---------------------------------------------------------------------------
@@ -307,7 +369,7 @@ class PanelApp:
         )
 
     async def chat_attention(self, request: Request, session: Session) -> Response:
-        form = await request.form()
+        form = await self._form(request)
         try:
             chat_id = self._chat_id(request)
             outcome = await self.panel.set_attention(chat_id, form.get("mode"))
@@ -319,7 +381,7 @@ class PanelApp:
         return self._back("/chats" if back == "list" else f"/chats/{chat_id}")
 
     async def chat_prompt(self, request: Request, session: Session) -> Response:
-        form = await request.form()
+        form = await self._form(request)
         try:
             chat_id = self._chat_id(request)
             text = form.get("prompt")
@@ -330,7 +392,7 @@ class PanelApp:
         return self._back(request.url.path.rsplit("/", 1)[0])
 
     async def chat_test(self, request: Request, session: Session) -> Response:
-        form = await request.form()
+        form = await self._form(request)
         n_text = str(form.get("n") or "5")
         try:
             chat_id = self._chat_id(request)
@@ -391,7 +453,7 @@ class PanelApp:
         )
 
     async def trust_add(self, request: Request, session: Session) -> Response:
-        form = await request.form()
+        form = await self._form(request)
         try:
             outcome = await self.panel.add_trust(form.get("user_id"), form.get("tier"))
             session.flash.append((outcome.ok, outcome.message))
@@ -420,7 +482,7 @@ class PanelApp:
         )
 
     async def errors_resolve(self, request: Request, session: Session) -> Response:
-        form = await request.form()
+        form = await self._form(request)
         try:
             outcome = self.panel.resolve_error(request.path_params["error_id"], form.get("as"))
             session.flash.append((outcome.ok, outcome.message))
@@ -441,7 +503,7 @@ class PanelApp:
         )
 
     async def send_post(self, request: Request, session: Session) -> Response:
-        form = await request.form()
+        form = await self._form(request)
         channel = str(form.get("channel_id") or "")
         try:
             sent = await self.panel.send(channel, form.get("content"))
@@ -559,7 +621,7 @@ class PanelApp:
             Route("/api/errors", api(self.api_errors)),
             Route("/api/errors/{error_id}/resolve", api(self.api_resolve), methods=["POST"]),
             Route("/api/send", api(self.api_send), methods=["POST"]),
-            Route("/metrics", api(self.metrics_endpoint)),
+            Route("/metrics", api(self.metrics_endpoint, metrics=True)),
             Mount("/static", StaticFiles(directory=PACKAGE_DIR / "static"), name="static"),
         ]
 
