@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import attrs
 import httpx
 import orjson
 import pytest
 import trio
+from starlette.routing import Route
 
 from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
@@ -700,12 +703,85 @@ async def test_personas_page_shows_validation_errors(env: Env) -> None:
     assert "personas:" in page.text
 
 
-async def test_oversized_bodies_are_refused_unread(env: Env) -> None:
-    big = "x" * (300 * 1024)
-    r = await env.client.post("/login", data={"token": big})
-    assert r.status_code == 413
-    r = await env.client.post(
-        "/api/send", json={"channel_id": "1", "content": big}, headers=env.bearer()
+# ----- CSRF on every change -----------------------------------------------------------------
+
+
+def _changing_routes() -> list[tuple[str, str]]:
+    """(method, path) of every state-changing route, read from a real app's route table."""
+    nowhere = Path("/nonexistent")
+    stub = SimpleNamespace(home=nowhere, action_log_path=nowhere, snapshot=dict)
+    app = PanelApp(cast(Panel, stub), "t" * 43)
+    found = []
+    for route in app.app.routes:
+        if isinstance(route, Route) and route.path != "/login":
+            found += [(m, route.path) for m in sorted((route.methods or set()) - {"GET", "HEAD"})]
+    return found
+
+
+CHANGING_ROUTES = _changing_routes()
+CAROL = 1003
+# Every field any panel form or JSON body reads, valued so that the change would be made.
+CHANGE_FIELDS = {
+    "mode": "always",
+    "prompt": "Answer only about cake.\n",
+    "n": "2",
+    "user_id": str(CAROL),
+    "tier": "user",
+    "as": "fixed",
+    "channel_id": str(GENERAL),
+    "content": "hello",
+    "back": "list",
+}
+
+
+def _state(env: Env) -> object:
+    db = sqlite3.connect(env.home / "picortex.db")
+    try:
+        dump = list(db.iterdump())
+    finally:
+        db.close()
+    chat = ChatHome(env.home, str(GENERAL))
+    return (
+        dump,
+        list(env.rest.posted),
+        [dict(r) for r in env.sink.rows],
+        chat.read_prompt() if chat.prompt_path.exists() else None,
+        sorted(env.app.sessions.by_id),
     )
-    assert r.status_code == 413
-    assert env.rest.posted == []
+
+
+def test_the_route_table_has_changes_to_check() -> None:
+    assert ("POST", "/api/send") in CHANGING_ROUTES
+    assert ("POST", "/chats/{chat_id}/prompt") in CHANGING_ROUTES
+    assert ("DELETE", "/api/trust/{user_id}") in CHANGING_ROUTES
+
+
+@pytest.mark.parametrize(
+    ("method", "route"), CHANGING_ROUTES, ids=[" ".join(r) for r in CHANGING_ROUTES]
+)
+async def test_every_change_without_the_csrf_token_is_refused_and_changes_nothing(
+    env: Env, method: str, route: str
+) -> None:
+    csrf = await env.login()
+    env.store.set_tier(BOB, "user")
+    eid = env.store.add_invocation_error("500", "default", "77", "generate", "boom", None, 1.0)
+    url = route.format(chat_id=GENERAL, user_id=BOB, error_id=eid)
+    api = route.startswith("/api/")
+
+    async def attempt(token: str | None) -> httpx.Response:
+        if api:
+            headers = {} if token is None else {"X-CSRF-Token": token}
+            body = None if method == "DELETE" else orjson.dumps(CHANGE_FIELDS)
+            return await env.client.request(method, url, content=body, headers=headers)
+        form = CHANGE_FIELDS if token is None else {**CHANGE_FIELDS, "csrf": token}
+        return await env.client.request(method, url, data=form)
+
+    before = _state(env)
+    for token in (None, "", "forged", csrf + "x"):
+        r = await attempt(token)
+        assert r.status_code == 403, (token, r.text)
+        assert _state(env) == before
+    # The same request with the session's token is a change: the refusal above was the check.
+    r = await attempt(csrf)
+    assert r.status_code in (200, 204, 303), r.text
+    assert _state(env) != before
