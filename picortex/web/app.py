@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Scope
+from starlette.types import Scope
 
 from picortex.cli.errors import error_record
 from picortex.core.commands import ATTENTION_MODES
@@ -148,7 +148,7 @@ class PanelApp:
         return self._session(Request(scope)) is not None
 
     @staticmethod
-    def _refusal(scope: Scope, status: int) -> ASGIApp:
+    def _refusal(scope: Scope, status: int) -> Response:
         """The answer to a body past its cap (413) or too many sessionless requests (503)."""
         if status == 413:
             sentence = "The body is too large."
@@ -162,9 +162,7 @@ class PanelApp:
         return HTMLResponse(sentence, status_code=status, headers=headers)
 
     async def _too_large(self, request: Request, exc: Exception) -> Response:
-        response = self._refusal(request.scope, 413)
-        assert isinstance(response, Response)  # noqa: S101 - _refusal answers with a Response
-        return response
+        return self._refusal(request.scope, 413)
 
     @staticmethod
     async def _form(request: Request) -> FormData:
