@@ -6,10 +6,11 @@ import re
 import sqlite3
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
+from urllib.parse import urlencode
 
 import attrs
 import httpx
@@ -28,6 +29,7 @@ from picortex.store.chathome import ChatHome
 from picortex.types import Channel, ChannelType, Message, User
 from picortex.web.app import PanelApp
 from picortex.web.auth import load_or_create_token, make_login_code
+from picortex.web.limits import MAX_UNAUTHENTICATED
 from picortex.web.panel import Panel
 
 OWNER = 1001
@@ -785,3 +787,166 @@ async def test_every_change_without_the_csrf_token_is_refused_and_changes_nothin
     r = await attempt(csrf)
     assert r.status_code in (200, 204, 303), r.text
     assert _state(env) != before
+
+
+# ----- body caps and sessionless requests ---------------------------------------------------
+
+
+def padded(kind: str, fields: dict[str, str], size: int) -> bytes:
+    """A form or JSON body of exactly `size` bytes: `fields` and a `pad` field filling it."""
+    if kind == "form":
+        base = urlencode({**fields, "pad": ""}).encode()
+        return base + b"x" * (size - len(base))
+    base = orjson.dumps({**fields, "pad": ""})
+    return base[:-2] + b"x" * (size - len(base)) + b'"}'
+
+
+class Chunked(httpx.AsyncByteStream):
+    """A request body sent in parts without Content-Length; counts the parts taken."""
+
+    def __init__(self, parts: Iterable[bytes]) -> None:
+        self.parts = iter(parts)
+        self.taken = 0
+
+    def __aiter__(self) -> Chunked:
+        return self
+
+    async def __anext__(self) -> bytes:
+        part = next(self.parts, None)
+        if part is None:
+            raise StopAsyncIteration
+        self.taken += 1
+        return part
+
+
+async def post_chunked(
+    client: httpx.AsyncClient, url: str, body: Chunked, headers: dict[str, str]
+) -> httpx.Response:
+    request = client.build_request("POST", url, headers=headers)
+    del request.headers["content-length"]
+    request.headers["transfer-encoding"] = "chunked"
+    request.stream = body
+    return await client.send(request)
+
+
+def in_parts(body: bytes, size: int = 4096) -> Iterator[bytes]:
+    return (body[i : i + size] for i in range(0, len(body), size))
+
+
+# (route, its cap, body kind, the fields of a change it makes)
+CAPPED = [
+    ("/login", 64 * 1024, "form", {}),
+    ("/trust", 64 * 1024, "form", {"user_id": str(BOB), "tier": "user"}),
+    ("/api/trust", 64 * 1024, "json", {"user_id": str(BOB), "tier": "user"}),
+    ("/api/send", 1024 * 1024, "json", {"channel_id": str(GENERAL), "content": "hi"}),
+    (f"/chats/{GENERAL}/prompt", 1024 * 1024, "form", {"prompt": "Only cake.\n"}),
+]
+
+
+def _changed(env: Env, route: str) -> bool:
+    if route == "/login":
+        return bool(env.app.sessions.by_id)
+    if route.endswith("/prompt"):
+        return ChatHome(env.home, str(GENERAL)).read_prompt() == "Only cake.\n"
+    if route == "/api/send":
+        return bool(env.rest.posted)
+    return env.store.get_tier(BOB) == "user"
+
+
+@pytest.mark.parametrize("framed", [True, False], ids=["content-length", "chunked"])
+@pytest.mark.parametrize(("route", "cap", "kind", "fields"), CAPPED, ids=[c[0] for c in CAPPED])
+async def test_a_body_at_its_cap_is_read_and_one_byte_more_is_refused(
+    env: Env, route: str, cap: int, kind: str, fields: dict[str, str], framed: bool
+) -> None:
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    if kind == "json":
+        headers = {"Content-Type": "application/json", **env.bearer()}
+    if route == "/login":
+        fields = {"token": env.token}
+    elif kind == "form":
+        csrf = await env.login()
+        fields = {**fields, "csrf": csrf}
+
+    async def post(size: int) -> httpx.Response:
+        body = padded(kind, fields, size)
+        assert len(body) == size
+        if framed:
+            return await env.client.post(route, content=body, headers=headers)
+        return await post_chunked(env.client, route, Chunked(in_parts(body)), headers)
+
+    sessions = set(env.app.sessions.by_id)
+    r = await post(cap + 1)
+    assert r.status_code == 413
+    assert r.text.strip() and "too large" in r.text
+    assert set(env.app.sessions.by_id) == sessions
+    assert not _changed(env, route)
+    r = await post(cap)
+    assert r.status_code in (200, 303), r.text
+    assert _changed(env, route)
+
+
+async def test_past_the_cap_the_rest_of_the_body_is_not_read(env: Env) -> None:
+    part = 64 * 1024
+    parts = (b"token=" + b"x" * (part - 6) if i == 0 else b"x" * part for i in range(1024))
+    body = Chunked(parts)  # 64 MiB
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    r = await post_chunked(env.client, "/login", body, headers)
+    assert r.status_code == 413
+    assert body.taken <= 2
+    assert r.headers["connection"] == "close"
+
+
+async def test_a_declared_length_past_the_cap_is_refused_before_reading(env: Env) -> None:
+    body = Chunked([b"{}"])
+    headers = {**env.bearer(), "Content-Length": str(64 * 1024 + 1)}
+    request = env.client.build_request("POST", "/api/trust", headers=headers)
+    request.stream = body
+    r = await env.client.send(request)
+    assert r.status_code == 413
+    assert r.json() == {"error": "The body is too large."}
+    assert body.taken == 0
+
+
+async def test_forms_take_no_files_and_few_fields(env: Env) -> None:
+    csrf = await env.login()
+    files = {"prompt": ("p.txt", b"x" * 1000, "text/plain")}
+    upload = httpx.Request("POST", "/", data={"csrf": csrf}, files=files)
+    body, kind = upload.read(), upload.headers["content-type"]
+    url = f"/chats/{GENERAL}/prompt"
+    r = await env.client.post(url, content=body, headers={"Content-Type": kind})
+    assert r.status_code == 400
+    assert list((env.home).glob("**/p.txt")) == []
+    many = {f"f{i}": "1" for i in range(40)}
+    r = await env.client.post("/trust", data={**many, "csrf": csrf, "user_id": str(BOB)})
+    assert r.status_code == 400
+    assert env.store.get_tier(BOB) is None
+
+
+async def test_sessionless_requests_are_limited_in_number(
+    env: Env, autojump_clock: trio.abc.Clock
+) -> None:
+    await env.login()
+    guessers = httpx.AsyncClient(transport=env.client._transport, base_url="http://panel.test")
+    answers: list[int] = []
+
+    async def guess() -> None:
+        r = await guessers.post("/login", data={"token": "guess"})
+        answers.append(r.status_code)
+
+    async with guessers, trio.open_nursery() as nursery:
+        for _ in range(MAX_UNAUTHENTICATED):
+            nursery.start_soon(guess)
+        await trio.sleep(DELAY / 4)  # every guess is now waiting out the wrong-token delay
+        start = trio.current_time()
+        r = await guessers.post("/login", data={"token": env.token})
+        assert r.status_code == 503
+        assert r.headers["retry-after"] == "1"
+        r = await guessers.get("/api/status", headers=env.bearer())
+        assert r.status_code == 503
+        assert trio.current_time() == start  # refused at once, nothing checked or read
+        page = await env.client.get("/")  # a logged-in browser is still served
+        assert page.status_code == 200
+        assert answers == []
+    assert answers == [401] * MAX_UNAUTHENTICATED
+    r = await env.client.post("/login", data={"token": env.token})
+    assert r.status_code == 303
