@@ -28,7 +28,11 @@ from picortex.store import Store, StoreActor
 from picortex.store.chathome import ChatHome
 from picortex.types import Channel, ChannelType, Message, User
 from picortex.web.app import PanelApp
-from picortex.web.auth import load_or_create_token, make_login_code
+from picortex.web.auth import (
+    load_or_create_metrics_token,
+    load_or_create_token,
+    make_login_code,
+)
 from picortex.web.limits import MAX_UNAUTHENTICATED
 from picortex.web.panel import Panel
 
@@ -193,7 +197,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         dm_channels={},
     )
     token = load_or_create_token(home)
-    app = PanelApp(panel, token, wrong_token_delay=DELAY)
+    app = PanelApp(
+        panel, token, metrics_token=load_or_create_metrics_token(home), wrong_token_delay=DELAY
+    )
     transport = httpx.ASGITransport(app=app.app)
     async with httpx.AsyncClient(transport=transport, base_url="http://panel.test") as client:
         yield Env(client, app, panel, store, sink, rest, model, home, token)
@@ -290,6 +296,70 @@ async def test_one_time_link_logs_in_once(env: Env, autojump_clock: trio.abc.Clo
         again = await other.get(f"/login?once={code}")
         assert again.status_code == 401
         assert "picortex_session=" not in again.headers.get("set-cookie", "")
+
+
+async def test_a_used_link_stays_used_after_a_restart(
+    env: Env, autojump_clock: trio.abc.Clock
+) -> None:
+    code = make_login_code(env.token, time.time())
+    assert (await env.client.get(f"/login?once={code}")).status_code == 303
+    assert (env.home / "web.used_codes").stat().st_mode & 0o777 == 0o600
+    restarted = PanelApp(env.panel, env.token, wrong_token_delay=DELAY)
+    transport = httpx.ASGITransport(app=restarted.app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://panel.test") as client:
+        again = await client.get(f"/login?once={code}")
+        assert again.status_code == 401
+        fresh = make_login_code(env.token, time.time())
+        assert (await client.get(f"/login?once={fresh}")).status_code == 303
+
+
+async def test_an_unreadable_used_codes_file_is_not_a_crash(
+    env: Env, autojump_clock: trio.abc.Clock
+) -> None:
+    (env.home / "web.used_codes").write_bytes(b"\xff not json")
+    restarted = PanelApp(env.panel, env.token, wrong_token_delay=DELAY)
+    assert restarted.sessions.used_codes == {}
+
+
+async def test_the_metrics_token_reads_metrics_and_nothing_else(
+    env: Env, autojump_clock: trio.abc.Clock
+) -> None:
+    path = env.home / "web.metrics_token"
+    assert path.stat().st_mode & 0o777 == 0o600
+    metrics_token = path.read_text().strip()
+    assert metrics_token != env.token
+    scrape = {"Authorization": f"Bearer {metrics_token}"}
+    r = await env.client.get("/metrics", headers=scrape)
+    assert r.status_code == 200
+    assert "picortex_" in r.text
+    for method, url in [("GET", "/api/status"), ("GET", "/api/log"), ("POST", "/api/send")]:
+        r = await env.client.request(method, url, headers=scrape, json={})
+        assert r.status_code == 401
+    r = await env.client.post("/login", data={"token": metrics_token})
+    assert r.status_code == 401
+
+
+async def test_a_loose_token_file_is_made_private_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = load_or_create_token(tmp_path)
+    (tmp_path / "web.token").chmod(0o644)
+    assert load_or_create_token(tmp_path) == token
+    assert (tmp_path / "web.token").stat().st_mode & 0o777 == 0o600
+    assert "now 0600" in caplog.text
+    assert token not in caplog.text
+
+
+@pytest.mark.parametrize("secure", [True, False])
+async def test_cookies_are_secure_when_asked(env: Env, secure: bool) -> None:
+    app = PanelApp(env.panel, env.token, secure_cookies=secure)
+    transport = httpx.ASGITransport(app=app.app)
+    async with httpx.AsyncClient(transport=transport, base_url="https://panel.test") as client:
+        page = await client.get("/login")
+        r = await client.post("/login", data={"token": env.token})
+    assert r.status_code == 303
+    for cookie in [page.headers["set-cookie"], *r.headers.get_list("set-cookie")]:
+        assert ("; secure" in cookie.lower()) is secure, cookie
 
 
 async def test_a_link_signed_with_another_token_fails(
