@@ -6,6 +6,7 @@ names the key and where it came from. Runtime overrides are dotted keys with tex
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import os
@@ -149,6 +150,23 @@ class WebSettings:
     enabled: bool = True
     host: str = "127.0.0.1"
     port: int = 8765
+    # Session cookies marked Secure (sent over HTTPS only); unset: on unless `host` is loopback.
+    secure_cookies: bool | None = None
+
+    @property
+    def loopback(self) -> bool:
+        """True when only this machine can reach the panel."""
+        if self.host.lower() == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host.strip("[]")).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def cookies_secure(self) -> bool:
+        """Whether the panel marks its cookies Secure."""
+        return self.secure_cookies if self.secure_cookies is not None else not self.loopback
 
 
 @attrs.frozen
@@ -506,6 +524,7 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "web.enabled": _Key(_check_bool, _text_bool, runtime=False),
         "web.host": _Key(_check_host, _text_stripped, runtime=False),
         "web.port": _Key(_check_port, _text_int, runtime=False),
+        "web.secure_cookies": _Key(_check_bool, _text_bool, runtime=False),
         # Commands are registered on READY, so these take effect at the next start.
         "slash.enabled": _Key(_check_bool, _text_bool, runtime=False),
         "slash.guild_ids": _Key(_check_guild_ids, _text_list, runtime=False),

@@ -23,7 +23,7 @@ from picortex.config import WebSettings
 from picortex.errors import ConfigError
 from picortex.types import EventSink
 from picortex.web.app import create_app
-from picortex.web.auth import load_or_create_token
+from picortex.web.auth import load_or_create_metrics_token, load_or_create_token
 from picortex.web.panel import Panel
 
 logger = logging.getLogger(__name__)
@@ -78,11 +78,24 @@ class WebActor:
             raise
         return sock
 
+    def _warn_if_plain_http(self, where: str) -> None:
+        # The panel speaks plain HTTP; beyond loopback the token and the session cookie need
+        # TLS in front. `secure_cookies = true` is the owner saying it is there.
+        if self._settings.loopback or self._settings.secure_cookies is True:
+            return
+        logger.warning(
+            "web panel on %s is reachable beyond this machine over plain HTTP: put a TLS proxy "
+            "in front and set [web] secure_cookies = true, or bind host = 127.0.0.1",
+            where,
+        )
+        self._events.emit("web", outcome="plain_http", address=where)
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled; idle (after one warning) when the panel cannot be served."""
         where = f"{self._settings.host}:{self._settings.port}"
         try:
             token = load_or_create_token(self._home)
+            metrics_token = load_or_create_metrics_token(self._home)
             sock = self._bind()
         except (OSError, ConfigError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
@@ -93,10 +106,14 @@ class WebActor:
         try:
             host, port = sock.getsockname()[:2]
             self.url = panel_url(str(host), int(port))
-            options = {}
+            options: dict[str, object] = {
+                "metrics_token": metrics_token,
+                "secure_cookies": self._settings.cookies_secure,
+            }
             if self._wrong_token_delay is not None:
                 options["wrong_token_delay"] = self._wrong_token_delay
             app = create_app(self._panel(), token, **options)
+            self._warn_if_plain_http(where)
             config = Config()
             config.graceful_timeout = GRACEFUL_SECONDS
             config.include_server_header = False
