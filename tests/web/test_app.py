@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 import subprocess
@@ -342,6 +343,7 @@ async def test_the_metrics_token_reads_metrics_and_nothing_else(
 async def test_a_loose_token_file_is_made_private_at_start(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.WARNING)
     token = load_or_create_token(tmp_path)
     (tmp_path / "web.token").chmod(0o644)
     assert load_or_create_token(tmp_path) == token

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 from pathlib import Path
 
@@ -126,6 +127,7 @@ def test_secure_cookies_is_read_from_the_config_file(tmp_path: Path) -> None:
 async def test_a_panel_beyond_loopback_without_tls_is_warned_about(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, secure_cookies: bool | None, warned: bool
 ) -> None:
+    caplog.set_level(logging.WARNING)
     store = Store.open(tmp_path / "picortex.db")
     sink = Sink()
     settings = WebSettings(host="0.0.0.0", port=0, secure_cookies=secure_cookies)
