@@ -159,6 +159,8 @@ class PanelApp:
         path = str(scope.get("path", ""))
         if path.startswith("/api/") or path == "/metrics":
             return _Json({"error": sentence}, status_code=status, headers=headers)
+        if status == 413:
+            sentence = "That form is too large."
         return HTMLResponse(sentence, status_code=status, headers=headers)
 
     async def _too_large(self, request: Request, exc: Exception) -> Response:
