@@ -32,7 +32,7 @@ from picortex.actors.clients import (
 )
 from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
-from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
+from picortex.actors.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
     TriggerBook,
@@ -672,7 +672,7 @@ class ChannelActor:
             msg.channel_id, enabled=rule.show_typing, spawn=self._spawn_background
         ):
             result = await clients.llm.complete(request)
-        if result.outcome in ("error", "timeout"):
+        if result.failed:
             clients.failures.record(
                 stage="discriminate",
                 workspace=workspace_id(msg.guild_id),
@@ -968,7 +968,7 @@ class ChannelActor:
     ) -> str | None:
         """Log why there is no answer; returns the reason when it was a skip, not a failure."""
         clients = self._clients
-        if outcome in ("error", "timeout"):
+        if outcome in FAILED_OUTCOMES:
             clients.failures.record(
                 stage="generate",
                 workspace=workspace_id(trigger.guild_id),
