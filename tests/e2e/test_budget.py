@@ -169,3 +169,36 @@ async def test_a_user_over_the_rate_limit_gets_one_polite_line_and_the_owner_non
         assert spenders == [str(w.bob_id), str(w.alice_id), str(w.alice_id)]
         status = run.bot.snapshot()
         assert set(status["budget_users"]) == {str(w.bob_id), str(w.alice_id)}
+
+
+async def test_a_classification_counts_against_its_authors_limits(tmp_path: Path) -> None:
+    # SPEC 7: a discriminator call is the author's request, like an answer; the owner is exempt.
+    toml = "continuation_seconds = 0\n[budget]\nuser_requests_per_minute = 1\n"
+    async with running_bot(tmp_path, toml=toml) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        run.bot.store.set_attention_mode(w.general_id, "discriminate", 0.0)
+        run.sim.model.script('{"should_respond": false, "reason": "chatter"}')
+        chatter = run.say(w.general_id, w.bob_id, "does anyone know when the shop opens")
+        await decision(run, chatter, outcome="skip")
+        # The classification was bob's one request this minute: his question is refused.
+        ask = run.say(w.general_id, w.bob_id, f"{run.mention()} when does it open?")
+        skip = await decision(run, ask, outcome="skip")
+        assert skip["reason"] == "no answer: the user's requests-per-minute limit is reached"
+        # The owner's classifications and answers are not limited.
+        run.sim.model.script('{"should_respond": false, "reason": "chatter"}')
+        for text in ("just chatting here", f"{run.mention()} and for me?"):
+            msg = run.say(w.general_id, w.alice_id, text)
+            await decision(run, msg)
+        with trio.fail_after(WAIT):
+            await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
+        await run.idle()
+        calls = [(e["stage"], e["outcome"], e.get("user_id")) for e in run.events("llm")]
+        assert calls == [
+            ("discriminate", "ok", str(w.bob_id)),
+            ("generate", "budget", str(w.bob_id)),
+            ("discriminate", "ok", str(w.alice_id)),
+            ("generate", "ok", str(w.alice_id)),
+        ]
+        assert [e["limit"] for e in run.events("budget")] == ["user_rate"]
+        assert str(w.bob_id) in run.bot.snapshot()["budget_users"]
