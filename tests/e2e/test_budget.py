@@ -6,12 +6,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
 from picortex.actors.llm import LLMActor, LLMRequest, LLMResult
 from picortex.config import BUILTIN_PRICES
 from picortex.sim.model import ModelReply
+from picortex.store import Store
 from tests.e2e.harness import Running, running_bot
 
 pytestmark = pytest.mark.virtual_time
@@ -290,3 +292,24 @@ async def test_a_follow_up_storm_is_paid_for_call_by_call_and_never_refused_by_i
         last = str(run.sim.model.calls[-1].messages[0]["content"])
         assert "detail 6" in last and "detail 1:" not in last
         assert len(last) < 2 * 4000 + 1000
+
+
+async def test_a_call_cut_short_by_a_shutdown_is_in_the_ledger(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.sim.model.script(ModelReply(text="x" * 500, pace=1000.0, input_tokens=1234))
+        run.say(w.general_id, w.alice_id, f"{run.mention()} a long one, please")
+        await run.wait_until(lambda: len(run.sim.model.calls) == 1)
+        await run.idle()  # `message_start` arrived; the rest never will
+        key = run.bot.budget.period_key()
+        home = run.home
+    # The bot stopped with the answer still streaming: the call is paid for all the same.
+    rows = [orjson.loads(line) for line in (home / "actions.jsonl").read_bytes().splitlines()]
+    (call,) = [r for r in rows if r["event"] == "llm"]
+    assert (call["outcome"], call["input_tokens"], call["output_tokens"]) == ("cancelled", 1234, 1)
+    store = Store.open(home / "picortex.db")
+    try:
+        spent = store.spend(str(w.guild_id), key)
+    finally:
+        store.close()
+    assert spent == pytest.approx(BUILTIN_PRICES["claude-sonnet-5-5"].cost(1234, 1), abs=1e-12)
