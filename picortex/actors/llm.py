@@ -170,8 +170,9 @@ class LLMRequest:
 class LLMResult:
     """What one call produced. `text` is empty unless `outcome` is "ok".
 
-    `error` and `stack_trace` (secrets redacted) are set for "error" and "timeout", ready
-    for an `invocation_errors` row.
+    `error` and `stack_trace` (secrets redacted) are set for the failed outcomes ("error",
+    "cut", "timeout"), ready for an `invocation_errors` row. A call that was sent costs the
+    usage the endpoint reported, or, with none, the input it was sent (SPEC 9).
     """
 
     text: str
