@@ -32,7 +32,7 @@ from picortex.actors.clients import (
 )
 from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
-from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
+from picortex.actors.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
     TriggerBook,
@@ -47,6 +47,7 @@ from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention
 from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
+from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, is_trusted, may_run, should_ignore, tier_of
 from picortex.store.chathome import ChatHome, default_prompt_template
@@ -184,13 +185,20 @@ class _Ask:
 
 @attrs.define(eq=False)
 class _Generation:
-    """One answer being generated for a request; a restart replaces it in the same slot."""
+    """One answer being generated for a request; a restart replaces it in the same slot.
+
+    `after` are the `ended` events of the answers it replaced: it makes its model call only
+    once they have ended, so their calls are settled and logged, and their reservations
+    released, before it reserves its own (SPEC 9).
+    """
 
     request: cont.Request
     trigger: Message
     slot: _ReplySlot
+    after: tuple[trio.Event, ...] = ()
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     replaced: bool = False
+    ended: trio.Event = attrs.field(factory=trio.Event)
 
 
 class ChannelActor:
@@ -672,7 +680,7 @@ class ChannelActor:
             msg.channel_id, enabled=rule.show_typing, spawn=self._spawn_background
         ):
             result = await clients.llm.complete(request)
-        if result.outcome in ("error", "timeout"):
+        if result.failed:
             clients.failures.record(
                 stage="discriminate",
                 workspace=workspace_id(msg.guild_id),
@@ -721,7 +729,8 @@ class ChannelActor:
             # The answer in progress is replaced in its place in the reply order.
             gen.replaced = True
             gen.scope.cancel()
-            self._start(outcome.request, gen.trigger, gen.slot, nursery, typing=True)
+            after = (*gen.after, gen.ended)
+            self._start(outcome.request, gen.trigger, gen.slot, nursery, typing=True, after=after)
         else:
             self._start(outcome.request, msg, self._new_slot(), nursery, typing=True)
 
@@ -733,8 +742,9 @@ class ChannelActor:
         nursery: trio.Nursery,
         *,
         typing: bool,
+        after: tuple[trio.Event, ...] = (),
     ) -> None:
-        gen = _Generation(request, trigger, slot)
+        gen = _Generation(request, trigger, slot, after)
         self._inflight.add(gen)
         self._current[request.parent_id] = gen
         self._spawn(nursery, lambda: self._generate(gen, typing))
@@ -742,6 +752,8 @@ class ChannelActor:
     async def _generate(self, gen: _Generation, typing: bool) -> None:
         try:
             with gen.scope:
+                for replaced in gen.after:
+                    await replaced.wait()
                 try:
                     await self._answer(gen, typing)
                 except Exception as exc:
@@ -768,6 +780,7 @@ class ChannelActor:
                 del self._current[gen.request.parent_id]
             if not gen.replaced:
                 gen.slot.done.set()
+            gen.ended.set()
 
     async def _answer(self, gen: _Generation, typing: bool) -> None:
         clients = self._clients
@@ -779,14 +792,15 @@ class ChannelActor:
         async with clients.replies.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background, hold=sent
         ) as shown:
-            matches = [] if gen.trigger.id in self._asks else self._persona_matches(gen.request)
+            asked = self._held(gen)
+            matches = [] if gen.trigger.id in self._asks else self._persona_matches(asked)
             if matches:
                 sent.set()  # a persona answer makes calls of its own
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
                 handled = await persona_answer.maybe_answer(
                     clients,
-                    gen.request,
+                    asked,
                     trigger,
                     lines,
                     files=lambda: self._files(gen),
@@ -794,13 +808,13 @@ class ChannelActor:
                 )
                 if handled:
                     return
-            prompt = gen.request.text
+            prompt = asked.text
             if lines:
                 conversation = "\n".join(lines)
                 prompt = (
                     f"Recent conversation, oldest first. {CONTEXT_FORMAT_NOTE}\n"
                     f"{conversation}\n\nThe request from {trigger.author.display_name}:\n"
-                    f"{gen.request.text}"
+                    f"{asked.text}"
                 )
             prompt = prompt or "(no text)"
             content: str | tuple[ContentPart, ...] = prompt
@@ -896,13 +910,17 @@ class ChannelActor:
                 # A user over their own limit is told once per period, politely.
                 await self._post_answer(gen, result.notice, persona=None)
 
+    def _held(self, gen: _Generation) -> cont.Request:
+        """The request as the model gets it: follow-ups held to `context_chars` (SPEC 9)."""
+        return held_request(gen.request, self._clients.settings().context_chars)
+
     async def _files(self, gen: _Generation) -> attachment_parts.RequestFiles:
         """The request's attachments and recent images, as model content (SPEC 16)."""
         clients = self._clients
         trigger = gen.trigger
         settings = clients.settings()
         recent = clients.cache.recent(trigger.channel_id, ATTACHMENT_SCAN)
-        own_ids = set(gen.request.message_ids) - {trigger.id}
+        own_ids = set(self._held(gen).message_ids) - {trigger.id}
         own = [trigger, *(m for m in recent if m.id in own_ids)]
         context = [m for m in recent if m.id < trigger.id][-settings.context_messages :]
         if not any(m.attachments for m in (*own, *context)):
@@ -968,7 +986,7 @@ class ChannelActor:
     ) -> str | None:
         """Log why there is no answer; returns the reason when it was a skip, not a failure."""
         clients = self._clients
-        if outcome in ("error", "timeout"):
+        if outcome in FAILED_OUTCOMES:
             clients.failures.record(
                 stage="generate",
                 workspace=workspace_id(trigger.guild_id),

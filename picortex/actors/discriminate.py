@@ -73,6 +73,8 @@ def build_request(
         max_tokens=disc.MAX_OUTPUT_TOKENS,
         timeout=settings.discriminator.timeout_seconds,
         signal_id=str(message.id),
+        # A classification counts against its author's per-user limits (SPEC 7).
+        user_id=message.author.id,
     )
 
 

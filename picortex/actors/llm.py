@@ -4,7 +4,8 @@ It owns the AsyncAnthropic client, routes tiers to models, enforces a deadline p
 asks the budget before calling, prices each call from its `usage` and logs one `llm` event.
 A call either returns the whole typed `Message` (`messages.create`) or streams its text as
 it is written (`messages.create` with `stream=True`, SPEC 16); either way it is one request,
-never retried.
+never retried. A call that was sent is paid for however it ends: answered, failed, cut, timed
+out or cancelled (SPEC 9).
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-CallOutcome = Literal["ok", "error", "timeout", "no_key", "budget"]
+CallOutcome = Literal["ok", "error", "cut", "timeout", "cancelled", "no_key", "budget"]
+# The outcomes of a call that failed (an `invocation_errors` row); "cancelled" never reaches
+# a caller: its cancellation goes on.
+FAILED_OUTCOMES: Final = frozenset({"error", "cut", "timeout"})
 Role = Literal["user", "assistant"]
 
 # A persona reply should never hang a channel: a minute is generous for one answer.
@@ -73,7 +77,7 @@ class Budget(Protocol):
     itself has emitted the `budget` event and its one warning line per period, since only it
     knows the spend and the ceilings, and the LLM actor makes no call and emits its `llm`
     event with outcome `budget`. `settle` runs exactly once after every reserved call, with
-    its real cost (0.0 for a call that failed or was cancelled).
+    its real cost: what a sent call cost however it ended, 0.0 for one never sent.
     """
 
     def reserve(
@@ -166,8 +170,9 @@ class LLMRequest:
 class LLMResult:
     """What one call produced. `text` is empty unless `outcome` is "ok".
 
-    `error` and `stack_trace` (secrets redacted) are set for "error" and "timeout", ready
-    for an `invocation_errors` row.
+    `error` and `stack_trace` (secrets redacted) are set for the failed outcomes ("error",
+    "cut", "timeout"), ready for an `invocation_errors` row. A call that was sent costs the
+    usage the endpoint reported, or, with none, the input it was sent (SPEC 9).
     """
 
     text: str
@@ -186,6 +191,11 @@ class LLMResult:
     def ok(self) -> bool:
         """True when the model answered."""
         return self.outcome == "ok"
+
+    @property
+    def failed(self) -> bool:
+        """True when the call failed (an error, a cut stream, a timeout): an error row."""
+        return self.outcome in FAILED_OUTCOMES
 
 
 def price_of(model: str, prices: Mapping[str, Price]) -> Price:
@@ -226,23 +236,46 @@ class ModelAnswer:
     output_tokens: int
 
 
+@attrs.define
+class CallUsage:
+    """What one call has run up so far, kept outside the call so it survives a cancellation.
+
+    `sent` turns True when the HTTP request starts towards the model endpoint; the token
+    counts are the usage the endpoint reported, as it reported it (a stream reports its
+    input at `message_start`).
+    """
+
+    on_sent: Callable[[], None] | None = None
+    sent: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    @property
+    def reported(self) -> bool:
+        """True once the endpoint reported any usage."""
+        return bool(self.input_tokens or self.output_tokens)
+
+
 TextSink = Callable[[str], None]
 # Told the whole answer at `message_stop`; what it returns, if anything, is awaited before
 # the call reads its response out and is settled and logged.
 EndSink = Callable[[str], Awaitable[None] | None]
 
-# What the model call being made in this task calls once its request is written (see
-# `LLMActor.complete`'s `on_sent`); read by the HTTP client's request hook.
-_ON_SENT: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
-    "picortex_model_request_sent", default=None
+# The model call being made in this task; read by the HTTP client's request hook.
+_CALL: contextvars.ContextVar[CallUsage | None] = contextvars.ContextVar(
+    "picortex_model_call", default=None
 )
 
 
 async def _trace_sent(request: Any) -> None:
-    """The model client's request hook: a call that asked for `on_sent` gets it traced."""
-    on_sent = _ON_SENT.get()
-    if on_sent is not None:
-        request.extensions = {**request.extensions, **sent_trace(on_sent)}
+    """The model client's request hook: the call is sent (and paid for) from here on; one
+    that asked for `on_sent` gets it traced."""
+    call = _CALL.get()
+    if call is None:
+        return
+    call.sent = True
+    if call.on_sent is not None:
+        request.extensions = {**request.extensions, **sent_trace(call.on_sent)}
 
 
 def message_text(message: Any) -> str:
@@ -389,7 +422,7 @@ class LLMActor:
         """Make one model call and report it; see LLMResult for the outcomes.
 
         With `on_text` the answer is streamed: `on_text(text_so_far)` is called as text
-        arrives (synchronously, so it must not block). A stream cut midway is an "error"
+        arrives (synchronously, so it must not block). A stream cut midway is a "cut"
         whose tokens so far are still paid for; what `on_text` last saw is what was written.
         A streamed call calls `on_end(text)` once the stream says the answer is whole
         (`message_stop`), before the response is closed and the call settled and logged,
@@ -398,19 +431,26 @@ class LLMActor:
         request is written to the model endpoint (or when the call ends without that:
         refused, failed, not made), so work that can wait (the typing indicator) goes out
         behind the request instead of in front of it.
+
+        A call that was sent is settled and logged however it ends, a cancelled one too
+        (outcome "cancelled", before its cancellation goes on).
         """
-        if on_sent is None:
-            return await self._complete(request, on_text, on_end)
-        once = Once(on_sent)
-        token = _ON_SENT.set(once)
+        once = None if on_sent is None else Once(on_sent)
+        call = CallUsage(on_sent=once)
+        token = _CALL.set(call)
         try:
-            return await self._complete(request, on_text, on_end)
+            return await self._complete(request, call, on_text, on_end)
         finally:
-            _ON_SENT.reset(token)
-            once()
+            _CALL.reset(token)
+            if once is not None:
+                once()
 
     async def _complete(
-        self, request: LLMRequest, on_text: TextSink | None, on_end: EndSink | None
+        self,
+        request: LLMRequest,
+        call: CallUsage,
+        on_text: TextSink | None,
+        on_end: EndSink | None,
     ) -> LLMResult:
         model = self.model_for(request)
         start = trio.current_time()
@@ -430,49 +470,63 @@ class LLMActor:
                     request, model, start, "budget", limit=answer.limit, notice=answer.notice
                 )
             held = answer
+        # Until the call ends otherwise, it is being cancelled (a follow-up, a shutdown).
+        outcome: CallOutcome = "cancelled"
+        response: ModelAnswer | None = None
+        failure: BaseException | None = None
         try:
             with trio.fail_after(request.timeout) as deadline:
                 if on_text is not None:
                     on_text = _moving_deadline(on_text, deadline, start, request.timeout)
-                response = await self._call(request, model, on_text, on_end)
-        except BaseException as exc:
-            if isinstance(exc, StreamCut) and (exc.input_tokens or exc.output_tokens):
-                # Part of an answer was generated and is billed: settle on what it cost.
-                cost = price.cost(exc.input_tokens, exc.output_tokens)
-                self._settle(held, cost)
-                return self._finish(
-                    request,
-                    model,
-                    start,
-                    "error",
-                    input_tokens=exc.input_tokens,
-                    output_tokens=exc.output_tokens,
-                    cost=cost,
-                    failure=exc,
-                )
-            # No cost to record: give the budget its reservation back (cancellation too).
-            self._settle(held, 0.0)
-            if isinstance(exc, trio.TooSlowError):
-                return self._finish(request, model, start, "timeout", failure=exc)
-            if not isinstance(exc, Exception):
-                raise
+                response = await self._call(request, model, call, on_text, on_end)
+            outcome = "ok"
+        except trio.TooSlowError as exc:
+            outcome, failure = "timeout", exc
+        except StreamCut as exc:
+            outcome, failure = "cut", exc
+        except Exception as exc:
             # Every failure is reported, never retried (SPEC 9).
+            outcome, failure = "error", exc
             if isinstance(exc, FaultInjected) and self._fault is None:
                 self._fault = exc
                 self._faulted.set()
-            return self._finish(request, model, start, "error", failure=exc)
-        input_tokens, output_tokens = response.input_tokens, response.output_tokens
-        cost = price.cost(input_tokens, output_tokens)
+        finally:
+            # Settled and logged however the call ends, before a cancellation goes on: no
+            # checkpoint in here, so nothing can interrupt it.
+            result = self._paid(request, model, price, held, call, start, outcome, failure)
+        if response is not None:
+            result = attrs.evolve(result, text=response.text)
+        return result
+
+    def _paid(
+        self,
+        request: LLMRequest,
+        model: str,
+        price: Price,
+        held: Reservation | None,
+        call: CallUsage,
+        start: float,
+        outcome: CallOutcome,
+        failure: BaseException | None,
+    ) -> LLMResult:
+        """Settle a call that was made (or tried) and log it: a sent call costs the usage the
+        endpoint reported, else the input it was sent (SPEC 9); one never sent, nothing."""
+        input_tokens, output_tokens = call.input_tokens, call.output_tokens
+        estimated = call.sent and not call.reported
+        if estimated:
+            input_tokens = budget_core.worst_input_tokens(request.prompt_chars)
+        cost = price.cost(input_tokens, output_tokens) if call.sent else 0.0
         self._settle(held, cost)
         return self._finish(
             request,
             model,
             start,
-            "ok",
-            text=response.text,
+            outcome,
             input_tokens=input_tokens,
             output_tokens=output_tokens,
             cost=cost,
+            failure=failure,
+            estimated=estimated,
         )
 
     def _settle(self, held: Reservation | None, cost: float) -> None:
@@ -487,9 +541,11 @@ class LLMActor:
         self,
         request: LLMRequest,
         model: str,
+        call: CallUsage,
         on_text: TextSink | None,
         on_end: EndSink | None = None,
     ) -> ModelAnswer:
+        """Make the request; the usage the endpoint reports is kept in `call` as it comes."""
         if self._client is None:
             await self._ready.wait()
         client = self._client
@@ -504,7 +560,8 @@ class LLMActor:
             message = await client.messages.create(
                 model=model, max_tokens=request.max_tokens, messages=messages, system=system
             )
-            return ModelAnswer(message_text(message), *usage_tokens(message.usage))
+            call.input_tokens, call.output_tokens = usage_tokens(message.usage)
+            return ModelAnswer(message_text(message), call.input_tokens, call.output_tokens)
         # The raw event stream, not the `messages.stream` helper: the answer needs only the
         # text deltas and the usage counts, not a Message snapshot rebuilt at every event.
         return await _stream(
@@ -515,6 +572,7 @@ class LLMActor:
                 system=system,
                 stream=True,
             ),
+            call,
             on_text,
             on_end,
         )
@@ -533,6 +591,7 @@ class LLMActor:
         failure: BaseException | None = None,
         limit: str | None = None,
         notice: str | None = None,
+        estimated: bool = False,
     ) -> LLMResult:
         latency_ms = round((trio.current_time() - start) * 1000)
         error: str | None = None
@@ -561,6 +620,9 @@ class LLMActor:
             fields["limit"] = limit
         if error is not None:
             fields["error"] = error
+        if estimated:
+            # Sent, but no usage came back: charged for the input it was sent (SPEC 9).
+            fields["usage"] = "estimated"
         self._events.emit("llm", **fields)
         return LLMResult(
             text=text,
@@ -594,18 +656,20 @@ def _moving_deadline(
     return report
 
 
-async def _stream(events: Any, on_text: TextSink, on_end: EndSink | None = None) -> ModelAnswer:
+async def _stream(
+    events: Any, call: CallUsage, on_text: TextSink, on_end: EndSink | None = None
+) -> ModelAnswer:
     """Read one event stream to its `message_stop`, reporting the text as it grows, and the
     whole answer to `on_end` at `message_stop`.
 
-    The answer is whole at `message_stop`: a failure after it (reading the rest of the
-    response, closing it) costs nothing of it.
+    The usage is kept in `call` as each event reports it, so a stream cancelled or timed
+    out midway is still paid for. The answer is whole at `message_stop`: a failure after it
+    (reading the rest of the response, closing it) costs nothing of it.
 
     Raises:
         StreamCut: the stream failed or ended before `message_stop`.
     """
     text = ""
-    input_tokens = output_tokens = 0
     stopped = False
     try:
         async with events as stream:
@@ -615,11 +679,12 @@ async def _stream(events: Any, on_text: TextSink, on_end: EndSink | None = None)
                     text += event.delta.text
                     on_text(text)
                 elif kind == "message_start":
-                    input_tokens, output_tokens = usage_tokens(event.message.usage)
+                    call.input_tokens, call.output_tokens = usage_tokens(event.message.usage)
                 elif kind == "message_delta":
                     # Cumulative counts (Anthropic's streaming docs); input may be restated.
-                    delta_in, output_tokens = usage_tokens(event.usage)
-                    input_tokens = max(input_tokens, delta_in)
+                    delta_in, delta_out = usage_tokens(event.usage)
+                    call.input_tokens = max(call.input_tokens, delta_in)
+                    call.output_tokens = max(call.output_tokens, delta_out)
                 elif kind == "message_stop":
                     stopped = True
                     if on_end is not None:
@@ -629,14 +694,14 @@ async def _stream(events: Any, on_text: TextSink, on_end: EndSink | None = None)
     except Exception as exc:
         if stopped:
             logger.debug("the model's response failed after message_stop: %s", exc)
-            return ModelAnswer(text, input_tokens, output_tokens)
-        if not text and not input_tokens:
+            return ModelAnswer(text, call.input_tokens, call.output_tokens)
+        if not text and not call.reported:
             raise  # nothing was generated: an ordinary failed call
         reason = f"{type(exc).__name__}: {exc}"
-        raise StreamCut(reason, text, input_tokens, output_tokens) from exc
+        raise StreamCut(reason, text, call.input_tokens, call.output_tokens) from exc
     if not stopped:
-        raise StreamCut("it ended before message_stop", text, input_tokens, output_tokens)
-    return ModelAnswer(text, input_tokens, output_tokens)
+        raise StreamCut("it ended before message_stop", text, call.input_tokens, call.output_tokens)
+    return ModelAnswer(text, call.input_tokens, call.output_tokens)
 
 
 def sdk_httpx() -> ModuleType:

@@ -216,7 +216,7 @@ async def _tiebreak(
             strongest.persona.id,
         )
         return strongest, f"answer {said!r} is not a candidate: strongest match"
-    if result.outcome in ("error", "timeout"):
+    if result.failed:
         clients.failures.record(
             stage="tiebreak",
             workspace=workspace_id(trigger.guild_id),
@@ -416,7 +416,7 @@ async def _not_answered(
     clients: PersonaClients, trigger: Message, persona: pcore.Persona, result: LLMResult
 ) -> None:
     """Record a persona call that gave no answer: an error row, or a skip decision."""
-    if result.outcome in ("error", "timeout"):
+    if result.failed:
         clients.failures.record(
             stage="generate",
             workspace=workspace_id(trigger.guild_id),

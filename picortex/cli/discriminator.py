@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from typing import Any, TextIO
 
+import attrs
 import trio
 
 from picortex.actors.discriminate import (
@@ -176,12 +177,13 @@ def _classify_all(
                     line = f"  -> {_verdict(decision.outcome)}: {decision.reason} ($0)"
                     print(clean_line(line), file=out)
                     continue
-                result = await llm.complete(request)
+                # The owner's test run: charged to the workspace, not to the authors.
+                result = await llm.complete(attrs.evolve(request, user_id=None))
                 decision = interpret(
                     result, is_dm=is_dm, timeout_seconds=settings.discriminator.timeout_seconds
                 )
                 total += result.cost_usd
-                calls += result.outcome in ("ok", "error", "timeout")
+                calls += result.ok or result.failed
                 line = (
                     f"  -> {_verdict(decision.outcome)}: {decision.reason} "
                     f"(${result.cost_usd:.6f}, {result.input_tokens} in / "

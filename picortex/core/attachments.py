@@ -28,6 +28,9 @@ IMAGE_EXTENSIONS: Final = {
     "webp": "image/webp",
 }
 MAX_IMAGES: Final = 5
+# A Discord message carries at most 10 attachments: a request merged from several messages
+# (SPEC 5 step 4) reads no more files than one message could bring (SPEC 9).
+MAX_REQUEST_FILES: Final = 10
 MAX_IMAGE_BYTES: Final = 5 * 1024 * 1024
 # A text file is inlined whole or not at all: 100 KB is about 25k tokens, a fair share of
 # one answer's budget.
@@ -191,10 +194,14 @@ def plan(
     The request's images come first (at most MAX_IMAGES per message), then images of the
     recent `context` messages, newest first, from `trusted` authors only, until MAX_IMAGES
     in all. Context text files and other files are not listed: the context lines name them.
+    Of the request's own files, at most MAX_REQUEST_FILES are read, however many messages
+    it merges.
     """
     trusted_ids = set(trusted)
     planned: list[Planned] = []
     images = 0
+    read = 0  # the request's own files whose bodies are fetched
+    too_many = f"at most {MAX_REQUEST_FILES} files are read per request"
     for message in request:
         in_message = 0
         for attachment in message.attachments:
@@ -205,12 +212,19 @@ def plan(
                     entry = attrs.evolve(entry, skip=f"larger than {_size(MAX_IMAGE_BYTES)}")
                 elif in_message >= MAX_IMAGES or images >= MAX_IMAGES:
                     entry = attrs.evolve(entry, skip=f"at most {MAX_IMAGES} images are sent")
+                elif read >= MAX_REQUEST_FILES:
+                    entry = attrs.evolve(entry, skip=too_many)
                 else:
                     in_message += 1
                     images += 1
+                    read += 1
             elif kind == "text":
                 if attachment.size > MAX_TEXT_BYTES:
                     entry = attrs.evolve(entry, skip=f"larger than {_size(MAX_TEXT_BYTES)}")
+                elif read >= MAX_REQUEST_FILES:
+                    entry = attrs.evolve(entry, skip=too_many)
+                else:
+                    read += 1
             else:
                 entry = attrs.evolve(entry, skip="not a kind of file the model reads")
             planned.append(entry)

@@ -159,11 +159,18 @@ class Refusal:
         return REFUSAL_REASONS[self.limit]
 
 
+def worst_input_tokens(prompt_chars: int) -> int:
+    """The most input tokens a prompt can be: its characters / 3, rounded up.
+
+    Also what a sent call that reported no usage is charged for (SPEC 9).
+    """
+    return -(-max(0, prompt_chars) // WORST_CHARS_PER_TOKEN)
+
+
 def worst_case_usd(prompt_chars: int, max_tokens: int, price: PriceLike) -> float:
     """The most a call can cost: prompt characters / 3 at the input price plus every allowed
     output token at the output price."""
-    input_tokens = -(-max(0, prompt_chars) // WORST_CHARS_PER_TOKEN)  # rounded up
-    return cost_usd(input_tokens, max(0, max_tokens), price)
+    return cost_usd(worst_input_tokens(prompt_chars), max(0, max_tokens), price)
 
 
 @attrs.frozen

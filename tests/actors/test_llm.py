@@ -5,8 +5,9 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -17,6 +18,7 @@ import trio
 from trio.testing import MockClock
 
 from picortex.actors import llm
+from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import (
     FALLBACK_PRICE,
     ChatTurn,
@@ -24,10 +26,11 @@ from picortex.actors.llm import (
     LLMRequest,
     price_of,
 )
-from picortex.config import BUILTIN_PRICES, ModelTiers, Price
-from picortex.core.budget import Refusal, Reservation
+from picortex.config import BUILTIN_PRICES, BudgetSettings, ModelTiers, Price, load_settings
+from picortex.core.budget import Refusal, Reservation, worst_case_usd
 from picortex.errors import FaultInjected
 from picortex.runtime.faults import FaultPoints
+from picortex.store import Store
 from tests.helpers import RecordingSink
 
 try:  # the HTTP library the installed SDK is built on
@@ -36,6 +39,7 @@ except ImportError:  # pragma: no cover - older SDKs use httpx itself
     import httpx as sdk_http  # type: ignore[no-redef]
 
 KEY = "sk-ant-api03-test-key-abcdef"
+SONNET = BUILTIN_PRICES["claude-sonnet-5-5"]
 MODELS = ModelTiers(
     triage="claude-haiku-5-5", general="claude-sonnet-5-5", complex="claude-opus-5-5"
 )
@@ -238,18 +242,33 @@ async def test_cache_tokens_are_charged_as_input() -> None:
     assert result.cost_usd == pytest.approx((175 * 0.10 + 10 * 0.50) / 1e6)
 
 
-async def test_timeout_is_a_deadline_and_is_not_retried(jump_clock: MockClock) -> None:
+def estimate(one: LLMRequest, price: Price = SONNET) -> float:
+    """What a sent call that reported no usage costs: its prompt characters / 3 of input."""
+    return price.cost(-(-one.prompt_chars // 3), 0)
+
+
+async def test_timeout_is_a_deadline_is_not_retried_and_pays_for_its_input(
+    jump_clock: MockClock,
+) -> None:
     sink = RecordingSink()
+    budget = FakeBudget()
     model = FakeModel(reply("late", 1, 1, delay=100.0))
-    async with running(make_actor(model, sink)) as llm:
-        result = await llm.complete(request(timeout=5.0))
+    one = request(timeout=5.0)
+    async with running(make_actor(model, sink, budget=budget)) as llm:
+        result = await llm.complete(one)
     assert result.outcome == "timeout"
     assert result.text == ""
     assert result.latency_ms == 5000
-    assert result.cost_usd == 0.0
+    # Sent, so paid for (SPEC 9): no usage came back, so the input it was sent.
+    assert result.cost_usd == pytest.approx(estimate(one)) and result.cost_usd > 0
+    assert result.input_tokens == 8  # 24 prompt characters / 3
     assert result.error == "no answer within 5 s"
     assert len(model.requests) == 1
-    assert sink.of("llm")[0]["outcome"] == "timeout"
+    (event,) = sink.of("llm")
+    assert (event["outcome"], event["usage"]) == ("timeout", "estimated")
+    assert event["cost_usd"] == result.cost_usd
+    assert budget.recorded == [(one.workspace, result.cost_usd)]
+    assert budget.settled == 1
 
 
 async def test_api_error_is_reported_redacted_and_not_retried() -> None:
@@ -268,7 +287,9 @@ async def test_api_error_is_reported_redacted_and_not_retried() -> None:
     (event,) = sink.of("llm")
     assert event["outcome"] == "error"
     assert KEY not in event["error"]
-    assert budget.recorded == []
+    # The request was sent: paid for as the input it was sent, as no usage came back.
+    assert budget.recorded == [(request().workspace, pytest.approx(estimate(request())))]
+    assert event["cost_usd"] == result.cost_usd == budget.recorded[0][1]
 
 
 async def test_without_a_key_nothing_is_called_and_one_warning_is_logged(
@@ -388,6 +409,7 @@ async def test_injected_fault_fails_the_call_and_crashes_the_actor() -> None:
     assert failed.error is not None
     assert "FaultInjected" in failed.error
     assert model.requests == []
+    assert failed.cost_usd == 0.0  # never sent: nothing to pay
     # Restarted (as its supervisor would), the actor serves other messages again.
     async with running(actor) as llm:
         assert (await llm.complete(request())).ok
@@ -422,7 +444,9 @@ def sse(*events: tuple[str, dict[str, Any]]) -> bytes:
     )
 
 
-def stream_events(model: str, parts: list[str], *, stop: bool = True) -> bytes:
+def stream_events(
+    model: str, parts: list[str], *, stop: bool = True, input_tokens: int = 400
+) -> bytes:
     events: list[tuple[str, dict[str, Any]]] = [
         (
             "message_start",
@@ -436,7 +460,7 @@ def stream_events(model: str, parts: list[str], *, stop: bool = True) -> bytes:
                     "content": [],
                     "stop_reason": None,
                     "stop_sequence": None,
-                    "usage": {"input_tokens": 400, "output_tokens": 1},
+                    "usage": {"input_tokens": input_tokens, "output_tokens": 1},
                 },
             },
         ),
@@ -506,21 +530,23 @@ async def test_a_streamed_call_reports_text_as_it_grows_and_costs_the_final_usag
     assert model.requests[0]["stream"] is True
 
 
-async def test_a_stream_cut_midway_is_an_error_that_still_pays_for_what_arrived() -> None:
+async def test_a_stream_cut_midway_is_a_cut_that_still_pays_for_what_arrived() -> None:
     sink = RecordingSink()
     budget = FakeBudget()
     model = FakeModel(streamed(["Half an ", "answer"], stop=False))
     seen: list[str] = []
     async with running(make_actor(model, sink, budget=budget)) as llm:
         result = await llm.complete(request(), on_text=seen.append)
-    assert result.outcome == "error"
+    assert result.outcome == "cut"
+    assert result.failed
+    assert sink.of("llm")[0]["outcome"] == "cut"
     assert seen[-1] == "Half an answer"
     assert result.error is not None
     assert "cut after 14 characters" in result.error
     assert len(model.requests) == 1  # never retried
-    assert result.input_tokens == 400
-    assert budget.recorded and budget.recorded[0][1] == pytest.approx(result.cost_usd)
-    assert result.cost_usd > 0
+    assert (result.input_tokens, result.output_tokens) == (400, 1)
+    assert result.cost_usd == pytest.approx(SONNET.cost(400, 1))
+    assert budget.recorded == [(request().workspace, result.cost_usd)]
 
 
 # The SDK raises an `error` event from inside its SSE generator and leaves the inner one to
@@ -538,7 +564,7 @@ async def test_an_error_event_midway_cuts_the_stream() -> None:
     seen: list[str] = []
     async with running(make_actor(FakeModel(answer), sink)) as llm:
         result = await llm.complete(request(), on_text=seen.append)
-    assert result.outcome == "error"
+    assert result.outcome == "cut"
     assert seen == ["Some text"]
     assert result.error is not None
     assert "Overloaded" in result.error
@@ -663,10 +689,16 @@ async def test_thirty_simultaneous_calls_overshoot_a_ceiling_by_one_call_at_most
     assert ledger.held_usd() == 0.0
 
 
-def slow_stream(parts: list[str], pace: float) -> Answer:
+def slow_stream(
+    parts: list[str], pace: float, input_tokens: Callable[[dict[str, Any]], int] | None = None
+) -> Answer:
+    """A stream whose text deltas come `pace` seconds apart; `input_tokens` says what its
+    `message_start` reports for a request body (400 when None)."""
+
     async def answer(body: dict[str, Any]) -> Any:
         async def events() -> Any:
-            whole = stream_events(body["model"], parts)
+            reported = 400 if input_tokens is None else input_tokens(body)
+            whole = stream_events(body["model"], parts, input_tokens=reported)
             for chunk in whole.split(b"\n\n"):
                 if b"text_delta" in chunk:
                     await trio.sleep(pace)
@@ -698,11 +730,140 @@ async def test_a_stream_that_keeps_flowing_outlives_the_call_timeout(
     assert len(seen) == 30
 
 
-async def test_a_stalled_stream_still_times_out(jump_clock: MockClock) -> None:
+async def test_a_stalled_stream_still_times_out_and_pays_for_what_it_reported(
+    jump_clock: MockClock, tmp_path: Path
+) -> None:
     sink = RecordingSink()
     model = FakeModel(slow_stream(["one ", "two ", "three"], pace=10.0))
     seen: list[str] = []
-    async with running(make_actor(model, sink)) as actor:
-        result = await actor.complete(request(timeout=5.0), on_text=seen.append)
+    with ledger_in(tmp_path, sink) as (ledger, store):
+        async with running(make_actor(model, sink, budget=ledger)) as actor:
+            result = await actor.complete(request(timeout=5.0), on_text=seen.append)
+        spent = store.spend(request().workspace, ledger.period_key())
     assert result.outcome == "timeout"
     assert seen == []
+    # `message_start` reported 400 input tokens (and 1 output) before the stall.
+    assert (result.input_tokens, result.output_tokens) == (400, 1)
+    assert result.cost_usd == SONNET.cost(400, 1)
+    assert spent == pytest.approx(SONNET.cost(400, 1), abs=1e-12)
+    assert "usage" not in sink.of("llm")[0]  # reported, not estimated
+    assert ledger.held_usd() == 0.0
+
+
+@contextmanager
+def ledger_in(
+    tmp_path: Path, sink: RecordingSink, ceiling: float = 5.0
+) -> Iterator[tuple[LedgerBudget, Store]]:
+    """A real ledger over a store in `tmp_path`, with a workspace ceiling of `ceiling`."""
+    base = load_settings({"PICORTEX_HOME": str(tmp_path)})
+    settings = attrs.evolve(base, budget=BudgetSettings(ceiling, "day", 20.0, 0.0, 0))
+    store = Store.open(tmp_path / "picortex.db")
+    try:
+        yield LedgerBudget(store, lambda: settings, sink), store
+    finally:
+        store.close()
+
+
+async def test_a_stream_cancelled_after_message_start_pays_for_what_it_reported(
+    jump_clock: MockClock, tmp_path: Path
+) -> None:
+    sink = RecordingSink()
+    model = FakeModel(slow_stream(["one ", "two ", "three"], pace=10.0))
+    seen: list[str] = []
+    with ledger_in(tmp_path, sink) as (ledger, store):
+        async with running(make_actor(model, sink, budget=ledger)) as actor:
+            with trio.CancelScope() as scope:
+
+                def on_text(text: str) -> None:
+                    seen.append(text)
+                    scope.cancel()  # a follow-up restarting generation, say
+
+                await actor.complete(request(), on_text=on_text)
+            assert scope.cancelled_caught
+        spent = store.spend(request().workspace, ledger.period_key())
+    assert seen == ["one "]
+    (event,) = sink.of("llm")
+    assert event["outcome"] == "cancelled"
+    assert (event["input_tokens"], event["output_tokens"]) == (400, 1)
+    assert event["cost_usd"] == SONNET.cost(400, 1)
+    assert spent == pytest.approx(SONNET.cost(400, 1), abs=1e-12)
+    assert ledger.held_usd() == 0.0
+
+
+async def test_a_call_cancelled_before_any_usage_pays_for_the_input_it_was_sent(
+    tmp_path: Path,
+) -> None:
+    sink = RecordingSink()
+    arrived = trio.Event()
+
+    async def held(body: dict[str, Any]) -> Any:
+        arrived.set()
+        await trio.sleep_forever()
+
+    one = request()
+    with ledger_in(tmp_path, sink) as (ledger, store):
+        actor = make_actor(FakeModel(held), sink, budget=ledger)
+        async with running(actor), trio.open_nursery() as nursery:
+            nursery.start_soon(actor.complete, one)
+            await arrived.wait()
+            nursery.cancel_scope.cancel()
+        spent = store.spend(one.workspace, ledger.period_key())
+    (event,) = sink.of("llm")
+    assert (event["outcome"], event["usage"]) == ("cancelled", "estimated")
+    assert (event["input_tokens"], event["output_tokens"]) == (8, 0)
+    assert spent == pytest.approx(estimate(one), abs=1e-12) and spent > 0
+    assert ledger.held_usd() == 0.0
+
+
+async def test_a_call_cancelled_before_it_was_sent_costs_nothing(
+    jump_clock: MockClock, tmp_path: Path
+) -> None:
+    sink = RecordingSink()
+    model = FakeModel()
+    with ledger_in(tmp_path, sink) as (ledger, store):
+        actor = make_actor(model, sink, budget=ledger)  # not run: the call waits for it
+        with trio.move_on_after(1.0):
+            await actor.complete(request())
+        spent = store.spend(request().workspace, ledger.period_key())
+    assert model.requests == []
+    (event,) = sink.of("llm")
+    assert (event["outcome"], event["cost_usd"], event["input_tokens"]) == ("cancelled", 0.0, 0)
+    assert spent == 0.0
+    assert ledger.held_usd() == 0.0
+
+
+async def test_a_follow_up_storm_pays_for_every_call_and_each_restart_reserves_afresh(
+    jump_clock: MockClock, tmp_path: Path
+) -> None:
+    # Seven calls with growing prompts, each cancelled once its stream started (as follow-ups
+    # restart an answer), then one answered. Each stream reports its own input.
+    def reported(body: dict[str, Any]) -> int:
+        return len(body["messages"][0]["content"]) // 4
+
+    sink = RecordingSink()
+    storm = [request(messages=(ChatTurn("user", "more detail " * 250 * n),)) for n in range(1, 8)]
+    last = request()
+    expected = sum(SONNET.cost(len(one.messages[0].text) // 4, 1) for one in storm)
+    expected += SONNET.cost(len(last.messages[0].text) // 4, 300)
+    worst = min(worst_case_usd(one.prompt_chars, one.max_tokens, SONNET) for one in storm)
+    # Room for what the storm spends, not for a reservation a cancelled call kept as well.
+    ceiling = expected + worst / 2
+    model = FakeModel(slow_stream(["Sure, ", "it ", "is."], pace=2.0, input_tokens=reported))
+    outcomes: list[str] = []
+    with ledger_in(tmp_path, sink, ceiling) as (ledger, store):
+        async with running(make_actor(model, sink, budget=ledger)) as actor:
+            for one in storm:
+                with trio.CancelScope() as scope:
+                    await actor.complete(one, on_text=lambda _text: scope.cancel())
+                assert scope.cancelled_caught
+                assert ledger.held_usd() == 0.0
+            outcomes.append((await actor.complete(last, on_text=lambda _t: None)).outcome)
+        spent = store.spend(last.workspace, ledger.period_key())
+    assert outcomes == ["ok"]
+    events = sink.of("llm")
+    assert [e["outcome"] for e in events] == ["cancelled"] * 7 + ["ok"]
+    assert [len(str(body["messages"][0]["content"])) for body in model.requests[:7]] == [
+        3000 * n for n in range(1, 8)
+    ]
+    assert spent == pytest.approx(expected, abs=1e-9)
+    assert sum(e["cost_usd"] for e in events) == pytest.approx(expected, abs=1e-9)

@@ -73,6 +73,24 @@ def test_text_files_over_100_kb_and_other_files_are_named_only() -> None:
     assert core.describe(pdf, "not read") == "- paper.pdf (pdf, 2.0 MB): not read"
 
 
+def test_a_merged_request_reads_no_more_files_than_one_message_could_bring() -> None:
+    # A trigger and follow-ups of ten text files each (Discord's most per message).
+    merged = [
+        message(100 + m, *(attachment(10 * m + n, f"{m}-{n}.txt") for n in range(10)))
+        for m in range(3)
+    ]
+    planned = core.plan(merged, [])
+    read = [p.attachment.filename for p in planned if p.skip is None]
+    assert read == [f"0-{n}.txt" for n in range(10)]
+    skips = {p.skip for p in planned if p.skip is not None}
+    assert skips == {"at most 10 files are read per request"}
+    # Images count toward the same ten, and a skipped one leaves the image cap alone.
+    mixed = [message(200, *(attachment(n, f"{n}.txt") for n in range(8))), message(201)]
+    mixed[1] = message(201, *(attachment(20 + n, f"{n}.png") for n in range(4)))
+    read = [p.attachment.filename for p in core.plan(mixed, []) if p.skip is None]
+    assert read == [*(f"{n}.txt" for n in range(8)), "0.png", "1.png"]
+
+
 def test_recent_images_count_toward_five_newest_first_and_from_trusted_authors_only() -> None:
     request = [message(100, attachment(1, "now.png"), attachment(2, "now2.png"))]
     context = [

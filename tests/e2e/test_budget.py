@@ -6,9 +6,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import trio
 
+from picortex.actors.llm import LLMActor, LLMRequest, LLMResult
+from picortex.config import BUILTIN_PRICES
+from picortex.sim.model import ModelReply
+from picortex.store import Store
 from tests.e2e.harness import Running, running_bot
 
 pytestmark = pytest.mark.virtual_time
@@ -169,3 +174,142 @@ async def test_a_user_over_the_rate_limit_gets_one_polite_line_and_the_owner_non
         assert spenders == [str(w.bob_id), str(w.alice_id), str(w.alice_id)]
         status = run.bot.snapshot()
         assert set(status["budget_users"]) == {str(w.bob_id), str(w.alice_id)}
+
+
+async def test_a_classification_counts_against_its_authors_limits(tmp_path: Path) -> None:
+    # SPEC 7: a discriminator call is the author's request, like an answer; the owner is exempt.
+    toml = "continuation_seconds = 0\n[budget]\nuser_requests_per_minute = 1\n"
+    async with running_bot(tmp_path, toml=toml) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        run.bot.store.set_attention_mode(w.general_id, "discriminate", 0.0)
+        run.sim.model.script('{"should_respond": false, "reason": "chatter"}')
+        chatter = run.say(w.general_id, w.bob_id, "does anyone know when the shop opens")
+        await decision(run, chatter, outcome="skip")
+        # The classification was bob's one request this minute: his question is refused.
+        ask = run.say(w.general_id, w.bob_id, f"{run.mention()} when does it open?")
+        skip = await decision(run, ask, outcome="skip")
+        assert skip["reason"] == "no answer: the user's requests-per-minute limit is reached"
+        # The owner's classifications and answers are not limited.
+        run.sim.model.script('{"should_respond": false, "reason": "chatter"}')
+        for text in ("just chatting here", f"{run.mention()} and for me?"):
+            msg = run.say(w.general_id, w.alice_id, text)
+            await decision(run, msg)
+        with trio.fail_after(WAIT):
+            await run.wait_until(lambda: bool(run.replies_to(int(msg["id"]))))
+        await run.idle()
+        calls = [(e["stage"], e["outcome"], e.get("user_id")) for e in run.events("llm")]
+        assert calls == [
+            ("discriminate", "ok", str(w.bob_id)),
+            ("generate", "budget", str(w.bob_id)),
+            ("discriminate", "ok", str(w.alice_id)),
+            ("generate", "ok", str(w.alice_id)),
+        ]
+        assert [e["limit"] for e in run.events("budget")] == ["user_rate"]
+        assert str(w.bob_id) in run.bot.snapshot()["budget_users"]
+
+
+def slow_to_stop(llm: LLMActor) -> None:
+    """Make `llm`'s cancelled calls take a second to stop (a slow connection teardown, say),
+    so a call restarted meanwhile would find the old one's reservation still held."""
+    complete = llm.complete
+
+    async def slowly(request: LLMRequest, **kw: Any) -> LLMResult:
+        result: list[LLMResult] = []
+        done = trio.Event()
+        inner = trio.CancelScope()
+
+        async def call() -> None:
+            with trio.CancelScope(shield=True), inner:
+                result.append(await complete(request, **kw))
+            done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            try:
+                await done.wait()
+            except trio.Cancelled:
+                with trio.CancelScope(shield=True):
+                    await trio.sleep(1.0)
+                    inner.cancel()
+                    await done.wait()
+                raise
+        return result[0]
+
+    llm.complete = slowly  # type: ignore[method-assign]
+
+
+async def test_a_follow_up_storm_is_paid_for_call_by_call_and_never_refused_by_itself(
+    tmp_path: Path,
+) -> None:
+    # SPEC 9: a `user` sends a question, then follow-ups while its answer streams; each
+    # follow-up cancels the call and restarts it with the merged request. Every call that was
+    # sent is in the ledger at the usage the model reported, and the merged prompt is held.
+    storm, pace = 6, 1000.0  # the cancelled answers never get past `message_start`
+    reported = [(1500 + 100 * n, 1) for n in range(storm)] + [(2400, 40)]
+    sonnet = BUILTIN_PRICES["claude-sonnet-5-5"]
+    expected = sum(sonnet.cost(i, o) for i, o in reported)
+    # Room for the storm's spend and one running call, not for a reservation kept besides:
+    # a call's worst case here is over $0.01.
+    ceiling = round(expected + 0.005, 6)
+    toml = (
+        "continuation_seconds = 30\n"
+        f"[budget]\nceiling_usd = {ceiling}\nuser_requests_per_minute = 0\n"
+    )
+    async with running_bot(tmp_path, toml=toml) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        slow_to_stop(run.bot.llm)
+        for i, _ in reported[:-1]:
+            run.sim.model.script(ModelReply(text="x" * 500, pace=pace, input_tokens=i))
+        final_in, final_out = reported[-1]
+        run.sim.model.script(
+            ModelReply(text="The whole answer.", input_tokens=final_in, output_tokens=final_out)
+        )
+        ask = run.say(w.general_id, w.bob_id, f"{run.mention()} tell me about mailboxes")
+        for n in range(1, storm + 1):
+            await run.wait_until(lambda n=n: len(run.sim.model.calls) == n)
+            await run.idle()  # the call's stream has started: `message_start` arrived
+            run.say(w.general_id, w.bob_id, f"detail {n}: " + "and more " * 210)
+        with trio.fail_after(WAIT):
+            await run.wait_until(lambda: bool(run.replies_to(int(ask["id"]))))
+        await run.wait_event("llm", outcome="ok")
+        await run.idle()
+        (answer,) = run.replies_to(int(ask["id"]))
+        assert answer["content"] == "The whole answer."
+        calls = run.events("llm")
+        assert [e["outcome"] for e in calls] == ["cancelled"] * storm + ["ok"]
+        assert {e["user_id"] for e in calls} == {str(w.bob_id)}
+        assert [(e["input_tokens"], e["output_tokens"]) for e in calls] == reported
+        assert run.events("budget") == []
+        key = run.bot.budget.period_key()
+        spent = await run.bot.store.read(lambda db: db.spend(str(w.guild_id), key))
+        assert spent == pytest.approx(expected, abs=1e-9)
+        assert run.bot.snapshot()["budget"][str(w.guild_id)]["spent_usd"] == round(spent, 6)
+        assert run.bot.budget.held_usd() == 0.0
+        # The merged request is held to `context_chars` (4,000): the follow-ups' text in the
+        # last prompt is at most that, though the six of them add up to over 11,000.
+        last = str(run.sim.model.calls[-1].messages[0]["content"])
+        assert "detail 6" in last and "detail 1:" not in last
+        assert len(last) < 2 * 4000 + 1000
+
+
+async def test_a_call_cut_short_by_a_shutdown_is_in_the_ledger(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.sim.model.script(ModelReply(text="x" * 500, pace=1000.0, input_tokens=1234))
+        run.say(w.general_id, w.alice_id, f"{run.mention()} a long one, please")
+        await run.wait_until(lambda: len(run.sim.model.calls) == 1)
+        await run.idle()  # `message_start` arrived; the rest never will
+        key = run.bot.budget.period_key()
+        home = run.home
+    # The bot stopped with the answer still streaming: the call is paid for all the same.
+    rows = [orjson.loads(line) for line in (home / "actions.jsonl").read_bytes().splitlines()]
+    (call,) = [r for r in rows if r["event"] == "llm"]
+    assert (call["outcome"], call["input_tokens"], call["output_tokens"]) == ("cancelled", 1234, 1)
+    store = Store.open(home / "picortex.db")
+    try:
+        spent = store.spend(str(w.guild_id), key)
+    finally:
+        store.close()
+    assert spent == pytest.approx(BUILTIN_PRICES["claude-sonnet-5-5"].cost(1234, 1), abs=1e-12)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from picortex.config import BUILTIN_PRICES
 from picortex.core.split import split_reply
 from picortex.core.stream import CUT_NOTICE, EDIT_INTERVAL_SECONDS
 from picortex.sim.model import ModelReply
@@ -121,7 +122,12 @@ async def test_a_stream_cut_midway_leaves_what_was_written_and_says_so(
         general = run.world.general_id
         run.sim.model.script(
             ModelReply(
-                text=answer, pace=PACE, chunk=CHUNK, cut_after=600, stream_error=stream_error
+                text=answer,
+                pace=PACE,
+                chunk=CHUNK,
+                cut_after=600,
+                stream_error=stream_error,
+                input_tokens=900,
             )
         )
         trigger = await ask(run, general)
@@ -136,8 +142,10 @@ async def test_a_stream_cut_midway_leaves_what_was_written_and_says_so(
         assert "cut after 600 characters" in row.error_message
         assert len(run.sim.model.calls) == 1  # never retried
         (llm,) = [e for e in run.events("llm") if e["stage"] == "generate"]
-        assert llm["outcome"] == "error"
-        assert llm["cost_usd"] > 0  # the part that was generated is paid for
+        assert llm["outcome"] == "cut"
+        # What the stream reported before it was cut is paid for: its `message_start` usage.
+        assert (llm["input_tokens"], llm["output_tokens"]) == (900, 1)
+        assert llm["cost_usd"] == BUILTIN_PRICES["claude-sonnet-5-5"].cost(900, 1)
     gc.collect()  # here, under this test's warning filter
 
 
