@@ -178,6 +178,7 @@ def record_matches(
                 trigger=m.trigger,
                 content=text,
                 created_at=time.time(),
+                author_id=msg.author.id,
             )
         except Exception:
             logger.exception("could not store an observation for %s", m.persona.id)
@@ -255,9 +256,10 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
         logger.exception("memory recall failed")
         return []
     own = set(request.message_ids) | {trigger.id}
-    # Whatever was stored, only what trusted people (and the bot) said is recalled: someone
-    # removed from the trust list, or a stranger, never speaks through a persona's memory.
-    hits = [h for h in hits if h.author_id is None or clients.is_trusted(h.author_id)]
+    # Whatever was stored, only what people trusted now (and the bot) said is recalled,
+    # observations included: someone removed from the trust list, or a stranger, never
+    # speaks through a persona's memory. An observation of unknown author is not recalled.
+    hits = [h for h in hits if h.author_id is not None and clients.is_trusted(h.author_id)]
     # Text (folded) -> [who, text]; a message's author beats an observation's persona label.
     found: dict[str, list[str]] = {}
     for hit in hits:
@@ -298,8 +300,8 @@ def reindex(clients: PersonaIndex, update: MessageUpdate) -> None:
     def apply(db: Store) -> bool:
         # One step on the store's thread: no reader ever sees the old observations gone
         # and the new ones not yet there.
-        stored = db.reindex_memory_message(update.id, content)
-        if stored:
+        author = db.reindex_memory_message(update.id, content)
+        if author is not None:
             for m in matches:
                 db.add_observation(
                     persona=m.persona.id,
@@ -309,8 +311,9 @@ def reindex(clients: PersonaIndex, update: MessageUpdate) -> None:
                     trigger=m.trigger,
                     content=content,
                     created_at=now,
+                    author_id=author,
                 )
-        return stored
+        return author is not None
 
     clients.store.submit(apply)
 

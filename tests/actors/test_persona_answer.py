@@ -280,6 +280,26 @@ async def test_recall_leaves_out_untrusted_authors_and_other_channels(
     ]
 
 
+async def test_recall_drops_observations_of_an_author_removed_from_the_trust_list(
+    tmp_path: Path, store: Store
+) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    trust(pipe.store)
+    # Only observed (the message itself is not stored): the observation speaks for Bob.
+    said = message(1, "melatonin cured my insomnia", author=BOB)
+    persona_answer.observe(pipe, said, said.content)
+    await pipe.store.flush()
+    trigger = message(5, "insomnia again?")
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == [
+        'sleep observation: "melatonin cured my insomnia"'
+    ]
+    pipe.store.remove_trust(BOB.id)
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == []
+    # An observation whose author is unknown (stored before authors were kept) is not quoted.
+    store.add_observation("sleep", 2, GENERAL, GUILD, "insomnia", "insomnia by nobody", 1e12)
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == []
+
+
 async def test_recall_without_salient_words_is_empty(tmp_path: Path, store: Store) -> None:
     pipe, _ = make_pipe(tmp_path, store)
     trigger = message(3, "is it?")
