@@ -30,6 +30,7 @@ from picortex.actors.clients import (
     HandledMarks,
     ReplyPoster,
 )
+from picortex.actors.command_changes import Applied
 from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
@@ -149,8 +150,8 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
 
     async def apply_command_changes(
         self, changes: Sequence[cmds.Change], *, chat_id: Snowflake | None, now: float
-    ) -> cmds.StartPoll | None:
-        """Store what a command changed; the poll it starts, if any."""
+    ) -> Applied:
+        """Store what a command changed: the poll it starts, what it forgot."""
         ...
 
 
@@ -330,6 +331,12 @@ class ChannelActor:
         text = cmds.strip_mention(msg.text, bot_id)
 
         if tier is None:
+            # `forget me` is open to anyone whose words may be stored (someone taken off
+            # the trust list, say): it costs no model call and deletes only their own.
+            command = cmds.parse_command(command_text) if command_text is not None else None
+            if command is not None and cmds.forgets_only_requester(command, author):
+                await self._command(msg, command_text or "", tier, nursery, command=command)
+                return
             what = "command from an untrusted author" if command_text is not None else None
             self._decision(msg, "ignore", what or "untrusted author: never answered")
             return
@@ -370,7 +377,7 @@ class ChannelActor:
             **extra,
         )
 
-    def _trigger(self, msg: Message, tier: Tier, **extra: object) -> None:
+    def _trigger(self, msg: Message, tier: Tier | str, **extra: object) -> None:
         self._clients.events.emit(
             "trigger",
             message_id=msg.id,
@@ -378,17 +385,24 @@ class ChannelActor:
             guild_id=msg.guild_id,
             author_id=msg.author.id,
             author=msg.author.username,
-            tier=tier.label,
+            tier=tier.label if isinstance(tier, Tier) else tier,
             **extra,
         )
 
     # ----- commands (SPEC 6) -----------------------------------------------------------------
 
     async def _command(
-        self, msg: Message, command_text: str, tier: Tier, nursery: trio.Nursery
+        self,
+        msg: Message,
+        command_text: str,
+        tier: Tier | None,
+        nursery: trio.Nursery,
+        *,
+        command: cmds.Command | None = None,
     ) -> None:
         clients = self._clients
-        command = cmds.parse_command(command_text)
+        if command is None:
+            command = cmds.parse_command(command_text)
         name, reply, poll_to_start, _ = await self._execute(msg, command, command_text, tier)
         if poll_to_start is not None and clients.spawn is not None:
             from picortex.actors.polls import run_poll
@@ -417,7 +431,7 @@ class ChannelActor:
         msg: Message,
         command: cmds.Command,
         command_text: str,
-        tier: Tier,
+        tier: Tier | None,
         *,
         source: str | None = None,
     ) -> tuple[str, str, cmds.StartPoll | None, cmds.CommandResult]:
@@ -446,26 +460,38 @@ class ChannelActor:
             requester_id=msg.author.id,
         )
         result = cmds.execute(command, tier, state)
-        reply = result.reply
-        poll_to_start = await clients.apply_command_changes(
+        applied = await clients.apply_command_changes(
             result.changes, chat_id=chat_id, now=time.time()
         )
-        self._trigger(msg, tier, mode=mode, command=name)
+        reply = applied.reply(result, msg.author.id)
+        label = tier.label if tier is not None else "untrusted"
+        self._trigger(msg, label, mode=mode, command=name)
+        forgot = {
+            "forgotten": [
+                {"user_id": f.user_id, "messages": f.messages, "observations": f.observations}
+                for f in applied.forgotten
+            ]
+        }
         clients.events.emit(
             "command",
             message_id=msg.id,
             channel_id=msg.channel_id,
             requester=msg.author.id,
-            tier=tier.label,
+            tier=label,
             command=name,
             text=command_text[:200],
             result=result.outcome,
             **({"source": source} if source else {}),
+            **(forgot if applied.forgotten else {}),
         )
-        clients.triggers.add(entry_from_message(msg, trusted=True, command=command_text))
-        article = "an" if tier.label[0] in "aeiou" else "a"
-        self._decision(msg, "command", f"{name} command from {article} {tier.label}")
-        return name, reply, poll_to_start, result
+        for f in applied.forgotten:
+            clients.triggers.forget_author(f.user_id)
+        clients.triggers.add(
+            entry_from_message(msg, trusted=tier is not None, command=command_text)
+        )
+        article = "an" if label[0] in "aeiou" else "a"
+        self._decision(msg, "command", f"{name} command from {article} {label}")
+        return name, reply, applied.poll, result
 
     # ----- slash commands (SPEC 15) ---------------------------------------------------------
 
@@ -700,7 +726,7 @@ class ChannelActor:
             author_id=msg.author.id,
             restart=restart,
         )
-        clients.triggers.follow_up(outcome.parent_id, msg.text)
+        clients.triggers.follow_up(outcome.parent_id, msg.text, msg.id)
         if not restart:
             # SPEC 5.4: the request was answered once; this line is context for the next one.
             self._decision(

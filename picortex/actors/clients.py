@@ -230,6 +230,10 @@ class ContextFeed(Protocol):
         """A channel was deleted."""
         ...
 
+    def recent(self, channel_id: Snowflake, n: int) -> list[Message]:
+        """The newest `n` cached messages of a channel, oldest first."""
+        ...
+
 
 class FetchCooldown(Protocol):
     """The context cache's per-channel `fetch_cooldown_seconds` (catch-up waits on it)."""
