@@ -672,6 +672,7 @@ class ChannelActor:
             clients.cache.recent(msg.channel_id, discriminate.HISTORY_SCAN),
             msg,
             settings.discriminator.history,
+            clients.is_trusted,
         )
         own = clients.store.get_chat_config(msg.channel_id)
         chat = disc.ChatMeta(

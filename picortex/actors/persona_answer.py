@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
-import orjson
 import trio
 
 from picortex.actors.attachment_parts import RequestFiles
@@ -27,6 +26,7 @@ from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.core import personas as pcore
 from picortex.core import policy
 from picortex.core.budget import workspace_id
+from picortex.core.context import quoted
 from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
@@ -235,7 +235,8 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
     Searches only the conversation the trigger is in (SPEC 8): its channel, a thread with
     its parent channel, or the DM, so nothing said elsewhere (a private channel, another
     person's DM) reaches the answer. The request's own messages are left out, and so are
-    repeats of the same text. Each excerpt's text is a JSON string, like context lines.
+    repeats of the same text. Each excerpt's name and text are JSON strings, like context
+    lines.
     """
     terms = pcore.salient_terms(request.text)
     if not terms:
@@ -275,7 +276,7 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
             continue  # keep looking only to name an excerpt's author
         who = hit.author_name or (f"{hit.persona} observation" if hit.persona else "someone")
         found[key] = [who, text]
-    return [f"{who}: {orjson.dumps(text).decode()}" for who, text in found.values()]
+    return [f"{quoted(who)}: {quoted(text)}" for who, text in found.values()]
 
 
 def recall_channels(clients: PersonaClients, trigger: Message) -> list[Snowflake]:

@@ -29,7 +29,7 @@ from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
 from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
-from picortex.core.trust import Tier
+from picortex.core.trust import Tier, is_trusted
 from picortex.errors import ConfigError, PanelInputError, StoreError
 from picortex.store import RESOLUTIONS, InvocationError, Store, StoreActor
 from picortex.store.chathome import ChatHome, ChatHomeError
@@ -480,6 +480,11 @@ class Panel:
         model = discriminator_model(settings, own.discriminator_model if own else None)
         lines: list[TestLine] = []
         chat = self.chat(chat_id)
+        bot_id, _ = self._bot_user()
+
+        def trusted(user_id: int) -> bool:
+            return is_trusted(user_id, settings.owner_id, self.store.get_tier, bot_user_id=bot_id)
+
         for index in picks:
             message = messages[index]
             is_dm = message.guild_id is None
@@ -489,7 +494,9 @@ class Panel:
                 name=chat.name,
                 bot_name="picortex",
             )
-            history = history_before(messages[:index], message, settings.discriminator.history)
+            history = history_before(
+                messages[:index], message, settings.discriminator.history, trusted
+            )
             workspace = "dm" if is_dm else str(message.guild_id)
             try:
                 request = build_request(

@@ -147,7 +147,7 @@ async def test_prompt_is_created_on_first_use_and_hand_edits_are_committed(
         template = prompt.read_text()
         assert "should_respond" in template
         call = run.sim.model.calls[0]
-        assert "New message:\nBob: is the bot awake?" in prompt_of(call)
+        assert 'New message:\n"Bob": "is the bot awake?"' in prompt_of(call)
         assert f"(id {chat})" in prompt_of(call)
 
         # A hand edit is picked up (and committed) on the next classification.
@@ -183,10 +183,10 @@ async def test_history_and_chat_metadata_reach_the_prompt(tmp_path: Path) -> Non
         with trio.fail_after(WAIT):
             await run.wait_event("llm", stage="discriminate")
         text = prompt_of(run.sim.model.calls[0])
-        assert "Bob: second words\nBob: third words" in text
+        assert '"Bob": "second words"\n"Bob": "third words"' in text
         assert "first words" not in text  # only the last `history` messages
         assert 'group channel "general"' in text
-        assert "Alice: what now" in text
+        assert '"Alice": "what now"' in text
 
 
 async def test_discriminate_shows_typing_while_classifying(tmp_path: Path) -> None:
@@ -309,7 +309,7 @@ async def test_discriminator_test_cli_prints_each_decision_reason_and_cost(
         # The CLI's calls reach the model endpoint and are paid for from the chat's workspace.
         assert len(run.sim.model.calls) == 3
         assert all(c.model == "claude-haiku-5-5" for c in run.sim.model.calls)
-        assert "Bob: good morning all" in prompt_of(run.sim.model.calls[1])  # as history
+        assert '"Bob": "good morning all"' in prompt_of(run.sim.model.calls[1])  # as history
         key = run.bot.budget.period_key()
         assert await run.bot.store.read(lambda db: db.spend(str(w.guild_id), key)) > 0
 
