@@ -531,7 +531,7 @@ class ChannelActor:
                 ),
             )
 
-        if tier is None:
+        if tier is None and not cmds.forgets_only_requester(action, author):
             self._decision(msg, "ignore", "slash command from an untrusted user: refused privately")
             reply(interactions.REFUSAL, ephemeral=True, command=name)
             return
@@ -540,11 +540,17 @@ class ChannelActor:
             reply(f"This bot answers `/{sl.COMMAND_NAME}` only.", ephemeral=True, command=None)
             return
         if isinstance(action, sl.Ask):
-            self._ask(msg, inter, action, tier, nursery)
+            if tier is not None:
+                self._ask(msg, inter, action, tier, nursery)
             return
         name, answer, poll, result = await self._execute(msg, action, text, tier, source="slash")
-        # Refusals, mistakes and sensitive commands are for the requester's eyes only.
-        ephemeral = not result.ok or clients.replies.reply_target(name) == "dm"
+        # Refusals, mistakes, sensitive commands and what someone had forgotten are for the
+        # requester's eyes only.
+        ephemeral = (
+            not result.ok
+            or name in sl.PRIVATE_SUBCOMMANDS
+            or clients.replies.reply_target(name) == "dm"
+        )
         if poll is None:
             reply(answer, ephemeral=ephemeral, command=name)
             return

@@ -750,7 +750,7 @@ def forget_targets(command: Forget, requester_id: Snowflake | None) -> tuple[Sno
     return _dedupe([*me, *command.user_ids])
 
 
-def forgets_only_requester(command: Command, requester_id: Snowflake | None) -> bool:
+def forgets_only_requester(command: object, requester_id: Snowflake | None) -> bool:
     """True for a `forget` of the requester alone (`forget me`): open to anyone, the
     untrusted included, since only their own stored words go."""
     if not isinstance(command, Forget) or requester_id is None:
