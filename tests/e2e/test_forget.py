@@ -123,3 +123,25 @@ async def test_recall_never_quotes_someone_taken_off_the_trust_list(tmp_path: Pa
         assert "melatonin" not in prompt
         assert "worse in summer" not in prompt
         assert run.events("persona")[0]["recall"] == 0
+
+
+async def test_a_deleted_message_leaves_the_trigger_log_status_shows(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, relaxed_limits=True) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        run.sim.model.script("Noted.", "Sure.")
+        said = run.say(w.general_id, w.bob_id, "my pin is 4321, do not tell")
+        await run.wait_until(lambda: run.bot.router.trusted_chatter == 1)
+        asked = run.say(w.general_id, w.alice_id, f"{run.mention()} SECRET-TRIGGER remember that")
+        await run.wait_event("reply", trigger_id=int(asked["id"]))
+        entry = run.bot.pipe.triggers.log.get(int(asked["id"]))
+        assert entry is not None and "SECRET-TRIGGER" in entry.content
+        assert any("4321" in line for line in entry.context)
+        run.sim.delete_message(w.general_id, int(said["id"]))
+        run.sim.delete_message(w.general_id, int(asked["id"]))
+        await run.wait_event("message-delete", count=2)
+        shown = str(run.bot.pipe.triggers.log.snapshot())
+        assert "SECRET-TRIGGER" not in shown
+        assert "4321" not in shown
+        gone = run.bot.pipe.triggers.log.get(int(asked["id"]))
+        assert gone is not None and gone.content == "(deleted)"
