@@ -155,6 +155,11 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
         ...
 
 
+def _label(tier: Tier | None) -> str:
+    """A requester's tier as the log names it (`untrusted` for someone not on the list)."""
+    return tier.label if tier is not None else "untrusted"
+
+
 @attrs.define(eq=False)
 class _ReplySlot:
     """A place in the channel's reply order; `done` once its reply is posted (or given up)."""
@@ -377,7 +382,7 @@ class ChannelActor:
             **extra,
         )
 
-    def _trigger(self, msg: Message, tier: Tier | str, **extra: object) -> None:
+    def _trigger(self, msg: Message, tier: Tier | None, **extra: object) -> None:
         self._clients.events.emit(
             "trigger",
             message_id=msg.id,
@@ -385,7 +390,7 @@ class ChannelActor:
             guild_id=msg.guild_id,
             author_id=msg.author.id,
             author=msg.author.username,
-            tier=tier.label if isinstance(tier, Tier) else tier,
+            tier=_label(tier),
             **extra,
         )
 
@@ -464,8 +469,8 @@ class ChannelActor:
             result.changes, chat_id=chat_id, now=time.time()
         )
         reply = applied.reply(result, msg.author.id)
-        label = tier.label if tier is not None else "untrusted"
-        self._trigger(msg, label, mode=mode, command=name)
+        label = _label(tier)
+        self._trigger(msg, tier, mode=mode, command=name)
         forgot = {
             "forgotten": [
                 {"user_id": f.user_id, "messages": f.messages, "observations": f.observations}

@@ -21,6 +21,8 @@ from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
 
+FORGET_FAILED = "My memory could not be reached, so nothing was forgotten; please try again."
+
 
 @attrs.frozen
 class Applied:
@@ -34,6 +36,8 @@ class Applied:
         """The command's reply: for `forget`, how much went; else the executor's text."""
         if self.forgotten:
             return cmds.forgotten_reply(self.forgotten, requester_id)
+        if any(isinstance(c, cmds.ForgetUser) for c in result.changes):
+            return FORGET_FAILED
         return result.reply
 
 
@@ -65,7 +69,10 @@ async def apply_changes(
         elif isinstance(change, cmds.StartPoll):
             poll = change
         elif isinstance(change, cmds.ForgetUser):
-            forgotten.append(await forget_user(store, change.user_id))
+            try:
+                forgotten.append(await forget_user(store, change.user_id))
+            except Exception as exc:
+                logger.error("could not forget user %s: %s", change.user_id, exc)
     if changes and isinstance(store, StoreActor):
         # Trust and config changes are durable before anyone is told they are made.
         try:

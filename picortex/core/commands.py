@@ -37,7 +37,6 @@ _RAW_ID: Final = re.compile(r"[0-9]{1,20}")
 _ARG_SPLIT: Final = re.compile(r"[\s,]+")
 _WORD: Final = re.compile(r"\s*(\S*)\s*(.*)", re.DOTALL)
 _ADD_USAGE: Final = "whitelist add @user.. [user|trusted|admin]"
-_FORGET_USAGE: Final = "forget me` or `forget @user.."
 _POLLS_OFF: Final = "Polls are turned off here (`poll_enabled` is false)."
 # Config sections that move money or change who hears what: the owner's alone (SPEC 6).
 OWNER_CONFIG_PREFIXES: Final[tuple[str, ...]] = (
@@ -400,7 +399,7 @@ def _parse_forget(rest: str) -> Command:
             return Invalid("forget", f"`{_echo(token)}` is not a user mention or a user id.")
         ids.extend(found)
     if not ids and not me:
-        return Invalid("forget", f"Say whom to forget: `{_FORGET_USAGE}`.")
+        return Invalid("forget", "Say whom to forget: `forget me` or `forget @user..`.")
     return Forget(_dedupe(ids), me)
 
 
