@@ -82,6 +82,13 @@ async def test_someone_taken_off_the_trust_list_may_still_be_forgotten(tmp_path:
         assert run.replies_to(int(str(other["id"]))) == []
         (event,) = run.events("command")
         assert (event["tier"], event["message_id"]) == ("untrusted", asked["id"])
+        # In a server channel too, mentioning the bot; a stranger has nothing stored.
+        stranger = run.sim.add_user("mallory")
+        there = run.say(w.general_id, stranger, f"{run.mention()} !s forget me")
+        await run.wait_until(lambda: bool(run.replies_to(int(str(there["id"])))))
+        assert run.replies_to(int(str(there["id"])))[0]["content"] == (
+            "Forgot what you said: 0 messages and 0 observations deleted."
+        )
         assert run.sim.model.calls == []
 
 
