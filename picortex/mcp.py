@@ -2,7 +2,8 @@
 
 Tools read the action log, the running bot's status, runtime config, failed invocations and
 the trust list; `set_config` and `resolve_error` change what `picortex config set` and
-`picortex errors resolve` change, so a running bot picks them up on its next message.
+`picortex errors resolve` change, so a running bot picks them up on its next message;
+`forget_user` deletes what one person said from memory, as `forget @user` does.
 Results are JSON text; bad arguments are tool errors (`isError`) with one sentence.
 The SDK is anyio-based and runs here under trio.
 """
@@ -35,6 +36,7 @@ from picortex.config import (
     format_value,
     runtime_key,
 )
+from picortex.core.commands import parse_user_ids
 from picortex.errors import ConfigError, PicortexError
 from picortex.store import RESOLUTIONS, Store
 
@@ -68,12 +70,18 @@ def _tool(
     }
     if required:
         schema["required"] = list(required)
-    read_only = not name.startswith(("set_", "resolve_"))
+    read_only = not name.startswith(("set_", "resolve_", "forget_"))
+    # Forgetting deletes what cannot be brought back; the other changes can be undone.
+    destructive = name.startswith("forget_")
     return types.Tool(
         name=name,
         description=description,
         input_schema=schema,
-        annotations=types.ToolAnnotations(read_only_hint=read_only, open_world_hint=False),
+        annotations=types.ToolAnnotations(
+            read_only_hint=read_only,
+            destructive_hint=destructive if not read_only else None,
+            open_world_hint=False,
+        ),
     )
 
 
@@ -156,6 +164,14 @@ TOOLS: Final = (
             },
         },
         required=("id", "as"),
+    ),
+    _tool(
+        "forget_user",
+        "Delete everything picortex stored of what one user said (their messages and the "
+        "persona observations of their words), at once, as `forget @user` does; whether or "
+        "not they are on the trust list. Returns how many messages and observations went.",
+        {"user_id": {**_ID_SCHEMA, "description": "The Discord user to forget."}},
+        required=("user_id",),
     ),
     _tool(
         "get_trust_list",
@@ -346,6 +362,19 @@ class Tools:
         finally:
             store.close()
         return error_record(row) if row is not None else {"id": error_id, "resolution": resolution}
+
+    def _tool_forget_user(self, raw: Mapping[str, Any] | None) -> Any:
+        args = _args(raw, ("user_id",))
+        user = _optional_id(args, "user_id")
+        found = parse_user_ids(user) if user is not None else None
+        if not found:
+            raise _BadArgument("`user_id` must be the Discord id of the user to forget.")
+        store = self._store()
+        try:
+            messages, observations = store.forget_user(found[0])
+        finally:
+            store.close()
+        return {"user_id": str(found[0]), "messages": messages, "observations": observations}
 
     def _tool_get_trust_list(self, raw: Mapping[str, Any] | None) -> Any:
         _args(raw, ())

@@ -30,6 +30,7 @@ from picortex.actors.clients import (
     HandledMarks,
     ReplyPoster,
 )
+from picortex.actors.command_changes import Applied
 from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest, TextPart
@@ -150,9 +151,14 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
 
     async def apply_command_changes(
         self, changes: Sequence[cmds.Change], *, chat_id: Snowflake | None, now: float
-    ) -> cmds.StartPoll | None:
-        """Store what a command changed; the poll it starts, if any."""
+    ) -> Applied:
+        """Store what a command changed: the poll it starts, what it forgot."""
         ...
+
+
+def _label(tier: Tier | None) -> str:
+    """A requester's tier as the log names it (`untrusted` for someone not on the list)."""
+    return tier.label if tier is not None else "untrusted"
 
 
 @attrs.define(eq=False)
@@ -338,6 +344,12 @@ class ChannelActor:
         text = cmds.strip_mention(msg.text, bot_id)
 
         if tier is None:
+            # `forget me` is open to anyone whose words may be stored (someone taken off
+            # the trust list, say): it costs no model call and deletes only their own.
+            command = cmds.parse_command(command_text) if command_text is not None else None
+            if command is not None and cmds.forgets_only_requester(command, author):
+                await self._command(msg, command_text or "", tier, nursery, command=command)
+                return
             what = "command from an untrusted author" if command_text is not None else None
             self._decision(msg, "ignore", what or "untrusted author: never answered")
             return
@@ -378,7 +390,7 @@ class ChannelActor:
             **extra,
         )
 
-    def _trigger(self, msg: Message, tier: Tier, **extra: object) -> None:
+    def _trigger(self, msg: Message, tier: Tier | None, **extra: object) -> None:
         self._clients.events.emit(
             "trigger",
             message_id=msg.id,
@@ -386,17 +398,24 @@ class ChannelActor:
             guild_id=msg.guild_id,
             author_id=msg.author.id,
             author=msg.author.username,
-            tier=tier.label,
+            tier=_label(tier),
             **extra,
         )
 
     # ----- commands (SPEC 6) -----------------------------------------------------------------
 
     async def _command(
-        self, msg: Message, command_text: str, tier: Tier, nursery: trio.Nursery
+        self,
+        msg: Message,
+        command_text: str,
+        tier: Tier | None,
+        nursery: trio.Nursery,
+        *,
+        command: cmds.Command | None = None,
     ) -> None:
         clients = self._clients
-        command = cmds.parse_command(command_text)
+        if command is None:
+            command = cmds.parse_command(command_text)
         name, reply, poll_to_start, _ = await self._execute(msg, command, command_text, tier)
         if poll_to_start is not None and clients.spawn is not None:
             from picortex.actors.polls import run_poll
@@ -425,7 +444,7 @@ class ChannelActor:
         msg: Message,
         command: cmds.Command,
         command_text: str,
-        tier: Tier,
+        tier: Tier | None,
         *,
         source: str | None = None,
     ) -> tuple[str, str, cmds.StartPoll | None, cmds.CommandResult]:
@@ -454,26 +473,38 @@ class ChannelActor:
             requester_id=msg.author.id,
         )
         result = cmds.execute(command, tier, state)
-        reply = result.reply
-        poll_to_start = await clients.apply_command_changes(
+        applied = await clients.apply_command_changes(
             result.changes, chat_id=chat_id, now=time.time()
         )
+        reply = applied.reply(result, msg.author.id)
+        label = _label(tier)
         self._trigger(msg, tier, mode=mode, command=name)
+        forgot = {
+            "forgotten": [
+                {"user_id": f.user_id, "messages": f.messages, "observations": f.observations}
+                for f in applied.forgotten
+            ]
+        }
         clients.events.emit(
             "command",
             message_id=msg.id,
             channel_id=msg.channel_id,
             requester=msg.author.id,
-            tier=tier.label,
+            tier=label,
             command=name,
             text=command_text[:200],
             result=result.outcome,
             **({"source": source} if source else {}),
+            **(forgot if applied.forgotten else {}),
         )
-        clients.triggers.add(entry_from_message(msg, trusted=True, command=command_text))
-        article = "an" if tier.label[0] in "aeiou" else "a"
-        self._decision(msg, "command", f"{name} command from {article} {tier.label}")
-        return name, reply, poll_to_start, result
+        for f in applied.forgotten:
+            clients.triggers.forget_author(f.user_id)
+        clients.triggers.add(
+            entry_from_message(msg, trusted=tier is not None, command=command_text)
+        )
+        article = "an" if label[0] in "aeiou" else "a"
+        self._decision(msg, "command", f"{name} command from {article} {label}")
+        return name, reply, applied.poll, result
 
     # ----- slash commands (SPEC 15) ---------------------------------------------------------
 
@@ -513,7 +544,7 @@ class ChannelActor:
                 ),
             )
 
-        if tier is None:
+        if tier is None and not cmds.forgets_only_requester(action, author):
             self._decision(msg, "ignore", "slash command from an untrusted user: refused privately")
             reply(interactions.REFUSAL, ephemeral=True, command=name)
             return
@@ -522,11 +553,17 @@ class ChannelActor:
             reply(f"This bot answers `/{sl.COMMAND_NAME}` only.", ephemeral=True, command=None)
             return
         if isinstance(action, sl.Ask):
-            self._ask(msg, inter, action, tier, nursery)
+            if tier is not None:
+                self._ask(msg, inter, action, tier, nursery)
             return
         name, answer, poll, result = await self._execute(msg, action, text, tier, source="slash")
-        # Refusals, mistakes and sensitive commands are for the requester's eyes only.
-        ephemeral = not result.ok or clients.replies.reply_target(name) == "dm"
+        # Refusals, mistakes, sensitive commands and what someone had forgotten are for the
+        # requester's eyes only.
+        ephemeral = (
+            not result.ok
+            or name in sl.PRIVATE_SUBCOMMANDS
+            or clients.replies.reply_target(name) == "dm"
+        )
         if poll is None:
             reply(answer, ephemeral=ephemeral, command=name)
             return
@@ -654,6 +691,7 @@ class ChannelActor:
             clients.cache.recent(msg.channel_id, discriminate.HISTORY_SCAN),
             msg,
             settings.discriminator.history,
+            clients.is_trusted,
         )
         own = clients.store.get_chat_config(msg.channel_id)
         chat = disc.ChatMeta(
@@ -708,7 +746,7 @@ class ChannelActor:
             author_id=msg.author.id,
             restart=restart,
         )
-        clients.triggers.follow_up(outcome.parent_id, msg.text)
+        clients.triggers.follow_up(outcome.parent_id, msg.text, msg.id)
         if not restart:
             # SPEC 5.4: the request was answered once; this line is context for the next one.
             self._decision(

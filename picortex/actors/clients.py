@@ -110,8 +110,10 @@ class RecallStore(Protocol):
         trigger: str,
         content: str,
         created_at: float,
+        *,
+        author_id: int | None,
     ) -> None:
-        """Queue keeping what a persona noticed in a message."""
+        """Queue keeping what a persona noticed in a message by `author_id`."""
         ...
 
     def forget_messages(self, message_ids: Iterable[int]) -> None:
@@ -226,6 +228,10 @@ class ContextFeed(Protocol):
 
     def on_channel_delete(self, delete: ChannelDelete) -> None:
         """A channel was deleted."""
+        ...
+
+    def recent(self, channel_id: Snowflake, n: int) -> list[Message]:
+        """The newest `n` cached messages of a channel, oldest first."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""Applies what a command changed (trust, config, attention) to the store.
+"""Applies what a command changed (trust, config, attention, memory) to the store.
 
 One place for typed chat commands, slash commands and the web panel, so each front door
 makes the same change in the same way and the change is durable before anyone is told.
@@ -10,6 +10,7 @@ import logging
 from collections.abc import Sequence
 from pathlib import Path
 
+import attrs
 import trio
 
 from picortex.actors.clients import CurrentSettings
@@ -20,6 +21,25 @@ from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
 
+FORGET_FAILED = "My memory could not be reached, so nothing was forgotten; please try again."
+
+
+@attrs.frozen
+class Applied:
+    """What applying a command's changes produced: the poll it asks to start, and what
+    `forget` deleted (the reply counts it)."""
+
+    poll: cmds.StartPoll | None = None
+    forgotten: tuple[cmds.Forgotten, ...] = ()
+
+    def reply(self, result: cmds.CommandResult, requester_id: Snowflake | None) -> str:
+        """The command's reply: for `forget`, how much went; else the executor's text."""
+        if self.forgotten:
+            return cmds.forgotten_reply(self.forgotten, requester_id)
+        if any(isinstance(c, cmds.ForgetUser) for c in result.changes):
+            return FORGET_FAILED
+        return result.reply
+
 
 async def apply_changes(
     changes: Sequence[cmds.Change],
@@ -29,9 +49,11 @@ async def apply_changes(
     home: Path,
     chat_id: Snowflake | None,
     now: float,
-) -> cmds.StartPoll | None:
-    """Store every change of one command; returns the poll it asks to start, if any."""
+) -> Applied:
+    """Store every change of one command; returns the poll it asks to start and what it
+    forgot."""
     poll: cmds.StartPoll | None = None
+    forgotten: list[cmds.Forgotten] = []
     for change in changes:
         if isinstance(change, cmds.TrustChange):
             if change.tier is None:
@@ -46,13 +68,27 @@ async def apply_changes(
             await ensure_chat_home(home, chat_id)
         elif isinstance(change, cmds.StartPoll):
             poll = change
+        elif isinstance(change, cmds.ForgetUser):
+            try:
+                forgotten.append(await forget_user(store, change.user_id))
+            except Exception as exc:
+                logger.error("could not forget user %s: %s", change.user_id, exc)
     if changes and isinstance(store, StoreActor):
         # Trust and config changes are durable before anyone is told they are made.
         try:
             await store.flush()
         except Exception as exc:
             logger.error("a command's change may not be saved: %s", exc)
-    return poll
+    return Applied(poll, tuple(forgotten))
+
+
+async def forget_user(store: Store | StoreActor, user_id: Snowflake) -> cmds.Forgotten:
+    """Delete what `user_id` said from memory (one transaction); what went, counted."""
+    if isinstance(store, StoreActor):
+        messages, observations = await store.call(lambda db: db.forget_user(user_id))
+    else:
+        messages, observations = store.forget_user(user_id)
+    return cmds.Forgotten(user_id, messages, observations)
 
 
 async def ensure_chat_home(home: Path, chat_id: Snowflake) -> None:

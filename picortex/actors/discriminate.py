@@ -2,26 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult
 from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import AttentionDecision
-from picortex.types import Message
+from picortex.types import Message, Snowflake
 
 # Cached messages searched for the ones before the message being classified: newer ones may
 # be cached already when the channel is busy, and must not crowd the history out.
 HISTORY_SCAN: Final = 200
 
 
-def history_before(cached: Sequence[Message], message: Message, n: int) -> list[tuple[str, str]]:
-    """The last `n` of `cached` (oldest first) that came before `message`, as (author, text)."""
+def history_before(
+    cached: Sequence[Message],
+    message: Message,
+    n: int,
+    trusted: Callable[[Snowflake], bool],
+) -> list[disc.HistoryLine]:
+    """The last `n` of `cached` (oldest first) that came before `message`; `trusted` tells
+    whose lines go unmarked."""
     if n <= 0:
         return []
     earlier = [m for m in cached if m.id < message.id]
-    return [(m.author.display_name, m.text) for m in earlier[-n:]]
+    return [
+        disc.HistoryLine(m.author.display_name, m.text, trusted(m.author.id)) for m in earlier[-n:]
+    ]
 
 
 def discriminator_model(settings: Settings, chat_model: str | None = None) -> str:
@@ -33,7 +41,7 @@ def build_request(
     settings: Settings,
     template: str,
     message: Message,
-    history: Sequence[tuple[str, str]],
+    history: Sequence[disc.HistoryLine],
     chat: disc.ChatMeta,
     workspace: str,
     *,

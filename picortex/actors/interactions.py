@@ -152,6 +152,8 @@ def predicted_ephemeral(clients: InteractionClients, interaction: Interaction) -
     if not is_trusted(interaction.user.id, owner, clients.store.get_tier):
         return True
     name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
+    if name in sl.PRIVATE_SUBCOMMANDS:
+        return True
     return name != sl.Ask.NAME and clients.replies.reply_target(name) == "dm"
 
 

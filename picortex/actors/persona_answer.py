@@ -8,7 +8,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
-import orjson
 import trio
 
 from picortex.actors.attachment_parts import RequestFiles
@@ -27,6 +26,7 @@ from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.core import personas as pcore
 from picortex.core import policy
 from picortex.core.budget import workspace_id
+from picortex.core.context import quoted
 from picortex.core.continuation import Request
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
@@ -178,6 +178,7 @@ def record_matches(
                 trigger=m.trigger,
                 content=text,
                 created_at=time.time(),
+                author_id=msg.author.id,
             )
         except Exception:
             logger.exception("could not store an observation for %s", m.persona.id)
@@ -234,7 +235,8 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
     Searches only the conversation the trigger is in (SPEC 8): its channel, a thread with
     its parent channel, or the DM, so nothing said elsewhere (a private channel, another
     person's DM) reaches the answer. The request's own messages are left out, and so are
-    repeats of the same text. Each excerpt's text is a JSON string, like context lines.
+    repeats of the same text. Each excerpt's name and text are JSON strings, like context
+    lines.
     """
     terms = pcore.salient_terms(request.text)
     if not terms:
@@ -255,9 +257,10 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
         logger.exception("memory recall failed")
         return []
     own = set(request.message_ids) | {trigger.id}
-    # Whatever was stored, only what trusted people (and the bot) said is recalled: someone
-    # removed from the trust list, or a stranger, never speaks through a persona's memory.
-    hits = [h for h in hits if h.author_id is None or clients.is_trusted(h.author_id)]
+    # Whatever was stored, only what people trusted now (and the bot) said is recalled,
+    # observations included: someone removed from the trust list, or a stranger, never
+    # speaks through a persona's memory. An observation of unknown author is not recalled.
+    hits = [h for h in hits if h.author_id is not None and clients.is_trusted(h.author_id)]
     # Text (folded) -> [who, text]; a message's author beats an observation's persona label.
     found: dict[str, list[str]] = {}
     for hit in hits:
@@ -273,7 +276,7 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
             continue  # keep looking only to name an excerpt's author
         who = hit.author_name or (f"{hit.persona} observation" if hit.persona else "someone")
         found[key] = [who, text]
-    return [f"{who}: {orjson.dumps(text).decode()}" for who, text in found.values()]
+    return [f"{quoted(who)}: {quoted(text)}" for who, text in found.values()]
 
 
 def recall_channels(clients: PersonaClients, trigger: Message) -> list[Snowflake]:
@@ -298,8 +301,8 @@ def reindex(clients: PersonaIndex, update: MessageUpdate) -> None:
     def apply(db: Store) -> bool:
         # One step on the store's thread: no reader ever sees the old observations gone
         # and the new ones not yet there.
-        stored = db.reindex_memory_message(update.id, content)
-        if stored:
+        author = db.reindex_memory_message(update.id, content)
+        if author is not None:
             for m in matches:
                 db.add_observation(
                     persona=m.persona.id,
@@ -309,8 +312,9 @@ def reindex(clients: PersonaIndex, update: MessageUpdate) -> None:
                     trigger=m.trigger,
                     content=content,
                     created_at=now,
+                    author_id=author,
                 )
-        return stored
+        return author is not None
 
     clients.store.submit(apply)
 

@@ -10,14 +10,14 @@ take the narrow protocol of what they call (`picortex.actors.clients`); posting 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
 import attrs
 
 from picortex.actors.clients import CatchUpRest, ChannelRest, FaultCheck, IdentityRest
-from picortex.actors.command_changes import apply_changes
+from picortex.actors.command_changes import Applied, apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
 from picortex.actors.handled import HandledLedger
@@ -27,6 +27,7 @@ from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
 from picortex.core import commands as cmds
 from picortex.core import trust
+from picortex.core.context import format_line
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store import Store, StoreActor
@@ -159,9 +160,29 @@ class TriggerBook:
     # follow-ups), so a rebuilt context replaces the old one instead of piling up.
     prior: dict[Snowflake, int] = attrs.field(factory=dict)
 
-    def follow_up(self, parent_id: Snowflake, line: str) -> None:
-        """Join a follow-up to its trigger's context."""
-        self.log = self.log.add_follow_up(parent_id, line)
+    def follow_up(self, parent_id: Snowflake, line: str, message_id: Snowflake) -> None:
+        """Join follow-up `message_id` to its trigger's context."""
+        self.log = self.log.add_follow_up(parent_id, line, message_id)
+
+    def has_channel(self, channel_id: Snowflake) -> bool:
+        """Whether any trigger in the log is from `channel_id`."""
+        return any(e.channel_id == channel_id for e in (*self.log.trusted, *self.log.untrusted))
+
+    def forget(self, message_ids: Collection[Snowflake], cached: Sequence[Message] = ()) -> None:
+        """Drop the text of deleted messages: triggers, follow-ups, and context lines made of
+        the deleted ones among `cached` (the channel's cached messages)."""
+        ids = frozenset(message_ids)
+        lines = {
+            format_line(m, trusted=trusted)
+            for m in cached
+            if m.id in ids
+            for trusted in (True, False)
+        }
+        self.log = self.log.forget(ids, lines)
+
+    def forget_author(self, author_id: Snowflake) -> None:
+        """Drop what `author_id` asked (`forget`)."""
+        self.log = self.log.forget_author(author_id)
 
     def set_context(self, entry_id: Snowflake, lines: Sequence[str]) -> None:
         """Record the prior conversation given to the model for entry `entry_id`."""
@@ -245,8 +266,8 @@ class Pipeline:
 
     async def apply_command_changes(
         self, changes: Sequence[cmds.Change], *, chat_id: Snowflake | None, now: float
-    ) -> cmds.StartPoll | None:
-        """Store what a command changed (see `apply_changes`); the poll it starts, if any."""
+    ) -> Applied:
+        """Store what a command changed (see `apply_changes`)."""
         return await apply_changes(
             changes,
             store=self.store,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
@@ -59,7 +59,7 @@ from picortex.types import (
 )
 
 if TYPE_CHECKING:
-    from picortex.actors.pipeline import BotIdentity
+    from picortex.actors.pipeline import BotIdentity, TriggerBook
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +76,9 @@ ROUTER_BATCH: Final = 1024
 # How often chatter and routing counts go to the action log as one `ingest` event (when
 # anything arrived), and idle channels' mailboxes are released.
 INGEST_EVERY_SECONDS: Final = 60.0
+# Cached messages searched for a deleted one's context line in the trigger log: the context
+# a trigger shows is made of a channel's most recent messages.
+TRIGGER_CONTEXT_SCAN: Final = 500
 
 
 class RouterClients(InteractionClients, PersonaIndex, Protocol):
@@ -120,6 +123,11 @@ class RouterClients(InteractionClients, PersonaIndex, Protocol):
     @property
     def faults(self) -> FaultCheck | None:
         """Fault points (tests only): with any, every message takes the mailbox's way."""
+        ...
+
+    @property
+    def triggers(self) -> TriggerBook:
+        """The trigger log (a deleted message's text leaves it)."""
         ...
 
 
@@ -359,11 +367,14 @@ class Router:
             # Recall must never show the text as it was before an edit.
             persona_answer.reindex(clients, event)
         elif isinstance(event, MessageDelete):
+            self._forget_triggers(event.channel_id, (event.id,))
             clients.cache.on_delete(event)
             # A deleted message (a pasted secret, say) must not come back in a recall.
             persona_answer.forget(clients, [event.id])
         elif isinstance(event, MessageDeleteBulk):
-            # A purge: the messages leave the cache and memory with their observations.
+            # A purge: the messages leave the trigger log, the cache and memory with their
+            # observations.
+            self._forget_triggers(event.channel_id, event.ids)
             clients.cache.on_delete(event)
             persona_answer.forget(clients, event.ids)
         elif isinstance(event, ChannelDelete):
@@ -511,6 +522,14 @@ class Router:
             return False
         actor = self._actors.get(message.channel_id)
         return actor is None or not actor.may_continue(message.author.id, trio.current_time())
+
+    def _forget_triggers(self, channel_id: Snowflake, ids: Sequence[Snowflake]) -> None:
+        """Take deleted messages' text out of the trigger log (status, panel activity), the
+        context lines it shows included; read from the cache before it drops them."""
+        book = self._clients.triggers
+        if not book.has_channel(channel_id):
+            return  # nothing of this channel is shown: no cache read on a busy purge
+        book.forget(ids, self._clients.cache.recent(channel_id, TRIGGER_CONTEXT_SCAN))
 
     def _trusted_chatter(self, message: Message) -> None:
         """Decide a trusted author's chatter inline: stored for recall, observed, counted.

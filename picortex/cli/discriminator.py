@@ -22,6 +22,7 @@ from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
 from picortex.core.terminal import clean_line
+from picortex.core.trust import is_trusted
 from picortex.errors import ConfigError
 from picortex.files import private_dir
 from picortex.store import Store
@@ -156,6 +157,13 @@ def _classify_all(
     if not llm.available:
         print("(no ANTHROPIC_API_KEY: no call is made; each decision shows the fallback)", file=out)
     history_n = settings.discriminator.history
+    tiers = dict(store.trust_list())
+    # Offline the bot's own id is unknown: its messages are the cached ones by a bot.
+    bots = {m.author.id for m in messages if m.author.bot}
+
+    def trusted(user_id: int) -> bool:
+        return user_id in bots or is_trusted(user_id, settings.owner_id, tiers.get)
+
     total = 0.0
     calls = 0
 
@@ -165,7 +173,7 @@ def _classify_all(
             await nursery.start(llm.run)
             for index in picks:
                 msg = messages[index]
-                history = history_before(messages[:index], msg, history_n)
+                history = history_before(messages[:index], msg, history_n, trusted)
                 line = f"{msg.author.display_name}: {_preview(msg.content)}"
                 print(clean_line(line), file=out)
                 try:

@@ -131,6 +131,18 @@ class PollHelp:
 
 
 @attrs.frozen
+class Forget:
+    """`forget @user..` (admin) or `forget me`: delete what someone said from memory (SPEC 8).
+
+    `me` stands for the requester, so `forget me` works for anyone whose words are stored.
+    """
+
+    NAME: ClassVar[str] = "forget"
+    user_ids: tuple[Snowflake, ...] = ()
+    me: bool = False
+
+
+@attrs.frozen
 class Speak:
     """`speak ...`: voice is not available, so the answer says so."""
 
@@ -182,6 +194,7 @@ Command = (
     | ConfigSet
     | PollStart
     | PollHelp
+    | Forget
     | Speak
     | Stay
     | Help
@@ -321,6 +334,8 @@ def parse_command(text: str) -> Command:
         if isinstance(parsed, polls.PollHelp):
             return PollHelp()
         return Invalid("poll", parsed.message)
+    if name == "forget":
+        return _parse_forget(rest)
     if name == "speak":
         return Speak(rest.strip())
     if name == "stay":
@@ -369,6 +384,23 @@ def _parse_whitelist(rest: str) -> Command:
     if sub == "add":
         return WhitelistAdd(_dedupe(ids), tier)
     return WhitelistRemove(_dedupe(ids))
+
+
+def _parse_forget(rest: str) -> Command:
+    tokens = [t for t in _ARG_SPLIT.split(rest) if t]
+    ids: list[Snowflake] = []
+    me = False
+    for token in tokens:
+        if token.lower() == "me":
+            me = True
+            continue
+        found = parse_user_ids(token)
+        if found is None:
+            return Invalid("forget", f"`{_echo(token)}` is not a user mention or a user id.")
+        ids.extend(found)
+    if not ids and not me:
+        return Invalid("forget", "Say whom to forget: `forget me` or `forget @user..`.")
+    return Forget(_dedupe(ids), me)
 
 
 def _parse_attention(rest: str) -> Command:
@@ -432,6 +464,9 @@ def render_command(command: Command) -> str:
         return f'poll "{command.question}" ' + " // ".join(command.options)
     if isinstance(command, PollHelp):
         return "poll"
+    if isinstance(command, Forget):
+        who = ["me"] if command.me else []
+        return " ".join(["forget", *who, *(f"<@{i}>" for i in command.user_ids)])
     if isinstance(command, Speak | Stay):
         return f"{command.NAME} {command.text}".strip()
     if isinstance(command, Help):
@@ -475,7 +510,23 @@ class StartPoll:
     options: tuple[str, ...]
 
 
-Change = TrustChange | ConfigChange | AttentionChange | StartPoll
+@attrs.frozen
+class ForgetUser:
+    """Delete `user_id`'s stored messages and the observations of their words, at once."""
+
+    user_id: Snowflake
+
+
+@attrs.frozen
+class Forgotten:
+    """What forgetting one person deleted."""
+
+    user_id: Snowflake
+    messages: int
+    observations: int
+
+
+Change = TrustChange | ConfigChange | AttentionChange | StartPoll | ForgetUser
 
 
 @attrs.frozen
@@ -516,9 +567,14 @@ def help_text(wakeword: str, topic: str | None = None) -> str:
             f"`{wakeword} config get [KEY]` reads settings; "
             f"`{wakeword} config set KEY VALUE` changes one."
         )
+    if topic == "forget":
+        return (
+            f"`{wakeword} forget me` deletes what you said from my memory; "
+            f"`{wakeword} forget @user..` (admin) deletes what they said."
+        )
     return (
         f"Commands (start with `{wakeword} `): whitelist list|add|remove|help, "
-        "attention MODE|show, config get|set, poll, speak, stay, help."
+        "attention MODE|show, config get|set, poll, forget me|@user, speak, stay, help."
     )
 
 
@@ -687,6 +743,46 @@ def execute_poll(
     )
 
 
+def forget_targets(command: Forget, requester_id: Snowflake | None) -> tuple[Snowflake, ...]:
+    """Whom a `forget` names: its users, and the requester for `me`."""
+    me = (requester_id,) if command.me and requester_id is not None else ()
+    return _dedupe([*me, *command.user_ids])
+
+
+def forgets_only_requester(command: object, requester_id: Snowflake | None) -> bool:
+    """True for a `forget` of the requester alone (`forget me`): open to anyone, the
+    untrusted included, since only their own stored words go."""
+    if not isinstance(command, Forget) or requester_id is None:
+        return False
+    return forget_targets(command, requester_id) == (requester_id,)
+
+
+def execute_forget(command: Forget, requester_id: Snowflake | None) -> CommandResult:
+    """Forget everyone `command` names; the reply is `forgotten_reply` once it is done."""
+    targets = forget_targets(command, requester_id)
+    if not targets:
+        return _error("I can't tell who `me` is here.")
+    return CommandResult(
+        f"Forgetting what {_users(targets)} said.", tuple(ForgetUser(uid) for uid in targets)
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def forgotten_reply(done: Sequence[Forgotten], requester_id: Snowflake | None) -> str:
+    """The reply once `forget` ran: how many messages and observations went, per person."""
+    sentences = []
+    for f in done:
+        what = f"{_count(f.messages, 'message')} and {_count(f.observations, 'observation')}"
+        if f.user_id == requester_id:
+            sentences.append(f"Forgot what you said: {what} deleted.")
+        else:
+            sentences.append(f"Forgot what <@{f.user_id}> said: {what} deleted.")
+    return " ".join(sentences)
+
+
 @attrs.frozen
 class CommandState:
     """Everything a command may read; built by the channel actor from settings and store.
@@ -731,6 +827,10 @@ def needs_owner(command: Command, trust: Mapping[int, str]) -> str | None:
             return _OWNER_ONLY_ADMIN
     if isinstance(command, ConfigSet) and owner_only_config(command.key):
         return f"Only the owner can change `{_echo(command.key)}`."
+    if isinstance(command, Forget) and any(
+        Tier.parse(trust.get(uid)) == Tier.ADMIN for uid in command.user_ids
+    ):
+        return "Only the owner can make me forget an admin."
     return None
 
 
@@ -741,10 +841,23 @@ def denied_text(command: Command) -> str:
     return f"`{command_name(command)}` needs {article} {need.label} or higher."
 
 
-def execute(command: Command, tier: Tier, state: CommandState) -> CommandResult:
-    """Check the requester's tier, then run `command` against `state`; never raises."""
+def execute(command: Command, tier: Tier | None, state: CommandState) -> CommandResult:
+    """Check the requester's tier, then run `command` against `state`; never raises.
+
+    `tier` is None for someone untrusted, who may only run `forget me`.
+    """
+    if isinstance(command, Forget) and forgets_only_requester(command, state.requester_id):
+        return execute_forget(command, state.requester_id)
+    if isinstance(command, Invalid) and command.command == Forget.NAME and tier is not None:
+        return _error(command.error)  # its usage shows `forget me`, which every tier may run
     if not may_run(command_name(command), tier):
         return CommandResult(denied_text(command), (), "denied")
+    if (
+        isinstance(command, Forget)
+        and not state.by_owner
+        and state.owner_id in forget_targets(command, state.requester_id)
+    ):
+        return CommandResult("Only the owner can make me forget the owner.", (), "denied")
     if not state.by_owner:
         why = needs_owner(command, state.trust)
         if why is not None:
@@ -769,6 +882,8 @@ def execute(command: Command, tier: Tier, state: CommandState) -> CommandResult:
         return execute_poll(
             command, poll_enabled=state.poll_enabled, poll_seconds=state.poll_seconds
         )
+    if isinstance(command, Forget):
+        return execute_forget(command, state.requester_id)
     if isinstance(command, Speak):
         return CommandResult("I can't speak: voice is not available here.")
     if isinstance(command, Stay):

@@ -55,9 +55,15 @@ def _minute(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M")
 
 
-def _quoted(text: str) -> str:
-    """`text` as a JSON string: quotes, newlines and control characters escaped."""
-    return orjson.dumps(text).decode()
+# Line breaks JSON leaves as they are (it escapes only U+0000-U+001F): a reader of the
+# prompt may still break a line at them, so inside a quoted string they are escaped too.
+_RAW_BREAKS: Final = str.maketrans({c: f"\\u{ord(c):04x}" for c in "\x85\u2028\u2029"})
+
+
+def quoted(text: str) -> str:
+    """`text` as a JSON string that stays on one line: quotes, control characters and
+    every Unicode line break (CR, LF, VT, FF, NEL, U+2028, U+2029...) escaped."""
+    return orjson.dumps(text).decode().translate(_RAW_BREAKS)
 
 
 def format_line(message: Message, *, trusted: bool = True) -> str:
@@ -71,13 +77,13 @@ def format_line(message: Message, *, trusted: bool = True) -> str:
     mark = UNTRUSTED_MARK + " " if not trusted else ""
     parts = [
         f"[{format_time(message.timestamp, message.id)} UTC] {mark}"
-        f"{_quoted(message.author.display_name)}:"
+        f"{quoted(message.author.display_name)}:"
     ]
     text = message.text
     if text:
-        parts.append(_quoted(text))
+        parts.append(quoted(text))
     if message.attachments:
-        names = ", ".join(_quoted(a.filename) for a in message.attachments)
+        names = ", ".join(quoted(a.filename) for a in message.attachments)
         parts.append(f"[attachments: {names}]")
     return " ".join(parts)
 

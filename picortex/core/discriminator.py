@@ -15,6 +15,7 @@ import attrs
 import orjson
 
 from picortex.core.attention import AttentionDecision
+from picortex.core.context import UNTRUSTED_MARK, quoted
 from picortex.errors import PromptTooLarge as PromptTooLarge
 
 ChatKind = Literal["dm", "group", "thread"]
@@ -35,10 +36,11 @@ MESSAGE_MAX_CHARS: Final = 1_500  # the new message
 NAME_MAX_CHARS: Final = 64  # author, chat and bot names
 REASON_MAX_CHARS: Final = 200  # the model's reason as it lands in the `decision` event
 ELLIPSIS: Final = "…"
-LINE_BREAK: Final = " ⏎ "  # one line per message, so a message cannot fake a history line
+LINE_BREAK: Final = " ⏎ "  # one line per value, so a chat's name cannot fake a prompt line
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([a-z_]+)\s*\}\}")
-_BREAKS = re.compile(r"\s*[\r\n]+\s*")
+# Every line break `str.splitlines` knows: CR, LF, VT, FF, FS, GS, RS, NEL, U+2028, U+2029.
+_BREAKS = re.compile(r"\s*[\r\n\v\f\x1c\x1d\x1e\x85\u2028\u2029]+\s*")
 _FENCED = re.compile(r"```(?:[ \t]*json)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
 _KIND_TEXT: Final[Mapping[str, str]] = {
     "dm": "direct message",
@@ -55,6 +57,16 @@ class ChatMeta:
     kind: ChatKind
     name: str
     bot_name: str
+
+
+@attrs.frozen
+class HistoryLine:
+    """One earlier message as the discriminator sees it; `trusted` is False for people the
+    bot does not trust (their line is marked)."""
+
+    author: str
+    text: str
+    trusted: bool = True
 
 
 @attrs.frozen
@@ -129,9 +141,13 @@ def _one_line(text: str) -> str:
     return _BREAKS.sub(LINE_BREAK, text.strip())
 
 
-def _line(author: str, text: str, limit: int) -> str:
-    name = _clip(_one_line(author), NAME_MAX_CHARS) or "unknown"
-    return f"{name}: {_clip(_one_line(text), limit)}"
+def _line(author: str, text: str, limit: int, *, trusted: bool = True) -> str:
+    """One message on one line, fenced like every context line: the name and the text are
+    JSON strings (no break or quote inside them can start a line of its own), and only the
+    `untrusted` mark is ours."""
+    name = _clip(author.strip(), NAME_MAX_CHARS) or "unknown"
+    mark = "" if trusted else UNTRUSTED_MARK + " "
+    return f"{mark}{quoted(name)}: {quoted(_clip(text.strip(), limit))}"
 
 
 def _history_block(lines: Sequence[str], omitted: int) -> str:
@@ -149,7 +165,7 @@ def _substitute(template: str, values: Mapping[str, str]) -> str:
 def render_prompt(
     template: str,
     *,
-    history: Sequence[tuple[str, str]],
+    history: Sequence[HistoryLine],
     message: tuple[str, str],
     chat: ChatMeta,
     max_chars: int = ABSOLUTE_MAX_PROMPT_CHARS,
@@ -158,12 +174,13 @@ def render_prompt(
 
     Placeholders: `{{bot_name}}`, `{{chat_kind}}`, `{{chat_name}}`, `{{chat_id}}`,
     `{{history}}` and `{{message}}`; unknown ones are left as written. Each earlier message
-    is one line `author: text`, oldest first. Over the cap, the oldest history goes first,
-    then the new message is shortened.
+    is one line `"author": "text"` (JSON strings; `untrusted` first for people the bot does
+    not trust), oldest first. Over the cap, the oldest history goes first, then the new
+    message is shortened.
 
     Args:
         template: the chat's prompt (the default template or a hand-edited one).
-        history: earlier messages as (author, text), oldest first.
+        history: earlier messages, oldest first.
         message: the new message as (author, text).
         chat: the chat's metadata.
         max_chars: the cap, normally `max_prompt_chars(...)` at the model's prices.
@@ -177,7 +194,7 @@ def render_prompt(
         "chat_name": _clip(_one_line(chat.name), NAME_MAX_CHARS),
         "chat_id": _clip(_one_line(chat.chat_id), NAME_MAX_CHARS),
     }
-    lines = [_line(author, text, HISTORY_LINE_MAX_CHARS) for author, text in history]
+    lines = [_line(h.author, h.text, HISTORY_LINE_MAX_CHARS, trusted=h.trusted) for h in history]
     author, text = message
     new = _line(author, text, MESSAGE_MAX_CHARS)
     for start in range(len(lines) + 1):

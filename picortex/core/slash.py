@@ -46,7 +46,9 @@ MAX_CHOICE_NAME: Final = 100
 MAX_TEXT: Final = 4000
 # Extra users `whitelist add|remove` take besides the required one.
 EXTRA_USERS: Final = 4
-HELP_TOPICS: Final = ("whitelist", "attention", "config", "poll")
+HELP_TOPICS: Final = ("whitelist", "attention", "config", "poll", "forget")
+# Subcommands whose answer only the requester sees, whatever the response policy.
+PRIVATE_SUBCOMMANDS: Final = frozenset({"forget"})
 SHOW: Final = "show"
 
 
@@ -170,6 +172,12 @@ def command_tree(*, global_scope: bool) -> list[dict[str, Any]]:
         ),
         _option(
             sub,
+            "forget",
+            "Delete what you (or, for admins, another user) said from picortex's memory",
+            options=[_option(USER, "user", "Whom to forget (default: you)")],
+        ),
+        _option(
+            sub,
             "help",
             "What picortex can do",
             options=[_option(STRING, "topic", "One command", choices=_choices(HELP_TOPICS))],
@@ -266,6 +274,9 @@ def action_for(interaction: Interaction) -> SlashAction:
         return _config(_sub(args))
     if name == "poll":
         return _poll(args)
+    if name == "forget":
+        users = _user_ids(args)
+        return cmds.Forget(users) if users else cmds.Forget(me=True)
     if name == "help":
         topic = _value(args, "topic")
         return cmds.Help(topic if topic in HELP_TOPICS else None)

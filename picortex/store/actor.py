@@ -555,11 +555,13 @@ class StoreActor:
         trigger: str,
         content: str,
         created_at: float,
+        *,
+        author_id: int | None,
     ) -> None:
-        """Queue recording that a persona's trigger matched a message."""
+        """Queue recording that a persona's trigger matched a message by `author_id`."""
         self.submit(
             lambda db: db.add_observation(
-                persona, message_id, channel_id, guild_id, trigger, content, created_at
+                persona, message_id, channel_id, guild_id, trigger, content, created_at, author_id
             )
         )
 

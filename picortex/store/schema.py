@@ -174,12 +174,27 @@ CREATE INDEX channel_activity_active_at ON channel_activity (active_at);
 """
 
 
+# An observation keeps its author, so recall can drop what someone no longer trusted said
+# and `forget` can find a person's observations. Rows written before this migration take
+# the author of the stored message they were made of; any left NULL are never recalled.
+_V6_OBSERVATION_AUTHOR: Final = """
+ALTER TABLE memory_observations ADD COLUMN author_id INTEGER;
+UPDATE memory_observations SET author_id = (
+    SELECT m.author_id FROM memory_messages AS m
+    WHERE m.message_id = memory_observations.message_id
+);
+CREATE INDEX memory_observations_author ON memory_observations (author_id);
+CREATE INDEX memory_messages_author ON memory_messages (author_id);
+"""
+
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_MEMORY,
     _V3_LEDGER_USER,
     _V4_APP_COMMANDS,
     _V5_RESUME,
+    _V6_OBSERVATION_AUTHOR,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

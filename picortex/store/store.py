@@ -79,7 +79,7 @@ class MemoryHit:
     persona: str | None = None  # observations only
     trigger: str | None = None  # observations only
     score: float = 0.0  # bm25: lower is a better match
-    author_id: int | None = None  # messages only
+    author_id: int | None = None  # who said it; None for an observation of unknown author
 
 
 def fts_query(text: str) -> str | None:
@@ -514,24 +514,22 @@ class Store:
             )
             return self._conn.changes()
 
-    def reindex_memory_message(self, message_id: int, content: str) -> bool:
+    def reindex_memory_message(self, message_id: int, content: str) -> int | None:
         """Apply an edit: the stored text becomes `content`; observations of the old text go.
 
-        Returns True when the message was stored (only then is it worth observing again).
+        Returns the stored message's author id, or None when it was not stored (only a
+        stored message is worth observing again).
         """
         with self.transaction():
             self._run(
                 "UPDATE memory_messages SET content = ? WHERE message_id = ? AND content IS NOT ?",
                 (content, message_id, content),
             )
-            changed = self._conn.changes() > 0
             self._run("DELETE FROM memory_observations WHERE message_id = ?", (message_id,))
-            stored = (
-                changed
-                or self._one("SELECT 1 FROM memory_messages WHERE message_id = ?", (message_id,))
-                == 1
+            author = self._one(
+                "SELECT author_id FROM memory_messages WHERE message_id = ?", (message_id,)
             )
-        return stored
+        return cast("int | None", author)
 
     def forget_channel(self, channel_id: int) -> int:
         """Forget every stored message and observation of a deleted channel or thread."""
@@ -550,15 +548,31 @@ class Store:
         trigger: str,
         content: str,
         created_at: float,
+        author_id: int | None = None,
     ) -> bool:
-        """Record that a persona's trigger matched a message; False if already recorded."""
+        """Record that a persona's trigger matched a message by `author_id`; False if already
+        recorded. An observation without an author is kept but never recalled."""
         changed = self._write(
             "INSERT INTO memory_observations (persona, message_id, channel_id, guild_id,"
-            " trigger, content, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " trigger, content, created_at, author_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (persona, message_id, trigger) DO NOTHING",
-            (persona, message_id, channel_id, guild_id, trigger, content, created_at),
+            (persona, message_id, channel_id, guild_id, trigger, content, created_at, author_id),
         )
         return changed > 0
+
+    def forget_user(self, user_id: int) -> tuple[int, int]:
+        """Forget everything a person said (SPEC 8 `forget`): their stored messages and every
+        observation of their words, at once. Returns (messages, observations) dropped."""
+        with self.transaction():
+            # Observations of their stored messages too, whatever author a row recorded.
+            self._run(
+                "DELETE FROM memory_observations WHERE author_id = ?1 OR message_id IN"
+                " (SELECT message_id FROM memory_messages WHERE author_id = ?1)",
+                (user_id,),
+            )
+            observations = self._conn.changes()
+            self._run("DELETE FROM memory_messages WHERE author_id = ?", (user_id,))
+            return self._conn.changes(), observations
 
     def search_memory(
         self,
@@ -752,7 +766,7 @@ WHERE memory_messages_fts MATCH ?1 AND t.created_at >= ?2
   AND (?6 IS NULL OR t.channel_id IN (SELECT value FROM json_each(?6)))
 UNION ALL
 SELECT 'observation', t.message_id, t.channel_id, t.guild_id, NULL, t.persona, t.trigger,
-       t.content, t.created_at, bm25(memory_observations_fts) AS score, NULL
+       t.content, t.created_at, bm25(memory_observations_fts) AS score, t.author_id
 FROM memory_observations_fts JOIN memory_observations AS t ON t.id = memory_observations_fts.rowid
 WHERE memory_observations_fts MATCH ?1 AND t.created_at >= ?2
   AND (?3 OR (?4 AND t.guild_id IS NULL) OR t.guild_id = ?5)

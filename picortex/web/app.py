@@ -469,6 +469,15 @@ class PanelApp:
             session.flash.append((False, str(exc)))
         return self._back("/trust")
 
+    async def trust_forget(self, request: Request, session: Session) -> Response:
+        form = await request.form()
+        try:
+            outcome, _ = await self.panel.forget(form.get("user_id"))
+            session.flash.append((outcome.ok, outcome.message))
+        except PanelInputError as exc:
+            session.flash.append((False, str(exc)))
+        return self._back("/trust")
+
     async def errors_page(self, request: Request, session: Session) -> Response:
         unresolved = request.query_params.get("all") != "1"
         rows = [error_record(e) for e in self.panel.errors(unresolved)]
@@ -569,6 +578,18 @@ class PanelApp:
             raise PanelInputError(outcome.message)
         return Response(status_code=204)
 
+    async def api_forget(self, request: Request) -> Response:
+        outcome, done = await self.panel.forget(request.path_params["user_id"])
+        if done is None:
+            raise PanelInputError(outcome.message)
+        return _Json(
+            {
+                "user_id": str(done.user_id),
+                "messages": done.messages,
+                "observations": done.observations,
+            }
+        )
+
     async def api_errors(self, request: Request) -> Response:
         unresolved = request.query_params.get("unresolved", "") in ("1", "true", "yes")
         return _Json([string_ids_deep(error_record(e)) for e in self.panel.errors(unresolved)])
@@ -607,6 +628,7 @@ class PanelApp:
             Route("/trust", page(self.trust_page), methods=["GET"]),
             Route("/trust", page(self.trust_add), methods=["POST"]),
             Route("/trust/{user_id}/remove", page(self.trust_remove), methods=["POST"]),
+            Route("/trust/forget", page(self.trust_forget), methods=["POST"]),
             Route("/errors", page(self.errors_page)),
             Route("/errors/{error_id}/resolve", page(self.errors_resolve), methods=["POST"]),
             Route("/personas", page(self.personas_page)),
@@ -618,6 +640,7 @@ class PanelApp:
             Route("/api/log", api(self.api_log)),
             Route("/api/trust", api(self.api_trust), methods=["GET", "POST"]),
             Route("/api/trust/{user_id}", api(self.api_trust_delete), methods=["DELETE"]),
+            Route("/api/forget/{user_id}", api(self.api_forget), methods=["POST"]),
             Route("/api/errors", api(self.api_errors)),
             Route("/api/errors/{error_id}/resolve", api(self.api_resolve), methods=["POST"]),
             Route("/api/send", api(self.api_send), methods=["POST"]),

@@ -19,7 +19,7 @@ import attrs
 import trio
 
 from picortex import config as config_mod
-from picortex.actors.command_changes import apply_changes
+from picortex.actors.command_changes import Applied, apply_changes
 from picortex.actors.discriminate import build_request, discriminator_model, history_before
 from picortex.actors.discriminate import interpret as interpret_result
 from picortex.actors.llm import LLMRequest, LLMResult
@@ -29,7 +29,7 @@ from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
 from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
-from picortex.core.trust import Tier
+from picortex.core.trust import Tier, is_trusted
 from picortex.errors import ConfigError, PanelInputError, StoreError
 from picortex.store import RESOLUTIONS, InvocationError, Store, StoreActor
 from picortex.store.chathome import ChatHome, ChatHomeError
@@ -224,6 +224,7 @@ class Panel:
         dm_channels: Mapping[Snowflake, Snowflake],
         bot_user: Callable[[], tuple[Snowflake | None, str]] = lambda: (None, "picortex"),
         clock: Callable[[], float] = time.time,
+        forget_triggers: Callable[[Snowflake], None] = lambda user_id: None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -240,6 +241,7 @@ class Panel:
         self._dm_channels = dm_channels
         self._bot_user = bot_user
         self.clock = clock
+        self._forget_triggers = forget_triggers
 
     # ----- reading ---------------------------------------------------------------------
 
@@ -480,6 +482,11 @@ class Panel:
         model = discriminator_model(settings, own.discriminator_model if own else None)
         lines: list[TestLine] = []
         chat = self.chat(chat_id)
+        bot_id, _ = self._bot_user()
+
+        def trusted(user_id: int) -> bool:
+            return is_trusted(user_id, settings.owner_id, self.store.get_tier, bot_user_id=bot_id)
+
         for index in picks:
             message = messages[index]
             is_dm = message.guild_id is None
@@ -489,7 +496,9 @@ class Panel:
                 name=chat.name,
                 bot_name="picortex",
             )
-            history = history_before(messages[:index], message, settings.discriminator.history)
+            history = history_before(
+                messages[:index], message, settings.discriminator.history, trusted
+            )
             workspace = "dm" if is_dm else str(message.guild_id)
             try:
                 request = build_request(
@@ -547,7 +556,14 @@ class Panel:
             requester_id=settings.owner_id,  # the panel acts as the owner (SPEC 13)
         )
 
-    def _command_event(self, name: str, text: str, result: str, chat_id: int | None = None) -> None:
+    def _command_event(
+        self,
+        name: str,
+        text: str,
+        result: str,
+        chat_id: int | None = None,
+        **extra: object,
+    ) -> None:
         owner = self.owner_id()
         self.events.emit(
             "command",
@@ -558,13 +574,15 @@ class Panel:
             text=text[:200],
             result=result,
             source=SOURCE,
+            **extra,
         )
 
-    async def run_command(self, command: cmds.Command, chat_id: int | None = None) -> ChangeResult:
-        """Execute a chat command as the owner and apply its changes, as the chat does."""
+    async def _run(
+        self, command: cmds.Command, chat_id: int | None = None
+    ) -> tuple[ChangeResult, Applied]:
         state = self._state(chat_id)
         result = cmds.execute(command, Tier.ADMIN, state)
-        await apply_changes(
+        applied = await apply_changes(
             result.changes,
             store=self.store,
             settings=self.settings,
@@ -572,10 +590,28 @@ class Panel:
             chat_id=chat_id,
             now=self.clock(),
         )
+        for done in applied.forgotten:
+            self._forget_triggers(done.user_id)
+        extra = {
+            "forgotten": [
+                {"user_id": str(f.user_id), "messages": f.messages, "observations": f.observations}
+                for f in applied.forgotten
+            ]
+        }
         self._command_event(
-            cmds.command_name(command), cmds.render_command(command), result.outcome, chat_id
+            cmds.command_name(command),
+            cmds.render_command(command),
+            result.outcome,
+            chat_id,
+            **(extra if applied.forgotten else {}),
         )
-        return ChangeResult(result.ok, plain(result.reply, self.names()))
+        reply = applied.reply(result, state.requester_id)
+        return ChangeResult(result.ok, plain(reply, self.names())), applied
+
+    async def run_command(self, command: cmds.Command, chat_id: int | None = None) -> ChangeResult:
+        """Execute a chat command as the owner and apply its changes, as the chat does."""
+        outcome, _ = await self._run(command, chat_id)
+        return outcome
 
     async def set_attention(self, chat_id: int, mode: object) -> ChangeResult:
         """`attention MODE` in a chat."""
@@ -596,6 +632,12 @@ class Panel:
         """`whitelist remove <@user>`."""
         uid = parse_snowflake(user_id, "user_id")
         return await self.run_command(cmds.WhitelistRemove((uid,)))
+
+    async def forget(self, user_id: object) -> tuple[ChangeResult, cmds.Forgotten | None]:
+        """`forget <@user>`: what they said leaves memory; with what it deleted."""
+        uid = parse_snowflake(user_id, "user_id")
+        outcome, applied = await self._run(cmds.Forget((uid,)))
+        return outcome, next(iter(applied.forgotten), None)
 
     def resolve_error(self, error_id: object, resolution: object) -> ChangeResult:
         """`picortex errors resolve ID --as RESOLUTION`, logged as a web command."""
@@ -676,4 +718,5 @@ def panel_for_bot(bot: Bot) -> Panel:
         triggers=triggers,
         dm_channels=pipe.replies.dm_channels,
         bot_user=lambda: (pipe.bot.user_id, pipe.bot.username),
+        forget_triggers=pipe.triggers.forget_author,
     )

@@ -9,6 +9,7 @@ import attrs
 import trio
 
 from picortex.actors.channel import ChannelActor
+from picortex.actors.command_changes import Applied
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry, TriggerBook
 from picortex.config import load_settings
 from picortex.core import commands as cmds
@@ -82,8 +83,9 @@ class FakeClients:
 
     async def apply_command_changes(
         self, changes: Sequence[cmds.Change], *, chat_id: int | None, now: float
-    ) -> None:
+    ) -> Applied:
         self.changes.extend(changes)
+        return Applied()
 
 
 class FakeInbox:

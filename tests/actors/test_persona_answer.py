@@ -234,7 +234,7 @@ async def test_recall_dedupes_and_leaves_out_the_request_and_old_or_foreign_text
     for m in (trigger, follow):
         remember(store, m, now)
     excerpts = await persona_answer.recall(pipe, request_for(trigger, follow), follow)
-    assert excerpts == ['Bob: "espresso at 9pm gave me insomnia"']
+    assert excerpts == ['"Bob": "espresso at 9pm gave me insomnia"']
 
 
 async def test_dm_recall_stays_in_that_dm(tmp_path: Path, store: Store) -> None:
@@ -249,7 +249,7 @@ async def test_dm_recall_stays_in_that_dm(tmp_path: Path, store: Store) -> None:
     remember(store, message(2, "insomnia since the move", channel=DM, guild=None), now)
     trigger = message(3, "insomnia again", channel=DM, guild=None)
     assert await persona_answer.recall(pipe, request_for(trigger), trigger) == [
-        'Alice: "insomnia since the move"'
+        '"Alice": "insomnia since the move"'
     ]
 
 
@@ -270,14 +270,34 @@ async def test_recall_leaves_out_untrusted_authors_and_other_channels(
     remember(store, message(3, "insomnia here", channel=GENERAL), now)
     trigger = message(5, "insomnia again?")
     assert await persona_answer.recall(pipe, request_for(trigger), trigger) == [
-        'Alice: "insomnia here"'
+        '"Alice": "insomnia here"'
     ]
     # In a thread, its parent channel is the same conversation.
     pipe.registry.add(Channel(60, ChannelType.PUBLIC_THREAD, GUILD, GENERAL, "t"))
     inside = message(61, "insomnia again?", channel=60)
     assert await persona_answer.recall(pipe, request_for(inside), inside) == [
-        'Alice: "insomnia here"'
+        '"Alice": "insomnia here"'
     ]
+
+
+async def test_recall_drops_observations_of_an_author_removed_from_the_trust_list(
+    tmp_path: Path, store: Store
+) -> None:
+    pipe, _ = make_pipe(tmp_path, store)
+    trust(pipe.store)
+    # Only observed (the message itself is not stored): the observation speaks for Bob.
+    said = message(1, "melatonin cured my insomnia", author=BOB)
+    persona_answer.observe(pipe, said, said.content)
+    await pipe.store.flush()
+    trigger = message(5, "insomnia again?")
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == [
+        '"sleep observation": "melatonin cured my insomnia"'
+    ]
+    pipe.store.remove_trust(BOB.id)
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == []
+    # An observation whose author is unknown (stored before authors were kept) is not quoted.
+    store.add_observation("sleep", 2, GENERAL, GUILD, "insomnia", "insomnia by nobody", 1e12)
+    assert await persona_answer.recall(pipe, request_for(trigger), trigger) == []
 
 
 async def test_recall_without_salient_words_is_empty(tmp_path: Path, store: Store) -> None:

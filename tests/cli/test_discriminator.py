@@ -131,8 +131,9 @@ def test_each_user_message_is_classified_with_what_came_before(tmp_path: Path) -
     ]
     # The bot's own message is history, never a message to classify.
     assert len(model.bodies) == 2
-    assert "Alice: morning\npicortex: Good morning!" in model.prompt(0)
-    assert "Bob: what is for lunch?" in model.prompt(1)
+    # Nobody is on the trust list here: people's lines are marked, the bot's are not.
+    assert 'untrusted "Alice": "morning"\n"picortex": "Good morning!"' in model.prompt(0)
+    assert 'untrusted "Bob": "what is for lunch?"' in model.prompt(1)
     assert model.bodies[0]["max_tokens"] == 100
     # The chat home was created on first use; the spend went into the ledger.
     assert ChatHome(settings.home, str(CHAT)).exists()
@@ -184,7 +185,7 @@ def test_runtime_config_applies(tmp_path: Path) -> None:
     out = io.StringIO()
     run_discriminator_test(settings, str(CHAT), 1, out=out, llm_http_client_factory=model.factory())
     assert "attention mode discriminate" in out.getvalue()
-    assert "Alice: a2" in model.prompt(0) and "Alice: a1" not in model.prompt(0)
+    assert '"Alice": "a2"' in model.prompt(0) and '"Alice": "a1"' not in model.prompt(0)
 
 
 def test_without_a_key_no_call_and_the_fallback_shows(tmp_path: Path) -> None:

@@ -20,6 +20,9 @@ from picortex.core.commands import (
     ConfigChange,
     ConfigGet,
     ConfigSet,
+    Forget,
+    ForgetUser,
+    Forgotten,
     Help,
     Invalid,
     PollHelp,
@@ -37,6 +40,7 @@ from picortex.core.commands import (
     detect_command,
     execute,
     find_command_text,
+    forgotten_reply,
     parse_command,
     parse_user_ids,
     render_command,
@@ -284,7 +288,7 @@ safe_text = st.text(
     max_size=20,
 )
 phrase = st.lists(safe_text, min_size=1, max_size=4).map(" ".join)
-names = {"whitelist", "attention", "config", "poll", "speak", "stay", "help"}
+names = {"whitelist", "attention", "config", "poll", "forget", "speak", "stay", "help"}
 
 valid_commands: st.SearchStrategy[Command] = st.one_of(
     st.just(WhitelistList()),
@@ -305,6 +309,11 @@ valid_commands: st.SearchStrategy[Command] = st.one_of(
         st.lists(phrase.filter(lambda o: len(o) <= 80), min_size=2, max_size=4).map(tuple),
     ),
     st.just(PollHelp()),
+    st.builds(
+        Forget,
+        st.lists(user_ids, max_size=3, unique=True).map(tuple),
+        st.booleans(),
+    ).filter(lambda f: f.me or f.user_ids),
     st.builds(Speak, st.just("") | phrase),
     st.builds(Stay, st.just("") | phrase),
     st.builds(Help, st.none() | st.from_regex(r"[a-z]{1,10}", fullmatch=True)),
@@ -676,3 +685,78 @@ def test_no_requester_is_never_the_owner() -> None:
     reply, _, outcome = run("whitelist add <@7> admin", requester_id=None)
     assert outcome == "denied"
     assert reply == "Only the owner can grant or revoke `admin`."
+
+
+# --- forget (SPEC 8) -------------------------------------------------------------------------
+
+STRANGER = 9  # on no list
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("forget me", Forget((), True)),
+        ("FORGET Me", Forget((), True)),
+        ("forget <@7> 8, <@7>", Forget((7, 8), False)),
+        ("forget me <@7>", Forget((7,), True)),
+        ("forget", Invalid("forget", "Say whom to forget: `forget me` or `forget @user..`.")),
+        ("forget you", Invalid("forget", "`you` is not a user mention or a user id.")),
+    ],
+)
+def test_parse_forget(text: str, expected: Command) -> None:
+    assert parse_command(text) == expected
+
+
+@pytest.mark.parametrize("tier", [None, Tier.USER, Tier.TRUSTED, Tier.ADMIN])
+def test_forget_me_is_open_to_anyone_and_forgets_only_the_requester(tier: Tier | None) -> None:
+    result = execute(parse_command("forget me"), tier, state(requester_id=STRANGER))
+    assert (result.outcome, result.changes) == ("ok", (ForgetUser(STRANGER),))
+    # Naming oneself is the same request.
+    result = execute(parse_command(f"forget <@{STRANGER}>"), tier, state(requester_id=STRANGER))
+    assert (result.outcome, result.changes) == ("ok", (ForgetUser(STRANGER),))
+
+
+@pytest.mark.parametrize("tier", [None, Tier.USER, Tier.TRUSTED])
+def test_forgetting_someone_else_needs_an_admin(tier: Tier | None) -> None:
+    for text in ("forget <@7>", "forget me <@7>"):
+        result = execute(parse_command(text), tier, state(requester_id=2))
+        assert (result.outcome, result.changes) == ("denied", ())
+        assert result.reply == "`forget` needs an admin or higher."
+
+
+def test_an_admin_forgets_users_and_the_owner_alone_forgets_admins_and_the_owner() -> None:
+    _, changes, outcome = run("forget <@2> <@3> me", requester_id=ADMIN_ID)
+    assert (outcome, changes) == ("ok", (ForgetUser(ADMIN_ID), ForgetUser(2), ForgetUser(3)))
+    for text in ("forget <@4>", f"forget <@{OWNER}>"):
+        reply, changes, outcome = run(text, requester_id=5, trust={5: "admin", 4: "admin"})
+        assert (outcome, changes) == ("denied", ())
+        assert reply.startswith("Only the owner can make me forget")
+    _, changes, outcome = run("forget <@4> me")
+    assert (outcome, changes) == ("ok", (ForgetUser(OWNER), ForgetUser(4)))
+
+
+def test_a_bare_forget_shows_its_usage_to_every_trusted_tier() -> None:
+    reply, _, outcome = run("forget", Tier.USER, requester_id=2)
+    assert outcome == "error"
+    assert "`forget me`" in reply
+    result = execute(parse_command("forget"), None, state(requester_id=STRANGER))
+    assert result.outcome == "denied"  # a stranger learns nothing but `forget me` working
+
+
+def test_forget_me_without_a_requester_is_an_error() -> None:
+    _, changes, outcome = run("forget me", requester_id=None)
+    assert (outcome, changes) == ("error", ())
+
+
+def test_forgotten_reply_counts_messages_and_observations() -> None:
+    done = [Forgotten(STRANGER, 3, 1), Forgotten(7, 0, 0)]
+    assert forgotten_reply(done, STRANGER) == (
+        "Forgot what you said: 3 messages and 1 observation deleted. "
+        "Forgot what <@7> said: 0 messages and 0 observations deleted."
+    )
+
+
+def test_untrusted_requesters_may_run_nothing_but_forget_me() -> None:
+    for text in ("help", "whitelist list", "poll a | b | c", "speak"):
+        result = execute(parse_command(text), None, state(requester_id=STRANGER))
+        assert (result.outcome, result.changes) == ("denied", ())

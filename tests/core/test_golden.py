@@ -16,6 +16,7 @@ import yaml
 from picortex.core.attention import decide_attention, mode_for_chat
 from picortex.core.discriminator import (
     ChatMeta,
+    HistoryLine,
     decide_from_text,
     fail_decision,
     max_prompt_chars,
@@ -99,7 +100,7 @@ def _prompt(case: dict[str, Any]) -> str:
     cap = case.get("max_chars", max_prompt_chars(HAIKU_IN, HAIKU_OUT))
     return render_prompt(
         TEMPLATE.read_text(encoding="utf-8"),
-        history=[(entry[0], _text(entry)) for entry in case["history"]],
+        history=[HistoryLine(entry[0], _text(entry)) for entry in case["history"]],
         message=(case["message"]["author"], _text(case["message"])),
         chat=ChatMeta(chat["id"], chat["kind"], chat["name"], "picortex"),
         max_chars=cap,

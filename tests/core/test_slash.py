@@ -80,6 +80,19 @@ def test_interactions_read_as_the_typed_commands() -> None:
     poll = _sub("poll", _s("question", "Lunch?"), _s("option1", "A"), _s("option2", "B"))
     assert sl.action_for(_run(poll)) == cmds.PollStart("Lunch?", ("A", "B"))
     assert sl.action_for(_run(_sub("help", _s("topic", "poll")))) == cmds.Help("poll")
+    assert sl.action_for(_run(_sub("forget"))) == cmds.Forget(me=True)
+    forget = _sub("forget", _s("user", "7", sl.USER))
+    assert sl.action_for(_run(forget)) == cmds.Forget((7,))
+    assert sl.action_for(_run(_sub("help", _s("topic", "forget")))) == cmds.Help("forget")
+
+
+def test_the_tree_offers_forget_with_an_optional_user() -> None:
+    (command,) = sl.command_tree(global_scope=True)
+    (forget,) = [o for o in command["options"] if o["name"] == "forget"]
+    assert forget["type"] == sl.SUB_COMMAND
+    assert forget["options"] == [
+        {"type": sl.USER, "name": "user", "description": "Whom to forget (default: you)"}
+    ]
 
 
 def test_bad_input_is_one_sentence_never_an_exception() -> None:

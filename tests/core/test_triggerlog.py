@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import attrs
 from hypothesis import given
 from hypothesis import strategies as st
 
 from picortex.core.triggerlog import (
+    DELETED_TEXT,
+    FORGOTTEN_TEXT,
     TRUSTED_CAPACITY,
     UNTRUSTED_CAPACITY,
     TriggerEntry,
@@ -114,3 +117,35 @@ def test_buffers_never_exceed_capacity(items: list[tuple[int, bool]]) -> None:
     assert len(ids) == len(set(ids))
     if items and items[-1][1]:
         assert log.trusted[-1].id == items[-1][0]
+
+
+def test_a_deleted_trigger_and_follow_up_lose_their_text_but_keep_their_place() -> None:
+    log = TriggerLog().add(entry(1)).add(entry(2))
+    log = log.add_follow_up(1, "first follow-up", 11).add_follow_up(1, "second follow-up", 12)
+    gone = log.forget({1, 12})
+    first = gone.get(1)
+    assert first is not None
+    assert (first.content, first.command) == (DELETED_TEXT, None)
+    assert first.context == ("first follow-up", DELETED_TEXT)
+    assert gone.get(2) == log.get(2)
+    assert log.forget({99}) == log
+
+
+def test_a_deleted_message_leaves_the_context_lines_it_was_shown_in() -> None:
+    log = TriggerLog().add(attrs.evolve(entry(5), context=('[t] "bob": "secret"', "other")))
+    gone = log.forget({4}, {'[t] "bob": "secret"'}).get(5)
+    assert gone is not None
+    assert (gone.content, gone.context) == ("message 5", (DELETED_TEXT, "other"))
+
+
+def test_forgetting_an_author_empties_their_triggers_and_follow_ups() -> None:
+    theirs = attrs.evolve(entry(1), context=("prior line",))
+    log = TriggerLog().add(theirs).add(attrs.evolve(entry(2), author_id=4, author_name="carol"))
+    log = log.add_follow_up(1, "more from alice", 11)
+    forgotten = log.forget_author(3)
+    mine = forgotten.get(1)
+    assert mine is not None
+    assert (mine.author_name, mine.content) == (FORGOTTEN_TEXT, FORGOTTEN_TEXT)
+    assert mine.context == ("prior line", FORGOTTEN_TEXT)
+    assert forgotten.get(2) == log.get(2)
+    assert "more from alice" not in str(forgotten.snapshot())

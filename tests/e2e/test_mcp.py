@@ -27,6 +27,7 @@ TOOLS = {
     "list_errors",
     "resolve_error",
     "get_trust_list",
+    "forget_user",
 }
 
 
@@ -134,6 +135,19 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
                 {"user_id": str(w.bob_id), "tier": "trusted", "owner": False},
             ]
 
+            # Alice's mention is stored for recall; forgetting her deletes it at once.
+            async def authors() -> list[int | None]:
+                hits = await run.bot.store.read(
+                    lambda db: db.search_memory("hi", since=0.0, workspace=None, limit=10)
+                )
+                return [h.author_id for h in hits]
+
+            assert await authors() == [w.alice_id]
+            assert by_name["forget_user"].annotations.destructive_hint is True
+            _, forgot = await _call(session, "forget_user", user_id=str(w.alice_id))
+            assert forgot == {"user_id": str(w.alice_id), "messages": 1, "observations": 0}
+            assert await authors() == []
+
             # Bad arguments: a tool error with one sentence, never a crash.
             for name, args, words in (
                 ("get_action_log", {"n": 0}, "`n` must be"),
@@ -143,6 +157,8 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
                 ("set_config", {"key": "wakeword"}, "`value` is required"),
                 ("resolve_error", {"id": 999, "as": "fixed"}, "No invocation error has id 999"),
                 ("resolve_error", {"id": error_id, "as": "maybe"}, "`as` must be one of"),
+                ("forget_user", {}, "Discord id of the user to forget"),
+                ("forget_user", {"user_id": "99999999999999999999"}, "Discord id"),
                 ("no_such_tool", {}, "no tool named"),
             ):
                 is_error, text = await _call(session, name, **args)

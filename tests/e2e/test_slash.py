@@ -36,7 +36,7 @@ async def test_the_command_tree_is_registered_globally_once(tmp_path: Path) -> N
         assert tree["type"] == 1
         assert tree["contexts"] == [0, 1]
         subs = {o["name"]: o for o in tree["options"]}  # type: ignore[union-attr]
-        assert set(subs) == {"ask", "attention", "whitelist", "config", "poll", "help"}
+        assert set(subs) == {"ask", "attention", "whitelist", "config", "poll", "forget", "help"}
         assert subs["ask"]["options"][0] == {
             "type": 3,
             "name": "text",

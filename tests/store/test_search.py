@@ -103,9 +103,9 @@ def _fresh(tmp_path: Path) -> Store:
     return Store.open(tmp_path / "recall.db")
 
 
-def _add(store: Store, mid: int, channel: int, text: str) -> None:
-    store.add_memory_message(mid, channel, 1, 9, "alice", text, 100.0)
-    store.add_observation("sleep", mid, channel, 1, "insomnia", text, 100.0)
+def _add(store: Store, mid: int, channel: int, text: str, author: int = 9) -> None:
+    store.add_memory_message(mid, channel, 1, author, "alice", text, 100.0)
+    store.add_observation("sleep", mid, channel, 1, "insomnia", text, 100.0, author_id=author)
 
 
 def test_search_is_limited_to_the_given_channels(tmp_path: Path) -> None:
@@ -132,8 +132,28 @@ def test_forget_messages_drops_messages_and_their_observations(tmp_path: Path) -
 def test_an_edit_reindexes_the_text_and_drops_stale_observations(tmp_path: Path) -> None:
     with _fresh(tmp_path) as store:
         _add(store, 1, 10, "insomnia secret before the edit")
-        assert store.reindex_memory_message(1, "all fine now")
+        assert store.reindex_memory_message(1, "all fine now") == 9
         assert store.search_memory("secret", 0.0, None, limit=20) == []
         (hit,) = store.search_memory("fine", 0.0, None, limit=20)
         assert (hit.kind, hit.message_id) == ("message", 1)
-        assert not store.reindex_memory_message(77, "never stored")
+        assert store.reindex_memory_message(77, "never stored") is None
+
+
+def test_an_observation_keeps_its_author(tmp_path: Path) -> None:
+    with _fresh(tmp_path) as store:
+        _add(store, 1, 10, "insomnia again", author=42)
+        hits = store.search_memory("insomnia", 0.0, None, limit=20)
+        assert {(h.kind, h.author_id) for h in hits} == {("message", 42), ("observation", 42)}
+
+
+def test_forget_user_drops_their_messages_and_observations_at_once(tmp_path: Path) -> None:
+    with _fresh(tmp_path) as store:
+        _add(store, 1, 10, "insomnia from bob", author=42)
+        _add(store, 2, 20, "insomnia from bob elsewhere", author=42)
+        _add(store, 3, 10, "insomnia from carol", author=43)
+        # An observation whose author was never recorded, of one of bob's stored messages.
+        store.add_observation("night", 2, 20, 1, "insomnia", "insomnia from bob", 100.0)
+        assert store.forget_user(42) == (2, 3)
+        hits = store.search_memory("insomnia", 0.0, None, limit=20)
+        assert {(h.kind, h.message_id) for h in hits} == {("message", 3), ("observation", 3)}
+        assert store.forget_user(42) == (0, 0)

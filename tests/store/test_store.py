@@ -70,6 +70,32 @@ def test_an_older_database_is_migrated_forward(db_path: Path) -> None:
         assert [h.message_id for h in store.search_memory("memory", 0.0, None)] == [1]
 
 
+def test_observations_made_before_authors_were_kept_take_their_message_author(
+    db_path: Path,
+) -> None:
+    db_path.parent.mkdir(parents=True)
+    conn = apsw.Connection(str(db_path))
+    conn.execute(SCHEMA_VERSION_TABLE)
+    for version, migration in enumerate(MIGRATIONS[:5], start=1):
+        conn.execute(migration)
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+    conn.execute(
+        "INSERT INTO memory_messages VALUES (1, 2, NULL, 3, 'ann', 'insomnia at night', 10.0)"
+    )
+    for mid in (1, 9):  # message 9 was never stored: its author is unknown
+        conn.execute(
+            "INSERT INTO memory_observations (persona, message_id, channel_id, guild_id,"
+            " trigger, content, created_at) VALUES ('sleep', ?, 2, NULL, 'insomnia',"
+            " 'insomnia at night', 10.0)",
+            (mid,),
+        )
+    conn.close()
+    with Store.open(db_path) as store:
+        hits = store.search_memory("insomnia", 0.0, None, limit=10)
+        authors = {(h.kind, h.message_id, h.author_id) for h in hits}
+        assert authors == {("message", 1, 3), ("observation", 1, 3), ("observation", 9, None)}
+
+
 def test_a_newer_database_is_refused(db_path: Path) -> None:
     Store.open(db_path).close()
     conn = apsw.Connection(str(db_path))

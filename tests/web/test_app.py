@@ -574,6 +574,45 @@ async def test_trust_form_adds_a_user(env: Env) -> None:
     assert env.store.get_tier(BOB) is None
 
 
+def _bob_said_things(store: Store) -> None:
+    store.add_memory_message(31, GENERAL, GUILD, BOB, "bob", "insomnia again", 100.0)
+    store.add_memory_message(32, GENERAL, GUILD, BOB, "bob", "insomnia in june", 100.0)
+    store.add_observation("sleep", 31, GENERAL, GUILD, "insomnia", "insomnia again", 100.0, BOB)
+    store.add_memory_message(33, GENERAL, GUILD, OWNER, "alice", "insomnia? me too", 100.0)
+
+
+def _authors(store: Store) -> set[int | None]:
+    return {h.author_id for h in store.search_memory("insomnia", 0.0, None, limit=20)}
+
+
+async def test_forget_api_deletes_a_users_memory_through_the_executor(env: Env) -> None:
+    _bob_said_things(env.store)
+    r = await env.client.post(f"/api/forget/{BOB}", headers=env.bearer())
+    assert r.status_code == 200
+    assert r.json() == {"user_id": str(BOB), "messages": 2, "observations": 1}
+    assert _authors(env.store) == {OWNER}
+    (event,) = env.sink.of("command")
+    assert (event["command"], event["source"], event["result"]) == ("forget", "web", "ok")
+    assert event["forgotten"] == [{"user_id": str(BOB), "messages": 2, "observations": 1}]
+    r = await env.client.post("/api/forget/x1", headers=env.bearer())
+    assert r.status_code == 400
+    assert r.json()["error"] == "user_id must be a Discord id (digits)."
+
+
+async def test_forget_form_needs_the_csrf_token_and_says_how_much_went(env: Env) -> None:
+    _bob_said_things(env.store)
+    csrf = await env.login()
+    r = await env.client.post("/trust/forget", data={"user_id": str(BOB), "csrf": "x"})
+    assert r.status_code == 403
+    assert _authors(env.store) == {BOB, OWNER}
+    r = await env.client.post("/api/forget/" + str(BOB))  # a session without the header
+    assert r.status_code == 403
+    await env.client.post("/trust/forget", data={"user_id": str(BOB), "csrf": csrf})
+    assert _authors(env.store) == {OWNER}
+    page = await env.client.get("/trust")
+    assert "Forgot what @bob said: 2 messages and 1 observation deleted." in page.text
+
+
 async def test_errors_are_listed_and_resolved(env: Env) -> None:
     eid = env.store.add_invocation_error("500", "default", "77", "generate", "boom", None, 1.0)
     h = env.bearer()
