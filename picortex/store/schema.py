@@ -174,12 +174,19 @@ CREATE INDEX channel_activity_active_at ON channel_activity (active_at);
 """
 
 
+# The pruner rolls up ledger rows older than 90 days by day: found by time, not by a scan.
+_V6_LEDGER_AT: Final = """
+CREATE INDEX budget_ledger_at ON budget_ledger (at);
+"""
+
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_MEMORY,
     _V3_LEDGER_USER,
     _V4_APP_COMMANDS,
     _V5_RESUME,
+    _V6_LEDGER_AT,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
