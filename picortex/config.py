@@ -12,6 +12,7 @@ import math
 import os
 import re
 import tomllib
+import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -420,6 +421,29 @@ def _check_overrides(key: str, value: object) -> Mapping[str, str]:
     return MappingProxyType(result)
 
 
+def _refuse_invisible(key: str, value: object) -> None:
+    """Refuse text holding control (Cc) or format (Cf) characters, at any depth.
+
+    Config text is shown in chat, the panel and terminals and matched against messages: a
+    zero-width space or a direction override would make a wakeword or model id that looks
+    like another, and a control character could rewrite what a terminal shows.
+    """
+    if isinstance(value, str):
+        for char in value:
+            if unicodedata.category(char) in ("Cc", "Cf"):
+                raise _Invalid(
+                    f"{key} must not contain control or format characters"
+                    f" (U+{ord(char):04X}), got {_show(value)}"
+                )
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _refuse_invisible(key, item)
+    elif isinstance(value, dict):
+        for name, item in value.items():
+            _refuse_invisible(key, name)
+            _refuse_invisible(key, item)
+
+
 @attrs.frozen
 class _Key:
     """How one key is checked, parsed from text, and whether it may change at runtime."""
@@ -427,6 +451,11 @@ class _Key:
     check: Callable[[str, object], object]
     from_text: Callable[[str], object]
     runtime: bool
+
+    def validate(self, key: str, value: object) -> object:
+        """The checked value; every source (file, environment, runtime) comes through here."""
+        _refuse_invisible(key, value)
+        return self.check(key, value)
 
 
 def _text_raw(text: str) -> object:
@@ -576,7 +605,7 @@ def parse_runtime_value(key: str, text: str) -> object:
         if _price_key(key) is not None:
             return _check_price(key, _text_number(text))
         spec = _KEYS[key]
-        return spec.check(key, spec.from_text(text))
+        return spec.validate(key, spec.from_text(text))
     except _Invalid as exc:
         raise ConfigError(str(exc)) from None
 
@@ -623,9 +652,14 @@ def _price_key(key: str) -> tuple[str, str] | None:
         return None
     model, _, field = key[len(PRICES_PREFIX) :].rpartition(".")
     field = field.lower()
-    if field not in PRICE_FIELDS or not model or any(c.isspace() for c in model):
+    if field not in PRICE_FIELDS or not model or any(_blank(c) for c in model):
         return None
     return model, field
+
+
+def _blank(char: str) -> bool:
+    """A space, control or format character: none belongs in a model id."""
+    return char.isspace() or unicodedata.category(char) in ("Cc", "Cf")
 
 
 def _set_key(settings: Settings, key: str, value: object) -> Settings:
@@ -682,11 +716,11 @@ def _file_values(path: Path, data: Mapping[str, Any]) -> Iterator[tuple[str, obj
             for sub, value in raw.items():
                 key = f"{name}.{sub}"
                 if key in _KEYS:
-                    yield key, _KEYS[key].check(key, value)
+                    yield key, _KEYS[key].validate(key, value)
                 else:
                     logger.warning("%s: unknown key %s is ignored", path, key)
         elif name in _KEYS:
-            yield name, _KEYS[name].check(name, raw)
+            yield name, _KEYS[name].validate(name, raw)
         else:
             logger.warning("%s: unknown key %s is ignored", path, name)
 
@@ -697,6 +731,7 @@ def _file_prices(path: Path, raw: object) -> Mapping[str, Price]:
     prices = dict(BUILTIN_PRICES)
     for model, entry in raw.items():
         key = f"prices.{model}"
+        _refuse_invisible("prices", model)
         if not isinstance(entry, dict):
             raise _Invalid(f"{key} must be a table with input and output, got {_show(entry)}")
         known = prices.get(model)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -572,3 +574,44 @@ def test_prices_can_be_set_at_runtime_within_bounds(tmp_path: Path) -> None:
     for bad in ("prices.x.input", "prices..input", "prices.x.cache"):
         with pytest.raises(ConfigError):
             parse_runtime_value(bad, "5000" if bad == "prices.x.input" else "1")
+
+
+# Control (Cc) and format (Cf) characters: a NUL, an escape, a zero-width space, a
+# right-to-left override, a byte-order mark, a soft hyphen.
+INVISIBLE = ["\x00", "\x1b", "\u200b", "\u202e", "\ufeff", "\u00ad"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+@pytest.mark.parametrize(
+    ("key", "clean"),
+    [
+        ("wakeword", "!s"),
+        ("discriminator.model", "claude-haiku-5-5"),
+        ("models.general", "claude-sonnet-5-5"),
+    ],
+)
+def test_text_keys_refuse_control_and_format_characters(
+    tmp_path: Path, key: str, clean: str, char: str
+) -> None:
+    dirty = clean[:1] + char + clean[1:]
+    sentence = f"{key} must not contain control or format characters (U+{ord(char):04X})"
+    with pytest.raises(ConfigError, match=re.escape(sentence)):
+        parse_runtime_value(key, dirty)
+    section, _, name = key.rpartition(".")
+    toml = (f"[{section}]\n" if section else "") + f"{name} = {json.dumps(dirty)}\n"
+    with pytest.raises(ConfigError, match=f"picortex.toml: {key} must not contain") as info:
+        load_settings(env=_home(tmp_path, toml))
+    assert "\n" not in str(info.value)
+    (tmp_path / "picortex.toml").unlink()
+    with pytest.raises(ConfigError, match="runtime config"):
+        load_settings(env=_home(tmp_path), overrides={key: dirty})
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+def test_price_model_names_refuse_control_and_format_characters(tmp_path: Path, char: str) -> None:
+    model = f"my{char}model"
+    with pytest.raises(ConfigError):
+        runtime_key(f"prices.{model}.input")
+    toml = f"[prices.{json.dumps(model)}]\ninput = 1\noutput = 2\n"
+    with pytest.raises(ConfigError, match="must not contain control or format"):
+        load_settings(env=_home(tmp_path, toml))

@@ -1,8 +1,10 @@
 """The pruner: at start-up and then hourly, drops what the bot no longer needs to keep.
 
 Memory (messages and observations) older than 14 days (recall looks back 7), invocation
-errors resolved more than 90 days ago, and seen message ids older than 7 days (Discord
-never replays that far back). Each round that dropped anything writes a `prune` event.
+errors resolved more than 90 days ago and unresolved ones beyond the newest 10,000, seen
+message ids older than 7 days (Discord never replays that far back); ledger rows older than
+90 days are rolled up into one per day (totals unchanged). Each round that dropped anything
+writes a `prune` event.
 """
 
 from __future__ import annotations
@@ -23,15 +25,21 @@ DAY: Final = 24 * 3600.0
 MEMORY_KEEP_SECONDS: Final = 14 * DAY  # SPEC 8: recall needs 7 days; keep a margin
 RESOLVED_ERRORS_KEEP_SECONDS: Final = 90 * DAY  # a resolved failure is history after a season
 SEEN_KEEP_SECONDS: Final = 7 * DAY  # Discord replays minutes, not weeks
+LEDGER_DETAIL_SECONDS: Final = 90 * DAY  # SPEC 8: older spend is kept as daily totals
+UNRESOLVED_ERRORS_MAX: Final = 10_000  # SPEC 8: a failure storm must not fill the disk
 PRUNE_EVERY_SECONDS: Final = 3600.0
 
 
 def prune_once(store: Store, now: float) -> dict[str, int]:
     """One round of pruning at wall-clock time `now`; returns what was dropped, by kind."""
+    # Whole UTC days only, so a day is never half detail, half total.
+    ledger_before = (now - LEDGER_DETAIL_SECONDS) // DAY * DAY
     return {
         "memory": store.prune_memory(now - MEMORY_KEEP_SECONDS),
-        "invocation_errors": store.prune_resolved_errors(now - RESOLVED_ERRORS_KEEP_SECONDS),
+        "invocation_errors": store.prune_resolved_errors(now - RESOLVED_ERRORS_KEEP_SECONDS)
+        + store.cap_unresolved_errors(UNRESOLVED_ERRORS_MAX),
         "seen_ids": store.prune_seen(now - SEEN_KEEP_SECONDS),
+        "ledger_rows": store.roll_up_ledger(ledger_before),
     }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
@@ -41,6 +42,7 @@ from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, RestartPolicy
 from picortex.store import Store
+from picortex.store.chathome import ChatHome
 from picortex.types import (
     ChannelCreate,
     ChannelDelete,
@@ -468,10 +470,13 @@ class Router:
         """A channel or thread is gone: forget it (and its threads) in registry, cache, memory."""
         clients = self._clients
         gone = clients.registry.remove(event.id)
+        home = clients.settings().home
         for channel_id in gone:
             clients.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
             # Queued for the store's next group; nothing is left to catch up there either.
-            clients.store.submit(functools.partial(_forget_channel, channel_id=channel_id))
+            clients.store.submit(
+                functools.partial(_forget_channel, channel_id=channel_id, home=home)
+            )
         clients.events.emit(
             "channel-delete",
             channel_id=event.id,
@@ -608,7 +613,11 @@ _STRANGER_CHATTER: Final = object()
 _TRUSTED_CHATTER: Final = object()
 
 
-def _forget_channel(db: Store, *, channel_id: Snowflake) -> None:
-    """On the store's thread: a deleted channel's memory and catch-up activity go."""
+def _forget_channel(db: Store, *, channel_id: Snowflake, home: Path) -> None:
+    """On the store's thread: a deleted channel's memory, catch-up activity and chat home go.
+
+    Discord never reuses an id, so nothing would ever read that chat home again.
+    """
     db.forget_channel(channel_id)
     db.forget_channel_activity(channel_id)
+    ChatHome(home, str(channel_id)).remove()

@@ -22,6 +22,7 @@ from picortex.config import (
     parse_runtime_value,
     runtime_key,
 )
+from picortex.core.terminal import clean_line
 from picortex.errors import ConfigError
 from picortex.store import Store
 
@@ -34,6 +35,11 @@ ChatModeSetter = Callable[[int, str], str]
 Raises ConfigError (one sentence) for a bad mode. The default only writes `chat_config`;
 the app may pass one that also prepares the chat home and its discriminator prompt.
 """
+
+
+def _print(stream: TextIO, text: object) -> None:
+    """One line, control characters escaped: stored values and model names may hold any."""
+    stream.write(clean_line(str(text)) + "\n")
 
 
 def _shown(value: object) -> str:
@@ -59,38 +65,38 @@ def run_config_get(
     try:
         effective = settings.with_runtime(stored)
     except ConfigError as exc:
-        err.write(f"{exc}\n")
+        _print(err, exc)
         return 2
     if key is None:
         for name in RUNTIME_KEYS:
             mark = "  (runtime)" if name in stored else ""
-            out.write(f"{name} = {_shown(effective.value_of(name))}{mark}\n")
+            _print(out, f"{name} = {_shown(effective.value_of(name))}{mark}")
         for command, mode in sorted(effective.response_policy.overrides.items()):
             name = OVERRIDES_PREFIX + command
             mark = "  (runtime)" if name in stored else ""
-            out.write(f"{name} = {mode}{mark}\n")
+            _print(out, f"{name} = {mode}{mark}")
         for model, price in sorted(effective.prices.items()):
             for field in PRICE_FIELDS:
                 name = f"{PRICES_PREFIX}{model}.{field}"
                 mark = "  (runtime)" if name in stored else ""
-                out.write(f"{name} = {_shown(getattr(price, field))}{mark}\n")
+                _print(out, f"{name} = {_shown(getattr(price, field))}{mark}")
         return 0
     chat_id = _chat_id(key)
     if chat_id is not None:
         chat = store.get_chat_config(chat_id)
         if chat is None:
-            out.write(f"attention.{chat_id} = (not set: attention.dm or attention.group applies)\n")
+            _print(out, f"attention.{chat_id} = (not set: attention.dm or attention.group applies)")
         else:
-            out.write(f"attention.{chat_id} = {chat.attention_mode}\n")
+            _print(out, f"attention.{chat_id} = {chat.attention_mode}")
         return 0
     name = key.strip().lower()
     try:
         value = effective.value_of(name)
     except ConfigError as exc:
-        err.write(f"{exc}\n")
+        _print(err, exc)
         return 2
     mark = "  (runtime)" if name in stored else ""
-    out.write(f"{name} = {_shown(value)}{mark}\n")
+    _print(out, f"{name} = {_shown(value)}{mark}")
     return 0
 
 
@@ -131,7 +137,7 @@ def run_config_set(
             setter = chat_mode_setter or _store_chat_mode(
                 store, time.time() if now is None else now
             )
-            out.write(setter(chat_id, value) + "\n")
+            _print(out, setter(chat_id, value))
             return 0
         name = runtime_key(key)
         parsed = parse_runtime_value(name, value)
@@ -139,10 +145,10 @@ def run_config_set(
         # What is stored must load again at start-up: check the round trip before writing.
         settings.with_runtime({name: text})
     except ConfigError as exc:
-        err.write(f"{exc}\n")
+        _print(err, exc)
         return 2
     store.set_runtime_config(name, text)
-    out.write(f"{name} = {text}\n")
+    _print(out, f"{name} = {text}")
     return 0
 
 

@@ -369,6 +369,11 @@ class GatewayHub:
             task_status.started(server.port)
 
     async def _handle(self, request: Any) -> None:
+        if any(name.lower() == b"origin" for name, _ in request.headers):
+            # Bots send no Origin; browsers always do. Refused, no web page the owner opens
+            # can read the simulated server (`sim --chat` may carry real conversations).
+            await request.reject(403, body=b"browsers may not connect to the gateway\n")
+            return
         split = urlsplit(request.path)
         query = dict(parse_qsl(split.query))
         compress = query.get("compress")

@@ -34,8 +34,7 @@ from picortex.sim.world import (
 )
 
 CONTROL_TOKEN_BYTES: Final = 24  # 192 random bits, like a session token
-# The bot token a simulator accepts unless told otherwise (a fake, not a secret).
-DEFAULT_TOKEN: Final = "sim-token"  # noqa: S105 - a fake the simulator accepts, not a secret
+BOT_TOKEN_BYTES: Final = 24
 # Name of the user that blasted benchmark messages come from.
 BENCH_AUTHOR: Final = "bench-user"
 # Words blasted messages are made of: varied text compresses like real chat, unlike repeats.
@@ -90,7 +89,9 @@ class Simulator:
     """A faithful Discord (REST v10 + gateway) and an offline model endpoint, on loopback.
 
     Args:
-        token: the bot token the simulator accepts (REST `Bot <token>` and IDENTIFY).
+        token: the bot token the simulator accepts (REST `Bot <token>` and IDENTIFY);
+            None: a random one per simulator, so nothing that was not shown it (a web page
+            in the owner's browser, another local user) can act as the bot.
         bot_username: the bot user's name.
         heartbeat_interval_ms: the interval HELLO announces.
         enforce_heartbeat: drop a connection that misses heartbeats (session kept).
@@ -102,7 +103,7 @@ class Simulator:
 
     def __init__(
         self,
-        token: str = DEFAULT_TOKEN,
+        token: str | None = None,
         *,
         bot_username: str = "picortex",
         heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_MS,
@@ -113,7 +114,7 @@ class Simulator:
         rate_limits: bool = True,
         control_token: str | None = None,
     ) -> None:
-        self.token = token
+        self.token = token or "sim-" + secrets.token_urlsafe(BOT_TOKEN_BYTES)
         # The control API can post as anyone (the owner included) and spend a real model
         # key in `sim --chat`: only a client that was shown this token may use it.
         self.control_token = control_token or secrets.token_urlsafe(CONTROL_TOKEN_BYTES)
@@ -121,7 +122,7 @@ class Simulator:
         self._changed = trio.Event()
         self.gateway = GatewayHub(
             self.world,
-            token,
+            self.token,
             heartbeat_interval_ms=heartbeat_interval_ms,
             enforce_heartbeat=enforce_heartbeat,
             allowed_privileged_intents=allowed_privileged_intents,
@@ -132,7 +133,7 @@ class Simulator:
         self.limiter = RateLimiter(enabled=rate_limits)
         self.rest = DiscordRest(
             self.world,
-            token,
+            self.token,
             limiter=self.limiter,
             clock=trio.current_time,
             gateway_url=lambda: self.gateway.url,

@@ -2,18 +2,29 @@
 
 Every change to the prompt is a commit, so the repository's log is the prompt's history
 (SPEC 7). Git runs synchronously with a timeout; callers in trio run this in a thread.
+
+Reading the prompt is on every classification's path, so a prompt whose file has not
+changed since it was last read (and committed) comes from memory without running git.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
+import shutil
 import subprocess
+import threading
+import time
+from collections import OrderedDict
 from importlib import resources
 from pathlib import Path
 from typing import Final, NamedTuple
 
 from picortex.errors import ChatHomeError as ChatHomeError
+
+logger = logging.getLogger(__name__)
 
 PROMPT_RELPATH: Final = ".picortex/prompts/discriminator.md"
 GIT_TIMEOUT_SECONDS: Final = 15.0  # a local commit takes milliseconds; a hung git must not
@@ -26,6 +37,53 @@ RESTORE_MESSAGE: Final = "Prompt file was missing: restored the default template
 _CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _FIELD_SEP: Final = "\x1f"
 _RECORD_SEP: Final = "\x1e"
+# Prompts kept in memory (a few KiB each), least recently read dropped first.
+PROMPT_CACHE_SIZE: Final = 1024
+# A file changed within this many seconds of being read may change again without its
+# stamp changing (timestamps are coarser than writes): it is not trusted from memory yet.
+RACY_SECONDS: Final = 2.0
+
+_Stamp = tuple[int, int, int, int, int]  # device, inode, size, mtime and ctime in ns
+
+
+def _stamp(path: Path) -> _Stamp | None:
+    """What changes whenever the file does (it is replaced or written); None if missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class _PromptCache:
+    """Committed prompts by file, each with the stamp its file had when read."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: OrderedDict[Path, tuple[_Stamp, str]] = OrderedDict()
+        self._lock = threading.Lock()  # homes are read from worker threads
+
+    def get(self, path: Path, stamp: _Stamp) -> str | None:
+        with self._lock:
+            entry = self._entries.get(path)
+            if entry is None or entry[0] != stamp:
+                return None
+            self._entries.move_to_end(path)
+            return entry[1]
+
+    def put(self, path: Path, stamp: _Stamp, text: str) -> None:
+        with self._lock:
+            self._entries[path] = (stamp, text)
+            self._entries.move_to_end(path)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def forget(self, path: Path) -> None:
+        with self._lock:
+            self._entries.pop(path, None)
+
+
+_PROMPTS: Final = _PromptCache(PROMPT_CACHE_SIZE)
 
 
 class PromptVersion(NamedTuple):
@@ -74,7 +132,17 @@ class ChatHome:
         return env
 
     def _git(self, *args: str) -> str:
-        command = ["git", "-c", "commit.gpgsign=false", *args]
+        # The identity and signing are given per call, so a home needs no `git config`.
+        command = [
+            "git",
+            "-c",
+            "commit.gpgsign=false",
+            "-c",
+            f"user.name={GIT_USER_NAME}",
+            "-c",
+            f"user.email={GIT_USER_EMAIL}",
+            *args,
+        ]
         try:
             done = subprocess.run(  # noqa: S603 - fixed program, arguments are ours
                 command,
@@ -152,11 +220,10 @@ class ChatHome:
         except OSError as exc:
             raise ChatHomeError(f"cannot create {self.root}: {exc.strerror or exc}") from None
         if not self.exists():
-            self._git("init", "-q", "-b", "main")
-        # Set every time: cheap, and repairs a home whose creation was interrupted.
-        self._git("config", "user.name", GIT_USER_NAME)
-        self._git("config", "user.email", GIT_USER_EMAIL)
-        self._git("config", "commit.gpgsign", "false")
+            # An empty template: no sample hooks, description or excludes in every chat.
+            self._git("init", "-q", "-b", "main", "--template=")
+        else:
+            self._drop_sample_hooks()
         if not self.prompt_path.exists():
             seeded_before = self._has_commits()
             self._write(default_prompt_template())
@@ -164,18 +231,39 @@ class ChatHome:
         elif not self._has_commits():
             self._commit_prompt(SEED_MESSAGE)
 
+    def _drop_sample_hooks(self) -> None:
+        # Homes made by earlier versions carry git's sample hooks: inert, but a dozen files
+        # in every chat.
+        for sample in (self.root / ".git" / "hooks").glob("*.sample"):
+            with contextlib.suppress(OSError):  # harmless where it stays
+                sample.unlink()
+
     def _pick_up_hand_edit(self) -> None:
         self._commit_prompt(HAND_EDIT_MESSAGE)
 
     def read_prompt(self) -> str:
         """The chat's prompt; a hand edit since the last commit is committed first.
 
+        Unchanged since the last read, it costs a stat and no subprocess.
+
         Raises:
             ChatHomeError: git failed or the file cannot be read.
         """
+        path = self.prompt_path
+        stamp = _stamp(path)
+        if stamp is not None:
+            cached = _PROMPTS.get(path, stamp)
+            if cached is not None and self.exists():
+                return cached
         self.ensure()
         self._pick_up_hand_edit()
-        return self._read()
+        before = _stamp(path)
+        text = self._read()
+        after = _stamp(path)
+        # Remembered only when nothing wrote the file meanwhile, and not just now.
+        if after is not None and after == before and time.time_ns() - after[3] > RACY_SECONDS * 1e9:
+            _PROMPTS.put(path, after, text)
+        return text
 
     def write_prompt(self, text: str, message: str) -> bool:
         """Replace the prompt and commit it with `message`; False when nothing changed.
@@ -189,8 +277,24 @@ class ChatHome:
         self._pick_up_hand_edit()
         if self._read() == text:
             return False
+        _PROMPTS.forget(self.prompt_path)
         self._write(text)
         return self._commit_prompt(message)
+
+    def remove(self) -> bool:
+        """Delete the chat home (its channel or thread is gone); False if there was none.
+
+        Never raises: a home that cannot be removed is logged and left.
+        """
+        _PROMPTS.forget(self.prompt_path)
+        if not self.root.exists():
+            return False
+        try:
+            shutil.rmtree(self.root)
+        except OSError as exc:
+            logger.warning("cannot remove the chat home %s: %s", self.root, exc.strerror or exc)
+            return False
+        return True
 
     def history(self) -> list[PromptVersion]:
         """The prompt's versions, newest first; empty when the chat has no home yet.

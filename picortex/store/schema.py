@@ -188,6 +188,12 @@ CREATE INDEX memory_messages_author ON memory_messages (author_id);
 """
 
 
+# The pruner rolls up ledger rows older than 90 days by day: found by time, not by a scan.
+_V7_LEDGER_AT: Final = """
+CREATE INDEX budget_ledger_at ON budget_ledger (at);
+"""
+
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_MEMORY,
@@ -195,6 +201,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     _V4_APP_COMMANDS,
     _V5_RESUME,
     _V6_OBSERVATION_AUTHOR,
+    _V7_LEDGER_AT,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

@@ -33,6 +33,11 @@ BUSY_TIMEOUT_MS: Final = 5_000  # a CLI command and the bot may write at once; w
 # process loses nothing committed; only a power cut may lose the newest commits (never corrupt).
 SYNCHRONOUS: Final = "NORMAL"
 MAX_QUERY_TERMS: Final = 32  # recall needs the gist of a message, not every word of a long one
+# A stored stack trace keeps its start (where the call came from) and its end (the frames
+# that failed and the exception); a recursion or a huge repr in between is cut.
+STACK_TRACE_HEAD_CHARS: Final = 1_000
+STACK_TRACE_TAIL_CHARS: Final = 7_000
+_DAY_SECONDS: Final = 86_400
 
 _TERM: Final = re.compile(r"\w+")
 _PRAGMA_NAME: Final = re.compile(r"[a-z_]+")
@@ -369,6 +374,7 @@ class Store:
         """Record a failed invocation (secrets already redacted by the caller); returns its id."""
         if stage not in STAGES:
             raise ValueError(f"stage must be one of {', '.join(STAGES)}, got {stage!r}")
+        stack_trace = trim_stack_trace(stack_trace)
         with self.transaction():
             self._run(
                 "INSERT INTO invocation_errors (workspace_id, persona, signal_id, stage,"
@@ -460,6 +466,29 @@ class Store:
             (period_key,),
         )
         return {cast(str, ws): float(cast(float, total)) for ws, total in rows}
+
+    def roll_up_ledger(self, before: float) -> int:
+        """Merge the ledger rows before `before` into one row per UTC day, workspace, period
+        and user, dated at the day's start; returns how many rows fewer there are.
+
+        Every total by period, workspace, user or day stays the same; `before` should be a
+        day's start, so no day is split.
+        """
+        with self.transaction():
+            last = self._one("SELECT max(id) FROM budget_ledger WHERE at < ?", (before,))
+            if last is None:
+                return 0
+            bindings = (before, last, _DAY_SECONDS)
+            added = self._write(
+                "INSERT INTO budget_ledger (workspace, period_key, cost_usd, at, user_id)"
+                " SELECT workspace, period_key, sum(cost_usd), CAST(at / ?3 AS INTEGER) * ?3,"
+                " user_id FROM budget_ledger INDEXED BY budget_ledger_at WHERE at < ?1 AND id <= ?2"
+                " GROUP BY workspace, period_key, user_id, CAST(at / ?3 AS INTEGER)"
+                " HAVING count(*) > 1",
+                bindings,
+            )
+            removed = self._write(_ROLLED_UP_SQL, bindings)
+        return removed - added
 
     def daily_spend(self, since: float) -> list[tuple[str, str, float]]:
         """USD spent per workspace per UTC day (`YYYY-MM-DD`) since `since` (unix seconds)."""
@@ -739,6 +768,15 @@ class Store:
             (resolved_before,),
         )
 
+    def cap_unresolved_errors(self, keep: int) -> int:
+        """Forget the oldest unresolved invocation errors beyond the newest `keep`."""
+        return self._write(
+            "DELETE FROM invocation_errors WHERE resolved_at IS NULL AND id < ("
+            " SELECT id FROM invocation_errors WHERE resolved_at IS NULL"
+            " ORDER BY id DESC LIMIT 1 OFFSET ?)",
+            (max(keep, 1) - 1,),
+        )
+
     def prune_memory(self, older_than: float) -> int:
         """Forget stored messages and observations older than `older_than` (Unix seconds)."""
         with self.transaction():
@@ -747,6 +785,33 @@ class Store:
                 "DELETE FROM memory_observations WHERE created_at < ?", (older_than,)
             )
         return dropped
+
+
+# The rows `roll_up_ledger` merged (numbered up to ?2, before ?1; ?3 is a day in seconds).
+# Found through the time index: the rows rolled up by earlier rounds are few, and the 90
+# days of detail after them are never read.
+_ROLLED_UP_SQL: Final = """
+DELETE FROM budget_ledger WHERE id IN (
+    SELECT id FROM (
+        SELECT id, count(*) OVER (
+            PARTITION BY workspace, period_key, user_id, CAST(at / ?3 AS INTEGER)
+        ) AS day_rows
+        FROM budget_ledger INDEXED BY budget_ledger_at WHERE at < ?1 AND id <= ?2
+    ) WHERE day_rows > 1
+)
+"""
+
+
+def trim_stack_trace(trace: str | None) -> str | None:
+    """A stack trace cut to its first and last characters, saying how much was left out."""
+    if trace is None or len(trace) <= STACK_TRACE_HEAD_CHARS + STACK_TRACE_TAIL_CHARS:
+        return trace
+    cut = len(trace) - STACK_TRACE_HEAD_CHARS - STACK_TRACE_TAIL_CHARS
+    return (
+        trace[:STACK_TRACE_HEAD_CHARS]
+        + f"\n[... {cut} characters trimmed ...]\n"
+        + trace[-STACK_TRACE_TAIL_CHARS:]
+    )
 
 
 _ERROR_COLUMNS: Final = (

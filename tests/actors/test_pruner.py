@@ -1,11 +1,14 @@
-"""The pruner: at start-up and hourly, old memory, resolved errors and seen ids go."""
+"""The pruner: at start-up and hourly, old memory, resolved errors and seen ids go; unresolved
+errors are capped and old spend is kept as daily totals."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import trio
 
+from picortex.actors import pruner as pruning
 from picortex.actors.pruner import DAY, PRUNE_EVERY_SECONDS, Pruner
 from picortex.store import Store
 from tests.helpers import RecordingSink
@@ -51,3 +54,25 @@ async def test_prunes_at_start_and_then_hourly(tmp_path: Path, autojump_clock: o
             assert pruner.rounds == 3
             assert len(sink.of("prune")) == 2  # nothing to drop: no event
             nursery.cancel_scope.cancel()
+
+
+def test_unresolved_errors_are_capped_and_old_spend_kept_by_day(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pruning, "UNRESOLVED_ERRORS_MAX", 2)
+    with Store.open(tmp_path / "picortex.db") as store:
+        ids = [
+            store.add_invocation_error("1", "", str(i), "generate", "boom", None, NOW - i)
+            for i in range(4)
+        ]
+        old_day = (NOW - 100 * DAY) // DAY * DAY
+        for hour in range(3):
+            store.add_spend("1", "old", 0.25, old_day + hour * 3600, user_id=5)
+        for hour in range(2):
+            store.add_spend("1", "new", 0.25, NOW - 10 * DAY + hour * 3600, user_id=5)
+        dropped = pruning.prune_once(store, NOW)
+        assert (dropped["invocation_errors"], dropped["ledger_rows"]) == (2, 2)
+        assert [e.id for e in store.invocation_errors()] == ids[2:]
+        assert (store.spend("1", "old"), store.spend("1", "new")) == (0.75, 0.5)
+        assert store.daily_spend(0.0)[0][2] == 0.75
+        assert pruning.prune_once(store, NOW)["ledger_rows"] == 0

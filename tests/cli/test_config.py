@@ -183,3 +183,16 @@ def test_set_writes_errors_to_stderr_by_default(
 ) -> None:
     assert run_config_set(store, settings, "nope", "1", io.StringIO()) == 2
     assert capsys.readouterr().err == 'unknown config key "nope"\n'
+
+
+@pytest.mark.parametrize("char", ["\u202e", "\x9b", "\x1b"])
+def test_get_escapes_what_it_prints(store: Store, settings: Settings, char: str) -> None:
+    # A value stored by an older version, and a key typed with a stray character: whatever
+    # comes back, no control character reaches the terminal.
+    store.set_runtime_config("wakeword", f"!{char}s")
+    printed = [_get(store, settings, None), _get(store, settings, "wakeword")]
+    printed.append(_get(store, settings, f"wake{char}word"))
+    for code, out, err in printed:
+        assert code == 2
+        assert char not in out + err
+        assert f"\\u{ord(char):04x}" in err

@@ -96,7 +96,7 @@ async def running_bot(
     before_start: Callable[[Simulator], None] | None = None,
     **actor_kwargs: Any,
 ) -> AsyncIterator[Bot]:
-    simulator = sim or Simulator()
+    simulator = sim or Simulator(TOKEN)
     async with trio.open_nursery() as nursery:
         await nursery.start(simulator.serve)
         world = simulator.add_default_world()
@@ -157,7 +157,7 @@ async def test_connects_identifies_with_shard_and_reaches_ready(autojump_clock: 
 
 
 async def test_the_gateway_url_comes_from_the_rest_client(autojump_clock: Any) -> None:
-    sim = Simulator()
+    sim = Simulator(TOKEN)
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(sim.serve)
         sink = RecordingSink()
@@ -171,7 +171,7 @@ async def test_the_gateway_url_comes_from_the_rest_client(autojump_clock: Any) -
 
 
 async def test_a_401_from_rest_is_fatal(autojump_clock: Any) -> None:
-    sim = Simulator()
+    sim = Simulator(TOKEN)
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(sim.serve)
         async with RestClient(urls.api_base, "not-the-token") as rest:
@@ -255,7 +255,7 @@ async def test_op9_resumable_resumes(autojump_clock: Any) -> None:
 async def test_op9_not_resumable_identifies_afresh_within_the_identify_limit(
     autojump_clock: Any,
 ) -> None:
-    sim = Simulator(limit_identify_concurrency=True)  # a 2nd IDENTIFY within 5 s gets op 9
+    sim = Simulator(TOKEN, limit_identify_concurrency=True)  # a 2nd IDENTIFY within 5 s gets op 9
     async with running_bot(sim=sim) as bot:
         first = bot.actor.status().session_id
         bot.post("lost with the session")
@@ -352,7 +352,7 @@ async def test_fatal_close_codes_raise_fatal_discord_error(autojump_clock: Any, 
 async def test_discord_refusing_identify_stops_before_ready(
     autojump_clock: Any, sim_kwargs: dict[str, Any], token: str, code: int
 ) -> None:
-    sim = Simulator(**sim_kwargs)
+    sim = Simulator(TOKEN, **sim_kwargs)
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.serve)
         actor = GatewayActor(token, SimRest(sim), RecordingSink(), lambda n, d: None)
@@ -466,7 +466,7 @@ async def test_cancel_closes_with_1000_which_ends_the_session(autojump_clock: An
 
 
 async def test_identify_waits_when_no_session_starts_remain(autojump_clock: Any) -> None:
-    sim = Simulator()
+    sim = Simulator(TOKEN)
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.serve)
         sink = RecordingSink()
@@ -484,7 +484,7 @@ async def test_identify_waits_when_no_session_starts_remain(autojump_clock: Any)
 async def test_a_crashed_actor_keeps_its_session_and_resumes_on_restart(
     autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sim = Simulator()
+    sim = Simulator(TOKEN)
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.serve)
         world = sim.add_default_world()
@@ -626,7 +626,7 @@ class MemorySessions:
 async def test_a_new_process_resumes_the_persisted_session_and_gets_the_replay(
     autojump_clock: Any,
 ) -> None:
-    sim = Simulator()
+    sim = Simulator(TOKEN)
     sessions = MemorySessions()
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.serve)
@@ -685,7 +685,7 @@ async def _run_in(actor: GatewayActor, scope: trio.CancelScope) -> None:
 
 
 async def test_a_clean_stop_ends_the_persisted_session(autojump_clock: Any) -> None:
-    sim = Simulator()
+    sim = Simulator(TOKEN)
     sessions = MemorySessions()
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.serve)

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from picortex.store import MemoryHit
+from picortex.store.chathome import ChatHome
 from tests.e2e.harness import Running, running_bot
 
 pytestmark = pytest.mark.virtual_time
@@ -103,12 +104,21 @@ async def test_thread_and_channel_deletes_leave_the_registry(tmp_path: Path) -> 
         await run.wait_until(lambda: run.bot.pipe.registry.get(thread.id) is not None)
         said = run.say(thread.id, w.alice_id, f"{run.mention()} remember walrus")
         await run.wait_until(lambda: bool(run.replies_to(int(said["id"]))))
+        homes = {
+            c: ChatHome(run.bot.pipe.home, str(c)) for c in (thread.id, w.random_id, w.general_id)
+        }
+        for home in homes.values():
+            home.ensure()
         run.sim.delete_channel(thread.id)
         await run.wait_event("channel-delete", channel_id=str(thread.id))
         assert run.bot.pipe.registry.get(thread.id) is None
         await run.bot.store.flush()
         assert not [h for h in await _recall(run, "walrus") if h.channel_id == thread.id]
+        assert not homes[thread.id].root.exists()  # its chat home went with it
         run.sim.delete_channel(w.random_id)
         await run.wait_event("channel-delete", channel_id=str(w.random_id))
         assert run.bot.pipe.registry.get(w.random_id) is None
         assert run.bot.pipe.registry.get(w.general_id) is not None
+        await run.bot.store.flush()
+        assert not homes[w.random_id].root.exists()
+        assert homes[w.general_id].exists()

@@ -19,11 +19,13 @@ from picortex.sim import DefaultWorld, Simulator, SimURLs
 # GUILDS | GUILD_MESSAGES | GUILD_MESSAGE_REACTIONS | DIRECT_MESSAGES |
 # DIRECT_MESSAGE_REACTIONS | MESSAGE_CONTENT: what picortex identifies with.
 BOT_INTENTS = 1 | (1 << 9) | (1 << 10) | (1 << 12) | (1 << 13) | (1 << 15)
+# The simulators here accept this token (a simulator makes up a random one when not given).
+TOKEN = "sim-token"
 
 
 @pytest.fixture
 async def sim(nursery: trio.Nursery) -> Simulator:
-    simulator = Simulator()
+    simulator = Simulator(TOKEN)
     await nursery.start(simulator.serve)
     return simulator
 
@@ -42,7 +44,7 @@ def world(sim: Simulator) -> DefaultWorld:
 @pytest.fixture
 async def api(urls: SimURLs) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(
-        base_url=urls.api_base, headers={"Authorization": "Bot sim-token"}
+        base_url=urls.api_base, headers={"Authorization": f"Bot {TOKEN}"}
     ) as client:
         yield client
 
@@ -90,7 +92,7 @@ class RawGateway:
     async def identify(
         self,
         *,
-        token: str = "sim-token",
+        token: str = TOKEN,
         intents: int = BOT_INTENTS,
         shard: list[int] | None = None,
     ) -> dict[str, Any]:
@@ -104,7 +106,7 @@ class RawGateway:
         await self.send(2, data)
         return await self.recv_dispatch("READY")
 
-    async def resume(self, session_id: str, seq: int | None, token: str = "sim-token") -> None:
+    async def resume(self, session_id: str, seq: int | None, token: str = TOKEN) -> None:
         await self.send(6, {"token": token, "session_id": session_id, "seq": seq})
 
     async def closed_code(self) -> int:

@@ -10,7 +10,7 @@ import trio
 
 from picortex.sim import DefaultWorld, Simulator, SimURLs
 
-from .conftest import raw_gateway
+from .conftest import TOKEN, raw_gateway
 
 
 @pytest.fixture
@@ -97,7 +97,7 @@ async def test_faults_and_stats(
         "/faults/rest_error",
         json={"method": "GET", "path_pattern": "/users/@me", "status": 500},
     )
-    async with httpx.AsyncClient(headers={"Authorization": "Bot sim-token"}) as client:
+    async with httpx.AsyncClient(headers={"Authorization": f"Bot {TOKEN}"}) as client:
         assert (await client.get(urls.api_base + "/users/@me")).status_code == 500
     stats = (await control.get("/stats")).json()
     assert stats["identifies"] == 1

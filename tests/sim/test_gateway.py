@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zlib
+from urllib.parse import urlsplit
 
 import httpx
 import orjson
@@ -12,7 +13,7 @@ import trio_websocket
 
 from picortex.sim import DefaultWorld, Simulator, SimURLs
 
-from .conftest import BOT_INTENTS, open_ws, raw_gateway
+from .conftest import BOT_INTENTS, TOKEN, open_ws, raw_gateway
 
 
 async def test_hello_identify_ready_guild_create(
@@ -24,7 +25,7 @@ async def test_hello_identify_ready_guild_create(
         identify = {
             "op": 2,
             "d": {
-                "token": "sim-token",
+                "token": TOKEN,
                 "intents": BOT_INTENTS,
                 "properties": {"os": "linux", "browser": "t", "device": "t"},
                 "shard": [0, 1],
@@ -52,7 +53,7 @@ async def test_hello_identify_ready_guild_create(
 
 
 async def test_heartbeat_interval_is_configurable(nursery: trio.Nursery) -> None:
-    sim = Simulator(heartbeat_interval_ms=1234)
+    sim = Simulator(TOKEN, heartbeat_interval_ms=1234)
     urls = await nursery.start(sim.serve)
     async with open_ws(urls.gateway_url) as ws:
         assert orjson.loads(await ws.get_message())["d"] == {"heartbeat_interval": 1234}
@@ -113,17 +114,17 @@ async def test_wrong_token_closes_4004(sim: Simulator, urls: SimURLs) -> None:
 async def test_bad_identify_closes(
     sim: Simulator, urls: SimURLs, identify: dict[str, object], code: int
 ) -> None:
-    data = {"token": "sim-token", "intents": 1, "properties": {"os": "x"}, **identify}
+    data = {"token": TOKEN, "intents": 1, "properties": {"os": "x"}, **identify}
     async with raw_gateway(urls.gateway_url) as gw:
         await gw.send(2, data)
         assert await gw.closed_code() == code
 
 
 async def test_disallowed_privileged_intent_closes_4014(nursery: trio.Nursery) -> None:
-    sim = Simulator(allowed_privileged_intents=0)
+    sim = Simulator(TOKEN, allowed_privileged_intents=0)
     urls = await nursery.start(sim.serve)
     async with raw_gateway(urls.gateway_url) as gw:
-        await gw.send(2, {"token": "sim-token", "intents": BOT_INTENTS, "properties": {}})
+        await gw.send(2, {"token": TOKEN, "intents": BOT_INTENTS, "properties": {}})
         assert await gw.closed_code() == 4014
 
 
@@ -139,7 +140,7 @@ async def test_protocol_errors(sim: Simulator, urls: SimURLs) -> None:
         assert await gw.closed_code() == 4001
     async with raw_gateway(urls.gateway_url) as gw:
         await gw.identify()
-        await gw.send(2, {"token": "sim-token", "intents": 1, "properties": {}})
+        await gw.send(2, {"token": TOKEN, "intents": 1, "properties": {}})
         assert await gw.closed_code() == 4005
     async with raw_gateway(urls.gateway_url) as gw:
         await gw.ws.send_message(orjson.dumps({"op": 1, "d": "x" * 5000}).decode())
@@ -401,10 +402,10 @@ async def test_shards_route_guild_events_and_dms_to_shard_zero(
 
 
 async def test_required_shards_closes_4011(nursery: trio.Nursery) -> None:
-    sim = Simulator(required_shards=2)
+    sim = Simulator(TOKEN, required_shards=2)
     urls = await nursery.start(sim.serve)
     async with raw_gateway(urls.gateway_url) as gw:
-        await gw.send(2, {"token": "sim-token", "intents": 1, "properties": {}, "shard": [0, 1]})
+        await gw.send(2, {"token": TOKEN, "intents": 1, "properties": {}, "shard": [0, 1]})
         assert await gw.closed_code() == 4011
 
 
@@ -448,9 +449,7 @@ async def test_rest_actions_reach_the_gateway(
 ) -> None:
     async with (
         raw_gateway(urls.gateway_url) as gw,
-        httpx.AsyncClient(
-            base_url=urls.api_base, headers={"Authorization": "Bot sim-token"}
-        ) as api,
+        httpx.AsyncClient(base_url=urls.api_base, headers={"Authorization": f"Bot {TOKEN}"}) as api,
     ):
         await gw.identify(intents=BOT_INTENTS | (1 << 11))
         await gw.recv_dispatch("GUILD_CREATE")
@@ -477,12 +476,12 @@ async def test_rest_actions_reach_the_gateway(
 async def test_identify_pacing_and_stats(
     autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
 ) -> None:
-    sim = Simulator(limit_identify_concurrency=True)
+    sim = Simulator(TOKEN, limit_identify_concurrency=True)
     urls = await nursery.start(sim.serve)
     async with raw_gateway(urls.gateway_url) as first:
         await first.identify()
         async with raw_gateway(urls.gateway_url) as second:
-            await second.send(2, {"token": "sim-token", "intents": 1, "properties": {}})
+            await second.send(2, {"token": TOKEN, "intents": 1, "properties": {}})
             assert await second.recv() == {"op": 9, "d": False, "s": None, "t": None}
             await trio.sleep(5)
             await second.identify()
@@ -511,7 +510,7 @@ async def test_wait_helpers(sim: Simulator, urls: SimURLs, world: DefaultWorld) 
 async def test_a_session_left_alone_for_minutes_expires(
     autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
 ) -> None:
-    sim = Simulator(enforce_heartbeat=False)
+    sim = Simulator(TOKEN, enforce_heartbeat=False)
     urls = await nursery.start(sim.serve)
     async with raw_gateway(urls.gateway_url) as gw:
         ready = await gw.identify()
@@ -523,6 +522,33 @@ async def test_a_session_left_alone_for_minutes_expires(
 
 
 def test_the_world_can_be_built_before_trio_runs() -> None:
-    sim = Simulator()
+    sim = Simulator(TOKEN)
     world = sim.add_default_world()
     assert sim.post_user_message(world.general_id, world.alice_id, "early")["content"] == "early"
+
+
+def test_each_simulator_makes_up_its_own_bot_token() -> None:
+    first, second = Simulator(), Simulator()
+    assert first.token != second.token
+    assert len(first.token) >= 32
+
+
+@pytest.mark.parametrize("origin", ["https://example.com", "null", "http://127.0.0.1"])
+async def test_a_web_page_cannot_open_the_gateway(
+    sim: Simulator, urls: SimURLs, origin: str
+) -> None:
+    split = urlsplit(urls.gateway_url)
+    assert split.hostname is not None and split.port is not None
+    handshake = (
+        "GET /?v=10&encoding=json HTTP/1.1\r\n"
+        f"Host: {split.netloc}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n"
+        f"Origin: {origin}\r\n\r\n"
+    )
+    async with await trio.open_tcp_stream(split.hostname, split.port) as stream:
+        await stream.send_all(handshake.encode())
+        answer = await stream.receive_some(4096)
+    assert answer.startswith(b"HTTP/1.1 403 ")
+    assert sim.gateway_stats.connections == 0
+    async with raw_gateway(urls.gateway_url) as gw:  # a bot sends no Origin
+        await gw.identify()

@@ -10,6 +10,8 @@ import trio
 
 from picortex.sim import DefaultWorld, Simulator, SimURLs
 
+from .conftest import TOKEN
+
 RATE_HEADERS = (
     "x-ratelimit-limit",
     "x-ratelimit-remaining",
@@ -22,9 +24,7 @@ RATE_HEADERS = (
 async def test_requests_need_the_bot_token(urls: SimURLs, sim: Simulator) -> None:
     async with httpx.AsyncClient() as client:
         bare = await client.get(urls.api_base + "/users/@me")
-        wrong = await client.get(
-            urls.api_base + "/users/@me", headers={"Authorization": "sim-token"}
-        )
+        wrong = await client.get(urls.api_base + "/users/@me", headers={"Authorization": TOKEN})
         gateway = await client.get(urls.api_base + "/gateway")
     assert bare.status_code == 401
     assert bare.json() == {"message": "401: Unauthorized", "code": 0}

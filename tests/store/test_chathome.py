@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 
 from picortex.store.chathome import (
     HAND_EDIT_MESSAGE,
+    PROMPT_RELPATH,
     RESTORE_MESSAGE,
     SEED_MESSAGE,
     ChatHome,
@@ -131,7 +133,7 @@ def test_git_failure_is_one_clear_sentence(tmp_path: Path) -> None:
     home = ChatHome(tmp_path, "5")
     home.root.mkdir(parents=True)
     (home.root / ".git").write_text("not a repository", encoding="utf-8")
-    with pytest.raises(ChatHomeError, match=r"^git config failed in .*5: "):
+    with pytest.raises(ChatHomeError, match=r"^git rev-list failed in .*5: "):
         home.ensure()
 
 
@@ -156,3 +158,91 @@ def test_unreadable_prompt(tmp_path: Path) -> None:
     home.prompt_path.write_bytes(b"\xff\xfe\x00")
     with pytest.raises(ChatHomeError, match=r"discriminator\.md is not UTF-8 text"):
         home.read_prompt()
+
+
+def _git_commands(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every git command run from now on (its arguments after the `-c` options)."""
+    seen: list[list[str]] = []
+    real = subprocess.run
+
+    def run(command: list[str], *args: Any, **kwargs: Any) -> Any:
+        skip = {i for i, arg in enumerate(command) if arg == "-c"}
+        seen.append(
+            [a for i, a in enumerate(command[1:], 1) if i not in skip | {j + 1 for j in skip}]
+        )
+        return real(command, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", run)
+    return seen
+
+
+def _age(path: Path) -> None:
+    """As if the file was last written an hour ago."""
+    then = time.time() - 3600
+    os.utime(path, (then, then))
+
+
+def test_a_home_is_made_without_sample_hooks_or_config_calls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands = _git_commands(monkeypatch)
+    home = ChatHome(tmp_path, "11")
+    home.ensure()
+    home.write_prompt("v1 {{message}}", "set")
+    home.history()
+    assert list((home.root / ".git").rglob("*.sample")) == []
+    assert not (home.root / ".git" / "hooks").exists()
+    assert [c for c in commands if c[0] == "config"] == []
+    assert messages(home) == ["set", SEED_MESSAGE]
+
+
+def test_sample_hooks_of_an_older_home_are_dropped(tmp_path: Path) -> None:
+    home = ChatHome(tmp_path, "12")
+    home.root.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(home.root)], check=True, env=clean_env())
+    assert list((home.root / ".git" / "hooks").glob("*.sample"))
+    home.ensure()
+    assert list((home.root / ".git" / "hooks").glob("*.sample")) == []
+    assert messages(home) == [SEED_MESSAGE]
+
+
+def test_an_unchanged_prompt_is_read_without_running_git(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = ChatHome(tmp_path, "13")
+    home.ensure()
+    _age(home.prompt_path)
+    assert home.read_prompt() == default_prompt_template()  # read and checked once
+    commands = _git_commands(monkeypatch)
+    for _ in range(3):  # each classification makes its own ChatHome
+        assert ChatHome(tmp_path, "13").read_prompt() == default_prompt_template()
+    assert commands == []
+    # A hand edit changes the file's stamp: it is read, and committed, at once.
+    home.prompt_path.write_text("by hand {{message}}\n", encoding="utf-8")
+    _age(home.prompt_path)
+    assert ChatHome(tmp_path, "13").read_prompt() == "by hand {{message}}\n"
+    assert commands
+    assert messages(home)[0] == HAND_EDIT_MESSAGE
+
+
+def test_a_just_written_prompt_is_checked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A write in the same clock tick could keep size and times: a fresh file is not trusted.
+    home = ChatHome(tmp_path, "14")
+    home.ensure()
+    home.read_prompt()
+    commands = _git_commands(monkeypatch)
+    home.read_prompt()
+    assert ["status", "--porcelain", "--", PROMPT_RELPATH] in commands
+
+
+def test_remove_deletes_the_home(tmp_path: Path) -> None:
+    home = ChatHome(tmp_path, "15")
+    home.write_prompt("custom {{message}}", "custom")
+    _age(home.prompt_path)
+    home.read_prompt()
+    assert home.remove()
+    assert not home.root.exists()
+    assert not home.remove()
+    assert ChatHome(tmp_path, "15").read_prompt() == default_prompt_template()

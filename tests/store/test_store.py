@@ -429,3 +429,71 @@ def test_prune_memory_forgets_old_messages_and_observations(store: Store) -> Non
     assert {h.message_id for h in hits} == {2}
     assert store.delete_memory_message(2)
     assert store.search_memory("sleep", 0.0, None) == []  # its observation went with it
+
+
+# ---- growth: ledger roll-up, error cap, trimmed traces ----------------------------------
+
+DAY = 86_400.0
+
+
+def _ledger_rows(db_path: Path) -> int:
+    conn = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        (count,) = conn.execute("SELECT count(*) FROM budget_ledger").fetchone()  # type: ignore[misc]
+    finally:
+        conn.close()
+    return int(count)
+
+
+def _totals(store: Store, days: list[float]) -> object:
+    periods = ["2022-01", "2022-02"]
+    return (
+        {(ws, p): store.spend(ws, p) for ws in ("1", "dm") for p in periods},
+        [store.spend_by_workspace(p) for p in periods],
+        [store.spend_by_user(day) for day in days],
+        [store.user_spend(7, day) for day in days],
+        store.daily_spend(0.0),
+    )
+
+
+def test_the_ledger_rolls_up_by_day_and_every_total_stays(store: Store, db_path: Path) -> None:
+    start = 19_000 * DAY  # a UTC day's start
+    days = [start + d * DAY for d in range(5)]
+    added = 0
+    for d, day in enumerate(days):
+        period = "2022-01" if d < 3 else "2022-02"
+        for hour in range(6):  # costs in eighths: sums are exact in any order
+            for ws, user in (("1", 7), ("1", None), ("dm", 8)):
+                store.add_spend(ws, period, (hour + d) / 8, day + hour * 3600.0, user_id=user)
+                added += 1
+    store.add_spend("1", "2022-01", 0.5, days[1] + 60.0, user_id=9)  # alone on its day: kept
+    before = _totals(store, days)
+    cutoff = days[3]  # days 0-2 roll up; 3 and 4 keep every row
+    assert store.roll_up_ledger(cutoff) == 3 * 3 * (6 - 1)
+    assert _ledger_rows(db_path) == added + 1 - 3 * 3 * 5
+    assert _totals(store, days) == before
+    assert store.roll_up_ledger(cutoff) == 0  # already one row per day
+    assert store.roll_up_ledger(days[0]) == 0
+    assert _totals(store, days) == before
+
+
+def test_unresolved_errors_are_capped_oldest_first(store: Store) -> None:
+    ids = [store.add_invocation_error("1", "p", i, "generate", f"e{i}", None, i) for i in range(8)]
+    store.resolve_invocation_error(ids[0], "fixed", 100.0)
+    assert store.cap_unresolved_errors(5) == 2  # ids 1 and 2 go; the resolved one is not counted
+    assert [e.id for e in store.invocation_errors()] == [ids[0], *ids[3:]]
+    assert store.cap_unresolved_errors(5) == 0
+
+
+def test_long_stack_traces_are_trimmed_when_stored(store: Store) -> None:
+    frames = "".join(f'  File "x.py", line {i}, in f\n    f()\n' for i in range(5_000))
+    trace = "Traceback (most recent call last):\n" + frames + "RecursionError: too deep\n"
+    eid = store.add_invocation_error("1", "p", 1, "generate", "boom", trace, 1.0)
+    stored = store.invocation_error(eid)
+    assert stored is not None and stored.stack_trace is not None
+    assert len(stored.stack_trace) < 8_100
+    assert stored.stack_trace.startswith("Traceback (most recent call last):\n")
+    assert stored.stack_trace.endswith("RecursionError: too deep\n")
+    assert "characters trimmed" in stored.stack_trace
+    short = store.add_invocation_error("1", "p", 2, "generate", "boom", "short trace", 1.0)
+    assert store.invocation_error(short).stack_trace == "short trace"  # type: ignore[union-attr]
