@@ -935,6 +935,8 @@ class ChannelActor:
                     max_messages=settings.context_messages,
                     max_chars=settings.context_chars,
                     trusted=clients.is_trusted,
+                    # A slash `ask` is an interaction, not a message Discord sent.
+                    from_discord=trigger.id not in self._asks,
                 )
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)

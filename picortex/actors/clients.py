@@ -251,8 +251,10 @@ class ContextReader(Protocol):
         max_messages: int,
         max_chars: int,
         trusted: Callable[[Snowflake], bool] | None = None,
+        from_discord: bool = True,
     ) -> tuple[str, ...]:
-        """The context lines for a trigger, oldest first."""
+        """The context lines for a trigger, oldest first; a trigger Discord never sent as a
+        message (`from_discord=False`) is not cached."""
         ...
 
 

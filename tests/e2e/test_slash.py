@@ -8,6 +8,7 @@ import pytest
 import trio
 
 from picortex.sim import Simulator
+from picortex.store.cache_files import read_channel
 from picortex.sim.interactions import SimInteraction
 from tests.e2e.harness import Running, running_bot
 
@@ -301,3 +302,24 @@ async def test_a_busy_channel_defers_in_time_and_edits_the_answer_in(tmp_path: P
         assert [a.kind for a in shown.answers] == ["deferred", "edit"]
         assert trio.current_time() - started >= 2.0  # it waited for the channel's turn
         await run.wait_event("reply", trigger_id=shown.id, result="posted")
+
+
+async def test_an_ask_is_not_a_message_in_the_context_cache(tmp_path: Path) -> None:
+    """The cache holds what Discord sent: a slash `ask` never becomes a cached message."""
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        await _registered(run)
+        said = run.say(w.general_id, w.bob_id, "chatter before the question")
+        await run.wait_until(lambda: bool(run.bot.cache.recent(w.general_id, 1)))
+        run.sim.model.script("An answer.")
+        ask = run.sim.run_slash(w.general_id, w.alice_id, "picortex ask what is cached?")
+        assert await _answer(run, ask, kinds=2) == "An answer."
+        await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        await run.bot.cache.flush()
+        cached = run.bot.cache.recent(w.general_id, 50)
+        assert int(said["id"]) in [m.id for m in cached]
+        assert ask.id not in [m.id for m in cached]
+        assert all("what is cached?" not in m.content for m in cached)
+        on_disk = read_channel(run.bot.settings.cache_dir, w.general_id)
+        assert on_disk is not None
+        assert ask.id not in [m.id for m in on_disk.messages]
