@@ -369,6 +369,7 @@ class ReplyPoster(ReplyTarget, Poster, Protocol):
         before_first_post: Callable[[], Awaitable[bool]] | None = None,
         surface: AnswerSurface | None = None,
         on_sent: Callable[[], None] | None = None,
+        command: str | None = None,
     ) -> Streamed:
         """Make the model call streamed and show the answer as it is written."""
         ...

@@ -307,7 +307,9 @@ def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
         return f"interaction: {row.get('action')} (Discord shows 'thinking...')"
     if event == "reply" and row.get("mode") == "interaction" and row.get("result") == "posted":
         private = ", only the user sees it" if row.get("ephemeral") else ""
-        return f"interaction answered ({row.get('command') or 'refusal'}{private})"
+        outcome = "refused" if row.get("refused") else "answered"
+        what = row.get("command") or "not a /picortex command"
+        return f"interaction {outcome} ({what}{private})"
     if event == "reply" and row.get("streamed") and row.get("result") != "failed":
         if not row.get("edits") and row.get("result") == "posted":
             return None

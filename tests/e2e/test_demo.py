@@ -54,6 +54,9 @@ def test_demo_transcript_and_log(
     assert "gateway: resumed" in out
     assert "budget: workspace" in out
     assert "interaction: deferred" in out
+    # Each slash answer names its command: the answered ask, then carol's refused one.
+    answered = out.index("interaction answered (ask)")
+    assert out.index("interaction refused (ask, only the user sees it)") > answered
     assert "only carol sees: You are not on this bot's trust list" in out
     assert "did not finish" not in out
 

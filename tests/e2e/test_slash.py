@@ -8,8 +8,8 @@ import pytest
 import trio
 
 from picortex.sim import Simulator
-from picortex.store.cache_files import read_channel
 from picortex.sim.interactions import SimInteraction
+from picortex.store.cache_files import read_channel
 from tests.e2e.harness import Running, running_bot
 
 pytestmark = pytest.mark.virtual_time
@@ -166,7 +166,9 @@ async def test_ask_defers_then_edits_the_original_with_the_answer(tmp_path: Path
         # The token travels in paths only: never in the action log.
         log = (run.home / "actions.jsonl").read_text()
         assert ask.token not in log
-        await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        # The answer's `reply` event names the command it answers.
+        replied = await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        assert replied[0]["command"] == "ask" and not replied[0].get("refused")
 
 
 async def test_a_long_answer_continues_in_follow_up_messages(tmp_path: Path) -> None:
@@ -199,6 +201,10 @@ async def test_strangers_get_a_private_refusal_and_no_model_call(tmp_path: Path)
             refused = run.sim.run_slash(w.general_id, stranger, line)
             assert "not on this bot's trust list" in await _answer(run, refused)
             assert refused.ephemeral and refused.response_type == 4
+            # The refusal's `reply` event names the command it refused, and says so.
+            replied = await run.wait_event("reply", trigger_id=refused.id)
+            assert replied[0]["command"] == line.split()[1]
+            assert replied[0]["refused"] is True
         assert run.sim.model.calls == []
         assert run.bot.store.get_chat_config(w.general_id) is None
         assert run.sim.bot_messages(w.general_id) == []  # ephemeral: nothing in the channel
