@@ -25,6 +25,7 @@ from starlette.templating import Jinja2Templates
 
 from picortex.cli.errors import error_record
 from picortex.core.commands import ATTENTION_MODES
+from picortex.core.money import usd
 from picortex.core.redact import redact_obj
 from picortex.core.trust import TIER_LABELS
 from picortex.errors import PanelInputError
@@ -81,7 +82,7 @@ def _templates() -> Jinja2Templates:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["money"] = lambda usd: f"${float(usd or 0):.4f}"
+    env.filters["money"] = usd
     env.filters["when"] = lambda ts: str(ts or "").replace("T", " ").replace("Z", "")[:19]
     return Jinja2Templates(env=env)
 

@@ -352,12 +352,16 @@ async def test_overview_draws_spend_per_workspace(env: Env) -> None:
     now = time.time()
     env.store.add_spend(str(GUILD), "p", 0.25, now)
     env.store.add_spend("dm", "p", 0.5, now - 86400)
+    env.store.add_spend("tiny", "p", 0.000001, now)
     await env.login()
     page = await env.client.get("/")
     assert "<svg" in page.text
-    assert page.text.count("<rect x=") == 2
+    assert page.text.count("<rect x=") == 3
     assert str(GUILD) in page.text
-    assert "$0.2500" in page.text
+    # Money in dollars, fixed-point (SPEC 13: `$0.000001`, never `1e-06`).
+    assert "$0.25" in page.text
+    assert "tiny: $0.000001</li>" in page.text
+    assert "e-0" not in page.text
 
 
 async def test_pages_show_writes_the_store_actor_has_not_committed_yet(env: Env) -> None:
@@ -580,7 +584,7 @@ async def test_discriminator_test_shows_decision_reason_and_cost(env: Env) -> No
     rows = re.findall(r'<td class="decision (\w+)">', r.text)
     assert rows == ["skip", "respond"]
     assert "who wants cake?" in r.text
-    assert "$0.000020" in r.text
+    assert "$0.00002<" in r.text
     r = await env.client.post(f"/chats/{GENERAL}/test", data={"n": "99", "csrf": csrf})
     assert r.status_code == 303
     assert len(env.model.requests) == 2
