@@ -135,7 +135,7 @@ def test_a_missing_log_is_one_sentence_and_exit_1(tmp_path: Path) -> None:
 class FollowScript:
     """Stands in for `time.sleep` in --follow: each poll runs the next step of a script."""
 
-    def __init__(self, path: Path, steps: list[bytes | str]) -> None:
+    def __init__(self, path: Path, steps: list[bytes | str | tuple[bytes | str, ...]]) -> None:
         self.path = path
         self.steps = steps
 
@@ -143,11 +143,22 @@ class FollowScript:
         if not self.steps:
             raise KeyboardInterrupt
         step = self.steps.pop(0)
-        if step == "rotate":
-            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        elif isinstance(step, bytes):
-            with open(self.path, "ab") as f:
-                f.write(step)
+        # A tuple is several changes made between two polls.
+        for change in step if isinstance(step, tuple) else (step,):
+            if change == "rotate":
+                self._rotate()
+            elif isinstance(change, bytes):
+                with open(self.path, "ab") as f:
+                    f.write(change)
+
+    def _rotate(self) -> None:
+        """As the writer rotates (SPEC 11): `.N` -> `.N+1`, ..., then the log -> `.1`."""
+        rotated = sorted(
+            (int(p.name.rsplit(".", 1)[1]), p) for p in self.path.parent.glob(self.path.name + ".*")
+        )
+        for n, p in reversed(rotated):
+            os.replace(p, self.path.with_name(f"{self.path.name}.{n + 1}"))
+        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
 
 
 def test_follow_prints_new_lines_across_rotation_and_exits_0_on_ctrl_c(tmp_path: Path) -> None:
@@ -172,6 +183,29 @@ def test_follow_prints_new_lines_across_rotation_and_exits_0_on_ctrl_c(tmp_path:
     )
     assert code == 0
     assert numbers(out.getvalue()) == [1, 2, 3, 5]
+    assert err.getvalue() == ""
+
+
+def test_follow_survives_two_rotations_between_its_polls(tmp_path: Path) -> None:
+    path = tmp_path / "actions.jsonl"
+    path.write_bytes(line(0))
+    script = FollowScript(
+        path,
+        [
+            line(1),
+            # Between two polls: the rest of the held file, a whole file that is rotated
+            # away at once, and the start of the newest one.
+            (line(2), "rotate", line(3) + line(4), "rotate", line(5)),
+            line(6),
+            b"",
+        ],
+    )
+    out, err = io.StringIO(), io.StringIO()
+    code = run_log(
+        path, n=None, follow=True, events=(), as_json=True, out=out, err=err, sleep=script
+    )
+    assert code == 0
+    assert numbers(out.getvalue()) == [0, 1, 2, 3, 4, 5, 6]
     assert err.getvalue() == ""
 
 
