@@ -19,6 +19,7 @@ import orjson
 
 from picortex.cli import common
 from picortex.core.jsonids import ids_as_strings
+from picortex.core.money import is_amount, usd
 from picortex.core.redact import redact
 from picortex.core.terminal import clean_line
 
@@ -125,7 +126,8 @@ def format_event(record: dict[str, object]) -> str:
     for key, value in record.items():
         if key in HIDDEN_FIELDS:
             continue
-        parts.append(f"{key}={_format_value(value)}")
+        shown = usd(value) if is_amount(key, value) else _format_value(value)
+        parts.append(f"{key}={shown}")
     return clean_line(redact(" ".join(parts).rstrip()))
 
 

@@ -225,3 +225,11 @@ def test_an_event_without_fields_has_no_trailing_spaces() -> None:
     assert format_event({"ts": "2025-06-01T12:00:00.000Z", "event": "b"}) == (
         "2025-06-01 12:00:00.000Z  b"
     )
+
+
+def test_amounts_read_as_dollars() -> None:
+    line = format_event(
+        {"ts": "2025-06-01T12:00:00.000Z", "event": "llm", "cost_usd": 1e-06, "tokens": 3}
+    )
+    # SPEC 13's rule for money, in the CLI too: `$0.000001`, never `1e-06`.
+    assert line.endswith("cost_usd=$0.000001 tokens=3")

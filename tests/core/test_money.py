@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from picortex.core.money import usd
+from picortex.core.money import is_amount, usd
 
 
 @pytest.mark.parametrize(
@@ -43,4 +43,12 @@ def test_never_exponent_notation_and_close_to_the_amount(amount: float) -> None:
 
 @pytest.mark.parametrize("amount", [math.nan, math.inf, -math.inf, "junk"])
 def test_what_is_not_an_amount_reads_as_nothing(amount: object) -> None:
-    assert usd(amount) == "$0.00"  # type: ignore[arg-type]
+    assert usd(amount) == "$0.00"
+
+
+def test_log_fields_named_usd_hold_dollars() -> None:
+    assert is_amount("cost_usd", 0.000001)
+    assert is_amount("ceiling_usd", 5)
+    assert not is_amount("cost_usd", "0.1")
+    assert not is_amount("cost_usd", True)
+    assert not is_amount("latency_ms", 1.5)

@@ -622,6 +622,23 @@ async def test_activity_shows_the_message_beside_each_decision(env: Env) -> None
     assert "mention of the bot" not in page.text
 
 
+async def test_activity_shows_amounts_as_dollars(env: Env) -> None:
+    write_log(
+        env.home,
+        [
+            {"event": "llm", "model": "m", "stage": "generate", "cost_usd": 0.000001},
+            {"event": "budget", "workspace": "dm", "spent_usd": 1e-06, "ceiling_usd": 2e-06},
+        ],
+    )
+    await env.login()
+    page = await env.client.get("/activity")
+    # SPEC 13: amounts as dollars (`$0.000001`, never `1e-06`).
+    assert "m · generate" in page.text and "· $0.000001 ·" in page.text
+    assert "spent_usd=$0.000001" in page.text
+    assert "ceiling_usd=$0.000002" in page.text
+    assert "e-06" not in page.text
+
+
 async def test_log_api_filters_and_counts_after_filtering(env: Env) -> None:
     rows: list[dict[str, Any]] = []
     for i in range(30):
