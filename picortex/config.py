@@ -14,6 +14,7 @@ import re
 import tomllib
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping
+from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, cast
@@ -617,7 +618,10 @@ def format_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        # Fixed-point, exact (`0.000001`, never `1e-06`): these are shown to people too.
+        return format(Decimal(repr(value)), "f") if math.isfinite(value) else repr(value)
     if isinstance(value, str | int | Path):
         return str(value)
     if isinstance(value, Mapping):

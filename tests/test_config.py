@@ -484,6 +484,8 @@ def test_runtime_key_canonical_form() -> None:
         (False, "false"),
         (10.0, "10"),
         (0.1, "0.1"),
+        (0.000001, "0.000001"),  # shown to people too: never `1e-06`
+        (1.5e-7, "0.00000015"),
         (15, "15"),
         ("!s", "!s"),
         (("whitelist", "config"), "whitelist, config"),

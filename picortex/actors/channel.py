@@ -532,21 +532,27 @@ class ChannelActor:
         action = sl.action_for(inter)
         text = sl.render_action(action)
         msg = interactions.as_message(inter, f"{cmds.SLASH_PREFIX} {text}")
-        name = sl.Ask.NAME if isinstance(action, sl.Ask) else None
 
-        def reply(answer: str, *, ephemeral: bool, command: str | None) -> None:
+        def reply(
+            answer: str, *, ephemeral: bool, command: str | None, refused: bool = False
+        ) -> None:
             self._spawn(
                 nursery,
                 lambda: _ignore(
                     interactions.respond(
-                        clients, inter, answer, ephemeral=ephemeral, command=command
+                        clients,
+                        inter,
+                        answer,
+                        ephemeral=ephemeral,
+                        command=command,
+                        refused=refused,
                     )
                 ),
             )
 
         if tier is None and not cmds.forgets_only_requester(action, author):
             self._decision(msg, "ignore", "slash command from an untrusted user: refused privately")
-            reply(interactions.REFUSAL, ephemeral=True, command=name)
+            reply(interactions.REFUSAL, ephemeral=True, command=sl.name_of(action), refused=True)
             return
         if isinstance(action, sl.NotOurs):
             self._decision(msg, "ignore", f"unknown application command /{action.name}")
@@ -926,6 +932,7 @@ class ChannelActor:
             before_first_post=before_first_post,
             surface=surface,
             on_sent=on_sent,
+            command=None if ask is None else sl.Ask.NAME,
         )
         if ask is not None and streamed.reply.started:
             ask.answered = True
@@ -991,6 +998,8 @@ class ChannelActor:
                     max_messages=settings.context_messages,
                     max_chars=settings.context_chars,
                     trusted=clients.is_trusted,
+                    # A slash `ask` is an interaction, not a message Discord sent.
+                    from_discord=trigger.id not in self._asks,
                 )
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)

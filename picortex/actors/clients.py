@@ -257,8 +257,10 @@ class ContextReader(Protocol):
         max_messages: int,
         max_chars: int,
         trusted: Callable[[Snowflake], bool] | None = None,
+        from_discord: bool = True,
     ) -> tuple[str, ...]:
-        """The context lines for a trigger, oldest first."""
+        """The context lines for a trigger, oldest first; a trigger Discord never sent as a
+        message (`from_discord=False`) is not cached."""
         ...
 
 
@@ -373,6 +375,7 @@ class ReplyPoster(ReplyTarget, Poster, Protocol):
         before_first_post: Callable[[], Awaitable[bool]] | None = None,
         surface: AnswerSurface | None = None,
         on_sent: Callable[[], None] | None = None,
+        command: str | None = None,
     ) -> Streamed:
         """Make the model call streamed and show the answer as it is written."""
         ...

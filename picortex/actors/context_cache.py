@@ -108,6 +108,7 @@ class _Request:
     max_messages: int
     max_chars: int
     trusted: Callable[[Snowflake], bool] | None = None
+    from_discord: bool = True
     done: trio.Event = attrs.Factory(trio.Event)
     lines: tuple[str, ...] = ()
     failure: str | None = None
@@ -233,10 +234,13 @@ class ContextCache:
         max_messages: int,
         max_chars: int,
         trusted: Callable[[Snowflake], bool] | None = None,
+        from_discord: bool = True,
     ) -> tuple[str, ...]:
         """The context lines for a trigger, oldest first (see `assemble_context`).
 
         `trusted` tells trusted authors; the lines of the others are marked `untrusted`.
+        A trigger Discord never sent as a message (`from_discord=False`: a slash `ask`) is
+        not cached: the cache holds what Discord sent, not stand-ins.
 
         Fetches from Discord only what the cache lacks, at most once per channel per cooldown.
 
@@ -255,7 +259,11 @@ class ContextCache:
             # In sync, in memory, every live event applied: nothing to fetch, read or wait
             # for, so the answer needs no turn in the actor's queue (two scheduler rounds
             # saved on a trigger).
-            channel = self._absorb(channel_id, trigger.guild_id, [trigger])
+            channel = (
+                self._absorb(channel_id, trigger.guild_id, [trigger])
+                if from_discord
+                else self._channel(channel_id)
+            )
             return assemble_context(
                 channel.messages,
                 trigger.id,
@@ -263,7 +271,7 @@ class ContextCache:
                 max_chars=max_chars,
                 trusted=trusted,
             )
-        request = _Request(trigger, max_messages, max_chars, trusted)
+        request = _Request(trigger, max_messages, max_chars, trusted, from_discord)
         await self._requests_tx.send(request)
         await request.done.wait()
         if request.failure is not None:
@@ -362,7 +370,7 @@ class ContextCache:
         try:
             if self._faults is not None:
                 self._faults.check("cache", trigger.content)
-            await self._refresh(trigger)
+            await self._refresh(trigger, absorb=request.from_discord)
             channel = self._channel(trigger.channel_id)
             request.lines = assemble_context(
                 channel.messages,
@@ -387,10 +395,11 @@ class ContextCache:
         finally:
             request.done.set()
 
-    async def _refresh(self, trigger: Message) -> None:
+    async def _refresh(self, trigger: Message, *, absorb: bool) -> None:
         """Bring the channel's cache up to the trigger, fetching at most once per cooldown."""
         channel_id = trigger.channel_id
-        self._absorb(channel_id, trigger.guild_id, [trigger])
+        if absorb:
+            self._absorb(channel_id, trigger.guild_id, [trigger])
         pending = self._inflight.get(channel_id)
         if pending is not None:
             # Someone is fetching this channel right now: use that fetch, never start another.

@@ -9,6 +9,7 @@ from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult
 from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import AttentionDecision
+from picortex.core.money import usd
 from picortex.types import Message, Snowflake
 
 # Cached messages searched for the ones before the message being classified: newer ones may
@@ -61,7 +62,7 @@ def build_request(
     max_chars = disc.max_prompt_chars(price.input, price.output, disc.MAX_OUTPUT_TOKENS)
     if max_chars == 0:
         raise disc.PromptTooLarge(
-            f"{model_name} costs more than ${disc.CLASSIFICATION_BUDGET_USD:g} per "
+            f"{model_name} costs more than {usd(disc.CLASSIFICATION_BUDGET_USD)} per "
             "classification at the configured prices; choose a cheaper discriminator model"
         )
     prompt = disc.render_prompt(

@@ -247,20 +247,26 @@ async def respond(
     *,
     ephemeral: bool,
     command: str | None,
+    refused: bool = False,
 ) -> bool:
     """Answer with a message (type 4); past 2000 characters the rest follows as follow-ups.
 
-    Logs a `reply` event; returns False (after logging why) when Discord refused it.
+    Logs a `reply` event naming `command` (and `refused` when the answer is a refusal);
+    returns False (after logging why) when Discord refused it.
     """
     claim = await _claim(clients, interaction)
     if claim == "edit":
         try:
-            await finish_deferred(clients, interaction, text, command=command, ephemeral=ephemeral)
+            await finish_deferred(
+                clients, interaction, text, command=command, ephemeral=ephemeral, refused=refused
+            )
         except Exception:
             return False  # logged by finish_deferred
         return True
     if claim == "lost":
-        _reply_event(clients, interaction, command, ephemeral, "failed", len(text), None)
+        _reply_event(
+            clients, interaction, command, ephemeral, "failed", len(text), None, refused=refused
+        )
         return False
     chunks = split_reply(text) or ["(empty answer)"]
     rest = clients.rest
@@ -283,9 +289,13 @@ async def respond(
                 )
     except Exception as exc:
         _note_failure(clients, interaction, "response", exc)
-        _reply_event(clients, interaction, command, ephemeral, "failed", len(text), exc)
+        _reply_event(
+            clients, interaction, command, ephemeral, "failed", len(text), exc, refused=refused
+        )
         return False
-    _reply_event(clients, interaction, command, ephemeral, "posted", len(text), None)
+    _reply_event(
+        clients, interaction, command, ephemeral, "posted", len(text), None, refused=refused
+    )
     return True
 
 
@@ -327,6 +337,7 @@ async def finish_deferred(
     *,
     command: str | None,
     ephemeral: bool = False,
+    refused: bool = False,
 ) -> list[Snowflake]:
     """Put the answer into the deferred response; the rest past 2000 characters follows.
 
@@ -353,7 +364,15 @@ async def finish_deferred(
     except Exception as exc:
         _note_failure(clients, interaction, "answer", exc)
         _reply_event(
-            clients, interaction, command, ephemeral, "failed", len(text), exc, parts=len(posted)
+            clients,
+            interaction,
+            command,
+            ephemeral,
+            "failed",
+            len(text),
+            exc,
+            parts=len(posted),
+            refused=refused,
         )
         raise
     _reply_event(
@@ -366,6 +385,7 @@ async def finish_deferred(
         None,
         parts=len(posted),
         ids=posted,
+        refused=refused,
     )
     return posted
 
@@ -413,6 +433,7 @@ def _reply_event(
     *,
     parts: int | None = None,
     ids: list[Snowflake] | None = None,
+    refused: bool = False,
 ) -> None:
     fields: dict[str, object] = {
         "command": command,
@@ -427,6 +448,8 @@ def _reply_event(
         fields["parts"] = parts
     if ids:
         fields["message_ids"] = ids
+    if refused:
+        fields["refused"] = True
     if exc is not None:
         fields["error"] = error_line(exc)
     clients.events.emit("reply", **fields)

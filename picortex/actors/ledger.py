@@ -18,6 +18,7 @@ import trio
 from picortex.config import Settings
 from picortex.core import budget
 from picortex.core.budget import Refusal, Reservation
+from picortex.core.money import usd
 from picortex.store import Store, StoreActor
 from picortex.types import EventSink
 
@@ -199,12 +200,11 @@ class LedgerBudget:
             )
         elif warn:
             logger.warning(
-                "%s is spent for %s (%.6g of %.6g USD): no more model calls there until the "
-                "next period",
+                "%s is spent for %s (%s of %s): no more model calls there until the next period",
                 scope,
                 period,
-                spent,
-                ceiling,
+                usd(spent),
+                usd(ceiling),
             )
         notice: str | None = None
         if limit in budget.USER_NOTICES and user_id is not None:

@@ -28,6 +28,7 @@ from picortex.actors.failures import failure_text
 from picortex.config import ModelTiers, Price
 from picortex.core import budget as budget_core
 from picortex.core.budget import Refusal, Reservation
+from picortex.core.money import usd
 from picortex.core.personas import MODEL_TIERS
 from picortex.discord.http import Once, sent_trace
 from picortex.errors import FaultInjected, StreamCut
@@ -535,7 +536,7 @@ class LLMActor:
         try:
             self._budget.settle(held, cost)
         except Exception:  # the answer is paid for already; losing it helps nobody
-            logger.exception("could not settle a budget reservation (cost %.6g USD)", cost)
+            logger.exception("could not settle a budget reservation (cost %s)", usd(cost))
 
     async def _call(
         self,

@@ -280,6 +280,7 @@ class Replies:
         before_first_post: Callable[[], Awaitable[bool]] | None = None,
         surface: AnswerSurface | None = None,
         on_sent: Callable[[], None] | None = None,
+        command: str | None = None,
     ) -> Streamed:
         """Make the model call streamed and show the answer as it is written (SPEC 16).
 
@@ -287,7 +288,8 @@ class Replies:
         where the answer is written instead (a slash `ask`). The call is one
         request, never retried; a stream cut midway leaves what arrived plus one line
         saying so. A reply that could not be posted cancels the call. Logs the `reply`
-        event; the caller records failures. `on_sent` is the call's (`LLMActor.complete`).
+        event, naming `command` when the answer is a command's (a slash `ask`); the caller
+        records failures. `on_sent` is the call's (`LLMActor.complete`).
         """
         if surface is None:
             # No deadline of its own: REST bounds each request and waits out 429s however many
@@ -327,7 +329,7 @@ class Replies:
         if failure is not None:
             self._failed(
                 failure,
-                command=None,
+                command=command,
                 mode=surface.target,
                 target=surface.channel_id,
                 trigger_id=trigger_id,
@@ -337,7 +339,7 @@ class Replies:
         elif reply.started:
             self.events.emit(
                 "reply",
-                command=None,
+                command=command,
                 mode=surface.target,
                 target=surface.channel_id,
                 trigger_id=trigger_id,

@@ -25,6 +25,7 @@ import trio
 from picortex.app import Bot
 from picortex.config import load_settings
 from picortex.core.jsonids import as_int_id
+from picortex.core.money import usd
 from picortex.core.terminal import clean_text
 from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, ModelReply, Simulator
@@ -282,12 +283,12 @@ def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
     if event == "llm":
         return (
             f"llm: {row.get('stage')} on {row.get('model')} -> {row.get('outcome')} "
-            f"(${float(row.get('cost_usd') or 0):.6f}, {row.get('latency_ms')} ms)"
+            f"({usd(row.get('cost_usd'))}, {row.get('latency_ms')} ms)"
         )
     if event == "budget":
         return (
-            f"budget: workspace {row.get('workspace')} spent ${row.get('spent_usd')} of "
-            f"${row.get('ceiling_usd')}: {row.get('action')}"
+            f"budget: workspace {row.get('workspace')} spent {usd(row.get('spent_usd'))} of "
+            f"{usd(row.get('ceiling_usd'))}: {row.get('action')}"
         )
     if event == "cortex.invocation_failed":
         return (
@@ -307,7 +308,9 @@ def _describe(row: Mapping[str, Any], demo: _Demo) -> str | None:
         return f"interaction: {row.get('action')} (Discord shows 'thinking...')"
     if event == "reply" and row.get("mode") == "interaction" and row.get("result") == "posted":
         private = ", only the user sees it" if row.get("ephemeral") else ""
-        return f"interaction answered ({row.get('command') or 'refusal'}{private})"
+        outcome = "refused" if row.get("refused") else "answered"
+        what = row.get("command") or "not a /picortex command"
+        return f"interaction {outcome} ({what}{private})"
     if event == "reply" and row.get("streamed") and row.get("result") != "failed":
         if not row.get("edits") and row.get("result") == "posted":
             return None

@@ -21,6 +21,7 @@ from picortex.actors.llm import LLMActor
 from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
+from picortex.core.money import usd
 from picortex.core.terminal import clean_line
 from picortex.core.trust import is_trusted
 from picortex.errors import ConfigError
@@ -194,14 +195,14 @@ def _classify_all(
                 calls += result.ok or result.failed
                 line = (
                     f"  -> {_verdict(decision.outcome)}: {decision.reason} "
-                    f"(${result.cost_usd:.6f}, {result.input_tokens} in / "
+                    f"({usd(result.cost_usd)}, {result.input_tokens} in / "
                     f"{result.output_tokens} out tokens)"
                 )
                 print(clean_line(line), file=out)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
-    print(f"total cost: ${total:.6f} for {calls} model calls", file=out)
+    print(f"total cost: {usd(total)} for {calls} model calls", file=out)
     return 0
 
 

@@ -19,6 +19,7 @@ import orjson
 
 from picortex.cli import common
 from picortex.core.jsonids import ids_as_strings
+from picortex.core.money import is_amount, usd
 from picortex.core.redact import redact
 from picortex.core.terminal import clean_line
 
@@ -125,7 +126,8 @@ def format_event(record: dict[str, object]) -> str:
     for key, value in record.items():
         if key in HIDDEN_FIELDS:
             continue
-        parts.append(f"{key}={_format_value(value)}")
+        shown = usd(value) if is_amount(key, value) else _format_value(value)
+        parts.append(f"{key}={shown}")
     return clean_line(redact(" ".join(parts).rstrip()))
 
 
@@ -239,8 +241,12 @@ def _follow(
                 continue
             if handle is None or identity != (st.st_dev, st.st_ino):
                 if handle is not None:
-                    # Whatever reached the old file before the rename was read above.
+                    # Whatever reached the old file before the rename was read above; files
+                    # rotated in and out since (several rotations between two polls) are
+                    # read whole, oldest first, before the current one.
                     handle.close()
+                    for missed in _rotated_since(path, identity):
+                        _read_whole(reader, missed)
                 handle = open(path, "rb")  # noqa: SIM115
                 identity = (st.st_dev, st.st_ino)
                 partial = b""
@@ -254,6 +260,34 @@ def _follow(
     finally:
         if handle is not None:
             handle.close()
+
+
+def _rotated_since(path: Path, identity: tuple[int, int] | None) -> list[Path]:
+    """The rotated files newer than the file `identity` names, oldest first (all of them
+    when that file has been rotated off the end)."""
+    rotated = log_files(path)
+    if rotated and rotated[-1] == path:
+        rotated.pop()
+    for index, file in enumerate(rotated):
+        try:
+            st = os.stat(file)
+        except FileNotFoundError:
+            continue
+        if (st.st_dev, st.st_ino) == identity:
+            return rotated[index + 1 :]
+    return rotated
+
+
+def _read_whole(reader: _Reader, file: Path) -> None:
+    """Print every line of a rotated (so complete) file."""
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        return  # rotated off the end while we looked
+    if data and not data.endswith(b"\n"):
+        data += b"\n"  # a torn last line is reported as such, as when reading the files
+    _emit_lines(reader, data, file.name)
+    reader.out.flush()
 
 
 def _emit_lines(reader: _Reader, data: bytes, name: str) -> bytes:

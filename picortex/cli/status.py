@@ -13,6 +13,7 @@ import orjson
 from picortex.actors.control import CLIENT_TIMEOUT_SECONDS, socket_path, unix_address
 from picortex.cli import common
 from picortex.config import Settings
+from picortex.core.money import usd
 from picortex.core.terminal import clean_line
 
 # How many queued channels and spenders `picortex status` prints.
@@ -121,14 +122,14 @@ def format_status(data: dict[str, Any]) -> list[str]:
     if budget:
         lines.append("budget (this period):")
         for workspace, b in sorted(budget.items()):
-            lines.append(f"  {workspace}: ${b['spent_usd']:.4f} of ${b['ceiling_usd']:.6g}")
+            lines.append(f"  {workspace}: {usd(b['spent_usd'])} of {usd(b['ceiling_usd'])}")
     else:
         lines.append("budget (this period): nothing spent")
     total = data.get("budget_global") or {}
     if total:
         lines.append(
-            f"  all workspaces: ${total.get('spent_usd', 0):.4f} of "
-            f"${total.get('ceiling_usd', 0):.6g} (${total.get('held_usd', 0):.4f} held by "
+            f"  all workspaces: {usd(total.get('spent_usd'))} of "
+            f"{usd(total.get('ceiling_usd'))} ({usd(total.get('held_usd'))} held by "
             "running calls)"
         )
     users = data.get("budget_users") or {}
@@ -136,7 +137,7 @@ def format_status(data: dict[str, Any]) -> list[str]:
         lines.append("spent by user (today, UTC):")
         for uid, u in list(users.items())[:STATUS_USERS_SHOWN]:
             who = f"{uid} (owner)" if u.get("owner") else uid
-            lines.append(f"  {who}: ${u.get('spent_usd', 0):.4f} of ${u.get('daily_usd', 0):.6g}")
+            lines.append(f"  {who}: {usd(u.get('spent_usd'))} of {usd(u.get('daily_usd'))}")
     triggers = data.get("triggers", [])
     lines.append(f"last triggers ({len(triggers)}):")
     for t in triggers:

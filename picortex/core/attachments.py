@@ -252,8 +252,9 @@ def plan(
 def url_allowed(url: str, api_base: str) -> bool:
     """True when `url` is on Discord's attachment hosts (https) or the API base's host.
 
-    The API base's host counts whatever the port or scheme: a self-hosted gateway or the
-    simulator may serve files beside its API, and that host is trusted with the token anyway.
+    The API base's host counts whatever the port: a self-hosted gateway or the simulator may
+    serve files beside its API, and that host is trusted with the token anyway. Over an https
+    API base, plain http is refused: a file on the way could be read or changed by anyone.
     """
     try:
         target = urlsplit(url)
@@ -266,6 +267,8 @@ def url_allowed(url: str, api_base: str) -> bool:
         return False
     if target.scheme == "https" and host in DISCORD_ATTACHMENT_HOSTS and target_port in (None, 443):
         return True
+    if base.scheme.lower() == "https" and target.scheme != "https":
+        return False
     return host == (base.hostname or "").lower()
 
 

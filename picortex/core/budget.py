@@ -11,6 +11,7 @@ from typing import Final, Literal, Protocol
 
 import attrs
 
+from picortex.core.money import usd
 from picortex.types import Snowflake
 
 Period = Literal["day", "month"]
@@ -86,9 +87,9 @@ def check(spent: float, ceiling: float) -> BudgetDecision:
     """
     allowed = spent < ceiling  # False for NaN on either side
     if allowed:
-        reason = f"spent ${spent:.4f} of ${ceiling:.4f}"
+        reason = f"spent {usd(spent)} of {usd(ceiling)}"
     else:
-        reason = f"budget reached: spent ${spent:.4f} of ${ceiling:.4f}, no call made"
+        reason = f"budget reached: spent {usd(spent)} of {usd(ceiling)}, no call made"
     return BudgetDecision(allowed, spent, ceiling, reason)
 
 

@@ -225,6 +225,16 @@ class NotOurs:
 SlashAction = Ask | NotOurs | cmds.Command
 
 
+def name_of(action: SlashAction) -> str | None:
+    """The command an action is for, as the log names it (`ask`, `whitelist`...); None for a
+    command that is not ours."""
+    if isinstance(action, Ask):
+        return Ask.NAME
+    if isinstance(action, NotOurs):
+        return None
+    return cmds.command_name(action)
+
+
 def _value(options: Sequence[InteractionOption], name: str) -> str | None:
     for option in options:
         if option.name == name and option.value is not None:

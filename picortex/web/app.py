@@ -30,6 +30,7 @@ from starlette.types import Scope
 
 from picortex.cli.errors import error_record
 from picortex.core.commands import ATTENTION_MODES
+from picortex.core.money import is_amount, usd
 from picortex.core.redact import redact_obj
 from picortex.core.trust import TIER_LABELS
 from picortex.errors import PanelInputError
@@ -95,7 +96,9 @@ def _templates() -> Jinja2Templates:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["money"] = lambda usd: f"${float(usd or 0):.4f}"
+    env.filters["money"] = usd
+    # A log field as shown: dollars for the `*_usd` ones.
+    env.filters["field"] = lambda value, name: usd(value) if is_amount(name, value) else value
     env.filters["when"] = lambda ts: str(ts or "").replace("T", " ").replace("Z", "")[:19]
     return Jinja2Templates(env=env)
 

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 from xml.sax.saxutils import escape
 
+from picortex.core.money import usd
+
 WIDTH: Final = 640
 HEIGHT: Final = 180
 MARGIN_LEFT: Final = 56
@@ -36,21 +38,21 @@ def spend_chart(series: Mapping[str, Sequence[tuple[str, float]]]) -> str:
         f'<line x1="{MARGIN_LEFT}" y1="{HEIGHT - MARGIN_BOTTOM}" x2="{WIDTH - 8}" '
         f'y2="{HEIGHT - MARGIN_BOTTOM}" stroke="#888"/>',
         f'<text x="{MARGIN_LEFT - 6}" y="{MARGIN_TOP + 4}" text-anchor="end" '
-        f'font-size="11">${top:.4g}</text>',
+        f'font-size="11">{usd(top)}</text>',
         f'<text x="{MARGIN_LEFT - 6}" y="{HEIGHT - MARGIN_BOTTOM}" text-anchor="end" '
-        'font-size="11">$0</text>',
+        f'font-size="11">{usd(0)}</text>',
     ]
     for i, day in enumerate(days):
         x = MARGIN_LEFT + i * slot + (slot - bar) / 2
         y = float(HEIGHT - MARGIN_BOTTOM)
         for n, (workspace, values) in enumerate(series.items()):
-            usd = values[i][1]
-            if usd <= 0:
+            amount = values[i][1]
+            if amount <= 0:
                 continue
-            h = usd / top * plot_h
+            h = amount / top * plot_h
             y -= h
             colour = PALETTE[min(n, len(PALETTE) - 1)]
-            title = escape(f"{workspace} {day}: ${usd:.6f}")
+            title = escape(f"{workspace} {day}: {usd(amount)}")
             parts.append(
                 f'<rect x="{x:.1f}" y="{y:.1f}" width="{bar:.1f}" height="{h:.1f}" '
                 f'fill="{colour}"><title>{title}</title></rect>'

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from picortex.actors import channel as channel_mod
 from picortex.sim.model import ModelReply
+from picortex.sim.world import Dispatch
 from tests.e2e.harness import running_bot
 
 pytestmark = pytest.mark.virtual_time
@@ -35,6 +37,46 @@ async def test_a_replayed_message_is_answered_once(tmp_path: Path) -> None:
         assert again.bot.router.replays_dropped == 1
         triggers = [e["message_id"] for e in again.events("trigger")]  # both runs' log
         assert triggers == [payload["id"], fresh["id"]]
+
+
+async def test_a_replayed_interaction_is_answered_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a replayed message: an INTERACTION_CREATE delivered again is dropped (SPEC 4)."""
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        sent: list[dict[str, Any]] = []
+        dispatch = run.sim.gateway.dispatch
+
+        def recording(event: Dispatch) -> None:
+            if event.name == "INTERACTION_CREATE":
+                sent.append(event.data)
+            dispatch(event)
+
+        monkeypatch.setattr(run.sim.gateway, "dispatch", recording)
+        await run.wait_until(lambda: bool(run.sim.app_commands()))
+        run.sim.model.script("Only once.")
+        ask = run.sim.run_slash(w.general_id, w.alice_id, "picortex ask once, please")
+        await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        answers = len(ask.answers)
+        [payload] = sent
+        # Discord may deliver an event twice; the router drops what it has handled.
+        run.bot.router.on_dispatch("INTERACTION_CREATE", payload)
+        run.bot.router.on_dispatch("INTERACTION_CREATE", payload)
+        marker = run.say(w.general_id, w.bob_id, f"{run.mention()} a later message")
+        await run.wait_event("decision", message_id=int(marker["id"]))
+        assert run.bot.router.replays_dropped == 2
+        assert len(ask.answers) == answers
+        assert len(run.sim.model.calls) == 1
+        assert len(run.events("trigger")) == 1
+    # A new process on the same home remembers (the seen-events table).
+    async with running_bot(tmp_path) as again:
+        again.bot.router.on_dispatch("INTERACTION_CREATE", payload)
+        fresh = again.say(again.world.general_id, again.world.alice_id, f"{again.mention()} new?")
+        await again.wait_until(lambda: bool(again.replies_to(int(fresh["id"]))))
+        assert again.bot.router.replays_dropped == 1
+        triggers = [e["message_id"] for e in again.events("trigger")]  # both runs' log
+        assert triggers == [str(ask.id), fresh["id"]]
 
 
 async def test_an_idle_channel_actor_exits_and_comes_back(

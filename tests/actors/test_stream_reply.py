@@ -8,8 +8,7 @@ from typing import Any
 import trio
 
 from picortex.actors.stream_reply import EMPTY_ANSWER, StreamedReply
-from picortex.core.split import split_reply
-from picortex.core.stream import EDIT_INTERVAL_SECONDS
+from tests.spec import STREAM_EDIT_INTERVAL_SECONDS, check_reply_parts
 
 
 class Surface:
@@ -55,7 +54,7 @@ async def test_edits_are_paced_the_text_splits_and_the_end_is_exact(autojump_clo
     async with trio.open_nursery() as nursery:
         nursery.start_soon(reply.run)
         await feed_slowly(reply, text, 20, 0.05)
-    assert surface.shown == split_reply(text)
+    check_reply_parts(text, surface.shown)
     assert len(surface.shown) >= 2
     assert all(m.count("```") % 2 == 0 for m in surface.shown)
     first_post = surface.writes[0]
@@ -68,8 +67,8 @@ async def test_edits_are_paced_the_text_splits_and_the_end_is_exact(autojump_clo
     assert len(edits) >= 3
     for edit in edits:
         previous = max(t for t in times if t < edit)
-        assert edit - surface.latency - previous >= EDIT_INTERVAL_SECONDS - 1e-9
-    assert min(b - a for a, b in itertools.pairwise(edits)) >= EDIT_INTERVAL_SECONDS
+        assert edit - surface.latency - previous >= STREAM_EDIT_INTERVAL_SECONDS - 1e-9
+    assert min(b - a for a, b in itertools.pairwise(edits)) >= STREAM_EDIT_INTERVAL_SECONDS
     assert reply.edits == len(edits)
 
 

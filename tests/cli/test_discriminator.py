@@ -124,10 +124,10 @@ def test_each_user_message_is_classified_with_what_came_before(tmp_path: Path) -
     # 300 in / 20 out tokens at Haiku 5.5 prices (0.10 / 0.50 per million).
     assert lines[1:] == [
         "Bob: what is for lunch?",
-        "  -> respond: discriminator: asks a question ($0.000040, 300 in / 20 out tokens)",
+        "  -> respond: discriminator: asks a question ($0.00004, 300 in / 20 out tokens)",
         "Alice: pizza",
-        "  -> skip: discriminator: chatter ($0.000040, 300 in / 20 out tokens)",
-        "total cost: $0.000080 for 2 model calls",
+        "  -> skip: discriminator: chatter ($0.00004, 300 in / 20 out tokens)",
+        "total cost: $0.00008 for 2 model calls",
     ]
     # The bot's own message is history, never a message to classify.
     assert len(model.bodies) == 2
@@ -169,10 +169,10 @@ def test_the_ceiling_is_respected(tmp_path: Path) -> None:
     run_discriminator_test(settings, str(CHAT), 2, out=out, llm_http_client_factory=model.factory())
     assert len(model.bodies) == 1
     assert (
-        "discriminator unavailable: budget ceiling reached; failing closed in a group ($0.000000"
+        "discriminator unavailable: budget ceiling reached; failing closed in a group ($0.00,"
         in out.getvalue()
     )
-    assert out.getvalue().splitlines()[-1] == "total cost: $0.000040 for 1 model calls"
+    assert out.getvalue().splitlines()[-1] == "total cost: $0.00004 for 1 model calls"
 
 
 def test_runtime_config_applies(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_without_a_key_no_call_and_the_fallback_shows(tmp_path: Path) -> None:
     assert (
         "  -> skip: discriminator unavailable: no model key (ANTHROPIC_API_KEY is not set)" in text
     )
-    assert text.splitlines()[-1] == "total cost: $0.000000 for 0 model calls"
+    assert text.splitlines()[-1] == "total cost: $0.00 for 0 model calls"
 
 
 def test_no_cache_and_bad_arguments(tmp_path: Path) -> None:

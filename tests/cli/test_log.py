@@ -135,7 +135,7 @@ def test_a_missing_log_is_one_sentence_and_exit_1(tmp_path: Path) -> None:
 class FollowScript:
     """Stands in for `time.sleep` in --follow: each poll runs the next step of a script."""
 
-    def __init__(self, path: Path, steps: list[bytes | str]) -> None:
+    def __init__(self, path: Path, steps: list[bytes | str | tuple[bytes | str, ...]]) -> None:
         self.path = path
         self.steps = steps
 
@@ -143,11 +143,22 @@ class FollowScript:
         if not self.steps:
             raise KeyboardInterrupt
         step = self.steps.pop(0)
-        if step == "rotate":
-            os.replace(self.path, self.path.with_name(self.path.name + ".1"))
-        elif isinstance(step, bytes):
-            with open(self.path, "ab") as f:
-                f.write(step)
+        # A tuple is several changes made between two polls.
+        for change in step if isinstance(step, tuple) else (step,):
+            if change == "rotate":
+                self._rotate()
+            elif isinstance(change, bytes):
+                with open(self.path, "ab") as f:
+                    f.write(change)
+
+    def _rotate(self) -> None:
+        """As the writer rotates (SPEC 11): `.N` -> `.N+1`, ..., then the log -> `.1`."""
+        rotated = sorted(
+            (int(p.name.rsplit(".", 1)[1]), p) for p in self.path.parent.glob(self.path.name + ".*")
+        )
+        for n, p in reversed(rotated):
+            os.replace(p, self.path.with_name(f"{self.path.name}.{n + 1}"))
+        os.replace(self.path, self.path.with_name(self.path.name + ".1"))
 
 
 def test_follow_prints_new_lines_across_rotation_and_exits_0_on_ctrl_c(tmp_path: Path) -> None:
@@ -175,6 +186,29 @@ def test_follow_prints_new_lines_across_rotation_and_exits_0_on_ctrl_c(tmp_path:
     assert err.getvalue() == ""
 
 
+def test_follow_survives_two_rotations_between_its_polls(tmp_path: Path) -> None:
+    path = tmp_path / "actions.jsonl"
+    path.write_bytes(line(0))
+    script = FollowScript(
+        path,
+        [
+            line(1),
+            # Between two polls: the rest of the held file, a whole file that is rotated
+            # away at once, and the start of the newest one.
+            (line(2), "rotate", line(3) + line(4), "rotate", line(5)),
+            line(6),
+            b"",
+        ],
+    )
+    out, err = io.StringIO(), io.StringIO()
+    code = run_log(
+        path, n=None, follow=True, events=(), as_json=True, out=out, err=err, sleep=script
+    )
+    assert code == 0
+    assert numbers(out.getvalue()) == [0, 1, 2, 3, 4, 5, 6]
+    assert err.getvalue() == ""
+
+
 def test_follow_waits_for_a_log_that_does_not_exist_yet(tmp_path: Path) -> None:
     path = tmp_path / "actions.jsonl"
     script = FollowScript(path, [b"", line(0), b""])
@@ -191,3 +225,11 @@ def test_an_event_without_fields_has_no_trailing_spaces() -> None:
     assert format_event({"ts": "2025-06-01T12:00:00.000Z", "event": "b"}) == (
         "2025-06-01 12:00:00.000Z  b"
     )
+
+
+def test_amounts_read_as_dollars() -> None:
+    line = format_event(
+        {"ts": "2025-06-01T12:00:00.000Z", "event": "llm", "cost_usd": 1e-06, "tokens": 3}
+    )
+    # SPEC 13's rule for money, in the CLI too: `$0.000001`, never `1e-06`.
+    assert line.endswith("cost_usd=$0.000001 tokens=3")

@@ -32,7 +32,10 @@ SNAPSHOT: dict[str, Any] = {
     ],
     "mailbox_overflows": 1,
     "restarts": {"channel-12": 2},
-    "budget": {"99": {"spent_usd": 0.0123, "ceiling_usd": 5.0, "period": "2026-11-30"}},
+    "budget": {
+        "99": {"spent_usd": 0.0123, "ceiling_usd": 5.0, "period": "2026-11-30"},
+        "dm": {"spent_usd": 0.000001, "ceiling_usd": 0.000002, "period": "2026-11-30"},
+    },
     "triggers": [
         {
             "timestamp": "2026-11-30T10:00:00+00:00",
@@ -66,7 +69,9 @@ def test_format_status_shows_every_part() -> None:
     # The busiest mailbox first.
     assert text.index("#random (12): 4 queued") < text.index("#general (11): 0 queued")
     assert "actor restarts:    channel-12 2" in text
-    assert "99: $0.0123 of $5" in text
+    # Money in dollars, fixed-point (SPEC 13: `$0.000001`, never `1e-06`).
+    assert "99: $0.0123 of $5.00" in text
+    assert "dm: $0.000001 of $0.000002" in text
     assert "alice in #general: hello there" in text
     assert "bob in #random [whitelist]: <@1> !s whitelist list" in text
 

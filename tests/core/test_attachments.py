@@ -132,6 +132,24 @@ def test_only_discords_hosts_or_the_api_base_host(url: str, allowed: bool) -> No
     assert core.url_allowed(url, "http://127.0.0.1:5000/api/v10") is allowed
 
 
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://discord.example/attachments/1/2/a.png", True),
+        ("https://discord.example:8443/attachments/1/2/a.png", True),
+        # Over an https API, a file link in plain http is refused: anyone on the path could
+        # read or change what the model is shown.
+        ("http://discord.example/attachments/1/2/a.png", False),
+        ("http://discord.example:8080/a.png", False),
+        ("http://cdn.discordapp.com/attachments/1/2/a.png", False),
+        ("https://cdn.discordapp.com/attachments/1/2/a.png", True),
+    ],
+)
+def test_over_an_https_api_plain_http_is_refused(url: str, allowed: bool) -> None:
+    assert core.url_allowed(url, "https://discord.example/api/v10") is allowed
+    assert core.url_allowed(url, "HTTPS://discord.example/api/v10") is allowed
+
+
 def test_images_are_sniffed_and_text_is_decoded() -> None:
     assert core.sniff_image(b"\x89PNG\r\n\x1a\n....") == "image/png"
     assert core.sniff_image(b"\xff\xd8\xff\xe0") == "image/jpeg"

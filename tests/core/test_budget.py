@@ -110,7 +110,7 @@ def test_remaining_is_never_negative(spent: float, ceiling: float) -> None:
 
 def test_check_reasons_and_odd_values() -> None:
     blocked = check(5.0, 5.0)
-    assert blocked.reason == "budget reached: spent $5.0000 of $5.0000, no call made"
+    assert blocked.reason == "budget reached: spent $5.00 of $5.00, no call made"
     assert check(0.0, 0.0).allowed is False  # a zero ceiling means no calls at all
     assert check(float("nan"), 5.0).allowed is False
     assert check(1.25, 5.0).remaining == pytest.approx(3.75)

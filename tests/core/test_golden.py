@@ -1,11 +1,13 @@
 """Golden conversations: rule outcomes, exact rendered prompts, decisions for scripted answers.
 
-Set PICORTEX_UPDATE_GOLDEN=1 to rewrite the prompt files after an intended change.
+Set PICORTEX_UPDATE_GOLDEN=1 to rewrite the prompt files after an intended change; under CI
+(`CI` set) that mode fails instead, so a run there never rewrites what it checks.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,16 @@ from picortex.types import Attachment, Message, User
 GOLDEN = Path(__file__).parent / "golden"
 PROMPTS = GOLDEN / "prompts"
 TEMPLATE = Path(__file__).parents[2] / "picortex" / "templates" / "discriminator.md"
-UPDATE = os.environ.get("PICORTEX_UPDATE_GOLDEN") == "1"
+
+
+def update_mode(environ: Mapping[str, str]) -> bool:
+    """Whether golden files are to be rewritten; fails the test when asked to under CI."""
+    if environ.get("PICORTEX_UPDATE_GOLDEN") != "1":
+        return False
+    if environ.get("CI"):
+        pytest.fail("PICORTEX_UPDATE_GOLDEN=1 rewrites golden files: never under CI")
+    return True
+
 
 BOT = User(900, "picortex", bot=True)
 OWNER_ID = 1
@@ -143,12 +154,20 @@ def test_rule_outcome(case: dict[str, Any]) -> None:
 def test_rendered_prompt_matches_golden_file(case: dict[str, Any]) -> None:
     rendered = _prompt(case)
     path = PROMPTS / f"{case['name']}.prompt.txt"
-    if UPDATE:
+    if update_mode(os.environ):
         PROMPTS.mkdir(exist_ok=True)
         path.write_bytes(rendered.encode("utf-8"))
     assert path.exists(), f"{path.name} is missing: run with PICORTEX_UPDATE_GOLDEN=1"
     assert path.read_bytes().decode("utf-8") == rendered
     assert prompt_chars(rendered) <= case.get("max_chars", max_prompt_chars(HAIKU_IN, HAIKU_OUT))
+
+
+@pytest.mark.parametrize("ci", ["true", "1"])
+def test_the_update_mode_fails_under_ci(ci: str) -> None:
+    with pytest.raises(pytest.fail.Exception, match="never under CI"):
+        update_mode({"PICORTEX_UPDATE_GOLDEN": "1", "CI": ci})
+    assert update_mode({"PICORTEX_UPDATE_GOLDEN": "1"}) is True
+    assert update_mode({"CI": ci}) is False
 
 
 def test_no_stale_golden_files() -> None:

@@ -9,13 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picortex.core.split import (
-    DISCORD_LIMIT,
     FENCE,
     MIN_LIMIT,
     Chunk,
     split_chunks,
     split_reply,
 )
+from tests.spec import DISCORD_MESSAGE_LIMIT as DISCORD_LIMIT
+from tests.spec import check_reply_parts
 
 
 def check(text: str, limit: int) -> list[Chunk]:
@@ -26,6 +27,8 @@ def check(text: str, limit: int) -> list[Chunk]:
         assert 0 < len(chunk.text) <= limit
         assert chunk.text == chunk.reopen + chunk.body + chunk.close
     assert split_reply(text, limit) == [c.text for c in chunks]
+    if limit == DISCORD_LIMIT and text:
+        check_reply_parts(text, [c.text for c in chunks])
     return chunks
 
 

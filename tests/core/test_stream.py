@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from picortex.core import stream
-from picortex.core.split import split_reply
+from tests.spec import check_reply_parts
 
 
 @pytest.mark.parametrize(
@@ -30,9 +30,10 @@ def test_writes_post_new_messages_and_edit_one_message_at_a_time() -> None:
     first = "Intro. " + "a" * 100
     assert stream.next_writes([], first, can_edit=True) == [stream.Write(0, first, new=True)]
     grown = first + "\n" + "\n".join(f"line {n} " + "b" * 60 for n in range(60))
-    wanted = split_reply(grown)
-    assert len(wanted) >= 3
     writes = stream.next_writes([first], grown, can_edit=True)
+    wanted = [w.text for w in writes]
+    check_reply_parts(grown, wanted)  # the messages SPEC 4 asks for
+    assert len(wanted) >= 3
     # The first message is completed, the rest posted; never two edits at once.
     assert writes[0] == stream.Write(0, wanted[0], new=False)
     assert [w.index for w in writes[1:]] == list(range(1, len(wanted)))

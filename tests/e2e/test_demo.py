@@ -53,7 +53,14 @@ def test_demo_transcript_and_log(
     assert "invocation failed at stage generate" in out
     assert "gateway: resumed" in out
     assert "budget: workspace" in out
+    # Money in dollars, fixed-point (SPEC 13), in every line that shows it.
+    assert re.search(r"budget: workspace \S+ spent \$\d+\.\d{2,} of \$\d+\.\d{2,}:", out)
+    assert re.search(r"llm: .* \(\$\d+\.\d{2,}, \d+ ms\)", out)
+    assert "e-0" not in out
     assert "interaction: deferred" in out
+    # Each slash answer names its command: the answered ask, then carol's refused one.
+    answered = out.index("interaction answered (ask)")
+    assert out.index("interaction refused (ask, only the user sees it)") > answered
     assert "only carol sees: You are not on this bot's trust list" in out
     assert "did not finish" not in out
 

@@ -9,6 +9,7 @@ import trio
 
 from picortex.sim import Simulator
 from picortex.sim.interactions import SimInteraction
+from picortex.store.cache_files import read_channel
 from tests.e2e.harness import Running, running_bot
 
 pytestmark = pytest.mark.virtual_time
@@ -165,7 +166,9 @@ async def test_ask_defers_then_edits_the_original_with_the_answer(tmp_path: Path
         # The token travels in paths only: never in the action log.
         log = (run.home / "actions.jsonl").read_text()
         assert ask.token not in log
-        await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        # The answer's `reply` event names the command it answers.
+        replied = await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        assert replied[0]["command"] == "ask" and not replied[0].get("refused")
 
 
 async def test_a_long_answer_continues_in_follow_up_messages(tmp_path: Path) -> None:
@@ -198,6 +201,10 @@ async def test_strangers_get_a_private_refusal_and_no_model_call(tmp_path: Path)
             refused = run.sim.run_slash(w.general_id, stranger, line)
             assert "not on this bot's trust list" in await _answer(run, refused)
             assert refused.ephemeral and refused.response_type == 4
+            # The refusal's `reply` event names the command it refused, and says so.
+            replied = await run.wait_event("reply", trigger_id=refused.id)
+            assert replied[0]["command"] == line.split()[1]
+            assert replied[0]["refused"] is True
         assert run.sim.model.calls == []
         assert run.bot.store.get_chat_config(w.general_id) is None
         assert run.sim.bot_messages(w.general_id) == []  # ephemeral: nothing in the channel
@@ -301,3 +308,24 @@ async def test_a_busy_channel_defers_in_time_and_edits_the_answer_in(tmp_path: P
         assert [a.kind for a in shown.answers] == ["deferred", "edit"]
         assert trio.current_time() - started >= 2.0  # it waited for the channel's turn
         await run.wait_event("reply", trigger_id=shown.id, result="posted")
+
+
+async def test_an_ask_is_not_a_message_in_the_context_cache(tmp_path: Path) -> None:
+    """The cache holds what Discord sent: a slash `ask` never becomes a cached message."""
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        await _registered(run)
+        said = run.say(w.general_id, w.bob_id, "chatter before the question")
+        await run.wait_until(lambda: bool(run.bot.cache.recent(w.general_id, 1)))
+        run.sim.model.script("An answer.")
+        ask = run.sim.run_slash(w.general_id, w.alice_id, "picortex ask what is cached?")
+        assert await _answer(run, ask, kinds=2) == "An answer."
+        await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        await run.bot.cache.flush()
+        cached = run.bot.cache.recent(w.general_id, 50)
+        assert int(said["id"]) in [m.id for m in cached]
+        assert ask.id not in [m.id for m in cached]
+        assert all("what is cached?" not in m.content for m in cached)
+        on_disk = read_channel(run.bot.settings.cache_dir, w.general_id)
+        assert on_disk is not None
+        assert ask.id not in [m.id for m in on_disk.messages]

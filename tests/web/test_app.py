@@ -429,12 +429,16 @@ async def test_overview_draws_spend_per_workspace(env: Env) -> None:
     now = time.time()
     env.store.add_spend(str(GUILD), "p", 0.25, now)
     env.store.add_spend("dm", "p", 0.5, now - 86400)
+    env.store.add_spend("tiny", "p", 0.000001, now)
     await env.login()
     page = await env.client.get("/")
     assert "<svg" in page.text
-    assert page.text.count("<rect x=") == 2
+    assert page.text.count("<rect x=") == 3
     assert str(GUILD) in page.text
-    assert "$0.2500" in page.text
+    # Money in dollars, fixed-point (SPEC 13: `$0.000001`, never `1e-06`).
+    assert "$0.25" in page.text
+    assert "tiny: $0.000001</li>" in page.text
+    assert "e-0" not in page.text
 
 
 async def test_pages_show_writes_the_store_actor_has_not_committed_yet(env: Env) -> None:
@@ -696,7 +700,7 @@ async def test_discriminator_test_shows_decision_reason_and_cost(env: Env) -> No
     rows = re.findall(r'<td class="decision (\w+)">', r.text)
     assert rows == ["skip", "respond"]
     assert "who wants cake?" in r.text
-    assert "$0.000020" in r.text
+    assert "$0.00002<" in r.text
     r = await env.client.post(f"/chats/{GENERAL}/test", data={"n": "99", "csrf": csrf})
     assert r.status_code == 303
     assert len(env.model.requests) == 2
@@ -732,6 +736,23 @@ async def test_activity_shows_the_message_beside_each_decision(env: Env) -> None
     assert "untrusted author: never answered" in page.text
     assert "who wants cake?" in page.text
     assert "mention of the bot" not in page.text
+
+
+async def test_activity_shows_amounts_as_dollars(env: Env) -> None:
+    write_log(
+        env.home,
+        [
+            {"event": "llm", "model": "m", "stage": "generate", "cost_usd": 0.000001},
+            {"event": "budget", "workspace": "dm", "spent_usd": 1e-06, "ceiling_usd": 2e-06},
+        ],
+    )
+    await env.login()
+    page = await env.client.get("/activity")
+    # SPEC 13: amounts as dollars (`$0.000001`, never `1e-06`).
+    assert "m · generate" in page.text and "· $0.000001 ·" in page.text
+    assert "spent_usd=$0.000001" in page.text
+    assert "ceiling_usd=$0.000002" in page.text
+    assert "e-06" not in page.text
 
 
 async def test_log_api_filters_and_counts_after_filtering(env: Env) -> None:
