@@ -36,7 +36,7 @@ from picortex.config import (
     runtime_key,
 )
 from picortex.errors import ConfigError, PicortexError
-from picortex.store import RESOLUTIONS, Store
+from picortex.store import RESOLUTIONS, AdminStore
 
 logger = logging.getLogger(__name__)
 
@@ -210,8 +210,8 @@ class Tools:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def _store(self) -> Store:
-        return Store.open(self.settings.db_path)
+    def _store(self) -> AdminStore:
+        return AdminStore.open(self.settings.db_path)
 
     def call(self, name: str, raw: Mapping[str, Any] | None) -> Any:
         """Run one tool; raises _BadArgument for bad arguments or an unknown tool."""

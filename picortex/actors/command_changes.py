@@ -14,8 +14,8 @@ import trio
 
 from picortex.actors.clients import CurrentSettings
 from picortex.core import commands as cmds
-from picortex.store import Store, StoreActor
 from picortex.store.chathome import ChatHome
+from picortex.store.queries import AdminQueries
 from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 async def apply_changes(
     changes: Sequence[cmds.Change],
     *,
-    store: Store | StoreActor,
+    store: AdminQueries,
     settings: CurrentSettings,
     home: Path,
     chat_id: Snowflake | None,
@@ -46,7 +46,7 @@ async def apply_changes(
             await ensure_chat_home(home, chat_id)
         elif isinstance(change, cmds.StartPoll):
             poll = change
-    if changes and isinstance(store, StoreActor):
+    if changes:
         # Trust and config changes are durable before anyone is told they are made.
         try:
             await store.flush()

@@ -13,7 +13,6 @@ released.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -40,7 +39,6 @@ from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, RestartPolicy
-from picortex.store import Store
 from picortex.types import (
     ChannelCreate,
     ChannelDelete,
@@ -460,7 +458,7 @@ class Router:
         for channel_id in gone:
             clients.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
             # Queued for the store's next group; nothing is left to catch up there either.
-            clients.store.submit(functools.partial(_forget_channel, channel_id=channel_id))
+            clients.store.forget_channel(channel_id)
         clients.events.emit(
             "channel-delete",
             channel_id=event.id,
@@ -587,9 +585,3 @@ class Router:
 _NOT_CHATTER: Final = object()
 _STRANGER_CHATTER: Final = object()
 _TRUSTED_CHATTER: Final = object()
-
-
-def _forget_channel(db: Store, *, channel_id: Snowflake) -> None:
-    """On the store's thread: a deleted channel's memory and catch-up activity go."""
-    db.forget_channel(channel_id)
-    db.forget_channel_activity(channel_id)

@@ -23,7 +23,7 @@ from picortex.config import (
     runtime_key,
 )
 from picortex.errors import ConfigError
-from picortex.store import Store
+from picortex.store import AdminQueries
 
 CHAT_ATTENTION_KEY: Final = re.compile(r"attention\.(\d+)")
 """`attention.<chat_id>`: one chat's own attention mode, kept in `chat_config`."""
@@ -47,7 +47,12 @@ def _chat_id(key: str) -> int | None:
 
 
 def run_config_get(
-    store: Store, settings: Settings, key: str | None, out: TextIO, *, err: TextIO | None = None
+    store: AdminQueries,
+    settings: Settings,
+    key: str | None,
+    out: TextIO,
+    *,
+    err: TextIO | None = None,
 ) -> int:
     """Print one key (any key of `picortex.toml`) or every runtime key with its value.
 
@@ -94,7 +99,7 @@ def run_config_get(
     return 0
 
 
-def _store_chat_mode(store: Store, now: float) -> ChatModeSetter:
+def _store_chat_mode(store: AdminQueries, now: float) -> ChatModeSetter:
     def set_mode(chat_id: int, text: str) -> str:
         mode = text.strip().lower()
         if mode not in ATTENTION_MODES:
@@ -108,7 +113,7 @@ def _store_chat_mode(store: Store, now: float) -> ChatModeSetter:
 
 
 def run_config_set(
-    store: Store,
+    store: AdminQueries,
     settings: Settings,
     key: str,
     value: str,

@@ -22,12 +22,12 @@ from picortex.store.store import (
 )
 
 __all__ = [
-    "AdminQueries",
-    "AdminStore",
     "DM_WORKSPACE",
     "RESOLUTIONS",
     "STAGES",
     "TRUST_TIERS",
+    "AdminQueries",
+    "AdminStore",
     "ChatConfig",
     "InvocationError",
     "MemoryHit",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
 
 from picortex.actors.pruner import DAY, PRUNE_EVERY_SECONDS, Pruner
-from picortex.store import Store
+from picortex.store import Store, StoreActor
 from tests.helpers import RecordingSink
 
 NOW = 2_000_000_000.0
@@ -28,26 +29,40 @@ def seed(store: Store, now: float) -> None:
     store.mark_seen(101, now - 6 * DAY)
 
 
+async def until(check: Callable[[], bool]) -> None:
+    """Wait (in virtual minutes) for a round that runs on the store's thread."""
+    while not check():
+        await trio.sleep(60)
+
+
 async def test_prunes_at_start_and_then_hourly(tmp_path: Path, autojump_clock: object) -> None:
     clock = [NOW]
     sink = RecordingSink()
-    with Store.open(tmp_path / "picortex.db") as store:
-        seed(store, NOW)
+    with Store.open(tmp_path / "picortex.db") as db:
+        seed(db, NOW)
+    store = StoreActor.open(tmp_path / "picortex.db")
+    try:
         pruner = Pruner(store, sink, wall_clock=lambda: clock[0])
         async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
             await nursery.start(pruner.run)
+            await until(lambda: len(sink.of("prune")) == 1)
             (first,) = sink.of("prune")
             assert (first["memory"], first["invocation_errors"], first["seen_ids"]) == (2, 1, 1)
-            assert {h.message_id for h in store.search_memory("insomnia", 0.0, None)} == {2}
+            assert {h.message_id for h in await store.search_memory("insomnia", 0.0, None)} == {2}
             assert len(store.invocation_errors()) == 2  # the unresolved one always stays
-            assert not store.is_seen(100) and store.is_seen(101)
+            assert await store.read(lambda db: (db.is_seen(100), db.is_seen(101))) == (
+                False,
+                True,
+            )
             # Two days on, the next hourly rounds drop what has aged out since.
             clock[0] = NOW + 2 * DAY
-            await trio.sleep(PRUNE_EVERY_SECONDS + 1)
+            await until(lambda: len(sink.of("prune")) == 2)
             assert pruner.rounds == 2
             second = sink.of("prune")[-1]
             assert (second["memory"], second["seen_ids"]) == (2, 1)
-            await trio.sleep(PRUNE_EVERY_SECONDS)
-            assert pruner.rounds == 3
+            await until(lambda: pruner.rounds == 4)  # the third round is over
             assert len(sink.of("prune")) == 2  # nothing to drop: no event
             nursery.cancel_scope.cancel()
+    finally:
+        store.close()
