@@ -19,6 +19,7 @@ class AdminStore:
 
     def __init__(self, store: Store) -> None:
         self._db = store
+        self._config_writes = 0  # data_version sees other connections' commits, not ours
 
     @classmethod
     def open(cls, path: Path) -> AdminStore:
@@ -64,8 +65,8 @@ class AdminStore:
 
     @property
     def config_version(self) -> object:
-        """SQLite's `data_version`: changes when another connection committed."""
-        return self._db.pragma("data_version")
+        """Changes with this store's config writes and with another connection's commits."""
+        return (self._config_writes, self._db.pragma("data_version"))
 
     def runtime_config(self) -> dict[str, str]:
         """Every runtime config override. Scope: global."""
@@ -74,9 +75,11 @@ class AdminStore:
     def set_runtime_config(self, key: str, value: str) -> None:
         """Store one runtime override (already validated by the caller)."""
         self._db.set_runtime_config(key, value)
+        self._config_writes += 1
 
     def delete_runtime_config(self, key: str) -> bool:
         """Drop one runtime override, so the file's value applies again."""
+        self._config_writes += 1
         return self._db.delete_runtime_config(key)
 
     # ---- chat config -------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import trio
+from trio.testing import MockClock
 
 from picortex.actors.pruner import DAY, PRUNE_EVERY_SECONDS, Pruner
 from picortex.store import Store, StoreActor
@@ -29,13 +30,13 @@ def seed(store: Store, now: float) -> None:
     store.mark_seen(101, now - 6 * DAY)
 
 
-async def until(check: Callable[[], bool]) -> None:
-    """Wait (in virtual minutes) for a round that runs on the store's thread."""
+async def settled(check: Callable[[], bool]) -> None:
+    """Wait for a round that runs on the store's thread; virtual time stands still meanwhile."""
     while not check():
-        await trio.sleep(60)
+        await trio.sleep(0)
 
 
-async def test_prunes_at_start_and_then_hourly(tmp_path: Path, autojump_clock: object) -> None:
+async def test_prunes_at_start_and_then_hourly(tmp_path: Path, mock_clock: MockClock) -> None:
     clock = [NOW]
     sink = RecordingSink()
     with Store.open(tmp_path / "picortex.db") as db:
@@ -46,22 +47,23 @@ async def test_prunes_at_start_and_then_hourly(tmp_path: Path, autojump_clock: o
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)
             await nursery.start(pruner.run)
-            await until(lambda: len(sink.of("prune")) == 1)
+            await settled(lambda: len(sink.of("prune")) == 1)
             (first,) = sink.of("prune")
             assert (first["memory"], first["invocation_errors"], first["seen_ids"]) == (2, 1, 1)
             assert {h.message_id for h in await store.search_memory("insomnia", 0.0, None)} == {2}
             assert len(store.invocation_errors()) == 2  # the unresolved one always stays
-            assert await store.read(lambda db: (db.is_seen(100), db.is_seen(101))) == (
-                False,
-                True,
-            )
+            seen = await store.read(lambda db: (db.is_seen(100), db.is_seen(101)))
+            assert seen == (False, True)
             # Two days on, the next hourly rounds drop what has aged out since.
             clock[0] = NOW + 2 * DAY
-            await until(lambda: len(sink.of("prune")) == 2)
+            mock_clock.jump(PRUNE_EVERY_SECONDS)
+            await settled(lambda: len(sink.of("prune")) == 2)
             assert pruner.rounds == 2
             second = sink.of("prune")[-1]
             assert (second["memory"], second["seen_ids"]) == (2, 1)
-            await until(lambda: pruner.rounds == 4)  # the third round is over
+            while pruner.rounds < 4:  # the fourth round starts once the third is over
+                mock_clock.jump(PRUNE_EVERY_SECONDS)
+                await trio.sleep(0)
             assert len(sink.of("prune")) == 2  # nothing to drop: no event
             nursery.cancel_scope.cancel()
     finally:
