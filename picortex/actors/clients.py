@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -36,8 +36,6 @@ if TYPE_CHECKING:
     from picortex.runtime.mailbox import Mailbox
     from picortex.store.store import ChatConfig, MemoryHit
     from picortex.types import Interaction
-
-T = TypeVar("T")
 
 
 class FaultCheck(Protocol):
