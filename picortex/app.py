@@ -65,8 +65,9 @@ from picortex.runtime.supervisor import (
     Supervisor,
     run_root,
 )
-from picortex.store import Store, StoreActor
+from picortex.store import StoreActor
 from picortex.store.personas import PersonaLoader
+from picortex.store.queries import SessionQueries
 
 logger = logging.getLogger(__name__)
 
@@ -77,9 +78,7 @@ class _PersistedSessions:
     """The gateway session in `picortex.db`: read once at start, written through the store
     actor's queue (never a wait on the event loop)."""
 
-    def __init__(
-        self, loaded: tuple[str, str, int] | None, store: Callable[[], StoreActor]
-    ) -> None:
+    def __init__(self, loaded: tuple[str, str, int] | None, store: SessionQueries) -> None:
         self._loaded = loaded
         self._store = store
 
@@ -89,10 +88,10 @@ class _PersistedSessions:
     def save_gateway_session(
         self, shard: tuple[int, int], session_id: str, url: str, seq: int, at: float
     ) -> None:
-        self._store().submit(lambda db: db.save_gateway_session(shard, session_id, url, seq, at))
+        self._store.save_gateway_session(shard, session_id, url, seq, at)
 
     def clear_gateway_session(self, shard: tuple[int, int]) -> None:
-        self._store().submit(lambda db: db.clear_gateway_session(shard))
+        self._store.clear_gateway_session(shard)
 
 
 class Bot:
@@ -113,10 +112,9 @@ class Bot:
         private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
-        database = Store.open(settings.db_path)
-        # Read before the store actor owns the connection: the session a killed process left.
-        sessions = _PersistedSessions(database.gateway_session(shard), lambda: self.store)
-        self.store = StoreActor(database)
+        self.store = StoreActor.open(settings.db_path)
+        # Read once, before anything is queued: the session a killed process left.
+        sessions = _PersistedSessions(self.store.gateway_session(shard), self.store)
         self.source = SettingsSource(settings, self.store)
         live = self.source()
         self.events = ActionLog(

@@ -23,6 +23,7 @@ the actor, with backoff and within its intensity).
     +-- ChatHomeError                a chat home directory or git step failed      retryable
     +-- HomeLocked                   another `picortex run` holds this home        fatal, exit 2
     +-- PanelInputError              the web panel refused input (400, a sentence) retryable
+    +-- BodyTooLarge                 a panel request body went past its cap (413)  retryable
     +-- FaultInjected                raised on purpose by PICORTEX_FAULT_INJECT    retryable
     +-- SimError                     the simulator was asked for what it lacks     retryable
     +-- ApiError                     the simulated Discord answers an error status retryable

@@ -38,7 +38,7 @@ from picortex.config import (
 )
 from picortex.core.commands import parse_user_ids
 from picortex.errors import ConfigError, PicortexError
-from picortex.store import RESOLUTIONS, Store
+from picortex.store import RESOLUTIONS, AdminStore
 
 logger = logging.getLogger(__name__)
 
@@ -226,8 +226,8 @@ class Tools:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def _store(self) -> Store:
-        return Store.open(self.settings.db_path)
+    def _store(self) -> AdminStore:
+        return AdminStore.open(self.settings.db_path)
 
     def call(self, name: str, raw: Mapping[str, Any] | None) -> Any:
         """Run one tool; raises _BadArgument for bad arguments or an unknown tool."""
@@ -371,7 +371,7 @@ class Tools:
             raise _BadArgument("`user_id` must be the Discord id of the user to forget.")
         store = self._store()
         try:
-            messages, observations = store.forget_user(found[0])
+            messages, observations = store.forget_user_now(found[0])
         finally:
             store.close()
         return {"user_id": str(found[0]), "messages": messages, "observations": observations}

@@ -30,7 +30,7 @@ from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.config import Settings
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
-from picortex.store import Store
+from picortex.store import AdminStore, Store
 from picortex.store.chathome import ChatHome
 from picortex.types import Channel, ChannelType, Message, User
 from picortex.web.app import PanelApp
@@ -153,9 +153,10 @@ def build(home: Path, lines: int, chats: int) -> tuple[Panel, int, int]:
     for v in range(9):
         chat_home.write_prompt(base + f"Rule {v}: stay brief.\n" * (v + 1), f"edit {v}")
     settings = Settings(home=home, owner_id=OWNER)
+    admin = AdminStore(store)  # the panel's store, as a command opens it
     panel = Panel(
-        settings=SettingsSource(settings, store),
-        store=store,
+        settings=SettingsSource(settings, admin),
+        store=admin,
         events=_Null(),
         home=home,
         action_log_path=home / "actions.jsonl",

@@ -59,8 +59,8 @@ async def catch_up(
         return 0
     started = wall_clock()
     try:
-        channels = await clients.store.read(
-            lambda db: db.active_channels(started - ACTIVE_CHANNELS_SECONDS, ACTIVE_CHANNELS_MAX)
+        channels = await clients.store.active_channels(
+            started - ACTIVE_CHANNELS_SECONDS, ACTIVE_CHANNELS_MAX
         )
     except Exception:
         logger.exception("catch-up: recent channels unavailable")

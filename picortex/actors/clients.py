@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -27,6 +27,8 @@ from picortex.types import (
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from picortex.actors.llm import LLMRequest, LLMResult
     from picortex.actors.pipeline import BotIdentity
     from picortex.actors.replies import AnswerSurface, Streamed
@@ -34,11 +36,8 @@ if TYPE_CHECKING:
     from picortex.core import policy
     from picortex.errors import FatalDiscordError
     from picortex.runtime.mailbox import Mailbox
-    from picortex.store import Store
-    from picortex.store.store import ChatConfig
+    from picortex.store.store import ChatConfig, MemoryHit
     from picortex.types import Interaction
-
-T = TypeVar("T")
 
 
 class FaultCheck(Protocol):
@@ -121,29 +120,47 @@ class RecallStore(Protocol):
         ...
 
 
-class StoreQueries(Protocol):
-    """Queries run on the store's thread."""
+class CommandTreeStore(Protocol):
+    """The digest of the slash command tree registered in each scope (SPEC 15)."""
 
-    async def read(self, fn: Callable[[Store], T]) -> T:
-        """Run a query; it sees every write queued before it."""
+    async def app_commands_hash(self, scope: str) -> str | None:
+        """The digest of the tree last registered in `scope`."""
+        ...
+
+    def set_app_commands_hash(self, scope: str, digest: str, now: float) -> None:
+        """Queue remembering that the tree with `digest` is registered in `scope`."""
         ...
 
 
-class StoreAccess(StoreQueries, Protocol):
-    """Queries and writes run on the store's thread."""
-
-    def submit(
-        self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
-    ) -> None:
-        """Queue a write; `on_done(result)` runs once it is committed."""
-        ...
-
-
-class PersonaStore(RecallStore, StoreAccess, Protocol):
+class PersonaStore(RecallStore, Protocol):
     """What persona answers keep and search."""
 
+    def reindex_memory_message(
+        self,
+        message_id: int,
+        channel_id: int,
+        guild_id: int | None,
+        content: str,
+        observed: Sequence[tuple[str, str]],
+        at: float,
+    ) -> None:
+        """Queue applying an edit; each (persona, trigger) of `observed` is recorded again."""
+        ...
 
-class ChannelStore(TrustReader, ChatConfigReader, PersonaStore, Protocol):
+    async def search_memory(
+        self,
+        query: str,
+        since: float,
+        workspace: str | None,
+        limit: int = 10,
+        *,
+        channel_ids: Iterable[int] | None = None,
+    ) -> list[MemoryHit]:
+        """Memory matching any word of `query`, best first."""
+        ...
+
+
+class ChannelStore(TrustReader, ChatConfigReader, PersonaStore, CommandTreeStore, Protocol):
     """What the channel actor reads and keeps."""
 
 
@@ -159,16 +176,27 @@ class HandledIds(Protocol):
         ...
 
 
-class RouterStore(TrustReader, ChatConfigReader, PersonaStore, HandledIds, Protocol):
+class RouterStore(
+    TrustReader, ChatConfigReader, PersonaStore, HandledIds, CommandTreeStore, Protocol
+):
     """What the router reads and keeps: trust, chat modes, recall, handled ids."""
 
     def note_seen(self, message_id: int) -> None:
         """Queue marking a message decided inline as seen."""
         ...
 
+    def forget_channel(self, channel_id: int, chat_home: Path | None = None) -> None:
+        """Queue forgetting a deleted channel's memory, catch-up activity and chat home."""
+        ...
 
-class CatchUpStore(TierReader, HandledIds, StoreQueries, Protocol):
+
+class CatchUpStore(TierReader, HandledIds, Protocol):
     """What catch-up reads: active channels, handled ids, the trust list."""
+
+    async def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
+        """(channel_id, guild_id, last_handled_id) of channels active since `since`, newest
+        first. Scope: per shard."""
+        ...
 
 
 class ThreadParents(Protocol):

@@ -15,8 +15,8 @@ import trio
 
 from picortex.actors.clients import CurrentSettings
 from picortex.core import commands as cmds
-from picortex.store import Store, StoreActor
 from picortex.store.chathome import ChatHome
+from picortex.store.queries import AdminQueries
 from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class Applied:
 async def apply_changes(
     changes: Sequence[cmds.Change],
     *,
-    store: Store | StoreActor,
+    store: AdminQueries,
     settings: CurrentSettings,
     home: Path,
     chat_id: Snowflake | None,
@@ -73,7 +73,7 @@ async def apply_changes(
                 forgotten.append(await forget_user(store, change.user_id))
             except Exception as exc:
                 logger.error("could not forget user %s: %s", change.user_id, exc)
-    if changes and isinstance(store, StoreActor):
+    if changes:
         # Trust and config changes are durable before anyone is told they are made.
         try:
             await store.flush()
@@ -82,12 +82,9 @@ async def apply_changes(
     return Applied(poll, tuple(forgotten))
 
 
-async def forget_user(store: Store | StoreActor, user_id: Snowflake) -> cmds.Forgotten:
+async def forget_user(store: AdminQueries, user_id: Snowflake) -> cmds.Forgotten:
     """Delete what `user_id` said from memory (one transaction); what went, counted."""
-    if isinstance(store, StoreActor):
-        messages, observations = await store.call(lambda db: db.forget_user(user_id))
-    else:
-        messages, observations = store.forget_user(user_id)
+    messages, observations = await store.forget_user(user_id)
     return cmds.Forgotten(user_id, messages, observations)
 
 

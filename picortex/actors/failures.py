@@ -9,14 +9,11 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import Final, Protocol
 
 from picortex.core.budget import REFUSAL_REASONS
 from picortex.core.redact import redact
 from picortex.types import EventSink, Snowflake
-
-if TYPE_CHECKING:
-    from picortex.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +45,19 @@ def failure_text(exc: BaseException) -> tuple[str, str]:
 class ErrorRows(Protocol):
     """Where error rows are queued (the store actor)."""
 
-    def submit(
-        self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
+    def add_invocation_error(
+        self,
+        workspace_id: str,
+        persona: str,
+        signal_id: str,
+        stage: str,
+        error_message: str,
+        stack_trace: str | None,
+        created_at: float,
+        *,
+        on_committed: Callable[[int], None] | None = None,
     ) -> None:
-        """Queue a write; `on_done(result)` runs once it is committed."""
+        """Queue an error row; `on_committed(row_id)` runs once it is committed."""
         ...
 
 
@@ -77,7 +83,7 @@ class FailureLog:
         trace = redact(stack_trace) if stack_trace else None
         created_at = time.time()
 
-        def emit(row_id: object) -> None:
+        def emit(row_id: int | None) -> None:
             self.events.emit(
                 "cortex.invocation_failed",
                 stage=stage,
@@ -90,17 +96,15 @@ class FailureLog:
 
         # The event is written once the row is committed, so it can name the row's id.
         try:
-            self.store.submit(
-                lambda db: db.add_invocation_error(
-                    workspace_id=workspace,
-                    persona=persona or DEFAULT_PERSONA,
-                    signal_id="" if signal_id is None else str(signal_id),
-                    stage=stage,
-                    error_message=error,
-                    stack_trace=trace,
-                    created_at=created_at,
-                ),
-                on_done=emit,
+            self.store.add_invocation_error(
+                workspace_id=workspace,
+                persona=persona or DEFAULT_PERSONA,
+                signal_id="" if signal_id is None else str(signal_id),
+                stage=stage,
+                error_message=error,
+                stack_trace=trace,
+                created_at=created_at,
+                on_committed=emit,
             )
         except Exception:
             logger.exception("could not store an invocation error")

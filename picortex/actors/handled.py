@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from picortex.store import Store
 from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
@@ -29,7 +28,9 @@ class HandledStore(Protocol):
 
     def mark_handled(self, message_id: int, at: float | None = None) -> None: ...
 
-    def submit(self, fn: Callable[[Store], object]) -> None: ...
+    def note_channel_activity(
+        self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float
+    ) -> None: ...
 
 
 class HandledLedger:
@@ -97,7 +98,7 @@ class HandledLedger:
             store.mark_handled(message_id, now)
         newest = max(message_ids)
         try:
-            store.submit(lambda db: db.note_channel_activity(channel_id, guild_id, newest, now))
+            store.note_channel_activity(channel_id, guild_id, newest, now)
         except Exception:
             logger.exception("could not note activity in channel %s", channel_id)
 

@@ -17,12 +17,12 @@ import attrs
 import trio
 
 from picortex.actors.clients import (
+    CommandTreeStore,
     CurrentSettings,
     FatalReporter,
     InteractionRest,
     ReplyTarget,
     Spawner,
-    StoreAccess,
     TrustReader,
 )
 from picortex.actors.failures import error_line
@@ -48,7 +48,7 @@ GLOBAL_SCOPE: Final = "global"
 REFUSAL: Final = "You are not on this bot's trust list, so it cannot do that for you."
 
 
-class InteractionStore(TrustReader, StoreAccess, Protocol):
+class InteractionStore(TrustReader, CommandTreeStore, Protocol):
     """What slash commands read and keep (the registered command tree's digest)."""
 
 
@@ -498,9 +498,9 @@ async def register_commands(clients: InteractionClients, application_id: Snowfla
 
 async def _registered_hash(clients: InteractionClients, scope: str) -> str | None:
     """The digest of the tree last registered in `scope`, read on the store's thread."""
-    return await clients.store.read(lambda db: db.app_commands_hash(scope))
+    return await clients.store.app_commands_hash(scope)
 
 
 def _remember_hash(clients: InteractionClients, scope: str, digest: str, now: float) -> None:
     """Queue remembering that the tree with `digest` is registered in `scope`."""
-    clients.store.submit(lambda db: db.set_app_commands_hash(scope, digest, now))
+    clients.store.set_app_commands_hash(scope, digest, now)

@@ -19,7 +19,7 @@ from picortex.config import Settings
 from picortex.core import budget
 from picortex.core.budget import Refusal, Reservation
 from picortex.core.money import usd
-from picortex.store import Store, StoreActor
+from picortex.store.queries import SpendQueries
 from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class LedgerBudget:
 
     def __init__(
         self,
-        store: Store | StoreActor,
+        store: SpendQueries,
         settings: Callable[[], Settings],
         events: EventSink,
         *,

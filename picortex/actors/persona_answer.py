@@ -35,7 +35,6 @@ from picortex.types import ChannelCreate, EventSink, Message, MessageUpdate, Sno
 
 if TYPE_CHECKING:
     from picortex.core.personas import PersonaMatch, PersonaSet
-    from picortex.store import Store
     from picortex.store.personas import PersonaLoader
 
 logger = logging.getLogger(__name__)
@@ -244,14 +243,12 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
     try:
         since = time.time() - RECALL_HORIZON_SECONDS
         channels = recall_channels(clients, trigger)
-        hits = await clients.store.read(
-            lambda db: db.search_memory(
-                " ".join(terms),
-                since=since,
-                workspace=workspace_id(trigger.guild_id),
-                limit=RECALL_FETCH,
-                channel_ids=channels,
-            )
+        hits = await clients.store.search_memory(
+            " ".join(terms),
+            since=since,
+            workspace=workspace_id(trigger.guild_id),
+            limit=RECALL_FETCH,
+            channel_ids=channels,
         )
     except Exception:
         logger.exception("memory recall failed")
@@ -296,27 +293,14 @@ def reindex(clients: PersonaIndex, update: MessageUpdate) -> None:
         return  # an embed or pin update: the text did not change
     personas = current_personas(clients, observing=True)
     matches = pcore.match(personas, content) if personas is not None else []
-    now = time.time()
-
-    def apply(db: Store) -> bool:
-        # One step on the store's thread: no reader ever sees the old observations gone
-        # and the new ones not yet there.
-        author = db.reindex_memory_message(update.id, content)
-        if author is not None:
-            for m in matches:
-                db.add_observation(
-                    persona=m.persona.id,
-                    message_id=update.id,
-                    channel_id=update.channel_id,
-                    guild_id=update.guild_id,
-                    trigger=m.trigger,
-                    content=content,
-                    created_at=now,
-                    author_id=author,
-                )
-        return author is not None
-
-    clients.store.submit(apply)
+    clients.store.reindex_memory_message(
+        update.id,
+        update.channel_id,
+        update.guild_id,
+        content,
+        [(m.persona.id, m.trigger) for m in matches],
+        time.time(),
+    )
 
 
 def forget(clients: PersonaIndex, message_ids: Sequence[Snowflake]) -> None:

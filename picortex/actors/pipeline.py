@@ -30,8 +30,8 @@ from picortex.core import trust
 from picortex.core.context import format_line
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
-from picortex.store import Store, StoreActor
 from picortex.store.personas import PersonaLoader
+from picortex.store.queries import RuntimeConfigQueries, StoreQueries
 from picortex.types import Channel, ChannelType, EventSink, Interaction, Message, Snowflake
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ class SettingsSource:
     `config_version`: an integer compare per message, no SQLite call.
     """
 
-    def __init__(self, base: Settings, store: Store | StoreActor) -> None:
+    def __init__(self, base: Settings, store: RuntimeConfigQueries) -> None:
         self._base = base
         self._store = store
         self._version: object = None
@@ -117,11 +117,7 @@ class SettingsSource:
 
     def refresh(self, *, force: bool = False) -> Settings:
         """Re-read runtime config when another connection changed the database (or `force`)."""
-        store = self._store
-        # A bare Store (tools, tests) is watched through SQLite's data_version instead.
-        version = (
-            store.config_version if isinstance(store, StoreActor) else store.pragma("data_version")
-        )
+        version = self._store.config_version
         if not force and version == self._version:
             return self._current
         self._version = version
@@ -213,7 +209,7 @@ class Pipeline:
     the app passes in."""
 
     settings: SettingsSource
-    store: StoreActor
+    store: StoreQueries
     rest: Rest
     cache: ContextCache
     llm: LLMActor

@@ -16,7 +16,7 @@ from typing import Final
 
 import trio
 
-from picortex.store import Store, StoreActor
+from picortex.store.queries import PruneQueries
 from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
@@ -30,16 +30,20 @@ UNRESOLVED_ERRORS_MAX: Final = 10_000  # SPEC 8: a failure storm must not fill t
 PRUNE_EVERY_SECONDS: Final = 3600.0
 
 
-def prune_once(store: Store, now: float) -> dict[str, int]:
-    """One round of pruning at wall-clock time `now`; returns what was dropped, by kind."""
+async def prune_once(store: PruneQueries, now: float) -> dict[str, int]:
+    """One round of pruning at wall-clock time `now`; returns what was dropped, by kind.
+
+    Each query runs on the store's own thread, in its order: a long delete never stalls the
+    bot. They read whole tables (scope: global), so a cluster prunes once, not per node.
+    """
     # Whole UTC days only, so a day is never half detail, half total.
     ledger_before = (now - LEDGER_DETAIL_SECONDS) // DAY * DAY
     return {
-        "memory": store.prune_memory(now - MEMORY_KEEP_SECONDS),
-        "invocation_errors": store.prune_resolved_errors(now - RESOLVED_ERRORS_KEEP_SECONDS)
-        + store.cap_unresolved_errors(UNRESOLVED_ERRORS_MAX),
-        "seen_ids": store.prune_seen(now - SEEN_KEEP_SECONDS),
-        "ledger_rows": store.roll_up_ledger(ledger_before),
+        "memory": await store.prune_memory(now - MEMORY_KEEP_SECONDS),
+        "invocation_errors": await store.prune_resolved_errors(now - RESOLVED_ERRORS_KEEP_SECONDS)
+        + await store.cap_unresolved_errors(UNRESOLVED_ERRORS_MAX),
+        "seen_ids": await store.prune_seen(now - SEEN_KEEP_SECONDS),
+        "ledger_rows": await store.roll_up_ledger(ledger_before),
     }
 
 
@@ -48,7 +52,7 @@ class Pruner:
 
     def __init__(
         self,
-        store: Store | StoreActor,
+        store: PruneQueries,
         events: EventSink,
         *,
         wall_clock: Callable[[], float] = time.time,
@@ -69,14 +73,8 @@ class Pruner:
 
     async def _round(self) -> None:
         self.rounds += 1
-        store = self._store
-        now = self._clock()
         try:
-            if isinstance(store, StoreActor):
-                # On the store's own thread, in its order: a long delete never stalls the bot.
-                dropped = await store.call(lambda db: prune_once(db, now))
-            else:
-                dropped = prune_once(store, now)
+            dropped = await prune_once(self._store, self._clock())
         except Exception as exc:  # a busy or full disk: try again next round
             logger.warning("pruning failed, retrying in an hour: %s", exc)
             return

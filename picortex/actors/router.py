@@ -13,10 +13,8 @@ released.
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 import attrs
@@ -41,8 +39,6 @@ from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, RestartPolicy
-from picortex.store import Store
-from picortex.store.chathome import ChatHome
 from picortex.types import (
     ChannelCreate,
     ChannelDelete,
@@ -474,9 +470,7 @@ class Router:
         for channel_id in gone:
             clients.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
             # Queued for the store's next group; nothing is left to catch up there either.
-            clients.store.submit(
-                functools.partial(_forget_channel, channel_id=channel_id, home=home)
-            )
+            clients.store.forget_channel(channel_id, home)
         clients.events.emit(
             "channel-delete",
             channel_id=event.id,
@@ -611,13 +605,3 @@ class Router:
 _NOT_CHATTER: Final = object()
 _STRANGER_CHATTER: Final = object()
 _TRUSTED_CHATTER: Final = object()
-
-
-def _forget_channel(db: Store, *, channel_id: Snowflake, home: Path) -> None:
-    """On the store's thread: a deleted channel's memory, catch-up activity and chat home go.
-
-    Discord never reuses an id, so nothing would ever read that chat home again.
-    """
-    db.forget_channel(channel_id)
-    db.forget_channel_activity(channel_id)
-    ChatHome(home, str(channel_id)).remove()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from picortex.config import Settings, load_settings, load_settings_for_reading
 from picortex.errors import ConfigError
-from picortex.store import Store
+from picortex.store import AdminStore
 
 
 def settings() -> Settings:
@@ -36,7 +36,7 @@ def home(settings: Settings) -> Path:
         ) from None
 
 
-def open_store(settings: Settings) -> Store:
-    """The home's database, the home created first if needed."""
+def open_store(settings: Settings) -> AdminStore:
+    """The home's database, the home created first if needed (every write committed at once)."""
     home(settings)
-    return Store.open(settings.db_path)
+    return AdminStore.open(settings.db_path)

@@ -24,7 +24,7 @@ from picortex.config import (
 )
 from picortex.core.terminal import clean_line
 from picortex.errors import ConfigError
-from picortex.store import Store
+from picortex.store import AdminQueries
 
 CHAT_ATTENTION_KEY: Final = re.compile(r"attention\.(\d+)")
 """`attention.<chat_id>`: one chat's own attention mode, kept in `chat_config`."""
@@ -53,7 +53,12 @@ def _chat_id(key: str) -> int | None:
 
 
 def run_config_get(
-    store: Store, settings: Settings, key: str | None, out: TextIO, *, err: TextIO | None = None
+    store: AdminQueries,
+    settings: Settings,
+    key: str | None,
+    out: TextIO,
+    *,
+    err: TextIO | None = None,
 ) -> int:
     """Print one key (any key of `picortex.toml`) or every runtime key with its value.
 
@@ -100,7 +105,7 @@ def run_config_get(
     return 0
 
 
-def _store_chat_mode(store: Store, now: float) -> ChatModeSetter:
+def _store_chat_mode(store: AdminQueries, now: float) -> ChatModeSetter:
     def set_mode(chat_id: int, text: str) -> str:
         mode = text.strip().lower()
         if mode not in ATTENTION_MODES:
@@ -114,7 +119,7 @@ def _store_chat_mode(store: Store, now: float) -> ChatModeSetter:
 
 
 def run_config_set(
-    store: Store,
+    store: AdminQueries,
     settings: Settings,
     key: str,
     value: str,

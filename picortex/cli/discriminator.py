@@ -26,7 +26,7 @@ from picortex.core.terminal import clean_line
 from picortex.core.trust import is_trusted
 from picortex.errors import ConfigError
 from picortex.files import private_dir
-from picortex.store import Store
+from picortex.store import AdminQueries, AdminStore
 from picortex.store.cache_files import decode_channel
 from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.types import Message, NullSink
@@ -95,7 +95,7 @@ def run_discriminator_test(
     except ChatHomeError as exc:
         raise ConfigError(str(exc)) from None
     private_dir(settings.home)
-    store = Store.open(settings.db_path)
+    store = AdminStore.open(settings.db_path)
     try:
         live = settings.with_runtime(store.runtime_config())
         own = store.get_chat_config(chat_id)
@@ -118,7 +118,7 @@ def run_discriminator_test(
 
 def _classify_all(
     settings: Settings,
-    store: Store,
+    store: AdminQueries,
     messages: list[Message],
     picks: list[int],
     template: str,

@@ -15,7 +15,7 @@ import orjson
 from picortex.cli import common
 from picortex.core.redact import redact, redact_json_bytes
 from picortex.core.terminal import clean_line, clean_text
-from picortex.store import RESOLUTIONS, InvocationError, Store
+from picortex.store import RESOLUTIONS, AdminQueries, InvocationError
 
 MESSAGE_WIDTH: Final = 72  # the table's error column is cut here so a row fits one line
 COLUMNS: Final = (
@@ -106,7 +106,7 @@ def _dump(value: object, out: TextIO) -> None:
 
 
 def run_errors(
-    store: Store, *, unresolved: bool, as_json: bool, patterns: bool, out: TextIO
+    store: AdminQueries, *, unresolved: bool, as_json: bool, patterns: bool, out: TextIO
 ) -> int:
     """List invocation errors (`--unresolved`, `--json`) or group them (`--patterns`).
 
@@ -172,7 +172,7 @@ def run_errors(
 
 
 def run_resolve(
-    store: Store,
+    store: AdminQueries,
     id: int,
     resolution: str,
     out: TextIO,

@@ -10,7 +10,8 @@ change it at once, and another process's commits (`picortex config set`) are see
 SQLite's `data_version`, polled on the worker thread, and reloaded.
 
 Every query stays behind `Store` (the one place that speaks SQL); this class only decides
-where and when those queries run, so another backend can slot in behind the same calls.
+where and when those queries run. The rest of picortex calls it by the named queries of
+`picortex.store.queries.StoreQueries` only, so another backend can answer the same calls.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any, Final, TypeVar, cast
 
 import apsw
@@ -29,8 +31,9 @@ import attrs
 import trio
 
 from picortex.errors import StoreError
+from picortex.store.chathome import ChatHome
 from picortex.store.seen import SeenIds
-from picortex.store.store import TRUST_TIERS, ChatConfig, InvocationError, Store
+from picortex.store.store import TRUST_TIERS, ChatConfig, InvocationError, MemoryHit, Store
 
 logger = logging.getLogger(__name__)
 
@@ -105,11 +108,21 @@ class StoreActor:
         self._runtime = snap.runtime
         self.config_version = 0  # bumped whenever the runtime config changes
         self._data_version = store.pragma("data_version")
+        # Scope: per shard (the newest handled ids of the whole table, today).
         self._seen = SeenIds(SEEN_MEMORY, store.newest_seen(SEEN_MEMORY + 1))
         self._spend: dict[str, dict[str, float]] = {}  # period key -> workspace -> USD
         self._user_spend: dict[float, dict[int, float]] = {}  # day start -> user -> USD
         self.commits = 0  # transactions committed (for tests and benches)
         self.write_errors = 0
+
+    @classmethod
+    def open(cls, path: Path) -> StoreActor:
+        """Open (creating and migrating if needed) the database at `path`.
+
+        Raises:
+            StoreError: one sentence when the file cannot be opened or migrated.
+        """
+        return cls(Store.open(path))
 
     @property
     def path(self) -> Any:
@@ -180,7 +193,7 @@ class StoreActor:
             self._start()
             self._queue.put(ops)
 
-    def submit(
+    def _submit(
         self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
     ) -> None:
         """Queue a write; `on_done(result)` runs on the event loop once it is committed."""
@@ -196,6 +209,8 @@ class StoreActor:
 
     async def call(self, fn: Callable[[Store], T], *, write: bool = True) -> T:
         """Run `fn(store)` on the store thread after everything queued before it; its result.
+
+        For `picortex.store` and tests only: the rest of picortex uses the named queries.
 
         A write is committed (durable) when this returns.
 
@@ -218,7 +233,10 @@ class StoreActor:
         return cast(T, value)
 
     async def read(self, fn: Callable[[Store], T]) -> T:
-        """Run a query on the store thread (it sees every write queued before it)."""
+        """Run a query on the store thread (it sees every write queued before it).
+
+        For `picortex.store` and tests only: the rest of picortex uses the named queries.
+        """
         return await self.call(fn, write=False)
 
     async def flush(self) -> None:
@@ -498,6 +516,19 @@ class StoreActor:
         self.note_seen(message_id)
         self._put(_Op(_SEEN, row=(message_id, time.time() if at is None else at)))
 
+    def note_channel_activity(
+        self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float
+    ) -> None:
+        """Queue noting that the channel had a message handled (catch-up looks there)."""
+        self._submit(lambda db: db.note_channel_activity(channel_id, guild_id, last_handled_id, at))
+
+    async def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
+        """Channels active since `since`, newest first (see Store.active_channels).
+
+        Scope: per shard (the whole table, today).
+        """
+        return await self.read(lambda db: db.active_channels(since, limit))
+
     # ---- memory, errors, spend: queued writes --------------------------------------------------
 
     def add_memory_message(
@@ -511,7 +542,7 @@ class StoreActor:
         created_at: float,
     ) -> None:
         """Queue a message for recall; storing it again updates an edited text."""
-        self.submit(
+        self._submit(
             lambda db: db.add_memory_message(
                 message_id, channel_id, guild_id, author_id, author_name, content, created_at
             )
@@ -519,12 +550,66 @@ class StoreActor:
 
     def delete_memory_message(self, message_id: int) -> None:
         """Queue forgetting a message (deleted on Discord)."""
-        self.submit(lambda db: db.delete_memory_message(message_id))
+        self._submit(lambda db: db.delete_memory_message(message_id))
 
     def forget_messages(self, message_ids: Iterable[int]) -> None:
         """Queue forgetting deleted messages and every observation made of them."""
         ids = list(message_ids)
-        self.submit(lambda db: db.forget_messages(ids))
+        self._submit(lambda db: db.forget_messages(ids))
+
+    def forget_channel(self, channel_id: int, chat_home: Path | None = None) -> None:
+        """Queue forgetting a deleted channel's messages, observations, activity and chat home.
+
+        Discord never reuses an id, so nothing would ever read that chat home again.
+        """
+
+        def forget(db: Store) -> None:
+            db.forget_channel(channel_id)
+            db.forget_channel_activity(channel_id)
+            if chat_home is not None:
+                ChatHome(chat_home, str(channel_id)).remove()
+
+        self._submit(forget)
+
+    def reindex_memory_message(
+        self,
+        message_id: int,
+        channel_id: int,
+        guild_id: int | None,
+        content: str,
+        observed: Sequence[tuple[str, str]],
+        at: float,
+    ) -> None:
+        """Queue applying an edit; each (persona, trigger) of `observed` is recorded again."""
+        pairs = list(observed)
+
+        def apply(db: Store) -> bool:
+            # One step on the store's thread: no reader ever sees the old observations gone
+            # and the new ones not yet there.
+            author = db.reindex_memory_message(message_id, content)
+            if author is not None:
+                for persona, trigger in pairs:
+                    db.add_observation(
+                        persona, message_id, channel_id, guild_id, trigger, content, at, author
+                    )
+            return author is not None
+
+        self._submit(apply)
+
+    async def search_memory(
+        self,
+        query: str,
+        since: float,
+        workspace: str | None,
+        limit: int = 10,
+        *,
+        channel_ids: Iterable[int] | None = None,
+    ) -> list[MemoryHit]:
+        """Memory matching any word of `query`, best first (see Store.search_memory)."""
+        channels = None if channel_ids is None else list(channel_ids)
+        return await self.read(
+            lambda db: db.search_memory(query, since, workspace, limit, channel_ids=channels)
+        )
 
     # ---- the panel's reads and rare writes -------------------------------------------------
     # These run on the caller's thread (the panel's requests, never the message path). The
@@ -537,6 +622,31 @@ class StoreActor:
     def invocation_error(self, error_id: int) -> InvocationError | None:
         """One invocation error by id, or None."""
         return self._reads().invocation_error(error_id)
+
+    def add_invocation_error(
+        self,
+        workspace_id: str,
+        persona: str,
+        signal_id: str,
+        stage: str,
+        error_message: str,
+        stack_trace: str | None,
+        created_at: float,
+        *,
+        on_committed: Callable[[int], None] | None = None,
+    ) -> None:
+        """Queue an error row; `on_committed(row_id)` runs on the event loop once committed."""
+
+        def done(row_id: object) -> None:
+            if on_committed is not None:
+                on_committed(cast(int, row_id))
+
+        self._submit(
+            lambda db: db.add_invocation_error(
+                workspace_id, persona, signal_id, stage, error_message, stack_trace, created_at
+            ),
+            on_done=None if on_committed is None else done,
+        )
 
     def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
         """Mark an error resolved; False when no error has that id."""
@@ -559,7 +669,7 @@ class StoreActor:
         author_id: int | None,
     ) -> None:
         """Queue recording that a persona's trigger matched a message by `author_id`."""
-        self.submit(
+        self._submit(
             lambda db: db.add_observation(
                 persona, message_id, channel_id, guild_id, trigger, content, created_at, author_id
             )
@@ -583,7 +693,7 @@ class StoreActor:
             for since, users in self._user_spend.items():
                 if at >= since:
                     users[user_id] = users.get(user_id, 0.0) + cost_usd
-        self.submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
+        self._submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
 
     def user_spend(self, user_id: int, since: float) -> float:
         """USD spent on calls made for the user since `since` (a day's start), from memory."""
@@ -617,6 +727,57 @@ class StoreActor:
             while len(self._spend) > SPEND_PERIODS:
                 del self._spend[next(iter(self._spend))]
         return totals
+
+    # ---- gateway session and command tree -------------------------------------------------
+
+    def gateway_session(self, shard: tuple[int, int]) -> tuple[str, str, int] | None:
+        """The shard's persisted session as committed (read at start, before a RESUME)."""
+        return self._reads().gateway_session(shard)
+
+    def save_gateway_session(
+        self, shard: tuple[int, int], session_id: str, url: str, seq: int, at: float
+    ) -> None:
+        """Queue persisting the shard's session so a restarted process can RESUME it."""
+        self._submit(lambda db: db.save_gateway_session(shard, session_id, url, seq, at))
+
+    def clear_gateway_session(self, shard: tuple[int, int]) -> None:
+        """Queue forgetting the shard's session (a clean shutdown, or Discord invalidated it)."""
+        self._submit(lambda db: db.clear_gateway_session(shard))
+
+    async def app_commands_hash(self, scope: str) -> str | None:
+        """The digest of the command tree last registered in `scope` (SPEC 15)."""
+        return await self.read(lambda db: db.app_commands_hash(scope))
+
+    def set_app_commands_hash(self, scope: str, digest: str, now: float) -> None:
+        """Queue remembering that the tree with `digest` is registered in `scope`."""
+        self._submit(lambda db: db.set_app_commands_hash(scope, digest, now))
+
+    # ---- pruning: on the store's own thread, in its order, so a long delete never stalls
+    # the bot. Scope: global (a cluster prunes once, not once per node).
+
+    async def prune_memory(self, older_than: float) -> int:
+        """Forget messages and observations older than `older_than`; how many went."""
+        return await self.call(lambda db: db.prune_memory(older_than))
+
+    async def prune_resolved_errors(self, resolved_before: float) -> int:
+        """Forget errors resolved before `resolved_before`; unresolved ones stay."""
+        return await self.call(lambda db: db.prune_resolved_errors(resolved_before))
+
+    async def prune_seen(self, older_than: float) -> int:
+        """Forget handled ids seen before `older_than`; how many went."""
+        return await self.call(lambda db: db.prune_seen(older_than))
+
+    async def cap_unresolved_errors(self, keep: int) -> int:
+        """Keep the newest `keep` unresolved errors; how many older ones went."""
+        return await self.call(lambda db: db.cap_unresolved_errors(keep))
+
+    async def roll_up_ledger(self, before: float) -> int:
+        """Turn ledger rows older than `before` into daily totals; how many rows went."""
+        return await self.call(lambda db: db.roll_up_ledger(before))
+
+    async def forget_user(self, user_id: int) -> tuple[int, int]:
+        """Delete what `user_id` said: (messages, observations) deleted, in one transaction."""
+        return await self.call(lambda db: db.forget_user(user_id))
 
 
 def _nothing(db: Store) -> None:

@@ -14,6 +14,8 @@ from typing import Final
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from picortex.errors import PicortexError
+
 # A form or JSON body; a prompt save or a manual message may be larger (a 20,000-character
 # prompt, percent-encoded, is up to ~540 KiB).
 MAX_BODY_BYTES: Final = 64 * 1024
@@ -29,7 +31,7 @@ def body_cap(path: str) -> int:
     return MAX_LARGE_BODY_BYTES if LARGE_BODY_PATHS.fullmatch(path) else MAX_BODY_BYTES
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(PicortexError):
     """A request body went past its cap while being received."""
 
 

@@ -31,7 +31,7 @@ from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier, is_trusted
 from picortex.errors import ConfigError, PanelInputError, StoreError
-from picortex.store import RESOLUTIONS, InvocationError, Store, StoreActor
+from picortex.store import RESOLUTIONS, AdminQueries, InvocationError
 from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.store.personas import load_personas
 from picortex.types import ChannelType, EventSink, Message, Snowflake
@@ -210,7 +210,7 @@ class Panel:
         self,
         *,
         settings: SettingsSource,
-        store: Store | StoreActor,
+        store: AdminQueries,
         events: EventSink,
         home: Path,
         action_log_path: Path,
@@ -369,11 +369,10 @@ class Panel:
         The spend chart, the error list and the trust list are read from the database, and
         the store actor commits in groups a few tens of milliseconds behind the bot.
         """
-        if isinstance(self.store, StoreActor):
-            try:
-                await self.store.flush()
-            except StoreError as exc:
-                logger.warning("the panel reads what is committed: %s", exc)
+        try:
+            await self.store.flush()
+        except StoreError as exc:
+            logger.warning("the panel reads what is committed: %s", exc)
 
     def spend(self, days: int = SPEND_DAYS) -> dict[str, list[tuple[str, float]]]:
         """workspace -> [(day, USD)] for the last `days` UTC days, oldest first, zeros included."""

@@ -12,20 +12,21 @@ from picortex.actors.pipeline import SettingsSource
 from picortex.config import Settings
 from picortex.core import commands as cmds
 from picortex.core.trust import Tier
-from picortex.store import Store
+from picortex.store import AdminStore, Store
 
 BOB = 2
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    with Store.open(tmp_path / "picortex.db") as opened:
-        opened.add_memory_message(1, 10, None, BOB, "bob", "insomnia", 1.0)
-        opened.add_observation("sleep", 1, 10, None, "insomnia", "insomnia", 1.0, BOB)
+def store(tmp_path: Path) -> Iterator[AdminStore]:
+    with Store.open(tmp_path / "picortex.db") as db:
+        db.add_memory_message(1, 10, None, BOB, "bob", "insomnia", 1.0)
+        db.add_observation("sleep", 1, 10, None, "insomnia", "insomnia", 1.0, BOB)
+    with AdminStore.open(tmp_path / "picortex.db") as opened:
         yield opened
 
 
-async def _forget(store: Store, tmp_path: Path) -> tuple[cmds.CommandResult, str]:
+async def _forget(store: AdminStore, tmp_path: Path) -> tuple[cmds.CommandResult, str]:
     settings = Settings(home=tmp_path, owner_id=1)
     result = cmds.execute(
         cmds.Forget((BOB,)),
@@ -55,16 +56,17 @@ async def _forget(store: Store, tmp_path: Path) -> tuple[cmds.CommandResult, str
     return result, applied.reply(result, 1)
 
 
-async def test_forget_counts_what_it_deleted(store: Store, tmp_path: Path) -> None:
+async def test_forget_counts_what_it_deleted(store: AdminStore, tmp_path: Path) -> None:
     _, reply = await _forget(store, tmp_path)
     assert reply == f"Forgot what <@{BOB}> said: 1 message and 1 observation deleted."
-    assert store.search_memory("insomnia", 0.0, None) == []
+    with Store.open(tmp_path / "picortex.db") as db:
+        assert db.search_memory("insomnia", 0.0, None) == []
 
 
 async def test_a_store_that_fails_is_one_sentence_not_a_crash(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: AdminStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(user_id: int) -> tuple[int, int]:
+    async def broken(user_id: int) -> tuple[int, int]:
         raise OSError("disk I/O error")
 
     monkeypatch.setattr(store, "forget_user", broken)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -16,7 +15,7 @@ class FakeStore:
 
     def __init__(self) -> None:
         self.marked: dict[int, float | None] = {}
-        self.writes: list[Callable[[Store], object]] = []
+        self.activity: list[tuple[int, int | None, int, float]] = []
 
     def seen(self, message_id: int) -> bool | None:
         return message_id in self.marked
@@ -24,8 +23,10 @@ class FakeStore:
     def mark_handled(self, message_id: int, at: float | None = None) -> None:
         self.marked[message_id] = at
 
-    def submit(self, fn: Callable[[Store], object]) -> None:
-        self.writes.append(fn)
+    def note_channel_activity(
+        self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float
+    ) -> None:
+        self.activity.append((channel_id, guild_id, last_handled_id, at))
 
 
 def test_a_message_in_hand_is_a_replay_until_final_and_after() -> None:
@@ -37,7 +38,7 @@ def test_a_message_in_hand_is_a_replay_until_final_and_after() -> None:
     ledger.finish([11], channel_id=7, guild_id=3)
     assert store.marked == {11: 1000.0}
     assert not ledger.take(11, seq=12)
-    assert len(store.writes) == 1  # the channel's activity, for catch-up
+    assert store.activity == [(7, 3, 11, 1000.0)]  # the channel's activity, for catch-up
 
 
 async def test_marks_and_activity_reach_the_database(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.config import Settings
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
-from picortex.store import Store, StoreActor
+from picortex.store import AdminStore, Store, StoreActor
 from picortex.store.chathome import ChatHome
 from picortex.types import Channel, ChannelType, Message, User
 from picortex.web.app import PanelApp
@@ -148,7 +148,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     home.mkdir()
     store = Store.open(home / "picortex.db")
     settings = Settings(home=home, owner_id=OWNER)
-    source = SettingsSource(settings, store)
+    # The panel's store as a command run outside the bot opens it; `store` seeds and checks.
+    admin = AdminStore(store)
+    source = SettingsSource(settings, admin)
     registry = ChannelRegistry()
     registry.add(Channel(GENERAL, ChannelType.GUILD_TEXT, GUILD, None, "general"))
     registry.add(Channel(THREAD, ChannelType.PUBLIC_THREAD, GUILD, GENERAL, "a thread"))
@@ -178,7 +180,7 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     )
     panel = Panel(
         settings=source,
-        store=store,
+        store=admin,
         events=sink,
         home=home,
         action_log_path=home / "actions.jsonl",

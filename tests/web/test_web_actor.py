@@ -16,7 +16,7 @@ from picortex.actors.web import WebActor
 from picortex.config import Settings, WebSettings, load_settings
 from picortex.core.personas import PersonaSet
 from picortex.errors import ConfigError
-from picortex.store import Store
+from picortex.store import AdminStore, Store
 from picortex.web.panel import Panel
 
 
@@ -35,8 +35,8 @@ class NoRest:
 
 def make_panel(home: Path, store: Store, sink: Sink) -> Panel:
     return Panel(
-        settings=SettingsSource(Settings(home=home), store),
-        store=store,
+        settings=SettingsSource(Settings(home=home), AdminStore(store)),
+        store=AdminStore(store),
         events=sink,
         home=home,
         action_log_path=home / "actions.jsonl",
