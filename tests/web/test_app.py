@@ -37,6 +37,7 @@ from picortex.web.auth import (
 )
 from picortex.web.limits import MAX_UNAUTHENTICATED
 from picortex.web.panel import Panel
+from tests.web.forms import settings_form
 
 OWNER = 1001
 BOB = 1002
@@ -821,22 +822,10 @@ async def test_personas_page_shows_validation_errors(env: Env) -> None:
 # ----- settings ----------------------------------------------------------------------------
 
 
-def form_of(page: str) -> dict[str, str]:
-    """The settings form's fields as the page fills them in (what a browser would send)."""
-    fields = dict(re.findall(r'<input id="set-[^"]+" name="([^"]+)"[^>]* value="([^"]*)"', page))
-    for name, options in re.findall(
-        r'<select id="set-[^"]+" name="([^"]+)">(.*?)</select>', page, re.S
-    ):
-        [fields[name]] = re.findall(r"<option selected>([^<]*)</option>", options)
-    csrf = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert csrf is not None
-    return {**{k: html.unescape(v) for k, v in fields.items()}, "csrf": csrf.group(1)}
-
-
 async def test_settings_page_shows_every_config_set_key_grouped_with_bounds(env: Env) -> None:
     await env.login()
     page = (await env.client.get("/settings")).text
-    fields = form_of(page)
+    fields = settings_form(page)
     assert fields.keys() - {"csrf"} == runtime_values(env.panel.settings()).keys()
     assert fields["wakeword"] == "!s"
     assert fields["budget.user_requests_per_minute"] == "6"
@@ -850,19 +839,19 @@ async def test_settings_page_shows_every_config_set_key_grouped_with_bounds(env:
     )
     assert row is not None
     assert 'min="0" max="10000"' in row.group(0)
-    assert ">owner</span>" in row.group(0)
+    assert ">owner only</span>" in row.group(0)
     assert "$0 to $10000" in row.group(0)
     row = re.search(r'<label for="set-context_messages">.*?</div>', page, re.S)
     assert row is not None
     assert "a whole number, 0 to 100" in row.group(0)
-    assert ">owner</span>" not in row.group(0)
+    assert ">owner only</span>" not in row.group(0)
     assert ">default</span>" in row.group(0)
     assert 'maxlength="8"' in page  # the wakeword's length
 
 
 async def test_saving_settings_sets_only_what_changed_through_the_executor(env: Env) -> None:
     await env.login()
-    fields = form_of((await env.client.get("/settings")).text)
+    fields = settings_form((await env.client.get("/settings")).text)
     fields |= {"wakeword": "!p", "budget.user_requests_per_minute": "2"}
     fields["continuation_seconds"] = "10.0"  # the same value, written another way
     r = await env.client.post("/settings", data=fields)
@@ -883,7 +872,7 @@ async def test_saving_settings_sets_only_what_changed_through_the_executor(env: 
     assert 'value="!p"' in row.group(0)
     assert ">runtime</span>" in row.group(0)
     # Saving the page as it is now changes and logs nothing.
-    r = await env.client.post("/settings", data=form_of(page))
+    r = await env.client.post("/settings", data=settings_form(page))
     assert len(env.sink.of("command")) == 2
     page = (await env.client.get("/settings")).text
     assert "Nothing to save: every setting already has that value." in page
@@ -891,7 +880,7 @@ async def test_saving_settings_sets_only_what_changed_through_the_executor(env: 
 
 async def test_a_value_out_of_bounds_is_one_sentence_and_nothing_is_saved(env: Env) -> None:
     await env.login()
-    fields = form_of((await env.client.get("/settings")).text)
+    fields = settings_form((await env.client.get("/settings")).text)
     fields |= {"wakeword": "!p", "context_messages": "101"}
     await env.client.post("/settings", data=fields)
     assert env.store.runtime_config() == {}
@@ -914,7 +903,7 @@ async def test_a_value_out_of_bounds_is_one_sentence_and_nothing_is_saved(env: E
 async def test_owner_only_settings_need_an_owner(env: Env) -> None:
     await env.login()
     env.panel.settings = SettingsSource(Settings(home=env.home), env.store)  # no owner set
-    fields = form_of((await env.client.get("/settings")).text)
+    fields = settings_form((await env.client.get("/settings")).text)
     await env.client.post("/settings", data=fields | {"budget.ceiling_usd": "1"})
     assert env.store.runtime_config() == {}
     page = (await env.client.get("/settings")).text
