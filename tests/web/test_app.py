@@ -227,7 +227,17 @@ async def test_token_file_is_private_and_stable(env: Env) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "/chats", f"/chats/{GENERAL}", "/activity", "/trust", "/errors", "/personas", "/send"],
+    [
+        "/",
+        "/chats",
+        f"/chats/{GENERAL}",
+        "/activity",
+        "/trust",
+        "/errors",
+        "/personas",
+        "/send",
+        "/settings",
+    ],
 )
 async def test_pages_redirect_to_login_without_a_session(env: Env, path: str) -> None:
     r = await env.client.get(path)
@@ -236,7 +246,7 @@ async def test_pages_redirect_to_login_without_a_session(env: Env, path: str) ->
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/status", "/api/chats", "/api/log", "/api/trust", "/metrics"]
+    "path", ["/api/status", "/api/chats", "/api/log", "/api/trust", "/api/settings", "/metrics"]
 )
 async def test_api_answers_401_without_auth(env: Env, path: str) -> None:
     r = await env.client.get(path)
