@@ -143,7 +143,8 @@ def test_pages_fit_a_phone_screen(page: Page, live: LiveBot) -> None:
     log_in(page, live)
     general = live.running.world.general_id
     for path in ["/", "/chats", f"/chats/{general}", "/activity", "/trust", "/settings"]:
-        page.goto(path)
+        shown = page.goto(path)
+        assert shown is not None and shown.ok, path
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, (path, overflow)
     page.goto("/chats")
