@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 import attrs
 import orjson
@@ -278,6 +278,45 @@ class Settings:
 # ---- validation --------------------------------------------------------------------------
 
 
+@attrs.frozen
+class Bounds:
+    """What a key accepts, for forms and help: the kind of value and its limits.
+
+    `kind` is `number` (any number), `count` (a whole number), `bool`, `choice`, `list`
+    (comma-separated) or `text`; `minimum` and `maximum` bound a number, or a text's length.
+    """
+
+    kind: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    rule: str = ""  # for text and lists: the rule in words
+
+    def describe(self) -> str:
+        """The bounds in words, e.g. `0 to 100` or `one of day, month`."""
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "choice":
+            return "one of " + ", ".join(self.choices)
+        if self.rule:
+            return self.rule
+        if self.kind in ("number", "count") and self.maximum is not None:
+            low = format_value(self.minimum or 0)
+            whole = "a whole number, " if self.kind == "count" else ""
+            return f"{whole}{low} to {format_value(self.maximum)}"
+        return ""
+
+
+_Check = TypeVar("_Check", bound=Callable[[str, object], object])
+# Each check's bounds, filled as checks are made: a key's form is built from its check.
+_BOUNDS: Final[dict[Callable[[str, object], object], Bounds]] = {}
+
+
+def _bounded(check: _Check, bounds: Bounds) -> _Check:
+    _BOUNDS[check] = bounds
+    return check
+
+
 class _Invalid(PicortexError):
     """A bad value; the message is the sentence without its source prefix."""
 
@@ -334,7 +373,7 @@ def _check_number(what: str, maximum: float = NUMBER_MAX) -> Callable[[str, obje
                 return number
         raise _Invalid(f"{key} must be {what}, 0 or more, got {_show(value)}")
 
-    return check
+    return _bounded(check, Bounds("number", 0, maximum))
 
 
 def _check_count(what: str, maximum: int = COUNT_MAX) -> Callable[[str, object], int]:
@@ -345,7 +384,7 @@ def _check_count(what: str, maximum: int = COUNT_MAX) -> Callable[[str, object],
             return value
         raise _Invalid(f"{key} must be {what}, 0 or more, got {_show(value)}")
 
-    return check
+    return _bounded(check, Bounds("count", 0, maximum))
 
 
 def _check_bool(key: str, value: object) -> bool:
@@ -365,7 +404,7 @@ def _check_choice(choices: tuple[str, ...]) -> Callable[[str, object], str]:
             return value
         raise _Invalid(f"{key} must be {wanted}, got {_show(value)}")
 
-    return check
+    return _bounded(check, Bounds("choice", choices=choices))
 
 
 def _check_model(key: str, value: object) -> str:
@@ -398,6 +437,20 @@ def _check_commands(key: str, value: object) -> tuple[str, ...]:
 
 
 _check_reply_mode = _check_choice(REPLY_MODES)
+_BOUNDS.update(
+    {
+        _check_wakeword: Bounds(
+            "text",
+            1,
+            WAKEWORD_MAX_CHARS,
+            rule=f"1-{WAKEWORD_MAX_CHARS} characters without spaces",
+        ),
+        _check_bool: Bounds("bool"),
+        _check_model: Bounds("text", 1, rule="a model id such as claude-haiku-5-5"),
+        _check_port: Bounds("count", 0, PORT_MAX),
+        _check_commands: Bounds("list", rule="lowercase command names, comma-separated"),
+    }
+)
 
 
 def _check_guild_ids(key: str, value: object) -> tuple[int, ...]:
@@ -609,6 +662,19 @@ def parse_runtime_value(key: str, text: str) -> object:
         return spec.validate(key, spec.from_text(text))
     except _Invalid as exc:
         raise ConfigError(str(exc)) from None
+
+
+def key_bounds(key: str) -> Bounds:
+    """What `key` accepts (any key of `picortex.toml`, a price or a reply override)."""
+    key = key.strip()
+    if key.lower().startswith(OVERRIDES_PREFIX):
+        return Bounds("choice", choices=(*REPLY_MODES, NO_OVERRIDE))
+    if _price_key(key) is not None:
+        return _BOUNDS[_check_price]
+    spec = _KEYS.get(key.lower())
+    if spec is None:
+        raise ConfigError(f"unknown config key {_show(key)}")
+    return _BOUNDS.get(spec.check, Bounds("text"))
 
 
 def format_value(value: object) -> str:

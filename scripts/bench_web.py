@@ -226,6 +226,7 @@ async def bench(lines: int, chats: int, runs: int) -> int:
                 "/errors",
                 "/personas",
                 "/send",
+                "/settings",
                 "/login",
                 "/api/chats",
                 "/api/log?n=1000",
@@ -233,6 +234,7 @@ async def bench(lines: int, chats: int, runs: int) -> int:
                 "/api/trust",
                 "/api/errors",
                 "/api/status",
+                "/api/settings",
                 "/metrics",
             ]
             worst_all = 0.0

@@ -17,6 +17,7 @@ from picortex.config import (
     Price,
     Settings,
     format_value,
+    key_bounds,
     load_settings,
     parse_runtime_value,
     runtime_key,
@@ -617,3 +618,42 @@ def test_price_model_names_refuse_control_and_format_characters(tmp_path: Path, 
     toml = f"[prices.{json.dumps(model)}]\ninput = 1\noutput = 2\n"
     with pytest.raises(ConfigError, match="must not contain control or format"):
         load_settings(env=_home(tmp_path, toml))
+
+
+# ----- bounds, as the panel's settings form shows them ---------------------------------------
+
+
+@pytest.mark.parametrize("key", [*RUNTIME_KEYS, "prices.claude-haiku-5-5.input"])
+def test_every_runtime_key_has_bounds_that_validation_keeps(key: str) -> None:
+    bounds = key_bounds(key)
+    assert bounds.describe(), key  # every key says what it accepts
+    if bounds.kind in ("number", "count"):
+        assert bounds.maximum is not None and bounds.minimum == 0
+        top = format_value(bounds.maximum)
+        assert parse_runtime_value(key, top) == bounds.maximum
+        assert parse_runtime_value(key, "0") == 0
+        for outside in (format_value(bounds.maximum + 1), "-1"):
+            with pytest.raises(ConfigError):
+                parse_runtime_value(key, outside)
+    elif bounds.kind in ("choice", "bool"):
+        options = bounds.choices or ("true", "false")
+        for option in options:
+            assert format_value(parse_runtime_value(key, option)) == option
+        with pytest.raises(ConfigError):
+            parse_runtime_value(key, "none-of-these")
+    elif bounds.kind == "text" and bounds.maximum is not None:
+        longest = "x" * int(bounds.maximum)
+        assert parse_runtime_value(key, longest) == longest
+        with pytest.raises(ConfigError):
+            parse_runtime_value(key, longest + "x")
+
+
+def test_bounds_in_words() -> None:
+    assert key_bounds("context_messages").describe() == "a whole number, 0 to 100"
+    assert key_bounds("continuation_seconds").describe() == "0 to 3600"
+    assert key_bounds("budget.period").describe() == "one of day, month"
+    assert key_bounds("wakeword").describe() == "1-8 characters without spaces"
+    assert key_bounds("response_policy.overrides.config").choices == ("channel", "dm", "none")
+    assert key_bounds("web.port").maximum == 65535
+    with pytest.raises(ConfigError, match="unknown config key"):
+        key_bounds("no_such_key")

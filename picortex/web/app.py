@@ -74,6 +74,9 @@ ACTIVITY_EVENTS: Final = (
 PACKAGE_DIR: Final = Path(__file__).parent
 # The panel's forms have a handful of fields and no file uploads.
 MAX_FORM_FIELDS: Final = 16
+# Except the settings form, one field per key: ~30 keys and two prices per model.
+SETTINGS_PATH: Final = "/settings"
+MAX_SETTINGS_FIELDS: Final = 256
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -172,9 +175,9 @@ class PanelApp:
     @staticmethod
     async def _form(request: Request) -> FormData:
         """The request's form, read once within the panel's limits (no files, few fields)."""
-        return await request.form(
-            max_files=0, max_fields=MAX_FORM_FIELDS, max_part_size=body_cap(request.url.path)
-        )
+        path = request.url.path
+        fields = MAX_SETTINGS_FIELDS if path == SETTINGS_PATH else MAX_FORM_FIELDS
+        return await request.form(max_files=0, max_fields=fields, max_part_size=body_cap(path))
 
     def page(self, handler: Callable[[Request, Session], Awaitable[Response]]) -> Handler:
         """An HTML page: a session or a 303 to /login; POSTs must carry the CSRF token."""
@@ -524,6 +527,16 @@ class PanelApp:
             session.flash.append((False, str(exc)))
         return self._back(f"/send?channel_id={channel}" if channel.isdigit() else "/send")
 
+    async def settings_page(self, request: Request, session: Session) -> Response:
+        return self.render(request, session, "settings.html", groups=self.panel.settings_groups())
+
+    async def settings_save(self, request: Request, session: Session) -> Response:
+        form = await self._form(request)
+        submitted = {key: value for key, value in form.items() if isinstance(value, str)}
+        outcome = await self.panel.save_settings(submitted)
+        session.flash.append((outcome.ok, outcome.message))
+        return self._back(SETTINGS_PATH)
+
     # ----- API -----------------------------------------------------------------------------
 
     @staticmethod
@@ -604,6 +617,9 @@ class PanelApp:
         row = self.panel.store.invocation_error(int(error_id))
         return _Json(string_ids_deep(error_record(row)) if row is not None else {})
 
+    async def api_settings(self, request: Request) -> Response:
+        return _Json([s.as_json() for g in self.panel.settings_groups() for s in g.settings])
+
     async def api_send(self, request: Request) -> Response:
         body = await self._body(request)
         return _Json(await self.panel.send(body.get("channel_id"), body.get("content")))
@@ -637,6 +653,8 @@ class PanelApp:
             Route("/personas", page(self.personas_page)),
             Route("/send", page(self.send_page), methods=["GET"]),
             Route("/send", page(self.send_post), methods=["POST"]),
+            Route(SETTINGS_PATH, page(self.settings_page), methods=["GET"]),
+            Route(SETTINGS_PATH, page(self.settings_save), methods=["POST"]),
             Route("/api/status", api(self.api_status)),
             Route("/api/chats", api(self.api_chats)),
             Route("/api/chats/{chat_id}/attention", api(self.api_attention), methods=["POST"]),
@@ -647,6 +665,7 @@ class PanelApp:
             Route("/api/errors", api(self.api_errors)),
             Route("/api/errors/{error_id}/resolve", api(self.api_resolve), methods=["POST"]),
             Route("/api/send", api(self.api_send), methods=["POST"]),
+            Route("/api/settings", api(self.api_settings)),
             Route("/metrics", api(self.metrics_endpoint, metrics=True)),
             Mount("/static", StaticFiles(directory=PACKAGE_DIR / "static"), name="static"),
         ]

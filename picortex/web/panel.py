@@ -36,6 +36,7 @@ from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.store.personas import load_personas
 from picortex.types import ChannelType, EventSink, Message, Snowflake
 from picortex.web.logtail import LogFilter, TailResult, tail
+from picortex.web.settings import Group, changed_values, file_keys, settings_view
 
 if TYPE_CHECKING:
     from picortex.app import Bot
@@ -637,6 +638,35 @@ class Panel:
         uid = parse_snowflake(user_id, "user_id")
         outcome, applied = await self._run(cmds.Forget((uid,)))
         return outcome, next(iter(applied.forgotten), None)
+
+    def settings_groups(self) -> list[Group]:
+        """Every key `config set` takes, grouped, with its value, bounds and source."""
+        settings = self.settings()
+        return settings_view(
+            config_mod.runtime_values(settings),
+            self.store.runtime_config(),
+            file_keys(settings.config_path),
+        )
+
+    async def save_settings(self, submitted: Mapping[str, str]) -> ChangeResult:
+        """`config set KEY VALUE` for every key whose value changed: all of them or none.
+
+        Each change is the executor's, checked and logged as a chat command; when one is
+        refused, that one is run (so its refusal is logged, as in chat) and nothing is saved.
+        """
+        state = self._state(None)
+        commands = [
+            cmds.ConfigSet(key, value)
+            for key, value in changed_values(submitted, state.config_values).items()
+        ]
+        if not commands:
+            return ChangeResult(True, "Nothing to save: every setting already has that value.")
+        for command in commands:
+            if not cmds.execute(command, Tier.ADMIN, state).ok:
+                refused = await self.run_command(command)
+                return ChangeResult(False, f"{refused.message.rstrip('.')}; nothing was saved.")
+        saved = [await self.run_command(command) for command in commands]
+        return ChangeResult(all(s.ok for s in saved), " ".join(s.message for s in saved))
 
     def resolve_error(self, error_id: object, resolution: object) -> ChangeResult:
         """`picortex errors resolve ID --as RESOLUTION`, logged as a web command."""

@@ -141,8 +141,10 @@ def test_other_pages_render(page: Page, live: LiveBot) -> None:
 def test_pages_fit_a_phone_screen(page: Page, live: LiveBot) -> None:
     page.set_viewport_size({"width": 390, "height": 844})
     log_in(page, live)
-    for path in ["/", "/chats", f"/chats/{live.running.world.general_id}", "/activity", "/trust"]:
-        page.goto(path)
+    general = live.running.world.general_id
+    for path in ["/", "/chats", f"/chats/{general}", "/activity", "/trust", "/settings"]:
+        shown = page.goto(path)
+        assert shown is not None and shown.ok, path
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, (path, overflow)
     page.goto("/chats")
@@ -161,3 +163,38 @@ def test_send_a_manual_message(page: Page, live: LiveBot) -> None:
         lambda r: any(m.get("content") == "hello from the panel" for m in r.sim.bot_messages())
     )
     live.wait_event("manual", source="web")
+
+
+def test_change_the_wakeword_and_a_limit_and_see_them_in_force(page: Page, live: LiveBot) -> None:
+    run = live.running
+    general, alice, bob = run.world.general_id, run.world.alice_id, run.world.bob_id
+    live.call(run.bot.store.set_tier, bob, "user")
+    log_in(page, live)
+    page.get_by_role("link", name="Settings").click()
+    expect(page.get_by_role("heading", name="Settings")).to_be_visible()
+    form = page.locator("#settings-form")
+    limit = form.get_by_label("budget.user_requests_per_minute")
+    expect(limit).to_have_value("6")
+    expect(form.locator("#group-budget")).to_contain_text("a whole number, 0 to 600")
+    form.get_by_label("wakeword", exact=True).fill("!p")
+    limit.fill("1")
+    form.get_by_role("button", name="Save changes").click()
+    expect(page.get_by_role("status")).to_have_text(
+        "wakeword is now !p. budget.user_requests_per_minute is now 1."
+    )
+    expect(form.get_by_label("wakeword", exact=True)).to_have_value("!p")
+    expect(form.locator("#group-wakeword .tag")).to_have_text("runtime")
+    screenshot(page, "panel-settings")
+
+    # The next message already knows the new wakeword...
+    asked = live.say(general, alice, f"{run.mention()} !p help")
+    live.wait_until(lambda r: bool(r.replies_to(int(asked))))
+    [reply] = live.call(run.replies_to, int(asked))
+    assert "(start with `!p `)" in reply["content"]
+    # ...and the new limit: bob's second question in a minute gets the polite line.
+    first = live.say(general, bob, f"{run.mention()} question one?")
+    live.wait_until(lambda r: bool(r.replies_to(int(first))))
+    second = live.say(general, bob, f"{run.mention()} question two?")
+    live.wait_until(lambda r: bool(r.replies_to(int(second))))
+    [polite] = live.call(run.replies_to, int(second))
+    assert polite["content"].startswith("Sorry, that's more questions")

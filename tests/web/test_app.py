@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import logging
 import re
 import sqlite3
@@ -22,7 +23,7 @@ from starlette.routing import Route
 
 from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
-from picortex.config import Settings
+from picortex.config import ATTENTION_MODES, Settings, runtime_values
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.store import AdminStore, Store, StoreActor
@@ -36,6 +37,7 @@ from picortex.web.auth import (
 )
 from picortex.web.limits import MAX_UNAUTHENTICATED
 from picortex.web.panel import Panel
+from tests.web.forms import settings_form
 
 OWNER = 1001
 BOB = 1002
@@ -227,7 +229,17 @@ async def test_token_file_is_private_and_stable(env: Env) -> None:
 
 @pytest.mark.parametrize(
     "path",
-    ["/", "/chats", f"/chats/{GENERAL}", "/activity", "/trust", "/errors", "/personas", "/send"],
+    [
+        "/",
+        "/chats",
+        f"/chats/{GENERAL}",
+        "/activity",
+        "/trust",
+        "/errors",
+        "/personas",
+        "/send",
+        "/settings",
+    ],
 )
 async def test_pages_redirect_to_login_without_a_session(env: Env, path: str) -> None:
     r = await env.client.get(path)
@@ -236,7 +248,7 @@ async def test_pages_redirect_to_login_without_a_session(env: Env, path: str) ->
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/status", "/api/chats", "/api/log", "/api/trust", "/metrics"]
+    "path", ["/api/status", "/api/chats", "/api/log", "/api/trust", "/api/settings", "/metrics"]
 )
 async def test_api_answers_401_without_auth(env: Env, path: str) -> None:
     r = await env.client.get(path)
@@ -420,6 +432,7 @@ async def test_every_page_renders(env: Env) -> None:
         "/errors",
         "/personas",
         "/send",
+        "/settings",
     ]:
         r = await env.client.get(path)
         assert r.status_code == 200, path
@@ -839,6 +852,134 @@ async def test_personas_page_shows_validation_errors(env: Env) -> None:
     assert "personas:" in page.text
 
 
+# ----- settings ----------------------------------------------------------------------------
+
+
+async def test_settings_page_shows_every_config_set_key_grouped_with_bounds(env: Env) -> None:
+    await env.login()
+    page = (await env.client.get("/settings")).text
+    fields = settings_form(page)
+    assert fields.keys() - {"csrf"} == runtime_values(env.panel.settings()).keys()
+    assert fields["wakeword"] == "!s"
+    assert fields["budget.user_requests_per_minute"] == "6"
+    assert fields["attention.group"] == "mentions-only"
+    assert fields["replies.stream"] == "true"
+    legends = re.findall(r"<legend>([^<]+)</legend>", page)
+    assert legends[:4] == ["Wakeword", "Conversation", "Limits", "Models"]
+    assert {"Prices (USD per million tokens)", "Response policy", "Polls"} <= set(legends)
+    row = re.search(
+        r'<div class="setting">\s*<label for="set-budget.ceiling_usd">.*?</div>', page, re.S
+    )
+    assert row is not None
+    assert 'min="0" max="10000"' in row.group(0)
+    assert ">owner only</span>" in row.group(0)
+    assert "$0 to $10000" in row.group(0)
+    row = re.search(r'<label for="set-context_messages">.*?</div>', page, re.S)
+    assert row is not None
+    assert "a whole number, 0 to 100" in row.group(0)
+    assert ">owner only</span>" not in row.group(0)
+    assert ">default</span>" in row.group(0)
+    assert 'maxlength="8"' in page  # the wakeword's length
+
+
+async def test_saving_settings_sets_only_what_changed_through_the_executor(env: Env) -> None:
+    await env.login()
+    fields = settings_form((await env.client.get("/settings")).text)
+    fields |= {"wakeword": "!p", "budget.user_requests_per_minute": "2"}
+    fields["continuation_seconds"] = "10.0"  # the same value, written another way
+    r = await env.client.post("/settings", data=fields)
+    assert r.status_code == 303
+    assert r.headers["location"] == "/settings"
+    assert env.store.runtime_config() == {"wakeword": "!p", "budget.user_requests_per_minute": "2"}
+    assert env.panel.settings().wakeword == "!p"
+    assert env.panel.settings().budget.user_requests_per_minute == 2
+    events = env.sink.of("command")
+    assert [(e["command"], e["text"], e["result"], e["source"]) for e in events] == [
+        ("config", "config set wakeword !p", "ok", "web"),
+        ("config", "config set budget.user_requests_per_minute 2", "ok", "web"),
+    ]
+    page = (await env.client.get("/settings")).text
+    assert "wakeword is now !p. budget.user_requests_per_minute is now 2." in page
+    row = re.search(r'<label for="set-wakeword">.*?</div>', page, re.S)
+    assert row is not None
+    assert 'value="!p"' in row.group(0)
+    assert ">runtime</span>" in row.group(0)
+    # Saving the page as it is now changes and logs nothing.
+    r = await env.client.post("/settings", data=settings_form(page))
+    assert len(env.sink.of("command")) == 2
+    page = (await env.client.get("/settings")).text
+    assert "Nothing to save: every setting already has that value." in page
+
+
+async def test_a_value_out_of_bounds_is_one_sentence_and_nothing_is_saved(env: Env) -> None:
+    await env.login()
+    fields = settings_form((await env.client.get("/settings")).text)
+    fields |= {"wakeword": "!p", "context_messages": "101"}
+    await env.client.post("/settings", data=fields)
+    assert env.store.runtime_config() == {}
+    assert env.panel.settings().wakeword == "!s"
+    [event] = env.sink.of("command")
+    assert (event["text"], event["result"], event["source"]) == (
+        "config set context_messages 101",
+        "error",
+        "web",
+    )
+    page = (await env.client.get("/settings")).text
+    [flash] = re.findall(r'<p class="flash bad" role="status">([^<]*)</p>', page)
+    assert html.unescape(flash) == (
+        "Could not set context_messages: context_messages must be at most 100, got 101;"
+        " nothing was saved."
+    )
+    assert 'name="wakeword" value="!s"' in page
+
+
+async def test_owner_only_settings_need_an_owner(env: Env) -> None:
+    await env.login()
+    env.panel.settings = SettingsSource(Settings(home=env.home), env.store)  # no owner set
+    fields = settings_form((await env.client.get("/settings")).text)
+    await env.client.post("/settings", data=fields | {"budget.ceiling_usd": "1"})
+    assert env.store.runtime_config() == {}
+    page = (await env.client.get("/settings")).text
+    assert "Only the owner can change budget.ceiling_usd; nothing was saved." in page
+
+
+async def test_settings_api_lists_values_sources_bounds_and_owner_marks(env: Env) -> None:
+    (env.home / "picortex.toml").write_text('context_chars = 4000\n[prices."m-1"]\ninput = 1\n')
+    csrf = await env.login()
+    await env.client.post("/settings", data={"csrf": csrf, "attention.dm": "silent"})
+    r = await env.client.get("/api/settings", headers=env.bearer())
+    assert r.status_code == 200
+    found = {s["key"]: s for s in r.json()}
+    assert found.keys() == runtime_values(env.panel.settings()).keys()
+    assert found["attention.dm"] == {
+        "key": "attention.dm",
+        "group": "attention",
+        "value": "silent",
+        "source": "runtime",
+        "owner_only": False,
+        "bounds": {
+            "kind": "choice",
+            "min": None,
+            "max": None,
+            "choices": list(ATTENTION_MODES),
+            "text": "one of " + ", ".join(ATTENTION_MODES),
+        },
+    }
+    assert found["context_chars"]["source"] == "file"
+    assert found["context_messages"]["source"] == "default"
+    assert found["budget.user_daily_usd"]["owner_only"] is True
+    assert found["budget.user_daily_usd"]["bounds"]["text"] == "$0 to $10000"
+    assert found["prices.claude-haiku-5-5.input"]["bounds"]["max"] == 1000
+
+
+async def test_the_settings_form_takes_every_key_but_not_without_bound(env: Env) -> None:
+    csrf = await env.login()
+    many = {f"f{i}": "1" for i in range(300)}
+    r = await env.client.post("/settings", data={**many, "csrf": csrf, "wakeword": "!p"})
+    assert r.status_code == 400
+    assert env.store.runtime_config() == {}
+
+
 # ----- CSRF on every change -----------------------------------------------------------------
 
 
@@ -867,6 +1008,7 @@ CHANGE_FIELDS = {
     "channel_id": str(GENERAL),
     "content": "hello",
     "back": "list",
+    "wakeword": "!p",
 }
 
 
@@ -890,6 +1032,7 @@ def test_the_route_table_has_changes_to_check() -> None:
     assert ("POST", "/api/send") in CHANGING_ROUTES
     assert ("POST", "/chats/{chat_id}/prompt") in CHANGING_ROUTES
     assert ("DELETE", "/api/trust/{user_id}") in CHANGING_ROUTES
+    assert ("POST", "/settings") in CHANGING_ROUTES
 
 
 @pytest.mark.parametrize(
@@ -974,6 +1117,7 @@ CAPPED = [
     ("/api/trust", 64 * 1024, "json", {"user_id": str(BOB), "tier": "user"}),
     ("/api/send", 1024 * 1024, "json", {"channel_id": str(GENERAL), "content": "hi"}),
     (f"/chats/{GENERAL}/prompt", 1024 * 1024, "form", {"prompt": "Only cake.\n"}),
+    ("/settings", 64 * 1024, "form", {"wakeword": "!p"}),
 ]
 
 
@@ -984,6 +1128,8 @@ def _changed(env: Env, route: str) -> bool:
         return ChatHome(env.home, str(GENERAL)).read_prompt() == "Only cake.\n"
     if route == "/api/send":
         return bool(env.rest.posted)
+    if route == "/settings":
+        return env.store.runtime_config().get("wakeword") == "!p"
     return env.store.get_tier(BOB) == "user"
 
 

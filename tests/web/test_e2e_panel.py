@@ -11,6 +11,7 @@ import pytest
 
 from picortex.store import Store
 from tests.e2e.harness import running_bot
+from tests.web.forms import settings_form
 
 pytestmark = pytest.mark.virtual_time
 
@@ -87,3 +88,62 @@ async def test_api_attention_and_trust_change_what_the_bot_answers(tmp_path: Pat
             r = await api.delete(f"/api/trust/{w.bob_id}")
             assert r.status_code == 204
             assert run.bot.store.get_tier(w.bob_id) is None
+
+
+async def test_settings_saved_in_the_panel_are_in_force_at_the_next_message(
+    tmp_path: Path,
+) -> None:
+    async with running_bot(tmp_path, toml=WEB, relaxed_limits=True) as run:
+        assert run.bot.web is not None
+        await run.bot.web.ready.wait()
+        token = (run.home / "web.token").read_text().strip()
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        async with httpx.AsyncClient(base_url=run.bot.web.url) as browser:
+            r = await browser.post("/login", data={"token": token})
+            assert r.status_code == 303
+            fields = settings_form((await browser.get("/settings")).text)
+            # An out-of-bounds limit beside a good wakeword: one sentence, nothing saved.
+            bad = fields | {"wakeword": "!p", "budget.user_requests_per_minute": "601"}
+            await browser.post("/settings", data=bad)
+            page = (await browser.get("/settings")).text
+            assert "must be at most 600, got 601; nothing was saved." in page
+            assert run.bot.source().wakeword == "!s"
+            # Each question its own request: no continuation window.
+            good = fields | {
+                "wakeword": "!p",
+                "budget.user_requests_per_minute": "1",
+                "continuation_seconds": "0",
+            }
+            r = await browser.post("/settings", data=good)
+            assert r.status_code == 303
+            page = (await browser.get("/settings")).text
+            assert "wakeword is now !p." in page
+        saved = [e for e in run.events("command") if e.get("source") == "web"]
+        assert [(e["text"], e["result"]) for e in saved] == [
+            ("config set budget.user_requests_per_minute 601", "error"),
+            ("config set wakeword !p", "ok"),
+            ("config set continuation_seconds 0", "ok"),
+            ("config set budget.user_requests_per_minute 1", "ok"),
+        ]
+
+        # The new wakeword is a command at once; the old one is a plain mention now.
+        help_ask = run.say(w.general_id, w.alice_id, f"{run.mention()} !p help")
+        await run.wait_until(lambda: bool(run.replies_to(int(help_ask["id"]))))
+        [help_reply] = run.replies_to(int(help_ask["id"]))
+        assert "(start with `!p `)" in help_reply["content"]
+        await run.wait_event("command", message_id=int(help_ask["id"]), command="help")
+        old = run.say(w.general_id, w.alice_id, f"{run.mention()} !s help")
+        await run.wait_until(lambda: bool(run.replies_to(int(old["id"]))))
+        assert not [e for e in run.events("command") if str(e.get("message_id")) == old["id"]]
+        assert "(start with" not in run.replies_to(int(old["id"]))[0]["content"]
+
+        # Bob may ask once a minute now: his second question gets the polite line.
+        first = run.say(w.general_id, w.bob_id, f"{run.mention()} question one?")
+        await run.wait_event("llm", signal_id=int(first["id"]))
+        second = run.say(w.general_id, w.bob_id, f"{run.mention()} question two?")
+        await run.wait_until(lambda: bool(run.replies_to(int(second["id"]))))
+        [polite] = run.replies_to(int(second["id"]))
+        assert polite["content"].startswith("Sorry, that's more questions")
+        [refusal] = run.events("budget")
+        assert (refusal["limit"], refusal["user_id"]) == ("user_rate", str(w.bob_id))
