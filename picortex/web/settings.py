@@ -21,6 +21,7 @@ from picortex.config import (
     parse_runtime_value,
 )
 from picortex.core.commands import owner_only_config
+from picortex.core.money import usd
 from picortex.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -64,10 +65,6 @@ def group_title(group: str) -> str:
     return GROUP_TITLES.get(group) or group.replace("_", " ").capitalize()
 
 
-def _dollars(amount: float | None) -> str:
-    return "$" + format_value(float(amount or 0))
-
-
 @attrs.frozen
 class Setting:
     """One key as the page shows it."""
@@ -88,7 +85,7 @@ class Setting:
         """What the key accepts, in words; amounts in dollars."""
         bounds = self.bounds
         if self.money and bounds.maximum is not None:
-            return f"{_dollars(bounds.minimum)} to {_dollars(bounds.maximum)}"
+            return f"{usd(bounds.minimum)} to {usd(bounds.maximum)}"
         return bounds.describe()
 
     def as_json(self) -> dict[str, object]:

@@ -873,7 +873,7 @@ async def test_settings_page_shows_every_config_set_key_grouped_with_bounds(env:
     assert row is not None
     assert 'min="0" max="10000"' in row.group(0)
     assert ">owner only</span>" in row.group(0)
-    assert "$0 to $10000" in row.group(0)
+    assert "$0.00 to $10000.00" in row.group(0)
     row = re.search(r'<label for="set-context_messages">.*?</div>', page, re.S)
     assert row is not None
     assert "a whole number, 0 to 100" in row.group(0)
@@ -935,7 +935,9 @@ async def test_a_value_out_of_bounds_is_one_sentence_and_nothing_is_saved(env: E
 
 async def test_owner_only_settings_need_an_owner(env: Env) -> None:
     await env.login()
-    env.panel.settings = SettingsSource(Settings(home=env.home), env.store)  # no owner set
+    env.panel.settings = SettingsSource(
+        Settings(home=env.home), AdminStore(env.store)
+    )  # no owner set
     fields = settings_form((await env.client.get("/settings")).text)
     await env.client.post("/settings", data=fields | {"budget.ceiling_usd": "1"})
     assert env.store.runtime_config() == {}
@@ -968,7 +970,7 @@ async def test_settings_api_lists_values_sources_bounds_and_owner_marks(env: Env
     assert found["context_chars"]["source"] == "file"
     assert found["context_messages"]["source"] == "default"
     assert found["budget.user_daily_usd"]["owner_only"] is True
-    assert found["budget.user_daily_usd"]["bounds"]["text"] == "$0 to $10000"
+    assert found["budget.user_daily_usd"]["bounds"]["text"] == "$0.00 to $10000.00"
     assert found["prices.claude-haiku-5-5.input"]["bounds"]["max"] == 1000
 
 

@@ -69,8 +69,8 @@ def test_amounts_are_dollars() -> None:
     values = {"budget.global_ceiling_usd": "20", "prices.m.output": "0.5", "poll_seconds": "120"}
     allowed = {s.key: s.allowed for g in settings_view(values, {}, frozenset()) for s in g.settings}
     assert allowed == {
-        "budget.global_ceiling_usd": "$0 to $100000",
-        "prices.m.output": "$0 to $1000",
+        "budget.global_ceiling_usd": "$0.00 to $100000.00",
+        "prices.m.output": "$0.00 to $1000.00",
         "poll_seconds": "0 to 604800",
     }
 
