@@ -228,9 +228,6 @@ class Pipeline:
     )
     answer_timeout: float = ANSWER_TIMEOUT_SECONDS
     crash_drain_seconds: float = CRASH_DRAIN_SECONDS
-    # When each message reached its channel's mailbox (set by the router, taken by the
-    # actor): the continuation window counts from arrival, not from when it was handled.
-    arrivals: dict[Snowflake, float] = attrs.field(factory=dict)
     # Which messages are in hand and which are handled: a decision is final only once made.
     handled: HandledLedger = attrs.field(
         default=attrs.Factory(lambda self: HandledLedger(self.store), takes_self=True)

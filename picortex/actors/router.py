@@ -113,11 +113,6 @@ class RouterClients(InteractionClients, PersonaIndex, Protocol):
         ...
 
     @property
-    def arrivals(self) -> dict[Snowflake, float]:
-        """When each message reached its mailbox (stamped here, taken by the actor)."""
-        ...
-
-    @property
     def faults(self) -> FaultCheck | None:
         """Fault points (tests only): with any, every message takes the mailbox's way."""
         ...
@@ -510,7 +505,7 @@ class Router:
         if not mailbox.settled:
             return False
         actor = self._actors.get(message.channel_id)
-        return actor is None or not actor.may_continue(message.author.id, trio.current_time())
+        return actor is None or not actor.may_continue(message.author.id, message.sent_at)
 
     def _trusted_chatter(self, message: Message) -> None:
         """Decide a trusted author's chatter inline: stored for recall, observed, counted.
@@ -552,11 +547,8 @@ class Router:
         if mailbox is None:
             mailbox = Mailbox(CHANNEL_MAILBOX, name=f"channel-{channel_id}")
             self._mailboxes[channel_id] = mailbox
-        # Stamped before queueing: the continuation window counts from arrival.
-        self._clients.arrivals[message.id] = trio.current_time()
         self.delivered += 1
         if not mailbox.send_nowait(message):
-            self._clients.arrivals.pop(message.id, None)
             self._clients.handled.release([message.id])
             self._clients.events.emit(
                 "error",

@@ -68,7 +68,6 @@ class FakeClients:
     registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
     triggers: TriggerBook = attrs.Factory(TriggerBook)
     handled: FakeHandled = attrs.Factory(FakeHandled)
-    arrivals: dict[int, float] = attrs.Factory(dict)
     faults: None = None
     spawn: None = None
     fatal: None = None
