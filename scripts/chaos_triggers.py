@@ -24,7 +24,6 @@ import random
 import signal
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -88,20 +87,24 @@ def tally(
     """(answered exactly once, never answered, answered more than once) of the triggers `sent`.
 
     A trigger is answered by the bot's `replies` to it, or, merged into an earlier trigger's
-    request (`joined`), by that request's replies, only when it was sent within `window`
-    seconds after the request's message before it, same author and channel, by Discord's
-    clock (the snowflakes' times): a merge the window does not allow answers nothing.
+    request (`joined`), by that request's replies posted after it was sent (an older one
+    cannot have read it), only when it was sent within `window` seconds after the request's
+    message before it, same author and channel, by Discord's clock (the snowflakes' times):
+    a merge the window does not allow answers nothing.
     """
     joined = joined or {}
-    referenced = Counter((m.get("message_reference") or {}).get("message_id") for m in replies)
+    answers: dict[str, list[int]] = {}
+    for reply in replies:
+        target = (reply.get("message_reference") or {}).get("message_id")
+        answers.setdefault(str(target), []).append(int(reply["id"]))
     by_id = {str(m["id"]): m for m in sent}
     counts = []
     for message in sent:
         message_id = str(message["id"])
         parent = joined.get(message_id)
-        count = referenced[message_id]
+        count = len(answers.get(message_id, []))
         if parent is not None and _inside_window(message_id, parent, joined, by_id, window):
-            count += referenced[parent]
+            count += sum(1 for at in answers.get(parent, []) if at > int(message_id))
         counts.append(count)
     return counts.count(1), counts.count(0), sum(1 for c in counts if c > 1)
 
@@ -136,9 +139,11 @@ def _world(seed: int) -> tuple[Simulator, DefaultWorld, random.Random]:
     return sim, sim.add_default_world(), random.Random(seed)
 
 
-async def _settle(sim: Simulator, count: Callable[[], tuple[int, int, int]]) -> None:
-    """Wait (a while at most) until no trigger is left without an answer."""
-    with trio.move_on_after(SETTLE_TIMEOUT):
+async def settle(
+    sim: Simulator, count: Callable[[], tuple[int, int, int]], timeout: float = SETTLE_TIMEOUT
+) -> None:
+    """Wait (`timeout` seconds at most) until `count` says no trigger is left unanswered."""
+    with trio.move_on_after(timeout):
         while count()[1]:
             with trio.move_on_after(SETTLE_POLL):
                 await sim.changed()
@@ -192,7 +197,7 @@ async def run_sigkill(
                         )
                     )
                 if cycle == cycles:
-                    await _settle(sim, count)  # the last run only answers what is left
+                    await settle(sim, count)  # the last run only answers what is left
                     if os.environ.get("CHAOS_KEEP"):
                         import shutil
 
@@ -255,7 +260,7 @@ async def run_disconnects(
                 # Something handled in both channels: they count as active for catch-up.
                 for channel in (w.general_id, w.random_id):
                     sent.append(sim.post_user_message(channel, w.alice_id, f"{mention} hello"))
-                await _settle(sim, count)
+                await settle(sim, count)
                 for cycle in range(cycles):
                     fresh = cycle % 3 == 0  # every third one needs a fresh IDENTIFY
                     ready = sim.gateway_stats.identifies + sim.gateway_stats.resumes
@@ -275,7 +280,7 @@ async def run_disconnects(
                             )
                         )
                     await trio.sleep(rng.uniform(0.05, 0.3))
-                await _settle(sim, count)
+                await settle(sim, count)
                 bot_nursery.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
         once, lost, doubled = count()

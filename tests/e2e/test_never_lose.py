@@ -26,8 +26,12 @@ def _sent(seconds: float, author: str = ALICE) -> dict[str, Any]:
     return {"id": str(snowflake_at(T0 + seconds)), "author": {"id": author}, "channel_id": GENERAL}
 
 
-def _reply_to(message: dict[str, Any]) -> dict[str, Any]:
-    return {"message_reference": {"message_id": message["id"]}}
+def _reply_to(message: dict[str, Any], seconds: float = 20.0) -> dict[str, Any]:
+    """The bot's reply to `message`, posted `seconds` after T0."""
+    return {
+        "id": str(snowflake_at(T0 + seconds)),
+        "message_reference": {"message_id": message["id"]},
+    }
 
 
 def test_a_merged_follow_up_counts_as_answered_only_inside_the_window_by_discord_time() -> None:
@@ -44,6 +48,8 @@ def test_a_merged_follow_up_counts_as_answered_only_inside_the_window_by_discord
     assert tally([_reply_to(first), _reply_to(soon)], sent[:2], joined, 10.0) == (1, 0, 1)
     # Without the merge, the reply to the first answers nothing else.
     assert tally([_reply_to(first)], sent[:2], {}, 10.0) == (1, 1, 0)
+    # Nor does a reply posted before the follow-up was sent (one from before a restart).
+    assert tally([_reply_to(first, 2.0)], sent[:2], joined, 10.0) == (1, 1, 0)
 
 
 def test_a_later_trigger_line_undoes_an_earlier_merge(tmp_path: Path) -> None:
