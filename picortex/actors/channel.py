@@ -332,6 +332,11 @@ class ChannelActor:
 
         if command_text is None:
             window = cont.window_for(self._cont, msg.channel_id, msg.author.id, msg.sent_at)
+            if window is not None and window.generating and self._answered_before(window, msg):
+                # A request replayed after a restart, answered before the kill: what was sent
+                # after that answer is not part of it (SPEC 5.4, on Discord's clock).
+                self._cont = cont.on_answered(self._cont, window.request)
+                window = cont.window_for(self._cont, msg.channel_id, msg.author.id, msg.sent_at)
             # Once the answer is posted, a message that addresses the bot again (a mention, a
             # reply to it, a DM) is a new request; any other is context for the next one.
             addresses_bot = msg.is_dm or self._calls_bot(msg)
@@ -580,9 +585,7 @@ class ChannelActor:
             clients.store, clients.registry, msg, clients.settings().attention
         )
 
-    async def _attend(
-        self, msg: Message, text: str, tier: Tier, nursery: trio.Nursery
-    ) -> None:
+    async def _attend(self, msg: Message, text: str, tier: Tier, nursery: trio.Nursery) -> None:
         clients = self._clients
         bot_id = clients.bot.user_id or 0
         mode = self._mode(msg)
@@ -606,6 +609,18 @@ class ChannelActor:
         self._trigger(msg, tier, mode=mode, command=None)
         clients.triggers.add(entry_from_message(msg, trusted=True))
         self._start(new.request, msg, self._new_slot(), nursery, typing=decision.show_typing)
+
+    def _answered_before(self, window: cont.ContinuationWindow, msg: Message) -> bool:
+        """Whether the bot's reply to the window's request was sent before `msg` was."""
+        bot_id = self._clients.bot.user_id
+        parent_id = window.request.parent_id
+        return any(
+            cached.author.id == bot_id
+            and cached.id < msg.id
+            and cached.message_reference is not None
+            and cached.message_reference.message_id == parent_id
+            for cached in self._clients.cache.recent(msg.channel_id, REPLY_SCAN)
+        )
 
     def _calls_bot(self, msg: Message) -> bool:
         bot_id = self._clients.bot.user_id

@@ -219,3 +219,54 @@ async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
     events = [orjson.loads(line) for line in log.stdout.splitlines()]
     assert any(e["event"] == "reply" for e in events)
     assert events[-1]["event"] == "supervisor"  # the clean stop was recorded last
+
+
+@pytest.mark.long(seconds=4)
+@pytest.mark.forked_bots
+async def test_a_message_sent_after_a_replayed_requests_answer_is_a_request_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # SPEC 5.4 and 12: killed after posting an answer but before its trigger was marked
+    # handled, the bot answers the trigger again after the restart (the repost is the same
+    # message, by its nonce). A question sent after that first answer, by Discord's clock, is
+    # not part of the replayed request, though it arrives while it is being answered.
+    home = tmp_path / "home"
+    home.mkdir()
+    sim = Simulator(heartbeat_interval_ms=5000)
+    world = sim.add_default_world()
+    w = world
+    mention = f"<@{sim.bot_user_id}>"
+    async with fork_server() as server, trio.open_nursery() as nursery:
+        urls: SimURLs = await nursery.start(sim.serve)
+        async with _bot_process(server, home, sim, urls, world, 1) as proc:
+            warm = sim.post_user_message(w.general_id, w.alice_id, f"{mention} hello")
+            await _wait(sim, lambda: warm["id"] in _referenced(sim))
+            await _marked_handled(home, [int(warm["id"])])
+            # Another writer holds the database: the answer goes out, its handled mark cannot.
+            lock = apsw.Connection(str(home / "picortex.db"))
+            lock.execute("BEGIN IMMEDIATE")
+            try:
+                first = sim.post_user_message(w.general_id, w.alice_id, f"{mention} first?")
+                await _wait(sim, lambda: first["id"] in _referenced(sim))
+                proc.send_signal(signal.SIGKILL)
+                await proc.wait()
+            finally:
+                lock.execute("ROLLBACK")
+                lock.close()
+        later = sim.post_user_message(w.general_id, w.alice_id, f"{mention} second?")
+        # The replayed trigger's new answer is still being written when `later` arrives.
+        sim.model.script(ModelReply(delay=REPLAY_HOLD_SECONDS))
+        async with _bot_process(server, home, sim, urls, world, 2) as proc:
+            await _wait(sim, lambda: later["id"] in _referenced(sim))
+            assert sim.gateway_stats.resumes == 1
+            await _wait(sim, lambda: sim.model.pending_script == 0)
+            proc.send_signal(signal.SIGTERM)
+            with trio.fail_after(START_TIMEOUT):
+                await proc.wait()
+            assert proc.returncode == 0, (home / "run2.err").read_text()
+        nursery.cancel_scope.cancel()
+    referenced = _referenced(sim)
+    assert [referenced.count(m["id"]) for m in (warm, first, later)] == [1, 1, 1]
+    (answer,) = [m for m in sim.bot_messages() if _referenced_id(m) == later["id"]]
+    assert "second?" in answer["content"]
+    assert joined_requests(home / "actions.jsonl") == {}
