@@ -201,7 +201,9 @@ async def run_sigkill(
                     if os.environ.get("CHAOS_KEEP"):
                         import shutil
 
-                        shutil.copytree(home, os.environ["CHAOS_KEEP"], dirs_exist_ok=True)
+                        keep = os.environ["CHAOS_KEEP"]
+                        ignore = shutil.ignore_patterns("*.sock")  # the control socket
+                        shutil.copytree(home, keep, dirs_exist_ok=True, ignore=ignore)
                     proc.send_signal(signal.SIGTERM)
                     await proc.wait()
                     break
