@@ -22,6 +22,7 @@ import trio
 
 from picortex import config as config_mod
 from picortex.actors import attachment_parts, chats, discriminate, interactions, persona_answer
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
     ChannelRest,
     ChannelStore,
@@ -116,6 +117,11 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
     @property
     def triggers(self) -> TriggerBook:
         """The trigger log shown by `picortex status`."""
+        ...
+
+    @property
+    def answers_seen(self) -> AnswersSeen:
+        """The bot's replies seen on the gateway (noted by the router, asked here)."""
         ...
 
     @property
@@ -332,7 +338,12 @@ class ChannelActor:
 
         if command_text is None:
             window = cont.window_for(self._cont, msg.channel_id, msg.author.id, msg.sent_at)
-            if window is not None and window.generating and self._answered_before(window, msg):
+            answers = clients.answers_seen
+            if (
+                window is not None
+                and window.generating
+                and answers.answered_before(window.request.parent_id, msg.id)
+            ):
                 # A request replayed after a restart, answered before the kill: what was sent
                 # after that answer is not part of it (SPEC 5.4, on Discord's clock).
                 self._cont = cont.on_answered(self._cont, window.request)
@@ -609,18 +620,6 @@ class ChannelActor:
         self._trigger(msg, tier, mode=mode, command=None)
         clients.triggers.add(entry_from_message(msg, trusted=True))
         self._start(new.request, msg, self._new_slot(), nursery, typing=decision.show_typing)
-
-    def _answered_before(self, window: cont.ContinuationWindow, msg: Message) -> bool:
-        """Whether the bot's reply to the window's request was sent before `msg` was."""
-        bot_id = self._clients.bot.user_id
-        parent_id = window.request.parent_id
-        return any(
-            cached.author.id == bot_id
-            and cached.id < msg.id
-            and cached.message_reference is not None
-            and cached.message_reference.message_id == parent_id
-            for cached in self._clients.cache.recent(msg.channel_id, REPLY_SCAN)
-        )
 
     def _calls_bot(self, msg: Message) -> bool:
         bot_id = self._clients.bot.user_id

@@ -16,6 +16,7 @@ from typing import Final, Protocol
 
 import attrs
 
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import CatchUpRest, ChannelRest, FaultCheck, IdentityRest
 from picortex.actors.command_changes import apply_changes
 from picortex.actors.context_cache import ContextCache
@@ -228,6 +229,9 @@ class Pipeline:
     )
     answer_timeout: float = ANSWER_TIMEOUT_SECONDS
     crash_drain_seconds: float = CRASH_DRAIN_SECONDS
+    # The bot's replies seen on the gateway: a request replayed after a restart takes no
+    # message sent after its answer (SPEC 5.4).
+    answers_seen: AnswersSeen = attrs.field(factory=AnswersSeen)
     # Which messages are in hand and which are handled: a decision is final only once made.
     handled: HandledLedger = attrs.field(
         default=attrs.Factory(lambda self: HandledLedger(self.store), takes_self=True)

@@ -22,6 +22,7 @@ import attrs
 import trio
 
 from picortex.actors import chats, interactions, persona_answer
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
     ChannelActorFactory,
     ChannelBook,
@@ -110,6 +111,11 @@ class RouterClients(InteractionClients, PersonaIndex, Protocol):
     @property
     def registry(self) -> ChannelBook:
         """Channels and threads seen."""
+        ...
+
+    @property
+    def answers_seen(self) -> AnswersSeen:
+        """The bot's replies seen on the gateway (noted here, asked by the channel actors)."""
         ...
 
     @property
@@ -306,6 +312,8 @@ class Router:
                 clients.cache.on_message(event)
                 if name == "MESSAGE_CREATE":
                     self._remember_answer(event)
+                    # Before any later message reaches its channel: see AnswersSeen.
+                    clients.answers_seen.saw(event)
                 return
             store = clients.store
             seen = store.seen(event.id)

@@ -10,6 +10,7 @@ import attrs
 import trio
 import trio.testing
 
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry
 from picortex.actors.router import Router
 from picortex.config import load_settings
@@ -76,6 +77,7 @@ class FakeClients:
     handled: FakeHandled = attrs.Factory(FakeHandled)
     bot: BotIdentity = attrs.Factory(lambda: BotIdentity(user_id=BOT_ID))
     registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
+    answers_seen: AnswersSeen = attrs.Factory(AnswersSeen)
     acks: dict[int, Any] = attrs.Factory(dict)
     personas: None = None
     faults: None = None
