@@ -7,11 +7,19 @@ Snowflakes are plain ints. Every type is frozen and slotted; normalization
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Protocol
+from typing import Final, Protocol
 
 import attrs
 
 Snowflake = int
+
+# Discord's epoch: snowflakes count milliseconds from 2015-01-01T00:00:00Z.
+DISCORD_EPOCH_MS: Final = 1_420_070_400_000
+
+
+def snowflake_seconds(snowflake: Snowflake) -> float:
+    """When Discord made `snowflake`, in Unix seconds by Discord's clock."""
+    return ((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000.0
 
 
 class ChannelType(IntEnum):
@@ -155,6 +163,11 @@ class Message:
             parts.append(self.poll.text)
         parts.extend(f"[sticker: {name}]" for name in self.sticker_names)
         return "\n".join(parts)
+
+    @property
+    def sent_at(self) -> float:
+        """When Discord made the message, in Unix seconds by Discord's clock (from its id)."""
+        return snowflake_seconds(self.id)
 
     @property
     def is_forward(self) -> bool:

@@ -9,8 +9,11 @@ sends triggers whose answers take a moment (the model endpoint is slowed), SIGKI
 while some are still being answered, and starts it again on the same home. `disconnect` runs
 the bot in this process and, each cycle, either drops the connection (a RESUME follows) or
 invalidates the session (op 9 d=false: a fresh IDENTIFY, which Discord replays nothing to),
-posting triggers while the bot is away. At the end every trigger should have exactly one
-answer (a bot message replying to it): the script prints answered-once, lost and doubled.
+posting triggers while the bot is away. Both run with the default continuation window. At
+the end every trigger should have exactly one answer: a bot message replying to it, or, for a
+follow-up merged into an earlier trigger's request, that request's one reply, when the
+follow-up was sent inside the window by Discord's clock (SPEC 5.4). The script prints
+answered-once, lost and doubled.
 """
 
 from __future__ import annotations
@@ -21,11 +24,12 @@ import random
 import signal
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import attrs
+import orjson
 import trio
 
 from picortex.app import Bot
@@ -34,9 +38,12 @@ from picortex.discord.protocol import GatewayTimings
 from picortex.sim import DefaultWorld, Simulator
 from picortex.sim.model import ModelReply
 from picortex.sim.simulator import SimURLs
+from picortex.types import snowflake_seconds
 
 RELAXED_BUCKETS = ("messages.post", "typing", "users/@me/channels", "reactions.me")
 SETTLE_TIMEOUT = 120.0
+# The action log is written apart from the simulator's changes: look again this often.
+SETTLE_POLL = 0.5
 
 
 def _env(home: Path, sim: Simulator, urls: SimURLs, owner: int) -> dict[str, str]:
@@ -52,11 +59,77 @@ def _env(home: Path, sim: Simulator, urls: SimURLs, owner: int) -> dict[str, str
     return env
 
 
-def tally(sim: Simulator, sent: list[dict[str, Any]]) -> tuple[int, int, int]:
-    """(answered exactly once, never answered, answered more than once)."""
-    referenced = [(m.get("message_reference") or {}).get("message_id") for m in sim.bot_messages()]
-    counts = [referenced.count(m["id"]) for m in sent]
+def joined_requests(action_log: Path) -> dict[str, str]:
+    """The follow-ups merged into a request being answered: message id -> the request's
+    trigger id, by the action log's last word on each message (a restarted process that
+    takes it as a trigger of its own undoes an earlier merge)."""
+    joined: dict[str, str] = {}
+    if not action_log.exists():
+        return joined
+    for line in action_log.read_bytes().splitlines():
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # the last line, torn by a kill
+        if row.get("event") == "trigger":
+            joined.pop(str(row.get("message_id")), None)
+        elif row.get("event") == "continuation" and row.get("restart"):
+            joined[str(row["message_id"])] = str(row["parent_id"])
+    return joined
+
+
+def tally(
+    replies: Sequence[Mapping[str, Any]],
+    sent: Sequence[Mapping[str, Any]],
+    joined: Mapping[str, str] | None = None,
+    window: float = 0.0,
+) -> tuple[int, int, int]:
+    """(answered exactly once, never answered, answered more than once) of the triggers `sent`.
+
+    A trigger is answered by the bot's `replies` to it, or, merged into an earlier trigger's
+    request (`joined`), by that request's replies posted after it was sent (an older one
+    cannot have read it), only when it was sent within `window` seconds after the request's
+    message before it, same author and channel, by Discord's clock (the snowflakes' times):
+    a merge the window does not allow answers nothing.
+    """
+    joined = joined or {}
+    answers: dict[str, list[int]] = {}
+    for reply in replies:
+        target = (reply.get("message_reference") or {}).get("message_id")
+        answers.setdefault(str(target), []).append(int(reply["id"]))
+    by_id = {str(m["id"]): m for m in sent}
+    counts = []
+    for message in sent:
+        message_id = str(message["id"])
+        parent = joined.get(message_id)
+        count = len(answers.get(message_id, []))
+        if parent is not None and _inside_window(message_id, parent, joined, by_id, window):
+            count += sum(1 for at in answers.get(parent, []) if at > int(message_id))
+        counts.append(count)
     return counts.count(1), counts.count(0), sum(1 for c in counts if c > 1)
+
+
+def _inside_window(
+    message_id: str,
+    parent: str,
+    joined: Mapping[str, str],
+    by_id: Mapping[str, Mapping[str, Any]],
+    window: float,
+) -> bool:
+    """Whether `message_id` was sent within `window` s after the message before it in the
+    request of trigger `parent`, by the same author in the same channel."""
+    message, trigger = by_id.get(message_id), by_id.get(parent)
+    if message is None or trigger is None:
+        return False
+    if (message["author"]["id"], message["channel_id"]) != (
+        trigger["author"]["id"],
+        trigger["channel_id"],
+    ):
+        return False
+    sent_at = snowflake_seconds(int(message_id))
+    request = [parent, *(m for m, p in joined.items() if p == parent and m != message_id)]
+    before = [t for t in (snowflake_seconds(int(m)) for m in request) if t <= sent_at]
+    return bool(before) and sent_at - max(before) <= window
 
 
 def _world(seed: int) -> tuple[Simulator, DefaultWorld, random.Random]:
@@ -66,9 +139,14 @@ def _world(seed: int) -> tuple[Simulator, DefaultWorld, random.Random]:
     return sim, sim.add_default_world(), random.Random(seed)
 
 
-async def _settle(sim: Simulator, sent: list[dict[str, Any]]) -> None:
-    with trio.move_on_after(SETTLE_TIMEOUT):
-        await sim.wait_until(lambda: tally(sim, sent)[1] == 0)
+async def settle(
+    sim: Simulator, count: Callable[[], tuple[int, int, int]], timeout: float = SETTLE_TIMEOUT
+) -> None:
+    """Wait (`timeout` seconds at most) until `count` says no trigger is left unanswered."""
+    with trio.move_on_after(timeout):
+        while count()[1]:
+            with trio.move_on_after(SETTLE_POLL):
+                await sim.changed()
 
 
 class BotProcess(Protocol):
@@ -100,10 +178,15 @@ async def run_sigkill(
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
-        (home / "picortex.toml").write_text("continuation_seconds = 0\n")
         async with trio.open_nursery() as nursery:
             urls: SimURLs = await nursery.start(sim.serve)
             env = _env(home, sim, urls, w.alice_id)
+            settings = load_settings(env)
+
+            def count() -> tuple[int, int, int]:
+                joined = joined_requests(settings.action_log_path)
+                return tally(sim.bot_messages(), sent, joined, settings.continuation_seconds)
+
             for cycle in range(cycles + 1):
                 started = sim.gateway_stats.identifies + sim.gateway_stats.resumes
                 proc = await start(env, home / f"run{cycle}.err")
@@ -114,11 +197,13 @@ async def run_sigkill(
                         )
                     )
                 if cycle == cycles:
-                    await _settle(sim, sent)  # the last run only answers what is left
+                    await settle(sim, count)  # the last run only answers what is left
                     if os.environ.get("CHAOS_KEEP"):
                         import shutil
 
-                        shutil.copytree(home, os.environ["CHAOS_KEEP"], dirs_exist_ok=True)
+                        keep = os.environ["CHAOS_KEEP"]
+                        ignore = shutil.ignore_patterns("*.sock")  # the control socket
+                        shutil.copytree(home, keep, dirs_exist_ok=True, ignore=ignore)
                     proc.send_signal(signal.SIGTERM)
                     await proc.wait()
                     break
@@ -135,7 +220,7 @@ async def run_sigkill(
                 proc.send_signal(signal.SIGKILL)
                 await proc.wait()
             nursery.cancel_scope.cancel()
-    once, lost, doubled = tally(sim, sent)
+        once, lost, doubled = count()
     return len(sent), once, lost, doubled
 
 
@@ -156,13 +241,16 @@ async def run_disconnects(
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
-        toml = "continuation_seconds = 0\n"
         if fetch_cooldown is not None:
-            toml += f"fetch_cooldown_seconds = {fetch_cooldown}\n"
-        (home / "picortex.toml").write_text(toml)
+            (home / "picortex.toml").write_text(f"fetch_cooldown_seconds = {fetch_cooldown}\n")
         async with trio.open_nursery() as nursery:
             urls: SimURLs = await nursery.start(sim.serve)
             settings = load_settings(_env(home, sim, urls, w.alice_id))
+
+            def count() -> tuple[int, int, int]:
+                joined = joined_requests(settings.action_log_path)
+                return tally(sim.bot_messages(), sent, joined, settings.continuation_seconds)
+
             timings = GatewayTimings(
                 backoff_base=0.05, backoff_cap=0.5, invalid_session_delay=(0.2, 0.5)
             )
@@ -174,7 +262,7 @@ async def run_disconnects(
                 # Something handled in both channels: they count as active for catch-up.
                 for channel in (w.general_id, w.random_id):
                     sent.append(sim.post_user_message(channel, w.alice_id, f"{mention} hello"))
-                await _settle(sim, sent)
+                await settle(sim, count)
                 for cycle in range(cycles):
                     fresh = cycle % 3 == 0  # every third one needs a fresh IDENTIFY
                     ready = sim.gateway_stats.identifies + sim.gateway_stats.resumes
@@ -194,10 +282,10 @@ async def run_disconnects(
                             )
                         )
                     await trio.sleep(rng.uniform(0.05, 0.3))
-                await _settle(sim, sent)
+                await settle(sim, count)
                 bot_nursery.cancel_scope.cancel()
             nursery.cancel_scope.cancel()
-    once, lost, doubled = tally(sim, sent)
+        once, lost, doubled = count()
     return len(sent), once, lost, doubled
 
 

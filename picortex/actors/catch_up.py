@@ -18,7 +18,7 @@ from picortex.actors.clients import CatchUpClients
 from picortex.actors.failures import error_line
 from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import message_from_payload
-from picortex.types import Message, Snowflake
+from picortex.types import DISCORD_EPOCH_MS, Message, Snowflake, snowflake_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -29,17 +29,11 @@ ACTIVE_CHANNELS_MAX: Final = 50
 # Pages of 100 messages read per channel at most: a window's worth in a busy channel.
 PAGES_MAX: Final = 5
 PAGE: Final = 100
-DISCORD_EPOCH_MS: Final = 1_420_070_400_000
 
 
 def snowflake_at(unix_seconds: float) -> Snowflake:
     """The smallest snowflake Discord could have made at `unix_seconds`."""
     return max(0, int(unix_seconds * 1000) - DISCORD_EPOCH_MS) << 22
-
-
-def snowflake_seconds(snowflake: Snowflake) -> float:
-    """When Discord made `snowflake`, in Unix seconds."""
-    return ((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000.0
 
 
 class Deliver(Protocol):

@@ -22,6 +22,7 @@ import trio
 
 from picortex import config as config_mod
 from picortex.actors import attachment_parts, chats, discriminate, interactions, persona_answer
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
     ChannelRest,
     ChannelStore,
@@ -121,8 +122,8 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
         ...
 
     @property
-    def arrivals(self) -> dict[Snowflake, float]:
-        """When each message reached the mailbox (set by the router, taken here)."""
+    def answers_seen(self) -> AnswersSeen:
+        """The bot's replies seen on the gateway (noted by the router, asked here)."""
         ...
 
     @property
@@ -268,9 +269,10 @@ class ChannelActor:
                 raise
             raise lone from None
 
-    def may_continue(self, author_id: Snowflake, now: float) -> bool:
-        """Whether a message from `author_id` arriving at `now` could join an open request."""
-        return cont.window_for(self._cont, self.channel_id, author_id, now) is not None
+    def may_continue(self, author_id: Snowflake, sent_at: float) -> bool:
+        """Whether a message from `author_id` sent at `sent_at` (Discord's clock) could join
+        an open request."""
+        return cont.window_for(self._cont, self.channel_id, author_id, sent_at) is not None
 
     async def _drain(self) -> None:
         with trio.move_on_after(self._clients.crash_drain_seconds):
@@ -321,8 +323,6 @@ class ChannelActor:
             await self._interaction(msg, nursery)
             return
         clients = self._clients
-        arrived = clients.arrivals.pop(msg.id, None)
-        now = trio.current_time() if arrived is None else arrived
         settings = clients.settings.refresh()
         bot_id = clients.bot.user_id
         ignored = should_ignore(msg, bot_id)
@@ -357,12 +357,22 @@ class ChannelActor:
         chats.remember(clients.store, msg, msg.text)
 
         if command_text is None:
-            window = cont.window_for(self._cont, msg.channel_id, msg.author.id, now)
+            window = cont.window_for(self._cont, msg.channel_id, msg.author.id, msg.sent_at)
+            answers = clients.answers_seen
+            if (
+                window is not None
+                and window.generating
+                and answers.answered_before(window.request.parent_id, msg.id)
+            ):
+                # A request replayed after a restart, answered before the kill: what was sent
+                # after that answer is not part of it (SPEC 5.4, on Discord's clock).
+                self._cont = cont.on_answered(self._cont, window.request)
+                window = cont.window_for(self._cont, msg.channel_id, msg.author.id, msg.sent_at)
             # Once the answer is posted, a message that addresses the bot again (a mention, a
             # reply to it, a DM) is a new request; any other is context for the next one.
             addresses_bot = msg.is_dm or self._calls_bot(msg)
             if window is not None and not (not window.generating and addresses_bot):
-                self._cont, outcome = cont.on_message(self._cont, msg, now, True, text=text)
+                self._cont, outcome = cont.on_message(self._cont, msg, True, text=text)
                 if not isinstance(outcome, cont.NotInWindow):
                     persona_answer.observe(self._clients, msg, text)
                     await self._follow_up(msg, outcome, nursery)
@@ -371,7 +381,7 @@ class ChannelActor:
         if command_text is not None:
             await self._command(msg, command_text, tier, nursery)
             return
-        await self._attend(msg, text, tier, now, nursery)
+        await self._attend(msg, text, tier, nursery)
 
     def _tier(self, author: Snowflake, owner_id: Snowflake | None) -> Tier | None:
         """The author's trust tier (SPEC 3); None when not trusted."""
@@ -515,7 +525,6 @@ class ChannelActor:
         `ask` a deferral at once and the model's answer as its edit.
         """
         clients = self._clients
-        clients.arrivals.pop(inter.id, None)
         settings = clients.settings.refresh()
         if inter.user.bot or inter.user.id == clients.bot.user_id:
             return
@@ -638,9 +647,7 @@ class ChannelActor:
             clients.store, clients.registry, msg, clients.settings().attention
         )
 
-    async def _attend(
-        self, msg: Message, text: str, tier: Tier, now: float, nursery: trio.Nursery
-    ) -> None:
+    async def _attend(self, msg: Message, text: str, tier: Tier, nursery: trio.Nursery) -> None:
         clients = self._clients
         bot_id = clients.bot.user_id or 0
         mode = self._mode(msg)
@@ -660,7 +667,7 @@ class ChannelActor:
             return
         self._decision(msg, "respond", decision.reason, mode=mode)
         self._deferred = True  # final once the answer is posted (or fails)
-        self._cont, new = cont.on_trigger(self._cont, msg, now, text=text)
+        self._cont, new = cont.on_trigger(self._cont, msg, text=text)
         self._trigger(msg, tier, mode=mode, command=None)
         clients.triggers.add(entry_from_message(msg, trusted=True))
         self._start(new.request, msg, self._new_slot(), nursery, typing=decision.show_typing)

@@ -556,8 +556,9 @@ class ChannelWorker(Protocol):
         """Handle the channel's mailbox until idle."""
         ...
 
-    def may_continue(self, author_id: Snowflake, now: float) -> bool:
-        """Whether a message from `author_id` at `now` could join an open request."""
+    def may_continue(self, author_id: Snowflake, sent_at: float) -> bool:
+        """Whether a message from `author_id` sent at `sent_at` (Discord's clock) could join
+        an open request."""
         ...
 
 

@@ -16,6 +16,7 @@ from typing import Final, Protocol
 
 import attrs
 
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import CatchUpRest, ChannelRest, FaultCheck, IdentityRest
 from picortex.actors.command_changes import Applied, apply_changes
 from picortex.actors.context_cache import ContextCache
@@ -245,9 +246,9 @@ class Pipeline:
     )
     answer_timeout: float = ANSWER_TIMEOUT_SECONDS
     crash_drain_seconds: float = CRASH_DRAIN_SECONDS
-    # When each message reached its channel's mailbox (set by the router, taken by the
-    # actor): the continuation window counts from arrival, not from when it was handled.
-    arrivals: dict[Snowflake, float] = attrs.field(factory=dict)
+    # The bot's replies seen on the gateway: a request replayed after a restart takes no
+    # message sent after its answer (SPEC 5.4).
+    answers_seen: AnswersSeen = attrs.field(factory=AnswersSeen)
     # Which messages are in hand and which are handled: a decision is final only once made.
     handled: HandledLedger = attrs.field(
         default=attrs.Factory(lambda self: HandledLedger(self.store), takes_self=True)

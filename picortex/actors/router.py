@@ -21,6 +21,7 @@ import attrs
 import trio
 
 from picortex.actors import chats, interactions, persona_answer
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
     ChannelActorFactory,
     ChannelBook,
@@ -114,8 +115,8 @@ class RouterClients(InteractionClients, PersonaIndex, Protocol):
         ...
 
     @property
-    def arrivals(self) -> dict[Snowflake, float]:
-        """When each message reached its mailbox (stamped here, taken by the actor)."""
+    def answers_seen(self) -> AnswersSeen:
+        """The bot's replies seen on the gateway (noted here, asked by the channel actors)."""
         ...
 
     @property
@@ -317,6 +318,8 @@ class Router:
                 clients.cache.on_message(event)
                 if name == "MESSAGE_CREATE":
                     self._remember_answer(event)
+                    # Before any later message reaches its channel: see AnswersSeen.
+                    clients.answers_seen.saw(event)
                 return
             store = clients.store
             seen = store.seen(event.id)
@@ -520,7 +523,7 @@ class Router:
         if not mailbox.settled:
             return False
         actor = self._actors.get(message.channel_id)
-        return actor is None or not actor.may_continue(message.author.id, trio.current_time())
+        return actor is None or not actor.may_continue(message.author.id, message.sent_at)
 
     def _forget_triggers(self, channel_id: Snowflake, ids: Sequence[Snowflake]) -> None:
         """Take deleted messages' text out of the trigger log (status, panel activity), the
@@ -570,11 +573,8 @@ class Router:
         if mailbox is None:
             mailbox = Mailbox(CHANNEL_MAILBOX, name=f"channel-{channel_id}")
             self._mailboxes[channel_id] = mailbox
-        # Stamped before queueing: the continuation window counts from arrival.
-        self._clients.arrivals[message.id] = trio.current_time()
         self.delivered += 1
         if not mailbox.send_nowait(message):
-            self._clients.arrivals.pop(message.id, None)
             self._clients.handled.release([message.id])
             self._clients.events.emit(
                 "error",

@@ -1,17 +1,21 @@
 """The continuation window (SPEC 5 step 4): follow-ups join the request they continue.
 
+The window is measured on Discord's clock: each message's own time (`Message.sent_at`, from
+its snowflake), never when this process received it. After a restart a replayed trigger and
+a message sent ten seconds after it arrive together, and are still two requests.
+
 Intended use by the channel actor (one `ContinuationState` per channel actor, which is
 harmless to share across channels as keys include the channel)::
 
     state = ContinuationState(settings.continuation_seconds)
     # for each message that passed steps 1-3 (not ignored, trusted, not a command):
-    state, outcome = on_message(state, msg, now, trusted, text=strip_mention(...))
+    state, outcome = on_message(state, msg, trusted, text=strip_mention(...))
     match outcome:
         case FollowUp(request):  # log `continuation`; no answer: context for the next request
         case RestartAnswer(request):   # log `continuation`; cancel the running generation,
                                  # then generate an answer to request.text
         case NotInWindow():      # attention gating (step 5); if it says respond:
-            state, new = on_trigger(state, msg, now, text=...)
+            state, new = on_trigger(state, msg, text=...)
             # log `trigger`; generate an answer to new.request.text
     # before posting an answer: post only if not is_superseded(state, request)
     # after the answer is posted (or generation failed / was skipped):
@@ -57,19 +61,30 @@ class Request:
 
 @attrs.frozen
 class ContinuationWindow:
-    """One open window: the request, its deadline, and whether an answer is being generated."""
+    """One open window: the request, when it opened and closes, whether an answer is being
+    generated. Times are Discord's (Unix seconds): `opened` is the trigger's, `deadline` the
+    newest message's plus the window."""
 
     request: Request
+    opened: float
     deadline: float
     generating: bool = True
+
+    def holds(self, sent_at: float) -> bool:
+        """Whether a message sent at `sent_at` (Discord's clock) falls in this window.
+
+        One sent before the trigger is no follow-up, whenever it is delivered.
+        """
+        return self.opened <= sent_at <= self.deadline
 
 
 @attrs.frozen
 class ContinuationState:
     """All open windows, by (channel, author).
 
-    A trigger opens a window until `now + seconds`; each follow-up from the same trusted
-    author in the same channel resets the deadline. A request is answered once: a follow-up
+    A trigger opens a window until `seconds` after it was sent; each follow-up from the
+    same trusted author in the same channel, sent before the deadline, resets it (Discord's
+    clock throughout; 0 seconds: no window). A request is answered once: a follow-up
     during generation restarts it with the merged request; one after the answer was posted
     is context for the next request, never a new answer (SPEC 5 step 4).
     """
@@ -133,7 +148,7 @@ WindowOutcome = FollowUp | RestartAnswer | NotInWindow
 
 
 def expire(state: ContinuationState, now: float) -> ContinuationState:
-    """Drop the windows whose deadline has passed."""
+    """Drop the windows whose deadline is before `now` (Discord's clock)."""
     live = {k: w for k, w in state.windows.items() if now <= w.deadline}
     if len(live) == len(state.windows):
         return state
@@ -141,11 +156,11 @@ def expire(state: ContinuationState, now: float) -> ContinuationState:
 
 
 def window_for(
-    state: ContinuationState, channel_id: Snowflake, author_id: Snowflake, now: float
+    state: ContinuationState, channel_id: Snowflake, author_id: Snowflake, sent_at: float
 ) -> ContinuationWindow | None:
-    """The open window of (channel, author) at `now`, if any."""
+    """The window of (channel, author) that a message sent at `sent_at` falls in, if any."""
     window = state.windows.get((channel_id, author_id))
-    if window is None or now > window.deadline:
+    if window is None or state.seconds <= 0 or not window.holds(sent_at):
         return None
     return window
 
@@ -159,24 +174,23 @@ def _with(state: ContinuationState, window: ContinuationWindow) -> ContinuationS
 def on_message(
     state: ContinuationState,
     msg: Message,
-    now: float,
     trusted: bool,
     *,
     text: str | None = None,
 ) -> tuple[ContinuationState, WindowOutcome]:
-    """Decide whether `msg` continues an open request.
+    """Decide whether `msg` continues an open request, by when Discord says it was sent.
 
     Args:
         state: the current windows.
         msg: a message that passed steps 1-3 (not ignored, not a command).
-        now: the actor's clock (`trio.current_time()`).
         trusted: whether the author is trusted; untrusted messages never join a request.
         text: the message's text for the request (default: its content).
     """
+    now = msg.sent_at
     state = expire(state, now)
     if not trusted:
         return state, NotInWindow("untrusted author")
-    window = state.windows.get((msg.channel_id, msg.author.id))
+    window = window_for(state, msg.channel_id, msg.author.id, now)
     if window is None:
         return state, NotInWindow("no open continuation window")
     if msg.id in window.request.message_ids:
@@ -190,7 +204,7 @@ def on_message(
             message_ids=(*old.message_ids, msg.id),
             texts=(*old.texts, msg.content if text is None else text),
         )
-        state = _with(state, ContinuationWindow(joined, now + state.seconds, generating=False))
+        state = _with(state, _reset(window, joined, now, state.seconds, generating=False))
         return state, FollowUp(joined)
     request = attrs.evolve(
         old,
@@ -198,17 +212,33 @@ def on_message(
         texts=(*old.texts, msg.content if text is None else text),
         generation=old.generation + 1,
     )
-    state = _with(state, ContinuationWindow(request, now + state.seconds, generating=True))
+    state = _with(state, _reset(window, request, now, state.seconds, generating=True))
     return state, RestartAnswer(request)
 
 
+def _reset(
+    window: ContinuationWindow,
+    request: Request,
+    sent_at: float,
+    seconds: float,
+    *,
+    generating: bool,
+) -> ContinuationWindow:
+    """The window after a follow-up sent at `sent_at`: it runs `seconds` past the newest
+    message (one delivered out of order never shortens it)."""
+    deadline = max(window.deadline, sent_at + seconds)
+    return ContinuationWindow(request, window.opened, deadline, generating=generating)
+
+
 def on_trigger(
-    state: ContinuationState, msg: Message, now: float, *, text: str | None = None
+    state: ContinuationState, msg: Message, *, text: str | None = None
 ) -> tuple[ContinuationState, NewTrigger]:
-    """Open a window at a trigger (replacing any older one of the same author here).
+    """Open a window at a trigger, from when it was sent (replacing any older one of the
+    same author here).
 
     The window starts in the generating phase: the actor answers right away.
     """
+    now = msg.sent_at
     state = expire(state, now)
     request = Request(
         parent_id=msg.id,
@@ -217,7 +247,8 @@ def on_trigger(
         message_ids=(msg.id,),
         texts=(msg.content if text is None else text,),
     )
-    return _with(state, ContinuationWindow(request, now + state.seconds)), NewTrigger(request)
+    window = ContinuationWindow(request, now, now + state.seconds)
+    return _with(state, window), NewTrigger(request)
 
 
 def on_answered(state: ContinuationState, request: Request) -> ContinuationState:

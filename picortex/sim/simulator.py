@@ -23,7 +23,7 @@ from picortex.sim.interactions import SimInteraction
 from picortex.sim.model import OfflineModel
 from picortex.sim.ratelimit import RateLimiter
 from picortex.sim.rest import API_PREFIX, DiscordRest, InjectedError, RecordedRequest
-from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import DiscordClock, SnowflakeFactory, iso_timestamp, snowflake_ms
 from picortex.sim.world import (
     GUILD_TEXT,
     INTENT_GUILD_MESSAGES,
@@ -118,7 +118,7 @@ class Simulator:
         # The control API can post as anyone (the owner included) and spend a real model
         # key in `sim --chat`: only a client that was shown this token may use it.
         self.control_token = control_token or secrets.token_urlsafe(CONTROL_TOKEN_BYTES)
-        self.world = World(SnowflakeFactory(), bot_username=bot_username)
+        self.world = World(SnowflakeFactory(DiscordClock()), bot_username=bot_username)
         self._changed = trio.Event()
         self.gateway = GatewayHub(
             self.world,

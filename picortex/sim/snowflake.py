@@ -7,6 +7,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final
 
+import trio
+
 # Discord's epoch: the first millisecond of 2015, in Unix milliseconds.
 DISCORD_EPOCH_MS: Final = 1_420_070_400_000
 # Worker and process fields of the ids the simulator mints (any fixed values would do).
@@ -26,7 +28,7 @@ def iso_timestamp(unix_ms: int) -> str:
 
 
 class SnowflakeFactory:
-    """Mints strictly increasing snowflakes whose timestamp part is the wall clock.
+    """Mints strictly increasing snowflakes whose timestamp part is `clock_ms` (the wall clock).
 
     Ids never go backwards, even when the clock does or many ids share a millisecond:
     the increment field absorbs bursts and the timestamp borrows from the future if needed.
@@ -53,3 +55,26 @@ class SnowflakeFactory:
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+class DiscordClock:
+    """Discord's clock in the simulator, in Unix milliseconds: what its snowflakes carry.
+
+    The wall clock, run at the pace of trio's clock inside a trio run. On a test's virtual
+    clock, the time a test lets pass (a `trio.sleep`) passes for Discord too, so the messages
+    it posts carry times as far apart as it meant them to be; at wall speed the two agree.
+    """
+
+    def __init__(self, wall_ms: Callable[[], int] = _wall_clock_ms) -> None:
+        self._wall_ms = wall_ms
+        # (the trio run, wall ms minus trio ms at its first reading)
+        self._anchor: tuple[trio.lowlevel.TrioToken, float] | None = None
+
+    def __call__(self) -> int:
+        if not trio.lowlevel.in_trio_run():
+            return self._wall_ms()
+        token = trio.lowlevel.current_trio_token()
+        now_ms = trio.current_time() * 1000
+        if self._anchor is None or self._anchor[0] is not token:
+            self._anchor = (token, self._wall_ms() - now_ms)
+        return int(self._anchor[1] + now_ms)

@@ -8,6 +8,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.channel import ChannelActor
 from picortex.actors.command_changes import Applied
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry, TriggerBook
@@ -69,7 +70,7 @@ class FakeClients:
     registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
     triggers: TriggerBook = attrs.Factory(TriggerBook)
     handled: FakeHandled = attrs.Factory(FakeHandled)
-    arrivals: dict[int, float] = attrs.Factory(dict)
+    answers_seen: AnswersSeen = attrs.Factory(AnswersSeen)
     faults: None = None
     spawn: None = None
     fatal: None = None

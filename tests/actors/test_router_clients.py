@@ -10,6 +10,7 @@ import attrs
 import trio
 import trio.testing
 
+from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry
 from picortex.actors.router import Router
 from picortex.config import load_settings
@@ -76,7 +77,7 @@ class FakeClients:
     handled: FakeHandled = attrs.Factory(FakeHandled)
     bot: BotIdentity = attrs.Factory(lambda: BotIdentity(user_id=BOT_ID))
     registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
-    arrivals: dict[int, float] = attrs.Factory(dict)
+    answers_seen: AnswersSeen = attrs.Factory(AnswersSeen)
     acks: dict[int, Any] = attrs.Factory(dict)
     personas: None = None
     faults: None = None
@@ -107,7 +108,7 @@ class FakeActor:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
 
-    def may_continue(self, author_id: int, now: float) -> bool:
+    def may_continue(self, author_id: int, sent_at: float) -> bool:
         return False
 
 
@@ -198,10 +199,9 @@ async def test_an_addressed_message_goes_to_its_channels_mailbox(
     assert run.channels.started == [f"channel-{CHANNEL}"]
     mailbox = run.actors[CHANNEL].mailbox
     assert mailbox.receive_nowait().id == 6
-    # In hand (not final yet: its channel decides), stamped on arrival, fed to the context.
+    # In hand (not final yet: its channel decides), fed to the context.
     assert run.clients.handled.in_hand == {6}
     assert run.clients.handled.finished == []
-    assert 6 in run.clients.arrivals
     assert run.clients.cache.messages == [6]
     assert run.clients.store.noted == []
 

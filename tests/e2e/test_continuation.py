@@ -128,3 +128,38 @@ async def test_untrusted_follow_up_is_ignored(tmp_path: Path) -> None:
         assert run.events("continuation") == []
         assert len(run.sim.model.calls) == 1
         assert len(run.sim.bot_messages(w.general_id)) == 1
+
+
+@pytest.mark.parametrize(("gap", "answers"), [(5.0, 2), (0.5, 1)])
+async def test_replayed_messages_join_by_when_they_were_sent_not_when_they_arrive(
+    tmp_path: Path, gap: float, answers: int
+) -> None:
+    # SPEC 5.4: after a RESUME, a replayed question and one sent `gap` seconds after it
+    # (by Discord's clock) arrive together. Past the 1 s window they are two requests, each
+    # answered in a reply of its own; inside it, the second joins the first.
+    async with running_bot(tmp_path, toml="continuation_seconds = 1\n") as run:
+        w = run.world
+        # The first answer is still being written when the second question arrives.
+        run.sim.model.script(ModelReply(text="answer one", delay=1.0), "answer two")
+        run.sim.hold_events(True)  # the bot hears nothing of what follows until it resumes
+        first = run.say(w.general_id, w.alice_id, f"{run.mention()} first question")
+        await trio.sleep(gap)
+        second = run.say(w.general_id, w.alice_id, f"{run.mention()} second question")
+        resumes = run.sim.gateway_stats.resumes
+        run.sim.drop_connections()
+        run.sim.hold_events(False)
+        await run.wait_until(lambda: run.sim.gateway_stats.resumes > resumes)
+        await run.wait_event("reply", count=answers)
+        await run.idle()
+        replies = run.sim.bot_messages(w.general_id)
+        assert len(replies) == answers
+        assert len(run.events("reply")) == answers
+        referenced = [r["message_reference"]["message_id"] for r in replies]
+        if answers == 2:
+            assert sorted(referenced) == sorted([first["id"], second["id"]])
+            assert run.events("continuation") == []
+        else:
+            assert referenced == [first["id"]]
+            (joined,) = run.events("continuation")
+            assert (joined["message_id"], joined["parent_id"]) == (second["id"], first["id"])
+            assert "second question" in _prompt(run, -1)

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import pytest
+import trio
+import trio.testing
 
-from picortex.sim.snowflake import DISCORD_EPOCH_MS, SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import (
+    DISCORD_EPOCH_MS,
+    DiscordClock,
+    SnowflakeFactory,
+    iso_timestamp,
+    snowflake_ms,
+)
 from picortex.sim.world import ApiError, SimError, World, parse_emoji
 
 
@@ -29,6 +37,25 @@ def test_snowflakes_increase_and_carry_the_clock() -> None:
     assert snowflake_ms(ids[0]) == DISCORD_EPOCH_MS + 5_000
     clock[0] -= 1000  # the clock going back never makes an id go back
     assert factory.next() > ids[-1]
+
+
+def test_discords_clock_is_the_wall_clock_run_at_the_pace_of_trios() -> None:
+    wall = [1_750_000_000_000]
+    clock = DiscordClock(lambda: wall[0])
+    assert clock() == wall[0]  # outside a trio run: the wall clock
+
+    async def in_a_run(mock: trio.testing.MockClock) -> list[int]:
+        first = clock()
+        wall[0] += 60_000  # the wall clock moves on while virtual time stands still...
+        same = clock()
+        mock.jump(5.0)  # ...and the other way round: Discord's clock follows the run's
+        return [first, same, clock()]
+
+    mock = trio.testing.MockClock()
+    assert trio.run(in_a_run, mock, clock=mock) == [wall[0] - 60_000] * 2 + [wall[0] - 55_000]
+    # A new run starts from the wall clock again.
+    mock, start = trio.testing.MockClock(), wall[0]
+    assert trio.run(in_a_run, mock, clock=mock)[0] == start
 
 
 def test_iso_timestamp_has_discords_shape() -> None:
