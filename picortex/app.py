@@ -39,7 +39,6 @@ from picortex.actors.control import ControlServer, socket_path
 from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import LLMActor
 from picortex.actors.pipeline import (
-    BotIdentity,
     ChannelRegistry,
     Pipeline,
     SettingsSource,
@@ -67,6 +66,7 @@ from picortex.runtime.supervisor import (
 )
 from picortex.store import Store, StoreActor
 from picortex.store.personas import PersonaLoader
+from picortex.types import BotIdentity
 
 logger = logging.getLogger(__name__)
 

@@ -369,3 +369,11 @@ class NullSink:
 
     def emit(self, event: str, /, **fields: object) -> None:
         """Drop the event."""
+
+
+@attrs.define
+class BotIdentity:
+    """Who the bot is; known after READY."""
+
+    user_id: Snowflake | None = None
+    username: str = "picortex"

@@ -33,7 +33,6 @@ from picortex.actors.clients import (
 from picortex.actors.command_changes import Applied
 from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
-from picortex.actors.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
     TriggerBook,
@@ -48,6 +47,7 @@ from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention
 from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
+from picortex.core.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, is_trusted, may_run, should_ignore, tier_of

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult
 from picortex.config import Settings
 from picortex.core import discriminator as disc
 from picortex.core.attention import AttentionDecision
+from picortex.core.llm import ChatTurn, LLMRequest, LLMResult
 from picortex.core.money import usd
 from picortex.types import Message, Snowflake
 

@@ -22,11 +22,11 @@ from picortex import config as config_mod
 from picortex.actors.command_changes import Applied, apply_changes
 from picortex.actors.discriminate import build_request, discriminator_model, history_before
 from picortex.actors.discriminate import interpret as interpret_result
-from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.core import commands as cmds
 from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier, is_trusted

@@ -20,9 +20,9 @@ import pytest
 import trio
 from starlette.routing import Route
 
-from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.config import Settings
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.store import Store, StoreActor
