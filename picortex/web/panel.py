@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
@@ -36,9 +36,6 @@ from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.store.personas import load_personas
 from picortex.types import ChannelType, EventSink, Message, Snowflake
 from picortex.web.logtail import LogFilter, TailResult, tail
-
-if TYPE_CHECKING:
-    from picortex.app import Bot
 
 logger = logging.getLogger(__name__)
 
@@ -689,34 +686,3 @@ def _hunks(patch: str) -> str:
     lines = patch.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
     return "\n".join(lines[start:])
-
-
-def panel_for_bot(bot: Bot) -> Panel:
-    """The panel over a running bot's store, actors and registries."""
-    pipe = bot.pipe
-    personas = pipe.personas
-
-    def current_personas() -> PersonaSet:
-        return personas.current if personas is not None else PersonaSet()
-
-    def triggers() -> Sequence[TriggerEntry]:
-        log = pipe.triggers.log
-        return (*log.trusted, *log.untrusted)
-
-    return Panel(
-        settings=bot.source,
-        store=bot.store,
-        events=bot.events,
-        home=bot.settings.home,
-        action_log_path=bot.settings.action_log_path,
-        snapshot=bot.snapshot,
-        registry=pipe.registry,
-        cache=bot.cache,
-        llm=bot.llm,
-        rest=bot.rest,
-        personas=current_personas,
-        triggers=triggers,
-        dm_channels=pipe.replies.dm_channels,
-        bot_user=lambda: (pipe.bot.user_id, pipe.bot.username),
-        forget_triggers=pipe.triggers.forget_author,
-    )
