@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from picortex import config as config_mod
-from picortex.actors import attachment_parts, chats, discriminate, interactions, persona_answer
+from picortex.actors import attachment_parts, chats, interactions, persona_answer
 from picortex.actors.clients import (
     ChannelRest,
     ChannelStore,
@@ -41,6 +41,7 @@ from picortex.actors.polls import PollClients
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
+from picortex.core import discriminate
 from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
@@ -710,13 +711,12 @@ class ChannelActor:
         )
         try:
             request = discriminate.build_request(
-                settings,
+                settings.classifier(own.discriminator_model if own is not None else None),
                 template,
                 msg,
                 history,
                 chat,
                 workspace_id(msg.guild_id),
-                model=own.discriminator_model if own is not None else None,
             )
         except disc.PromptTooLarge as exc:
             return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")

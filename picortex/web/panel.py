@@ -20,12 +20,11 @@ import trio
 
 from picortex import config as config_mod
 from picortex.actors.command_changes import Applied, apply_changes
-from picortex.actors.discriminate import build_request, discriminator_model, history_before
-from picortex.actors.discriminate import interpret as interpret_result
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.core import commands as cmds
-from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
+from picortex.core.discriminate import interpret as interpret_result
+from picortex.core.discriminate import trial_request
 from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
@@ -476,7 +475,7 @@ class Panel:
             raise PanelInputError("No cached messages from people in this chat yet.")
         template = await self.prompt(chat_id)
         own = self.store.get_chat_config(chat_id)
-        model = discriminator_model(settings, own.discriminator_model if own else None)
+        classifier = settings.classifier(own.discriminator_model if own else None)
         lines: list[TestLine] = []
         chat = self.chat(chat_id)
         bot_id, _ = self._bot_user()
@@ -487,22 +486,17 @@ class Panel:
         for index in picks:
             message = messages[index]
             is_dm = message.guild_id is None
-            meta = disc.ChatMeta(
-                chat_id=str(chat_id),
-                kind="dm" if is_dm else "group",
-                name=chat.name,
-                bot_name="picortex",
+            request = trial_request(
+                classifier,
+                template,
+                messages,
+                index,
+                chat_id=chat_id,
+                chat_name=chat.name,
+                trusted=trusted,
             )
-            history = history_before(
-                messages[:index], message, settings.discriminator.history, trusted
-            )
-            workspace = "dm" if is_dm else str(message.guild_id)
-            try:
-                request = build_request(
-                    settings, template, message, history, meta, workspace, model=model
-                )
-            except disc.PromptTooLarge as exc:
-                decision = disc.fail_decision(is_dm, f"discriminator prompt too large: {exc}")
+            if not isinstance(request, LLMRequest):
+                decision = request
                 lines.append(
                     TestLine(
                         message.author.display_name,
