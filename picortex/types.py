@@ -7,11 +7,18 @@ Snowflakes are plain ints. Every type is frozen and slotted; normalization
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Protocol
+from typing import Final, Protocol
 
 import attrs
 
 Snowflake = int
+# Discord's epoch: snowflakes count milliseconds from 2015-01-01T00:00:00Z.
+DISCORD_EPOCH_MS: Final = 1_420_070_400_000
+
+
+def snowflake_ms(snowflake: Snowflake) -> int:
+    """When Discord made `snowflake`, in Unix milliseconds."""
+    return (snowflake >> 22) + DISCORD_EPOCH_MS
 
 
 class ChannelType(IntEnum):

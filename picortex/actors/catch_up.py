@@ -18,7 +18,7 @@ from picortex.actors.clients import CatchUpClients
 from picortex.actors.failures import error_line
 from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import message_from_payload
-from picortex.types import Message, Snowflake
+from picortex.types import DISCORD_EPOCH_MS, Message, Snowflake, snowflake_ms
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,6 @@ ACTIVE_CHANNELS_MAX: Final = 50
 # Pages of 100 messages read per channel at most: a window's worth in a busy channel.
 PAGES_MAX: Final = 5
 PAGE: Final = 100
-DISCORD_EPOCH_MS: Final = 1_420_070_400_000
 
 
 def snowflake_at(unix_seconds: float) -> Snowflake:
@@ -39,7 +38,7 @@ def snowflake_at(unix_seconds: float) -> Snowflake:
 
 def snowflake_seconds(snowflake: Snowflake) -> float:
     """When Discord made `snowflake`, in Unix seconds."""
-    return ((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000.0
+    return snowflake_ms(snowflake) / 1000.0
 
 
 class Deliver(Protocol):

@@ -23,7 +23,7 @@ from picortex.sim.interactions import SimInteraction
 from picortex.sim.model import OfflineModel
 from picortex.sim.ratelimit import RateLimiter
 from picortex.sim.rest import API_PREFIX, DiscordRest, InjectedError, RecordedRequest
-from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp
 from picortex.sim.world import (
     GUILD_TEXT,
     INTENT_GUILD_MESSAGES,
@@ -32,6 +32,7 @@ from picortex.sim.world import (
     SimError,
     World,
 )
+from picortex.types import snowflake_ms
 
 CONTROL_TOKEN_BYTES: Final = 24  # 192 random bits, like a session token
 BOT_TOKEN_BYTES: Final = 24

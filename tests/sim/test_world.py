@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from picortex.sim.snowflake import DISCORD_EPOCH_MS, SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp
 from picortex.sim.world import ApiError, SimError, World, parse_emoji
+from picortex.types import DISCORD_EPOCH_MS, snowflake_ms
 
 
 @pytest.fixture
