@@ -52,6 +52,7 @@ from picortex.core.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest
 from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, is_trusted, may_run, should_ignore, tier_of
+from picortex.runtime.groups import lone_error
 from picortex.store.chathome import ChatHome, default_prompt_template
 from picortex.types import Interaction, InteractionType, Message, Snowflake
 
@@ -264,7 +265,7 @@ class ChannelActor:
                         message = self._inbox.receive_nowait()
         except BaseExceptionGroup as group:
             # Surface a lone crash as itself, so the supervisor logs what actually failed.
-            lone = _lone_error(group)
+            lone = lone_error(group)
             if lone is None:
                 raise
             raise lone from None
@@ -1083,24 +1084,6 @@ class ChannelActor:
 async def _ignore(result: Awaitable[object]) -> None:
     """Await a helper that logs its own failures; its return value is not needed."""
     await result
-
-
-def _lone_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
-    """The one real error in a nursery's group (the rest being cancellations), else None."""
-    errors: list[Exception] = []
-    for exc in _leaves(group):
-        if isinstance(exc, trio.Cancelled):
-            continue
-        if not isinstance(exc, Exception):
-            return None
-        errors.append(exc)
-    return errors[0] if len(errors) == 1 else None
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
-    return [exc]
 
 
 def _channel_name(clients: ChannelClients, channel_id: Snowflake) -> str:

@@ -30,6 +30,7 @@ from picortex.errors import (
     FatalDiscordError,
     PicortexError,
 )
+from picortex.runtime.groups import lone_error
 from picortex.store.cache_files import (
     channel_path,
     encode_channel,
@@ -219,9 +220,10 @@ class ContextCache:
         except BaseExceptionGroup as group:
             # One failing request is the usual crash: the supervisor should see that error,
             # not a group around it.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
+            lone = lone_error(group)
+            if lone is None:
+                raise
+            raise lone from None
         finally:
             self._serving = False
             # Synchronous, so cancellation cannot interrupt it: pending changes reach the disk.
