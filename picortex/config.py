@@ -227,11 +227,6 @@ class Settings:
     )
     fault_inject: str = ""
 
-    @property
-    def config_path(self) -> Path:
-        """Where `picortex.toml` is read from."""
-        return self.home / CONFIG_FILE_NAME
-
     def price_for(self, model: str) -> Price:
         """The model's price; a model without one costs as the dearest known model."""
         price = self.prices.get(model)

@@ -363,11 +363,6 @@ class Simulator:
         self.world.remove_reaction(channel_id, message_id, user_id, emoji)
         self._flush()
 
-    def user_typing(self, channel_id: int, user_id: int) -> None:
-        """`user_id` starts typing (TYPING_START)."""
-        self.world.typing(channel_id, user_id, int(time.time()))
-        self._flush()
-
     # ------------------------------------------------------------------- reading
 
     def messages(self, channel_id: int) -> list[Json]:
