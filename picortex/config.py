@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar, cast
 import attrs
 import orjson
 
+from picortex.core.discriminate import Classifier
 from picortex.core.redact import remember_secrets
 from picortex.errors import ConfigError, PicortexError
 
@@ -237,6 +238,21 @@ class Settings:
         if price is not None:
             return price
         return max(self.prices.values(), key=lambda p: (p.input + p.output, p.output))
+
+    def classifier(self, chat_model: str | None = None) -> Classifier:
+        """How a chat's messages are classified: its own `discriminator_model` (blank: none),
+        else `discriminator.model`, at that model's price."""
+        model = (
+            chat_model.strip() if chat_model and chat_model.strip() else self.discriminator.model
+        )
+        price = self.price_for(model)
+        return Classifier(
+            model=model,
+            input_usd=price.input,
+            output_usd=price.output,
+            timeout_seconds=self.discriminator.timeout_seconds,
+            history=self.discriminator.history,
+        )
 
     def value_of(self, key: str) -> object:
         """The value of a dotted key such as `attention.group` (ConfigError if unknown)."""

@@ -13,7 +13,6 @@ the actor, with backoff and within its intensity).
     +-- GatewayError                 the gateway had nothing usable to connect to  retryable
     +-- WebSocketClosed              the gateway's websocket ended (stays inside)  retryable
     +-- ModelError                   the model endpoint's answer was unusable      retryable
-    |   +-- MalformedAnswer          not a Messages API response
     |   +-- StreamCut                a streamed answer stopped before its end
     +-- AttachmentRefused            an attachment body not fetched (host, size)   retryable
     +-- PromptTooLarge               no discriminator prompt fits the budget       retryable
@@ -108,10 +107,6 @@ class GatewayError(PicortexError):
 
 class ModelError(PicortexError):
     """The model endpoint answered, but not with something usable."""
-
-
-class MalformedAnswer(ModelError):
-    """The model endpoint's body is not a Messages API response."""
 
 
 class StreamCut(ModelError):

@@ -12,14 +12,18 @@ from typing import Final, Protocol
 import attrs
 
 Snowflake = int
-
 # Discord's epoch: snowflakes count milliseconds from 2015-01-01T00:00:00Z.
 DISCORD_EPOCH_MS: Final = 1_420_070_400_000
 
 
+def snowflake_ms(snowflake: Snowflake) -> int:
+    """When Discord made `snowflake`, in Unix milliseconds."""
+    return (snowflake >> 22) + DISCORD_EPOCH_MS
+
+
 def snowflake_seconds(snowflake: Snowflake) -> float:
     """When Discord made `snowflake`, in Unix seconds by Discord's clock."""
-    return ((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000.0
+    return snowflake_ms(snowflake) / 1000.0
 
 
 class ChannelType(IntEnum):
@@ -382,3 +386,11 @@ class NullSink:
 
     def emit(self, event: str, /, **fields: object) -> None:
         """Drop the event."""
+
+
+@attrs.define
+class BotIdentity:
+    """Who the bot is; known after READY."""
+
+    user_id: Snowflake | None = None
+    username: str = "picortex"

@@ -249,7 +249,6 @@ def test_environment_values(tmp_path: Path) -> None:
     assert settings.action_log_path == tmp_path / "log" / "a.jsonl"
     assert settings.cache_dir == tmp_path / "c"
     assert settings.db_path == tmp_path / "picortex.db"
-    assert settings.config_path == tmp_path / "picortex.toml"
     assert settings.fault_inject == "mailbox:boom"
 
 

@@ -21,7 +21,7 @@ import attrs
 import trio
 
 from picortex import config as config_mod
-from picortex.actors import attachment_parts, chats, discriminate, interactions, persona_answer
+from picortex.actors import attachment_parts, chats, interactions, persona_answer
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
     ChannelRest,
@@ -34,7 +34,6 @@ from picortex.actors.clients import (
 from picortex.actors.command_changes import Applied
 from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.actors.interactions import InteractionClients
-from picortex.actors.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import (
     TriggerBook,
@@ -43,15 +42,18 @@ from picortex.actors.polls import PollClients
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
+from picortex.core import discriminate
 from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
 from picortex.core.attention import AttentionDecision, decide_attention
 from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
+from picortex.core.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, is_trusted, may_run, should_ignore, tier_of
+from picortex.runtime.groups import lone_error
 from picortex.store.chathome import ChatHome, default_prompt_template
 from picortex.types import Interaction, InteractionType, Message, Snowflake
 
@@ -264,7 +266,7 @@ class ChannelActor:
                         message = self._inbox.receive_nowait()
         except BaseExceptionGroup as group:
             # Surface a lone crash as itself, so the supervisor logs what actually failed.
-            lone = _lone_error(group)
+            lone = lone_error(group)
             if lone is None:
                 raise
             raise lone from None
@@ -717,13 +719,12 @@ class ChannelActor:
         )
         try:
             request = discriminate.build_request(
-                settings,
+                settings.classifier(own.discriminator_model if own is not None else None),
                 template,
                 msg,
                 history,
                 chat,
                 workspace_id(msg.guild_id),
-                model=own.discriminator_model if own is not None else None,
             )
         except disc.PromptTooLarge as exc:
             return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
@@ -1090,24 +1091,6 @@ class ChannelActor:
 async def _ignore(result: Awaitable[object]) -> None:
     """Await a helper that logs its own failures; its return value is not needed."""
     await result
-
-
-def _lone_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
-    """The one real error in a nursery's group (the rest being cancellations), else None."""
-    errors: list[Exception] = []
-    for exc in _leaves(group):
-        if isinstance(exc, trio.Cancelled):
-            continue
-        if not isinstance(exc, Exception):
-            return None
-        errors.append(exc)
-    return errors[0] if len(errors) == 1 else None
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
-    return [exc]
 
 
 def _channel_name(clients: ChannelClients, channel_id: Snowflake) -> str:

@@ -29,15 +29,14 @@ from picortex.types import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from picortex.actors.llm import LLMRequest, LLMResult
-    from picortex.actors.pipeline import BotIdentity
-    from picortex.actors.replies import AnswerSurface, Streamed
+    from picortex.actors.stream_reply import AnswerSurface, Streamed
     from picortex.config import Settings
     from picortex.core import policy
+    from picortex.core.llm import LLMRequest, LLMResult
     from picortex.errors import FatalDiscordError
     from picortex.runtime.mailbox import Mailbox
     from picortex.store.store import ChatConfig, MemoryHit
-    from picortex.types import Interaction
+    from picortex.types import BotIdentity, Interaction
 
 
 class FaultCheck(Protocol):

@@ -22,12 +22,12 @@ from picortex.actors.clients import (
     ThreadStarter,
 )
 from picortex.actors.failures import error_line, failure_text, skip_reason
-from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.core import personas as pcore
 from picortex.core import policy
 from picortex.core.budget import workspace_id
 from picortex.core.context import quoted
 from picortex.core.continuation import Request
+from picortex.core.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
 from picortex.errors import ConfigError, FatalDiscordError

@@ -58,7 +58,8 @@ from picortex.types import (
 )
 
 if TYPE_CHECKING:
-    from picortex.actors.pipeline import BotIdentity, TriggerBook
+    from picortex.actors.pipeline import TriggerBook
+    from picortex.types import BotIdentity
 
 logger = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, NoReturn
 
 from picortex import __version__
+from picortex.core.events import EVENT_TYPES
 from picortex.errors import PicortexError, SupervisorExhausted
 
 EXIT_OK: int = 0
@@ -72,8 +73,6 @@ _MODULES: Final = {
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree of SPEC section 2."""
-    from picortex.cli.log import EVENT_TYPES
-
     p = _Parser(
         prog="picortex",
         description="A long-lived Discord bot runtime.",

@@ -43,11 +43,6 @@ class AttentionDefaults(Protocol):
     def group(self) -> str: ...
 
 
-def is_mode(text: str) -> bool:
-    """True when `text` names one of the five attention modes."""
-    return text in MODES
-
-
 def as_mode(text: str) -> AttentionMode | None:
     """The mode named by `text` (exact, lower-case), or None."""
     for mode in MODES:

@@ -23,7 +23,7 @@ from picortex.sim.interactions import SimInteraction
 from picortex.sim.model import OfflineModel
 from picortex.sim.ratelimit import RateLimiter
 from picortex.sim.rest import API_PREFIX, DiscordRest, InjectedError, RecordedRequest
-from picortex.sim.snowflake import DiscordClock, SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import DiscordClock, SnowflakeFactory, iso_timestamp
 from picortex.sim.world import (
     GUILD_TEXT,
     INTENT_GUILD_MESSAGES,
@@ -32,6 +32,7 @@ from picortex.sim.world import (
     SimError,
     World,
 )
+from picortex.types import snowflake_ms
 
 CONTROL_TOKEN_BYTES: Final = 24  # 192 random bits, like a session token
 BOT_TOKEN_BYTES: Final = 24
@@ -360,11 +361,6 @@ class Simulator:
     def remove_reaction(self, channel_id: int, message_id: int, user_id: int, emoji: str) -> None:
         """`user_id` removes a reaction (MESSAGE_REACTION_REMOVE)."""
         self.world.remove_reaction(channel_id, message_id, user_id, emoji)
-        self._flush()
-
-    def user_typing(self, channel_id: int, user_id: int) -> None:
-        """`user_id` starts typing (TYPING_START)."""
-        self.world.typing(channel_id, user_id, int(time.time()))
         self._flush()
 
     # ------------------------------------------------------------------- reading

@@ -9,16 +9,11 @@ from typing import Final
 
 import trio
 
-# Discord's epoch: the first millisecond of 2015, in Unix milliseconds.
-DISCORD_EPOCH_MS: Final = 1_420_070_400_000
+from picortex.types import DISCORD_EPOCH_MS
+
 # Worker and process fields of the ids the simulator mints (any fixed values would do).
 SIM_WORKER_ID: Final = 1
 SIM_PROCESS_ID: Final = 0
-
-
-def snowflake_ms(snowflake: int) -> int:
-    """The Unix time in milliseconds encoded in `snowflake`."""
-    return (snowflake >> 22) + DISCORD_EPOCH_MS
 
 
 def iso_timestamp(unix_ms: int) -> str:

@@ -20,7 +20,8 @@ import attrs
 
 from picortex.errors import ApiError as ApiError
 from picortex.errors import SimError as SimError
-from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp
+from picortex.types import snowflake_ms
 
 Json = dict[str, Any]
 

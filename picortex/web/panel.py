@@ -13,20 +13,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
 
 from picortex import config as config_mod
 from picortex.actors.command_changes import Applied, apply_changes
-from picortex.actors.discriminate import build_request, discriminator_model, history_before
-from picortex.actors.discriminate import interpret as interpret_result
-from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.core import commands as cmds
-from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
+from picortex.core.discriminate import interpret as interpret_result
+from picortex.core.discriminate import trial_request
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier, is_trusted
@@ -37,9 +36,6 @@ from picortex.store.personas import load_personas
 from picortex.types import ChannelType, EventSink, Message, Snowflake
 from picortex.web.logtail import LogFilter, TailResult, tail
 from picortex.web.settings import Group, changed_values, file_keys, settings_view
-
-if TYPE_CHECKING:
-    from picortex.app import Bot
 
 logger = logging.getLogger(__name__)
 
@@ -479,7 +475,7 @@ class Panel:
             raise PanelInputError("No cached messages from people in this chat yet.")
         template = await self.prompt(chat_id)
         own = self.store.get_chat_config(chat_id)
-        model = discriminator_model(settings, own.discriminator_model if own else None)
+        classifier = settings.classifier(own.discriminator_model if own else None)
         lines: list[TestLine] = []
         chat = self.chat(chat_id)
         bot_id, _ = self._bot_user()
@@ -490,22 +486,17 @@ class Panel:
         for index in picks:
             message = messages[index]
             is_dm = message.guild_id is None
-            meta = disc.ChatMeta(
-                chat_id=str(chat_id),
-                kind="dm" if is_dm else "group",
-                name=chat.name,
-                bot_name="picortex",
+            request = trial_request(
+                classifier,
+                template,
+                messages,
+                index,
+                chat_id=chat_id,
+                chat_name=chat.name,
+                trusted=trusted,
             )
-            history = history_before(
-                messages[:index], message, settings.discriminator.history, trusted
-            )
-            workspace = "dm" if is_dm else str(message.guild_id)
-            try:
-                request = build_request(
-                    settings, template, message, history, meta, workspace, model=model
-                )
-            except disc.PromptTooLarge as exc:
-                decision = disc.fail_decision(is_dm, f"discriminator prompt too large: {exc}")
+            if not isinstance(request, LLMRequest):
+                decision = request
                 lines.append(
                     TestLine(
                         message.author.display_name,
@@ -718,34 +709,3 @@ def _hunks(patch: str) -> str:
     lines = patch.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
     return "\n".join(lines[start:])
-
-
-def panel_for_bot(bot: Bot) -> Panel:
-    """The panel over a running bot's store, actors and registries."""
-    pipe = bot.pipe
-    personas = pipe.personas
-
-    def current_personas() -> PersonaSet:
-        return personas.current if personas is not None else PersonaSet()
-
-    def triggers() -> Sequence[TriggerEntry]:
-        log = pipe.triggers.log
-        return (*log.trusted, *log.untrusted)
-
-    return Panel(
-        settings=bot.source,
-        store=bot.store,
-        events=bot.events,
-        home=bot.settings.home,
-        action_log_path=bot.settings.action_log_path,
-        snapshot=bot.snapshot,
-        registry=pipe.registry,
-        cache=bot.cache,
-        llm=bot.llm,
-        rest=bot.rest,
-        personas=current_personas,
-        triggers=triggers,
-        dm_channels=pipe.replies.dm_channels,
-        bot_user=lambda: (pipe.bot.user_id, pipe.bot.username),
-        forget_triggers=pipe.triggers.forget_author,
-    )

@@ -11,11 +11,11 @@ import trio
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.channel import ChannelActor
 from picortex.actors.command_changes import Applied
-from picortex.actors.pipeline import BotIdentity, ChannelRegistry, TriggerBook
+from picortex.actors.pipeline import ChannelRegistry, TriggerBook
 from picortex.config import load_settings
 from picortex.core import commands as cmds
 from picortex.core import policy
-from picortex.types import Interaction, Message, User
+from picortex.types import BotIdentity, Interaction, Message, User
 from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 

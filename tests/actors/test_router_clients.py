@@ -11,13 +11,13 @@ import trio
 import trio.testing
 
 from picortex.actors.answers_seen import AnswersSeen
-from picortex.actors.pipeline import BotIdentity, ChannelRegistry
+from picortex.actors.pipeline import ChannelRegistry
 from picortex.actors.router import Router
 from picortex.config import load_settings
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec
 from picortex.store.store import ChatConfig
-from picortex.types import Channel, Interaction, Message
+from picortex.types import BotIdentity, Channel, Interaction, Message
 from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 

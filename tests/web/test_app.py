@@ -21,9 +21,9 @@ import pytest
 import trio
 from starlette.routing import Route
 
-from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.config import ATTENTION_MODES, Settings, runtime_values
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.store import AdminStore, Store, StoreActor

@@ -1,14 +1,18 @@
-"""One discriminator classification (SPEC 7): the model request and how its result decides."""
+"""One discriminator classification (SPEC 7): the model request and how its result decides.
+
+The channel actor, the panel's and the CLI's test runs all build their request here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Final
 
-from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult
-from picortex.config import Settings
+import attrs
+
 from picortex.core import discriminator as disc
 from picortex.core.attention import AttentionDecision
+from picortex.core.llm import ChatTurn, LLMRequest, LLMResult
 from picortex.core.money import usd
 from picortex.types import Message, Snowflake
 
@@ -33,33 +37,42 @@ def history_before(
     ]
 
 
-def discriminator_model(settings: Settings, chat_model: str | None = None) -> str:
-    """The model that classifies for a chat: its own `discriminator_model`, else the setting."""
-    return chat_model.strip() if chat_model and chat_model.strip() else settings.discriminator.model
+@attrs.frozen
+class Classifier:
+    """How one chat's messages are classified (`Settings.classifier` reads it).
+
+    Attributes:
+        model: the chat's own discriminator model, else the configured one.
+        input_usd, output_usd: the model's prices per million tokens.
+        timeout_seconds: the deadline of one classification.
+        history: earlier messages shown with the one classified.
+    """
+
+    model: str
+    input_usd: float
+    output_usd: float
+    timeout_seconds: float
+    history: int
 
 
 def build_request(
-    settings: Settings,
+    classifier: Classifier,
     template: str,
     message: Message,
     history: Sequence[disc.HistoryLine],
     chat: disc.ChatMeta,
     workspace: str,
-    *,
-    model: str | None = None,
 ) -> LLMRequest:
     """The capped prompt for `message` as an LLM request of stage `discriminate`.
-
-    Args:
-        model: the chat's own discriminator model (`chat_config`), if it has one.
 
     Raises:
         PromptTooLarge: no prompt fits the $0.001 budget at the model's prices; the caller
             fails open or closed as for any unavailable model.
     """
-    model_name = discriminator_model(settings, model)
-    price = settings.price_for(model_name)
-    max_chars = disc.max_prompt_chars(price.input, price.output, disc.MAX_OUTPUT_TOKENS)
+    model_name = classifier.model
+    max_chars = disc.max_prompt_chars(
+        classifier.input_usd, classifier.output_usd, disc.MAX_OUTPUT_TOKENS
+    )
     if max_chars == 0:
         raise disc.PromptTooLarge(
             f"{model_name} costs more than {usd(disc.CLASSIFICATION_BUDGET_USD)} per "
@@ -80,11 +93,37 @@ def build_request(
         tier=None,
         model=model_name,
         max_tokens=disc.MAX_OUTPUT_TOKENS,
-        timeout=settings.discriminator.timeout_seconds,
+        timeout=classifier.timeout_seconds,
         signal_id=str(message.id),
         # A classification counts against its author's per-user limits (SPEC 7).
         user_id=message.author.id,
     )
+
+
+def trial_request(
+    classifier: Classifier,
+    template: str,
+    messages: Sequence[Message],
+    index: int,
+    *,
+    chat_id: int,
+    chat_name: str,
+    trusted: Callable[[Snowflake], bool],
+) -> LLMRequest | AttentionDecision:
+    """The request that classifies `messages[index]` in an owner's test run (the panel's and
+    `picortex discriminator test`), with the messages before it as history; or, when no
+    prompt fits the budget, the decision the bot would take instead."""
+    message = messages[index]
+    is_dm = message.guild_id is None
+    chat = disc.ChatMeta(
+        chat_id=str(chat_id), kind="dm" if is_dm else "group", name=chat_name, bot_name="picortex"
+    )
+    history = history_before(messages[:index], message, classifier.history, trusted)
+    workspace = "dm" if is_dm else str(message.guild_id)
+    try:
+        return build_request(classifier, template, message, history, chat, workspace)
+    except disc.PromptTooLarge as exc:
+        return disc.fail_decision(is_dm, f"discriminator prompt too large: {exc}")
 
 
 def interpret(result: LLMResult, *, is_dm: bool, timeout_seconds: float) -> AttentionDecision:
