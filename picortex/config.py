@@ -835,5 +835,7 @@ def load_settings_for_reading(
         Settings(home=home),
         action_log_path=Path(action_log).expanduser() if action_log else home / "actions.jsonl",
         cache_dir=Path(cache_dir).expanduser() if cache_dir else home / "cache",
+        database_url=_env(env, "PICORTEX_DATABASE_URL"),
     )
+    remember_secrets(*url_secrets(settings.database_url))
     return settings, problem

@@ -159,3 +159,26 @@ def test_a_missing_server_skips_unless_postgres_is_required(
     monkeypatch.setenv("PICORTEX_REQUIRE_POSTGRES", "1")
     with pytest.raises(pytest.fail.Exception, match="required"):
         unavailable("initdb is missing")
+
+
+def test_backup_of_a_cluster_points_to_pg_dump(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("PICORTEX_HOME", str(tmp_path))
+    monkeypatch.setenv("PICORTEX_DATABASE_URL", "postgresql://picortex@db.example/picortex")
+    assert main(["backup", str(tmp_path / "copy.db")]) == 2
+    assert "pg_dump" in capsys.readouterr().err
+    assert not (tmp_path / "copy.db").exists()
+
+
+def test_commands_reading_past_a_broken_config_file_still_use_the_cluster(
+    tmp_path: Path,
+) -> None:
+    from picortex.config import load_settings_for_reading
+
+    (tmp_path / "picortex.toml").write_text("not [valid toml")
+    url = "postgresql://picortex:another-long-secret@db.example/picortex"
+    settings, problem = load_settings_for_reading(_env(tmp_path, url))
+    assert problem is not None
+    assert settings.database_url == url
+    assert "another-long-secret" not in redact("the password another-long-secret")
