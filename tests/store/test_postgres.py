@@ -182,3 +182,17 @@ def test_commands_reading_past_a_broken_config_file_still_use_the_cluster(
     assert problem is not None
     assert settings.database_url == url
     assert "another-long-secret" not in redact("the password another-long-secret")
+
+
+async def test_recall_ignores_accents_and_case_like_sqlite(pg_url: str) -> None:
+    bot = StoreActor(connect_postgres(pg_url))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(bot.run)
+            bot.add_memory_message(1, 10, 1, 9, "zoë", "Le Café est Naïf", NOW)
+            for query in ("cafe", "CAFÉ", "naif", "zoe"):
+                hits = await bot.search_memory(query, 0.0, None)
+                assert [h.message_id for h in hits] == [1], query
+            nursery.cancel_scope.cancel()
+    finally:
+        bot.close()

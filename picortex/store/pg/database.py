@@ -733,14 +733,14 @@ SELECT * FROM (
     SELECT 'message' AS kind, message_id, channel_id, guild_id, author_name,
            NULL::text AS persona, NULL::text AS trigger, content, created_at,
            -ts_rank(words, q) AS score, author_id
-    FROM memory_messages, to_tsquery('simple', %s) AS q
+    FROM memory_messages, to_tsquery('picortex_words', %s) AS q
     WHERE words @@ q AND created_at >= %s
       AND (%s OR (%s AND guild_id IS NULL) OR guild_id = %s)
       AND (%s::bigint[] IS NULL OR channel_id = ANY(%s::bigint[]))
     UNION ALL
     SELECT 'observation', message_id, channel_id, guild_id, NULL, persona, trigger,
            content, created_at, -ts_rank(words, q), author_id
-    FROM memory_observations, to_tsquery('simple', %s) AS q
+    FROM memory_observations, to_tsquery('picortex_words', %s) AS q
     WHERE words @@ q AND created_at >= %s
       AND (%s OR (%s AND guild_id IS NULL) OR guild_id = %s)
       AND (%s::bigint[] IS NULL OR channel_id = ANY(%s::bigint[]))

@@ -3,8 +3,8 @@
 The same tables as the SQLite schema (`picortex.store.schema`). Append new migrations at
 the end; never edit one that has shipped. Times are Unix seconds (double precision, UTC);
 Discord ids are bigint, except chat ids, kept as the text Discord sends. Memory is searched
-through a generated `tsvector` column with a GIN index (the `simple` configuration: words
-folded to lower case, no stemming, like SQLite's unicode61 tokenizer).
+through a generated `tsvector` column with a GIN index (words folded to lower case and
+without accents, never stemmed, like SQLite's unicode61 tokenizer).
 """
 
 from __future__ import annotations
@@ -95,6 +95,20 @@ CREATE TABLE seen_events (
 CREATE INDEX seen_events_seen_at ON seen_events (seen_at);
 CREATE INDEX seen_events_guild ON seen_events (guild_id, message_id);
 
+-- Words as SQLite's unicode61 tokenizer makes them: folded to lower case, accents removed
+-- where the unaccent extension can be had, never stemmed.
+DO $$
+BEGIN
+    CREATE TEXT SEARCH CONFIGURATION picortex_words (COPY = simple);
+    BEGIN
+        CREATE EXTENSION IF NOT EXISTS unaccent;
+        ALTER TEXT SEARCH CONFIGURATION picortex_words
+            ALTER MAPPING FOR hword, hword_part, word WITH unaccent, simple;
+    EXCEPTION WHEN OTHERS THEN
+        NULL;  -- without it accents count: "café" and "cafe" are two words
+    END;
+END $$;
+
 CREATE TABLE memory_messages (
     message_id  bigint PRIMARY KEY,
     channel_id  bigint NOT NULL,
@@ -104,7 +118,7 @@ CREATE TABLE memory_messages (
     content     text NOT NULL,
     created_at  double precision NOT NULL,
     words       tsvector GENERATED ALWAYS AS
-        (to_tsvector('simple', content || ' ' || author_name)) STORED
+        (to_tsvector('picortex_words', content || ' ' || author_name)) STORED
 );
 CREATE INDEX memory_messages_created ON memory_messages (created_at);
 CREATE INDEX memory_messages_author ON memory_messages (author_id);
@@ -122,7 +136,7 @@ CREATE TABLE memory_observations (
     created_at double precision NOT NULL,
     author_id  bigint,
     words      tsvector GENERATED ALWAYS AS
-        (to_tsvector('simple', content || ' ' || trigger)) STORED,
+        (to_tsvector('picortex_words', content || ' ' || trigger)) STORED,
     UNIQUE (persona, message_id, trigger)
 );
 CREATE INDEX memory_observations_created ON memory_observations (created_at);
