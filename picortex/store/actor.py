@@ -9,9 +9,10 @@ config, runtime config, handled message ids) is served from memory: this process
 change it at once, and another process's commits (`picortex config set`) are seen through
 SQLite's `data_version`, polled on the worker thread, and reloaded.
 
-Every query stays behind `Store` (the one place that speaks SQL); this class only decides
-where and when those queries run. The rest of picortex calls it by the named queries of
-`picortex.store.queries.StoreQueries` only, so another backend can answer the same calls.
+Every query stays behind `Store` (the one place that speaks SQL; `PgDatabase` speaks the
+same methods to PostgreSQL, whose other processes' commits show as a changed counter);
+this class only decides where and when those queries run. The rest of picortex calls it by
+the named queries of `picortex.store.queries.StoreQueries` only.
 """
 
 from __future__ import annotations
