@@ -196,3 +196,22 @@ async def test_recall_ignores_accents_and_case_like_sqlite(pg_url: str) -> None:
             nursery.cancel_scope.cancel()
     finally:
         bot.close()
+
+
+@pytest.mark.virtual_time
+async def test_the_bot_answers_and_keeps_its_state_in_postgresql(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from tests.e2e.harness import running_bot
+
+    async with running_bot(tmp_path, env={"PICORTEX_DATABASE_URL": pg_url}) as run:
+        w = run.world
+        run.say(w.general_id, w.alice_id, f"{run.mention()} !s whitelist add <@{w.bob_id}> admin")
+        await run.sim.wait_bot_messages(1, run.dm_id(w.alice_id))
+        run.say(w.general_id, w.alice_id, f"{run.mention()} hello there?")
+        replies = await run.sim.wait_bot_messages(1, w.general_id)
+        assert "hello there" in replies[0]["content"]
+        home = run.home
+    with open_admin_url(pg_url) as store:
+        assert store.trust_list() == [(w.bob_id, "admin")]
+    assert not (home / "picortex.db").exists()
