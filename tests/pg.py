@@ -124,10 +124,15 @@ def start_server() -> Iterator[Server]:
         unavailable("initdb and pg_ctl (Debian's postgresql package) is missing")
         return
     as_root = os.geteuid() == 0
+    if as_root:
+        try:
+            user = pwd.getpwnam(_RUN_AS)
+        except KeyError:
+            unavailable(f"the `{_RUN_AS}` user (the server refuses to run as root) is missing")
+            return
     root = Path(tempfile.mkdtemp(prefix="picortex-pg-"))
     (root / "socket").mkdir()
     if as_root:
-        user = pwd.getpwnam(_RUN_AS)
         for path in (root, root / "socket"):
             os.chown(path, user.pw_uid, user.pw_gid)
     server = Server(root, folder, as_root)
