@@ -66,7 +66,7 @@ from picortex.runtime.supervisor import (
     Supervisor,
     run_root,
 )
-from picortex.store import StoreActor
+from picortex.store.backends import open_store
 from picortex.store.personas import PersonaLoader
 from picortex.store.queries import SessionQueries
 from picortex.types import BotIdentity
@@ -117,7 +117,7 @@ class Bot:
         private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
-        self.store = StoreActor.open(settings.db_path)
+        self.store = open_store(settings)
         # Read once, before anything is queued: the session a killed process left.
         sessions = _PersistedSessions(self.store.gateway_session(shard), self.store)
         self.source = SettingsSource(settings, self.store)

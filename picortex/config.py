@@ -23,7 +23,7 @@ import attrs
 import orjson
 
 from picortex.core.discriminate import Classifier
-from picortex.core.redact import remember_secrets
+from picortex.core.redact import remember_secrets, url_secrets
 from picortex.errors import ConfigError, PicortexError
 
 logger = logging.getLogger(__name__)
@@ -216,6 +216,8 @@ class Settings:
     api_base: str = DEFAULT_API_BASE
     anthropic_api_key: str | None = attrs.field(default=None, repr=_secret_repr)
     anthropic_base_url: str | None = None
+    # PostgreSQL shared by a cluster (SPEC 17); None: the home's SQLite file.
+    database_url: str | None = attrs.field(default=None, repr=_secret_repr)
     action_log_path: Path = attrs.field(
         default=attrs.Factory(lambda s: s.home / "actions.jsonl", takes_self=True)
     )
@@ -880,12 +882,15 @@ def load_settings(
         api_base=api_base,
         anthropic_api_key=_env(env, "ANTHROPIC_API_KEY"),
         anthropic_base_url=_env(env, "ANTHROPIC_BASE_URL"),
+        database_url=_env(env, "PICORTEX_DATABASE_URL"),
         action_log_path=Path(action_log).expanduser() if action_log else home / "actions.jsonl",
         cache_dir=Path(cache_dir).expanduser() if cache_dir else home / "cache",
         fault_inject=env.get("PICORTEX_FAULT_INJECT", "").strip(),
     )
     # From here on these exact values are redacted wherever they would be written.
-    remember_secrets(settings.discord_token, settings.anthropic_api_key)
+    remember_secrets(
+        settings.discord_token, settings.anthropic_api_key, *url_secrets(settings.database_url)
+    )
     return settings.with_runtime(overrides) if overrides else settings
 
 
@@ -912,5 +917,7 @@ def load_settings_for_reading(
         Settings(home=home),
         action_log_path=Path(action_log).expanduser() if action_log else home / "actions.jsonl",
         cache_dir=Path(cache_dir).expanduser() if cache_dir else home / "cache",
+        database_url=_env(env, "PICORTEX_DATABASE_URL"),
     )
+    remember_secrets(*url_secrets(settings.database_url))
     return settings, problem

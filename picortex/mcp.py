@@ -39,6 +39,7 @@ from picortex.config import (
 from picortex.core.commands import parse_user_ids
 from picortex.errors import ConfigError, PicortexError
 from picortex.store import RESOLUTIONS, AdminStore
+from picortex.store.backends import open_admin
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ class Tools:
         self.settings = settings
 
     def _store(self) -> AdminStore:
-        return AdminStore.open(self.settings.db_path)
+        return open_admin(self.settings)
 
     def call(self, name: str, raw: Mapping[str, Any] | None) -> Any:
         """Run one tool; raises _BadArgument for bad arguments or an unknown tool."""

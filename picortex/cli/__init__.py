@@ -68,6 +68,7 @@ _MODULES: Final = {
     "status": "status",
     "web": "web",
     "mcp": "mcp",
+    "cluster": "cluster",
 }
 
 
@@ -190,6 +191,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="ask the running bot how it is")
     sub.add_parser("web", help="the panel's address and a one-time login link")
     sub.add_parser("mcp", help="serve the Model Context Protocol on stdio (for assistants)")
+
+    cluster = sub.add_parser("cluster", help="the PostgreSQL a cluster of processes shares")
+    clsub = cluster.add_subparsers(dest="cluster_command", required=True, parser_class=_Parser)
+    clsub.add_parser("init", help="create or migrate the schema; print its version")
     return p
 
 

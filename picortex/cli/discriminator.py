@@ -21,7 +21,8 @@ from picortex.core.terminal import clean_line
 from picortex.core.trust import is_trusted
 from picortex.errors import ConfigError
 from picortex.files import private_dir
-from picortex.store import AdminQueries, AdminStore
+from picortex.store import AdminQueries
+from picortex.store.backends import open_admin
 from picortex.store.cache_files import decode_channel
 from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.types import Message, NullSink
@@ -90,7 +91,7 @@ def run_discriminator_test(
     except ChatHomeError as exc:
         raise ConfigError(str(exc)) from None
     private_dir(settings.home)
-    store = AdminStore.open(settings.db_path)
+    store = open_admin(settings)
     try:
         live = settings.with_runtime(store.runtime_config())
         own = store.get_chat_config(chat_id)

@@ -9,15 +9,18 @@ A running bot sees the change through SQLite's `data_version`, as with any other
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from picortex.store.store import ChatConfig, InvocationError, Store
+
+if TYPE_CHECKING:
+    from picortex.store.database import Database
 
 
 class AdminStore:
     """`AdminQueries` over one connection, every write committed before it returns."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self._db = store
         self._config_writes = 0  # data_version sees other connections' commits, not ours
 
@@ -66,7 +69,7 @@ class AdminStore:
     @property
     def config_version(self) -> object:
         """Changes with this store's config writes and with another connection's commits."""
-        return (self._config_writes, self._db.pragma("data_version"))
+        return (self._config_writes, self._db.data_version())
 
     def runtime_config(self) -> dict[str, str]:
         """Every runtime config override. Scope: global."""

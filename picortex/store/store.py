@@ -87,13 +87,18 @@ class MemoryHit:
     author_id: int | None = None  # who said it; None for an observation of unknown author
 
 
+def query_terms(text: str) -> list[str]:
+    """The distinct words of `text` a memory search looks for (any of them), in order."""
+    # No case folding here: the full-text index folds query and text alike.
+    return list(dict.fromkeys(_TERM.findall(text)))[:MAX_QUERY_TERMS]
+
+
 def fts_query(text: str) -> str | None:
     """An FTS5 query matching any word of `text`, or None when it has no words.
 
     Each word is quoted as an FTS5 string, so no user text is read as query syntax.
     """
-    # No case folding here: the FTS5 tokenizer folds query and text alike.
-    terms = list(dict.fromkeys(_TERM.findall(text)))[:MAX_QUERY_TERMS]
+    terms = query_terms(text)
     if not terms:
         return None
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
@@ -120,6 +125,7 @@ class Store:
         # apsw serialises single calls, but a transaction spans several; keep them whole.
         self._lock = threading.RLock()
         self._depth = 0
+        self.closed = False
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -159,9 +165,14 @@ class Store:
             raise
         return store
 
+    def reopen(self) -> Store:
+        """A second connection to the same file."""
+        return Store.open(self.path)
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
+            self.closed = True
             self._conn.close()
 
     def __enter__(self) -> Self:
@@ -196,6 +207,10 @@ class Store:
         """The number of migrations applied."""
         value = self._one("SELECT coalesce(max(version), 0) FROM schema_version")
         return cast(int, value)
+
+    def data_version(self) -> object:
+        """Changes when another connection committed (SQLite's `data_version`)."""
+        return self.pragma("data_version")
 
     def pragma(self, name: str) -> object:
         """The value of one PRAGMA on this connection (e.g. `journal_mode`, `foreign_keys`)."""

@@ -11,13 +11,25 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import pytest
 import trio
 
 from picortex.store import AdminQueries, AdminStore, StoreActor, StoreQueries
+
+if TYPE_CHECKING:
+    from picortex.store.pg.database import PgDatabase
+else:
+    PgDatabase = None  # imported by the PostgreSQL backend only, which psycopg needs
+
+
+def _pg() -> type[PgDatabase]:
+    from picortex.store.pg.database import PgDatabase
+
+    return PgDatabase
+
 
 DAY = 86_400.0
 NOW = 2_000_000_000.0
@@ -56,14 +68,43 @@ class SQLite:
         return AdminStore.open(self.path)
 
 
-BACKENDS: dict[str, Callable[[Path], Backend]] = {
-    "sqlite": lambda tmp: SQLite(tmp / "picortex.db"),
+@attrs.frozen
+class PostgreSQL:
+    """The cluster's backend: the same store actor and AdminStore over PostgreSQL."""
+
+    url: str
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[StoreQueries]:
+        actor = StoreActor(_pg().open(self.url))
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(actor.run)
+                yield actor
+                nursery.cancel_scope.cancel()
+        finally:
+            actor.close()
+
+    def admin(self) -> AdminQueries:
+        return AdminStore(_pg().open(self.url))
+
+
+def _postgresql(request: pytest.FixtureRequest, tmp: Path) -> Backend:
+    from tests.pg import Server
+
+    server: Server = request.getfixturevalue("pg_server")
+    return PostgreSQL(server.database())
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Backend]] = {
+    "sqlite": lambda request, tmp: SQLite(tmp / "picortex.db"),
+    "postgresql": _postgresql,
 }
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path)
+    return BACKENDS[request.param](request, tmp_path)
 
 
 @pytest.fixture
