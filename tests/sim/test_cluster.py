@@ -4,7 +4,12 @@ counted per second, and `enforce_nonce` de-duplication for a few minutes."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import httpx
 import pytest
@@ -16,6 +21,7 @@ from picortex.sim.world import SimError
 
 from .conftest import TOKEN, raw_gateway
 
+REPO = Path(__file__).resolve().parents[2]
 INVALID_SESSION = {"op": 9, "d": False, "s": None, "t": None}
 
 
@@ -194,3 +200,56 @@ async def test_enforce_nonce_deduplicates_for_a_few_minutes_only(
     assert unenforced["id"] != later["id"]
     assert [m["content"] for m in sim.bot_messages(channel)] == ["once", "once", "twice"]
     assert guild in sim.world.guilds
+
+
+def test_picortex_sim_serves_a_cluster_world_from_its_options() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "picortex", "sim", "--guilds", "1000", "--shards", "8"]
+    proc = subprocess.Popen(
+        [*command, "--max-concurrency", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        while not lines or not lines[-1].strip().startswith("users:"):
+            line = proc.stdout.readline()
+            assert line, "picortex sim stopped before printing its URLs"
+            lines.append(line)
+        api_base = next(line.split()[-1] for line in lines if "DISCORD_API_BASE" in line)
+        token = next(line.split()[-1] for line in lines if "DISCORD_BOT_TOKEN" in line)
+        control = next(line.split()[-1] for line in lines if "control token" in line)
+        body = httpx.get(api_base + "/gateway/bot", headers={"Authorization": f"Bot {token}"})
+        state = httpx.get(
+            api_base.replace("/api/v10", "/_sim/state"),
+            headers={"Authorization": f"Bearer {control}"},
+        ).json()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert any("1000 more guilds with 2 channels each" in line for line in lines)
+    assert body.json()["shards"] == 8
+    assert body.json()["session_start_limit"]["max_concurrency"] == 2
+    assert len(state["guilds"]) == 1001  # the default guild and the thousand
+    assert all(len(g["channels"]) == 2 for g in state["guilds"])
+
+
+def test_picortex_sim_refuses_more_channels_than_discord_allows() -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [sys.executable, "-m", "picortex", "sim", "--guilds", "1", "--channels-per-guild", "501"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    assert "500 channels" in done.stderr + done.stdout
