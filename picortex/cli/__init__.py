@@ -121,6 +121,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="the simulator's HTTP port for REST, model and control (default 0: any free port)",
     )
     sim.add_argument("--web", action="store_true", help="with --chat: serve the panel too")
+    sim.add_argument(
+        "--guilds",
+        type=int,
+        default=0,
+        help="also create this many guilds (guild-0, ...), spread over shards as on Discord",
+    )
+    sim.add_argument(
+        "--channels-per-guild",
+        type=int,
+        default=2,
+        help="text channels in each of the --guilds guilds (default 2)",
+    )
+    sim.add_argument(
+        "--shards",
+        type=_count,
+        default=None,
+        help="the shard count GET /gateway/bot recommends (default: one per 1,000 guilds)",
+    )
+    sim.add_argument(
+        "--max-concurrency",
+        type=_count,
+        default=None,
+        help="session_start_limit.max_concurrency; IDENTIFYs are then paced per bucket "
+        "(shard_id %% max_concurrency): one per 5 s, a second one gets op 9",
+    )
 
     log = sub.add_parser(
         "log",

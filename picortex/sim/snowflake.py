@@ -43,6 +43,22 @@ class SnowflakeFactory:
         self._last = candidate
         return candidate
 
+    def spaced(self, count: int) -> list[int]:
+        """`count` fresh snowflakes one millisecond apart, ending about now.
+
+        Ids minted in one burst share their timestamp, so `(id >> 22) % num_shards` would
+        route them all to one shard; things made at once for a large world (guilds) get
+        distinct creation times instead, as real ones have.
+        """
+        now_ms = int(self._clock_ms())
+        last_ms = (self._last >> 22) + DISCORD_EPOCH_MS
+        first_ms = max(now_ms - count, last_ms + 1)
+        low_bits = (SIM_WORKER_ID << 17) | (SIM_PROCESS_ID << 12)
+        ids = [((first_ms + i - DISCORD_EPOCH_MS) << 22) | low_bits for i in range(count)]
+        if ids:
+            self._last = ids[-1]
+        return ids
+
     def many(self, count: int) -> list[int]:
         """`count` fresh snowflakes in increasing order."""
         return [self.next() for _ in range(count)]

@@ -59,6 +59,9 @@ STICKER_FORMAT_PNG: Final = 1
 POLL_HOURS_DEFAULT: Final = 24
 # Discord's limit on message content, in characters.
 MAX_CONTENT_CHARS: Final = 2000
+# Discord's cap on a guild's channels, and a bound on guilds made at once (memory, not Discord).
+MAX_GUILD_CHANNELS: Final = 500
+MAX_BULK_GUILDS: Final = 100_000
 # Default thread auto-archive duration in minutes (a value Discord accepts).
 THREAD_ARCHIVE_MINUTES: Final = 1440
 # Permissions of @everyone in the simulated guilds: Discord's default set for new guilds.
@@ -250,7 +253,30 @@ class World:
 
     def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
         """Create a guild the bot is in; announces it with GUILD_CREATE."""
-        guild_id = self.snowflakes.next()
+        return self._add_guild(self.snowflakes.next(), name, owner_id)
+
+    def add_guilds(
+        self, count: int, channels_per_guild: int, *, prefix: str = "guild"
+    ) -> list[tuple[int, list[int]]]:
+        """Create `count` guilds (`guild-0`, ...) with `channels_per_guild` text channels each.
+
+        The guilds' ids are a millisecond apart, so they spread over shards as on Discord.
+        Returns (guild id, channel ids) per guild.
+        """
+        if not 0 <= count <= MAX_BULK_GUILDS:
+            raise SimError(f"the guild count must be between 0 and {MAX_BULK_GUILDS}")
+        if not 0 <= channels_per_guild <= MAX_GUILD_CHANNELS:
+            raise SimError(f"a guild has between 0 and {MAX_GUILD_CHANNELS} channels")
+        made = []
+        for index, guild_id in enumerate(self.snowflakes.spaced(count)):
+            self._add_guild(guild_id, f"{prefix}-{index}", None)
+            channels = [
+                self.add_channel(guild_id, f"channel-{n}") for n in range(channels_per_guild)
+            ]
+            made.append((guild_id, channels))
+        return made
+
+    def _add_guild(self, guild_id: int, name: str, owner_id: int | None) -> int:
         owner = owner_id if owner_id is not None else self.bot_user_id
         self.user(owner)
         self.guilds[guild_id] = SimGuild(guild_id, name, owner)
