@@ -110,9 +110,11 @@ async def test_wss_trusts_the_certificate_file_from_the_environment(
 ) -> None:
     server_context, bundle = tls_server
     monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
-    async with serving(_hello, server_context) as port:
-        async with open_socket(f"wss://localhost:{port}/", connect_timeout=10) as ws:
-            assert await ws.get_message() == "hello over TLS"
+    async with (
+        serving(_hello, server_context) as port,
+        open_socket(f"wss://localhost:{port}/", connect_timeout=10) as ws,
+    ):
+        assert await ws.get_message() == "hello over TLS"
 
 
 async def test_wss_refuses_a_certificate_nobody_trusts(
