@@ -89,16 +89,10 @@ FETCH_RETRY_CAP: Final = 60.0
 MAX_MESSAGE_BYTES: Final = 16 * 2**20
 # Bytes per socket read: a bigger read means fewer wake-ups of the socket's reader in a burst.
 RECEIVE_BYTES: Final = 64 * 2**10
-# Whole messages the socket's reader task may queue ahead of us: enough to batch a burst,
-# few enough that TCP pushes back on Discord when we fall behind.
-MESSAGE_QUEUE: Final = 64
-# In a burst the reader pauses this many seconds whenever it has emptied the queue above, so
-# the next frames are taken in one batch rather than one scheduler round each (and the router
-# gets them in one wake-up). It delays a frame of a burst by at most this much.
-READ_PAUSE: Final = 0.001
-# Frames in a row arriving within READ_PAUSE of the reader waiting for them that make a burst:
-# a steady stream, not the few frames of a connect or a lone conversation.
-BURST_FRAMES: Final = 32
+# Whole messages the socket's reader task may queue ahead of us: more than one socket read
+# brings in a burst (so a read is handed on whole), few enough that TCP pushes back on
+# Discord when we fall behind.
+MESSAGE_QUEUE: Final = 256
 # RFC 6455 7.4.1: the code reported when the connection ended without a close frame.
 ABNORMAL_CLOSURE: Final = 1006
 # How often the session's seq is persisted while connected (and at READY/RESUMED, and when
@@ -483,17 +477,15 @@ class GatewayActor:
     async def _read_loop(self, conn: _Connection) -> None:
         """The hot path: receive, inflate, parse, hand on. Returns when the socket closes.
 
-        A burst is read in batches: frames already queued are taken without a scheduler round
-        each, and once the queue is empty the reader pauses READ_PAUSE before waiting again.
+        A burst is read in batches: every message a socket read brought is queued before we
+        run (see `_batched_reader`), and taken without a scheduler round each.
         """
         proto = self._proto
         received = proto.received
         clock = trio.lowlevel.current_clock().current_time  # trio.current_time, minus a call
         ws = conn.ws
         get_message = ws.get_message
-        take = _queued_taker(ws)
-        # Pausing pays only when the queued frames can then be taken without a round each.
-        burst_frames = BURST_FRAMES if take is not None else math.inf
+        take = _batched_reader(ws)
         on_dispatch = self._on_dispatch
         inflater: Inflater | None = None
         if self._compress == "zlib-stream":
@@ -502,8 +494,6 @@ class GatewayActor:
             inflater = ZstdStream()
         feed = inflater.feed if inflater is not None else None
         errors = inflater.errors if inflater is not None else ()
-        batch = 0  # frames taken since the reader last waited
-        burst = 0  # frames in a row for which the reader waited less than READ_PAUSE
         while True:
             message: str | bytes | None
             try:
@@ -511,11 +501,6 @@ class GatewayActor:
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 message = None  # empty or closed: get_message below waits, or reports the close
             if message is None:
-                if burst >= burst_frames and batch < MESSAGE_QUEUE:
-                    # Let the next frames of a burst queue up; a full queue means we are behind.
-                    await trio.sleep(READ_PAUSE)
-                batch = 0
-                waited = clock()
                 try:
                     message = await get_message()
                 except ConnectionClosed as exc:
@@ -526,8 +511,6 @@ class GatewayActor:
                     else:
                         conn.close_code, conn.close_reason = _close_code(exc)
                     return
-                burst = burst + 1 if clock() - waited < READ_PAUSE else 0
-            batch += 1
             data: str | bytes | None = message
             if feed is not None and type(message) is bytes:
                 try:
@@ -667,21 +650,37 @@ def _describe(exc: BaseException) -> str:
     return text[:200]
 
 
-def _queued_taker(ws: WebSocketConnection) -> Callable[[], str | bytes] | None:
-    """A non-blocking take of the next message `ws` has already queued, if it exposes one.
+def _batched_reader(ws: WebSocketConnection) -> Callable[[], str | bytes] | None:
+    """Let `ws` queue a whole socket read at once; a non-blocking take of what it queued.
 
-    trio-websocket queues whole messages in a memory channel and `get_message` takes one per
-    scheduler round; taking the queued ones straight from that (private) channel saves the
-    round, and hands the router a burst in batches (scripts/bench_ingest.py measures it). This
-    is the only place picortex reads that attribute. Checked against trio-websocket 0.12.2,
-    where `_recv_channel` is a `trio.MemoryReceiveChannel`. Should a release rename it or
-    change its type, this returns None and the reader uses the public `get_message` alone
-    (tested).
+    trio-websocket's reader task puts each message in a memory channel with `send`, a
+    checkpoint even when the queue has room, and `get_message` is another: two scheduler
+    rounds per message, where a burst brings a hundred messages per socket read. Here the
+    reader's send skips its round while the queue has room (a full queue still waits, so TCP
+    pushes back on Discord), and we take what is queued straight from the channel; a burst
+    then costs a round per socket read, and the router gets it in batches
+    (scripts/bench_ingest.py measures it). This is the only place picortex touches those
+    (private) channels. Checked against trio-websocket 0.12.2, where `_send_channel` and
+    `_recv_channel` are trio memory channels. Should a release rename them or change their
+    type, this returns None and the reader uses the public `get_message` alone (tested).
     """
-    channel = getattr(ws, "_recv_channel", None)
-    if not isinstance(channel, trio.MemoryReceiveChannel):
+    sender = getattr(ws, "_send_channel", None)
+    receiver = getattr(ws, "_recv_channel", None)
+    if not isinstance(sender, trio.MemorySendChannel) or not isinstance(
+        receiver, trio.MemoryReceiveChannel
+    ):
         return None
-    take: Callable[[], str | bytes] = channel.receive_nowait
+    send_nowait = sender.send_nowait
+    send = sender.send
+
+    async def send_without_a_round(message: str | bytes) -> None:
+        try:
+            send_nowait(message)
+        except trio.WouldBlock:
+            await send(message)  # the queue is full: wait for us to take
+
+    sender.send = send_without_a_round  # type: ignore[method-assign,assignment]
+    take: Callable[[], str | bytes] = receiver.receive_nowait
     return take
 
 

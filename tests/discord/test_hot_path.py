@@ -58,10 +58,20 @@ async def test_a_burst_is_taken_in_batches_in_order(
     assert waits < BURST // 2
 
 
+async def test_a_full_queue_makes_the_socket_reader_wait_and_loses_nothing(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway, "MESSAGE_QUEUE", 4)
+    messages, waits = await _blast_through(monkeypatch)
+    assert _in_order(messages)
+    assert messages[-1]["content"] == "after the burst"
+    assert waits < BURST // 2
+
+
 async def test_without_the_queue_the_reader_waits_for_every_frame(
     autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gateway, "_queued_taker", lambda ws: None)
+    monkeypatch.setattr(gateway, "_batched_reader", lambda ws: None)
     messages, waits = await _blast_through(monkeypatch)
     assert _in_order(messages)
     assert messages[-1]["content"] == "after the burst"
@@ -70,7 +80,7 @@ async def test_without_the_queue_the_reader_waits_for_every_frame(
 
 async def test_the_installed_trio_websocket_offers_the_queued_read(autojump_clock: Any) -> None:
     taken: list[bool] = []
-    real = gateway._queued_taker
+    real = gateway._batched_reader
 
     def spy(ws: WebSocketConnection) -> Any:
         take = real(ws)
@@ -78,17 +88,17 @@ async def test_the_installed_trio_websocket_offers_the_queued_read(autojump_cloc
         return take
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gateway, "_queued_taker", spy)
+        patch.setattr(gateway, "_batched_reader", spy)
         async with running_bot() as bot:
             bot.post("fast path")
             await wait_until(lambda: bot.contents() == ["fast path"])
-    # If this fails, trio-websocket changed: check `_queued_taker` against the new release.
+    # If this fails, trio-websocket changed: check `_batched_reader` against the new release.
     assert taken == [True]
 
 
 async def test_without_the_private_queue_a_drop_still_resumes(autojump_clock: Any) -> None:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gateway, "_queued_taker", lambda ws: None)
+        patch.setattr(gateway, "_batched_reader", lambda ws: None)
         async with running_bot() as bot:
             for i in range(30):
                 bot.post(f"m{i}")
@@ -101,7 +111,7 @@ async def test_without_the_private_queue_a_drop_still_resumes(autojump_clock: An
 
 
 def test_a_connection_without_the_private_queue_gets_no_taker() -> None:
-    assert gateway._queued_taker(object()) is None  # type: ignore[arg-type]
+    assert gateway._batched_reader(object()) is None  # type: ignore[arg-type]
 
 
 # -- normalize's caches ---------------------------------------------------------------------
