@@ -11,7 +11,6 @@ the actor, with backoff and within its intensity).
     +-- DiscordHTTPError             Discord answered an error REST does not retry retryable
     |   +-- InvalidRequestGuardError refused locally before Discord's ban          retryable
     +-- GatewayError                 the gateway had nothing usable to connect to  retryable
-    +-- WebSocketClosed              the gateway's websocket ended (stays inside)  retryable
     +-- ModelError                   the model endpoint's answer was unusable      retryable
     |   +-- StreamCut                a streamed answer stopped before its end
     +-- AttachmentRefused            an attachment body not fetched (host, size)   retryable
@@ -102,7 +101,7 @@ class InvalidRequestGuardError(DiscordHTTPError):
 
 
 class GatewayError(PicortexError):
-    """The gateway could not connect: Discord gave no usable websocket URL."""
+    """The gateway could not connect: no usable websocket URL, or the upgrade was refused."""
 
 
 class ModelError(PicortexError):
