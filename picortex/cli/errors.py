@@ -13,6 +13,7 @@ import attrs
 import orjson
 
 from picortex.cli import common
+from picortex.core.events import rfc3339
 from picortex.core.redact import redact, redact_json_bytes
 from picortex.core.terminal import clean_line, clean_text
 from picortex.store import RESOLUTIONS, AdminQueries, InvocationError
@@ -42,14 +43,6 @@ class FailurePattern:
     first_at: float
     latest_at: float
     latest_message: str
-
-
-def rfc3339(ts: float | None) -> str | None:
-    """Unix seconds as an RFC 3339 UTC timestamp (milliseconds), or None."""
-    if ts is None:
-        return None
-    text = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
 
 
 def _short_time(ts: float) -> str:
