@@ -108,6 +108,12 @@ def _latest_reaching(stamps: Sequence[float], threshold: int) -> tuple[float, in
     return latest
 
 
+def pause_for(found: Iterable[Pause], persona: str, stage: str) -> Pause | None:
+    """The pause that holds errors of `persona` at `stage`, if any."""
+    key = counted_as(ErrorMark(persona, stage, 0.0))
+    return None if key is None else next((p for p in found if (p.kind, p.name) == key), None)
+
+
 def paused_persona(found: Iterable[Pause], persona: str) -> Pause | None:
     """The pause holding `persona`, if any."""
     return next((p for p in found if p.kind == "persona" and p.name == persona), None)
