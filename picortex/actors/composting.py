@@ -87,11 +87,10 @@ class Compost:
         for key, until in list(self._announced.items()):
             if key not in current:
                 del self._announced[key]
-                if until > now:  # lifted before its time: its errors were resolved
+                if until > now:  # lifted before its time
                     kind, _, name = key.partition(":")
-                    self._events.emit(
-                        "compost", action="lifted", kind=kind, name=name, reason="errors resolved"
-                    )
+                    why = "errors resolved" if threshold > 0 else "composting turned off"
+                    self._events.emit("compost", action="lifted", kind=kind, name=name, reason=why)
         for key, pause in current.items():
             if key not in self._announced:
                 self._events.emit(

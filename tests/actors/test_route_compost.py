@@ -202,3 +202,18 @@ async def test_auto_a_persona_that_names_its_tier_keeps_it(tmp_path: Path, store
     assert [(r.stage, r.tier) for r in llm.requests] == [("generate", "complex")]
     (decision,) = _route(sink)
     assert decision["routed_by"] == "persona" and decision["tier"] == "complex"
+
+
+async def test_turning_composting_off_lifts_a_pause_and_says_so(
+    tmp_path: Path, store: Store
+) -> None:
+    pipe, sink = make_pipe(tmp_path, store, FakeLLM())
+    _errors(store, "sleep", "generate", 5)
+    trigger = message(50, "I slept terribly last night")
+    assert not await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    pipe.store.set_runtime_config("composting.threshold", "0")
+    pipe.settings.refresh(force=True)  # as the channel actor does when a message arrives
+    again = message(51, "I slept badly again")
+    assert await persona_answer.maybe_answer(pipe, request_for(again), again, [])
+    lifted = sink.of("compost")[-1]
+    assert (lifted["action"], lifted["reason"]) == ("lifted", "composting turned off")
