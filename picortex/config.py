@@ -30,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 ATTENTION_MODES: Final = ("always", "mentions-only", "discriminate", "discriminate-quiet", "silent")
 REPLY_MODES: Final = ("channel", "dm")
+ROUTES: Final = ("fixed", "auto")  # [models] route: tiers by persona only, or by the request
 PERIODS: Final = ("day", "month")
 DEFAULT_HOME: Final = "~/.picortex"
 DEFAULT_API_BASE: Final = "https://discord.com/api/v10"
@@ -63,6 +64,8 @@ USD_MAX: Final = 10_000.0  # per workspace, per user; a ceiling above this is no
 GLOBAL_USD_MAX: Final = 100_000.0
 REQUESTS_PER_MINUTE_MAX: Final = 600
 PRICE_MAX: Final = 1_000.0  # USD per million tokens; list prices are a few dollars
+COMPOST_THRESHOLD_MAX: Final = 1_000  # more errors an hour than this is no pattern, a fire
+PAUSE_SECONDS_MAX: Final = 24 * 3600.0  # a day: past that, fix the cause rather than wait
 
 
 @attrs.frozen
@@ -133,6 +136,17 @@ class ModelTiers:
     triage: str = "claude-haiku-5-5"
     general: str = "claude-sonnet-5-5"
     complex: str = "claude-opus-5-5"
+    # "fixed": `general` unless a persona names its tier; "auto": the request picks (SPEC 18).
+    route: str = "fixed"
+
+
+@attrs.frozen
+class CompostSettings:
+    """Failure patterns that pause a persona or a stage (SPEC 18)."""
+
+    # Unresolved errors of one persona (or stage) within an hour that pause it; 0 = never.
+    threshold: int = 5
+    pause_seconds: float = 600.0
 
 
 @attrs.frozen
@@ -208,6 +222,7 @@ class Settings:
     attention: AttentionSettings = AttentionSettings()
     discriminator: DiscriminatorSettings = DiscriminatorSettings()
     models: ModelTiers = ModelTiers()
+    composting: CompostSettings = CompostSettings()
     budget: BudgetSettings = BudgetSettings()
     web: WebSettings = WebSettings()
     slash: SlashSettings = SlashSettings()
@@ -613,6 +628,13 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "models.triage": _Key(_check_model, _text_stripped, runtime=True),
         "models.general": _Key(_check_model, _text_stripped, runtime=True),
         "models.complex": _Key(_check_model, _text_stripped, runtime=True),
+        "models.route": _Key(_check_choice(ROUTES), _text_stripped, runtime=True),
+        "composting.threshold": _Key(
+            _check_count("a whole number", COMPOST_THRESHOLD_MAX), _text_int, runtime=True
+        ),
+        "composting.pause_seconds": _Key(
+            _check_number("a number of seconds", PAUSE_SECONDS_MAX), _text_number, runtime=True
+        ),
         "budget.ceiling_usd": _Key(_usd, _text_number, runtime=True),
         "budget.period": _Key(_check_choice(PERIODS), _text_stripped, runtime=True),
         "budget.global_ceiling_usd": _Key(

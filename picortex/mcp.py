@@ -26,7 +26,7 @@ from mcp.server.stdio import stdio_server
 
 from picortex import __version__
 from picortex.cli.config import run_config_set
-from picortex.cli.errors import error_record
+from picortex.cli.errors import current_pauses, error_record, pause_record
 from picortex.cli.log import log_files
 from picortex.cli.status import query_status
 from picortex.config import (
@@ -152,6 +152,13 @@ TOOLS: Final = (
                 "description": "Only errors nobody has resolved yet.",
             }
         },
+    ),
+    _tool(
+        "list_paused",
+        "What composting pauses now: each persona or stage whose unresolved errors within "
+        "an hour reached `[composting] threshold`, until when, and why. Resolving its errors "
+        "lifts a pause.",
+        {},
     ),
     _tool(
         "resolve_error",
@@ -344,6 +351,19 @@ class Tools:
             return [error_record(e) for e in store.invocation_errors(unresolved_only=unresolved)]
         finally:
             store.close()
+
+    def _tool_list_paused(self, raw: Mapping[str, Any] | None) -> Any:
+        _args(raw, ())
+        store = self._store()
+        try:
+            try:
+                live = self.settings.with_runtime(store.runtime_config())
+            except ConfigError:  # a bad stored value: the file's settings still tell
+                live = self.settings
+            found = current_pauses(store, live.composting, time.time())
+        finally:
+            store.close()
+        return [pause_record(p, live.composting.threshold) for p in found]
 
     def _tool_resolve_error(self, raw: Mapping[str, Any] | None) -> Any:
         args = _args(raw, ("id", "as"))

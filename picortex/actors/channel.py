@@ -21,7 +21,14 @@ import attrs
 import trio
 
 from picortex import config as config_mod
-from picortex.actors import attachment_parts, chats, interactions, persona_answer
+from picortex.actors import (
+    attachment_parts,
+    chats,
+    composting,
+    interactions,
+    model_route,
+    persona_answer,
+)
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
     ChannelRest,
@@ -728,6 +735,9 @@ class ChannelActor:
             )
         except disc.PromptTooLarge as exc:
             return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
+        paused = await composting.stage_pause(clients, "discriminate")
+        if paused is not None:
+            return disc.fail_decision(msg.is_dm, f"discriminator {composting.until_text(paused)}")
         async with clients.replies.typing(
             msg.channel_id, enabled=rule.show_typing, spawn=self._spawn_background
         ):
@@ -879,7 +889,7 @@ class ChannelActor:
                 system=DEFAULT_SYSTEM_PROMPT,
                 messages=(ChatTurn("user", content),),
                 workspace=workspace_id(trigger.guild_id),
-                tier="general",
+                tier=await model_route.answer_tier(clients, trigger, asked.text),
                 signal_id=str(trigger.id),
                 timeout=clients.answer_timeout,
                 user_id=trigger.author.id,

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from picortex.actors.stream_reply import AnswerSurface, Streamed
-    from picortex.config import Settings
+    from picortex.config import CompostSettings, Settings
     from picortex.core import policy
+    from picortex.core.composting import Pause
     from picortex.core.llm import LLMRequest, LLMResult
     from picortex.errors import FatalDiscordError
     from picortex.runtime.mailbox import Mailbox
@@ -422,6 +423,10 @@ class FailureRecorder(Protocol):
         stack_trace: str | None,
     ) -> None:
         """Record one failed invocation."""
+        ...
+
+    async def pauses(self, settings: CompostSettings) -> list[Pause]:
+        """The personas and stages paused by their failures now (SPEC 18)."""
         ...
 
 

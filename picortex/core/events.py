@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Final
 
 # `picortex log --event TYPE` takes these; `picortex log --help` lists them.
@@ -28,4 +29,13 @@ EVENT_TYPES: Final = (
     "slash",
     "interaction",
     "error",
+    "compost",
 )
+
+
+def rfc3339(ts: float | None) -> str | None:
+    """Unix seconds as an RFC 3339 UTC timestamp (milliseconds), or None."""
+    if ts is None:
+        return None
+    text = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")

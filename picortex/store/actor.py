@@ -626,6 +626,14 @@ class StoreActor:
         """One invocation error by id, or None."""
         return self._reads().invocation_error(error_id)
 
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of recent unresolved errors (the panel's read)."""
+        return self._reads().unresolved_errors_since(since)
+
+    async def recent_unresolved_errors(self, since: float) -> list[tuple[str, str, float]]:
+        """`unresolved_errors_since` on the store thread, for the message path."""
+        return await self.read(lambda db: db.unresolved_errors_since(since))
+
     def add_invocation_error(
         self,
         workspace_id: str,

@@ -113,6 +113,10 @@ class AdminStore:
         """One invocation error by id, or None."""
         return self._db.invocation_error(error_id)
 
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of recent unresolved errors. Scope: global."""
+        return self._db.unresolved_errors_since(since)
+
     def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
         """Mark an error resolved; False when no error has that id."""
         return self._db.resolve_invocation_error(error_id, resolution, resolved_at)

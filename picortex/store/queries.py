@@ -99,6 +99,11 @@ class ErrorQueries(Protocol):
         """One invocation error by id, or None."""
         ...
 
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of the unresolved errors made at `since` or later,
+        oldest first (what composting counts). Scope: global."""
+        ...
+
     def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
         """Mark an error resolved (committed when this returns); False when no such id."""
         ...
@@ -305,6 +310,11 @@ class FailureQueries(Protocol):
     ) -> None:
         """Queue an error row (secrets already redacted); `on_committed(row_id)` runs on the
         event loop once it is committed."""
+        ...
+
+    async def recent_unresolved_errors(self, since: float) -> list[tuple[str, str, float]]:
+        """`unresolved_errors_since` on the store's thread, after every queued write: for the
+        message path. Scope: global."""
         ...
 
 

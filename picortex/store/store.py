@@ -412,6 +412,16 @@ class Store:
         rows = self._all(_ERROR_COLUMNS + where + " ORDER BY id")
         return [_invocation_error(row) for row in rows]
 
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of each unresolved error made at `since` or later,
+        oldest first: what composting counts."""
+        rows = self._all(
+            "SELECT persona, stage, created_at FROM invocation_errors"
+            " WHERE resolved_at IS NULL AND created_at >= ? ORDER BY created_at, id",
+            (since,),
+        )
+        return [(str(p), str(s), float(cast(float, at))) for p, s, at in rows]
+
     def invocation_error(self, error_id: int) -> InvocationError | None:
         """One invocation error by id, or None."""
         rows = self._all(_ERROR_COLUMNS + " WHERE id = ?", (error_id,))

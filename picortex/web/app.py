@@ -494,6 +494,7 @@ class PanelApp:
             rows=rows,
             unresolved=unresolved,
             resolutions=RESOLUTIONS,
+            paused=self.panel.paused(),
         )
 
     async def errors_resolve(self, request: Request, session: Session) -> Response:
@@ -610,6 +611,9 @@ class PanelApp:
         unresolved = request.query_params.get("unresolved", "") in ("1", "true", "yes")
         return _Json([string_ids_deep(error_record(e)) for e in self.panel.errors(unresolved)])
 
+    async def api_paused(self, request: Request) -> Response:
+        return _Json(self.panel.paused())
+
     async def api_resolve(self, request: Request) -> Response:
         body = await self._body(request)
         error_id = request.path_params["error_id"]
@@ -663,6 +667,7 @@ class PanelApp:
             Route("/api/trust/{user_id}", api(self.api_trust_delete), methods=["DELETE"]),
             Route("/api/forget/{user_id}", api(self.api_forget), methods=["POST"]),
             Route("/api/errors", api(self.api_errors)),
+            Route("/api/errors/paused", api(self.api_paused)),
             Route("/api/errors/{error_id}/resolve", api(self.api_resolve), methods=["POST"]),
             Route("/api/send", api(self.api_send), methods=["POST"]),
             Route("/api/settings", api(self.api_settings)),

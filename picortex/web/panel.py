@@ -21,6 +21,7 @@ import trio
 from picortex import config as config_mod
 from picortex.actors.command_changes import Applied, apply_changes
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
+from picortex.cli.errors import current_pauses, pause_record
 from picortex.core import commands as cmds
 from picortex.core.attention import mode_for_chat
 from picortex.core.discriminate import interpret as interpret_result
@@ -331,6 +332,12 @@ class Panel:
         """Invocation errors, newest first."""
         rows = self.store.invocation_errors(unresolved_only=unresolved)
         return sorted(rows, key=lambda e: (-e.created_at, -e.id))
+
+    def paused(self) -> list[dict[str, object]]:
+        """What composting pauses now (personas and stages), until when and why."""
+        settings = self.settings().composting
+        found = current_pauses(self.store, settings, self.clock())
+        return [pause_record(p, settings.threshold) for p in found]
 
     def log(self, n: int, where: LogFilter) -> TailResult:
         """The newest `n` matching action-log events, oldest first."""

@@ -649,6 +649,7 @@ ADMIN_ID = 4  # an admin on the trust list, not the owner
         "whitelist add <@7> <@4> trusted",  # an admin hidden among others
         "config set budget.ceiling_usd 1000000",
         "config set models.general claude-opus-5-5",
+        "config set models.route auto",  # Opus for more requests: money
         "config set prices.claude-opus-5-5.input 0",
         "config set response_policy.default_mode channel",
         "config set BUDGET.global_ceiling_usd 5",

@@ -25,6 +25,7 @@ TOOLS = {
     "get_config",
     "set_config",
     "list_errors",
+    "list_paused",
     "resolve_error",
     "get_trust_list",
     "forget_user",
@@ -128,6 +129,8 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
             assert resolved["resolution"] == "fixed"
             _, errors = await _call(session, "list_errors", unresolved=True)
             assert errors == []
+            _, paused = await _call(session, "list_paused")
+            assert paused == []
 
             _, trust = await _call(session, "get_trust_list")
             assert trust == [

@@ -271,6 +271,29 @@ async def test_an_error_row_is_named_once_committed_and_resolved_by_a_command(
     )
 
 
+async def test_recent_unresolved_errors_are_what_composting_counts(
+    store: StoreQueries, reopen: Callable[[], AdminQueries]
+) -> None:
+    store.add_invocation_error("1", "sleep", "1", "generate", "old", None, NOW - 10)
+    store.add_invocation_error("1", "sleep", "2", "post", "new", None, NOW + 1)
+    store.add_invocation_error("dm", "default", "3", "tiebreak", "newer", None, NOW + 2)
+    store.add_invocation_error("dm", "default", "4", "generate", "fixed", None, NOW + 3)
+    # Queued, not yet committed: the message path's read still sees all of them.
+    found = await store.recent_unresolved_errors(NOW)
+    assert found == [
+        ("sleep", "post", NOW + 1),
+        ("default", "tiebreak", NOW + 2),
+        ("default", "generate", NOW + 3),
+    ]
+    fixed = store.invocation_errors()[-1].id
+    command = reopen()
+    assert command.resolve_invocation_error(fixed, "fixed", NOW + 4)
+    expected = [("sleep", "post", NOW + 1), ("default", "tiebreak", NOW + 2)]
+    assert command.unresolved_errors_since(NOW) == expected
+    assert store.unresolved_errors_since(NOW) == expected
+    assert await store.recent_unresolved_errors(NOW) == expected
+
+
 async def test_handled_ids_are_known_at_once_and_after_a_restart(backend: Backend) -> None:
     async with backend.running() as store:
         assert store.seen(100) is False

@@ -248,7 +248,16 @@ async def test_pages_redirect_to_login_without_a_session(env: Env, path: str) ->
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/status", "/api/chats", "/api/log", "/api/trust", "/api/settings", "/metrics"]
+    "path",
+    [
+        "/api/status",
+        "/api/chats",
+        "/api/log",
+        "/api/trust",
+        "/api/settings",
+        "/api/errors/paused",
+        "/metrics",
+    ],
 )
 async def test_api_answers_401_without_auth(env: Env, path: str) -> None:
     r = await env.client.get(path)
@@ -651,6 +660,26 @@ async def test_errors_are_listed_and_resolved(env: Env) -> None:
     assert env.sink.of("command")[0]["source"] == "web"
 
 
+async def test_errors_page_and_api_show_what_composting_paused(env: Env) -> None:
+    now = time.time()
+    ids = [
+        env.store.add_invocation_error("500", "sleep", str(n), "generate", "boom", None, now - n)
+        for n in range(5)  # the default threshold
+    ]
+    h = env.bearer()
+    (paused,) = (await env.client.get("/api/errors/paused", headers=h)).json()
+    assert (paused["kind"], paused["name"], paused["errors"]) == ("persona", "sleep", 5)
+    assert paused["reason"].endswith("reached the threshold of 5")
+    await env.login()
+    page = await env.client.get("/errors")
+    assert "Paused by composting" in page.text
+    assert paused["until"].replace("T", " ")[:19] in page.text
+    r = await env.client.post(f"/api/errors/{ids[0]}/resolve", json={"as": "fixed"}, headers=h)
+    assert r.status_code == 200
+    assert (await env.client.get("/api/errors/paused", headers=h)).json() == []
+    assert "Nothing is paused by composting." in (await env.client.get("/errors")).text
+
+
 async def test_send_posts_without_pings_and_logs_a_manual_event(env: Env) -> None:
     h = env.bearer()
     r = await env.client.post(
@@ -751,6 +780,29 @@ async def test_activity_shows_the_message_beside_each_decision(env: Env) -> None
     assert "untrusted author: never answered" in page.text
     assert "who wants cake?" in page.text
     assert "mention of the bot" not in page.text
+
+
+async def test_activity_shows_the_route_choice_and_its_reason(env: Env) -> None:
+    write_log(
+        env.home,
+        [
+            {
+                "event": "decision",
+                "message_id": 12,
+                "channel_id": GENERAL,
+                "author_id": OWNER,
+                "outcome": "route",
+                "reason": "complex: several steps",
+                "tier": "complex",
+                "model": "claude-opus-5-5",
+                "routed_by": "model",
+            }
+        ],
+    )
+    await env.login()
+    page = await env.client.get("/activity?message_id=12")
+    assert "complex: several steps" in page.text
+    assert "tier complex · claude-opus-5-5 · chosen by model" in page.text
 
 
 async def test_activity_shows_amounts_as_dollars(env: Env) -> None:
