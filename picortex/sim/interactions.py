@@ -235,7 +235,7 @@ class SimInteractions:
             "attachment_size_limit": 10485760,
         }
         if channel.guild_id is not None:
-            member = self.world.member_payload(user_id, with_user=True)
+            member = self.world.member_payload(user_id, with_user=True, guild_id=channel.guild_id)
             member["permissions"] = "2248473465835073"
             payload["guild_id"] = str(channel.guild_id)
             payload["guild"] = {"id": str(channel.guild_id), "locale": "en-US", "features": []}

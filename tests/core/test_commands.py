@@ -12,13 +12,13 @@ from hypothesis import strategies as st
 
 from picortex.core.commands import (
     ACCESS_ACTIONS,
+    ATTENTION_MODES,
     AccessEdit,
     AccessShow,
-    AttentionUser,
-    ATTENTION_MODES,
     AttentionChange,
     AttentionSet,
     AttentionShow,
+    AttentionUser,
     Command,
     CommandState,
     ConfigChange,
