@@ -831,7 +831,7 @@ class World:
             "premium_progress_bar_enabled": False,
             "preferred_locale": "en-US",
             "features": [],
-            "roles": [everyone_role, *(self._role_payload(r, n) for r, n in guild.roles.items())],
+            "roles": [everyone_role, *(self.role_payload(r, n) for r, n in guild.roles.items())],
             "emojis": [],
             "stickers": [],
             "system_channel_id": system_channel,
@@ -924,7 +924,8 @@ class World:
     # --------------------------------------------------------------- internals
 
     @staticmethod
-    def _role_payload(role_id: int, name: str) -> Json:
+    def role_payload(role_id: int, name: str) -> Json:
+        """The role object Discord sends (in GUILD_CREATE and resolved interaction data)."""
         return {
             "id": str(role_id),
             "name": name,
