@@ -195,6 +195,16 @@ class SlashSettings:
     guild_ids: tuple[int, ...] = ()
 
 
+@attrs.frozen
+class AccessSettings:
+    """Access by role and channel (SPEC 18): role ids that count as `user` tier, channel ids
+    the bot is limited to (empty: all) and channel ids where it stays silent."""
+
+    allow_roles: tuple[int, ...] = ()
+    allow_channels: tuple[int, ...] = ()
+    deny_channels: tuple[int, ...] = ()
+
+
 def _secret_repr(value: str | None) -> str:
     return "None" if value is None else "'[hidden]'"
 
@@ -226,6 +236,7 @@ class Settings:
     budget: BudgetSettings = BudgetSettings()
     web: WebSettings = WebSettings()
     slash: SlashSettings = SlashSettings()
+    access: AccessSettings = AccessSettings()
     prices: Mapping[str, Price] = attrs.field(factory=lambda: BUILTIN_PRICES, converter=_proxy)
     discord_token: str | None = attrs.field(default=None, repr=_secret_repr)
     api_base: str = DEFAULT_API_BASE
@@ -486,15 +497,22 @@ _BOUNDS.update(
 )
 
 
-def _check_guild_ids(key: str, value: object) -> tuple[int, ...]:
-    if isinstance(value, list | tuple):
-        try:
-            ids = [_check_snowflake(key, v) for v in value]
-        except _Invalid:
-            pass
-        else:
-            return tuple(dict.fromkeys(i for i in ids if i is not None))
-    raise _Invalid(f"{key} must be a list of Discord guild ids, got {_show(value)}")
+def _check_ids(what: str) -> Callable[[str, object], tuple[int, ...]]:
+    def check(key: str, value: object) -> tuple[int, ...]:
+        if isinstance(value, list | tuple):
+            try:
+                ids = [_check_snowflake(key, v) for v in value]
+            except _Invalid:
+                pass
+            else:
+                return tuple(dict.fromkeys(i for i in ids if i is not None))
+        raise _Invalid(f"{key} must be a list of Discord {what} ids, got {_show(value)}")
+
+    _BOUNDS[check] = Bounds("list", rule=f"Discord {what} ids, comma-separated (empty: none)")
+    return check
+
+
+_check_guild_ids = _check_ids("guild")
 
 
 def _check_overrides(key: str, value: object) -> Mapping[str, str]:
@@ -582,6 +600,18 @@ def _text_list(text: str) -> object:
     return [part.strip().lower() for part in text.split(",") if part.strip()]
 
 
+_ID_MENTION: Final = re.compile(r"^<(?:@&|#)([0-9]+)>$")
+
+
+def _text_ids(text: str) -> object:
+    """Ids as typed or pasted: raw ids, `<@&role>` or `<#channel>` mentions; `none` (or
+    nothing) for an empty list."""
+    if text.strip().lower() in ("", "none"):
+        return []
+    parts = [part for part in re.split(r"[\s,]+", text) if part]
+    return [_ID_MENTION.sub(r"\1", part) for part in parts]
+
+
 _seconds = _check_number("a number of seconds", SECONDS_MAX)
 _usd = _check_number("an amount in USD", USD_MAX)
 _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
@@ -651,6 +681,10 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         # Commands are registered on READY, so these take effect at the next start.
         "slash.enabled": _Key(_check_bool, _text_bool, runtime=False),
         "slash.guild_ids": _Key(_check_guild_ids, _text_list, runtime=False),
+        # Read on every message from the settings in hand: a change applies to the next one.
+        "access.allow_roles": _Key(_check_ids("role"), _text_ids, runtime=True),
+        "access.allow_channels": _Key(_check_ids("channel"), _text_ids, runtime=True),
+        "access.deny_channels": _Key(_check_ids("channel"), _text_ids, runtime=True),
     }
 )
 _SECTIONS: Final = frozenset(key.partition(".")[0] for key in _KEYS if "." in key)

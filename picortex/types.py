@@ -150,6 +150,8 @@ class Message:
     snapshots: tuple[MessageSnapshot, ...] = ()
     poll: Poll | None = None
     sticker_names: tuple[str, ...] = ()
+    # The author's role ids in the guild (`member.roles`), for `[access] allow_roles`.
+    member_roles: tuple[Snowflake, ...] = ()
 
     @property
     def text(self) -> str:
@@ -341,6 +343,8 @@ class Interaction:
     options: tuple[InteractionOption, ...] = ()
     # Users named by user options (`data.resolved.users`), by id.
     resolved_users: tuple[User, ...] = ()
+    # The user's role ids in the guild (`member.roles`), for `[access] allow_roles`.
+    member_roles: tuple[Snowflake, ...] = ()
 
     @property
     def is_dm(self) -> bool:

@@ -424,6 +424,9 @@ def test_runtime_keys_are_the_documented_set() -> None:
         "budget.global_ceiling_usd",
         "budget.user_daily_usd",
         "budget.user_requests_per_minute",
+        "access.allow_roles",
+        "access.allow_channels",
+        "access.deny_channels",
     }
 
 

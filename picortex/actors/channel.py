@@ -53,6 +53,7 @@ from picortex.core import discriminate
 from picortex.core import discriminator as disc
 from picortex.core import personas as pcore
 from picortex.core import slash as sl
+from picortex.core.access import with_roles
 from picortex.core.attention import AttentionDecision, decide_attention
 from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
@@ -342,7 +343,7 @@ class ChannelActor:
         if clients.faults is not None:
             clients.faults.check("mailbox", msg.content)
         author = msg.author.id
-        tier = self._tier(author, settings.owner_id)
+        tier = self._tier(author, settings.owner_id, msg.member_roles)
         command_text = cmds.detect_command(
             msg,
             wakeword=settings.wakeword,
@@ -392,10 +393,14 @@ class ChannelActor:
             return
         await self._attend(msg, text, tier, nursery)
 
-    def _tier(self, author: Snowflake, owner_id: Snowflake | None) -> Tier | None:
-        """The author's trust tier (SPEC 3); None when not trusted."""
+    def _tier(
+        self, author: Snowflake, owner_id: Snowflake | None, roles: tuple[Snowflake, ...] = ()
+    ) -> Tier | None:
+        """The author's trust tier (SPEC 3); an allowed role counts as `user` (SPEC 18); None
+        when not trusted."""
         stored = None if author == owner_id else self._clients.store.get_tier(author)
-        return tier_of(author, owner_id, {author: stored} if stored else {})
+        listed = tier_of(author, owner_id, {author: stored} if stored else {})
+        return with_roles(listed, roles, self._clients.settings().access.allow_roles)
 
     def _decision(self, msg: Message, outcome: str, reason: str, **extra: object) -> None:
         self._clients.events.emit(
@@ -490,6 +495,10 @@ class ChannelActor:
             parse_config_value=config_mod.parse_runtime_value,
             format_config_value=config_mod.format_value,
             requester_id=msg.author.id,
+            user_modes=chats.user_modes(clients.store, chat_id),
+            access_note=chats.mode_choice(
+                clients.store, clients.registry, msg, settings.attention, settings.access
+            ).blocked,
         )
         result = cmds.execute(command, tier, state)
         applied = await clients.apply_command_changes(
@@ -538,7 +547,7 @@ class ChannelActor:
         if inter.user.bot or inter.user.id == clients.bot.user_id:
             return
         author = inter.user.id
-        tier = self._tier(author, settings.owner_id)
+        tier = self._tier(author, settings.owner_id, inter.member_roles)
         if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
             # Config keys are for those who may change config; others see no suggestions.
             allowed = tier is not None and may_run("config", tier)
@@ -659,7 +668,11 @@ class ChannelActor:
     async def _attend(self, msg: Message, text: str, tier: Tier, nursery: trio.Nursery) -> None:
         clients = self._clients
         bot_id = clients.bot.user_id or 0
-        mode = self._mode(msg)
+        settings = clients.settings()
+        choice = chats.mode_choice(
+            clients.store, clients.registry, msg, settings.attention, settings.access
+        )
+        mode = choice.mode
         persona_answer.observe(clients, msg, text)
         decision = decide_attention(
             msg,
@@ -669,6 +682,8 @@ class ChannelActor:
             is_dm=msg.is_dm,
             replied_to_bot=self._replied_to_bot(msg),
         )
+        if choice.why:
+            decision = attrs.evolve(decision, reason=f"{decision.reason} ({choice.why})")
         if decision.outcome == "discriminate":
             decision = await self._discriminate(msg, mode, decision)
         if decision.outcome != "respond":

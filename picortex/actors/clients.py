@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from picortex.core.llm import LLMRequest, LLMResult
     from picortex.errors import FatalDiscordError
     from picortex.runtime.mailbox import Mailbox
-    from picortex.store.store import ChatConfig, MemoryHit
+    from picortex.store.store import ChatConfig, MemoryHit, UserAttention
     from picortex.types import BotIdentity, Interaction
 
 
@@ -81,6 +81,18 @@ class ChatConfigReader(Protocol):
 
     def get_chat_config(self, chat_id: int) -> ChatConfig | None:
         """The chat's own settings, or None when it uses the defaults."""
+        ...
+
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        """The user's own attention mode in the chat, or None when the chat's applies."""
+        ...
+
+
+class UserModesReader(Protocol):
+    """Every user's own attention mode (SPEC 18), read from memory."""
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user."""
         ...
 
 
@@ -160,7 +172,9 @@ class PersonaStore(RecallStore, Protocol):
         ...
 
 
-class ChannelStore(TrustReader, ChatConfigReader, PersonaStore, CommandTreeStore, Protocol):
+class ChannelStore(
+    TrustReader, ChatConfigReader, UserModesReader, PersonaStore, CommandTreeStore, Protocol
+):
     """What the channel actor reads and keeps."""
 
 

@@ -28,6 +28,7 @@ from picortex.actors.clients import (
 from picortex.actors.failures import error_line
 from picortex.core import policy
 from picortex.core import slash as sl
+from picortex.core.access import role_tier
 from picortex.core.split import split_reply
 from picortex.core.trust import is_trusted
 from picortex.errors import FatalDiscordError
@@ -148,8 +149,10 @@ async def _claim(clients: InteractionClients, interaction: Interaction) -> str:
 
 def predicted_ephemeral(clients: InteractionClients, interaction: Interaction) -> bool:
     """Whether the answer will be private, judged before the channel handles it."""
-    owner = clients.settings().owner_id
-    if not is_trusted(interaction.user.id, owner, clients.store.get_tier):
+    settings = clients.settings()
+    if not is_trusted(interaction.user.id, settings.owner_id, clients.store.get_tier) and (
+        role_tier(interaction.member_roles, settings.access.allow_roles) is None
+    ):
         return True
     name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
     if name in sl.PRIVATE_SUBCOMMANDS:

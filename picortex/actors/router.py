@@ -34,6 +34,7 @@ from picortex.actors.clients import (
 )
 from picortex.actors.interactions import InteractionClients, register_commands
 from picortex.actors.persona_answer import PersonaIndex
+from picortex.core.access import role_tier
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
 from picortex.core.trust import is_trusted, should_ignore
@@ -494,11 +495,16 @@ class Router:
             return _NOT_CHATTER  # a DM always addresses the bot
         clients = self._clients
         settings = clients.settings()
-        mode = chats.attention_mode(clients.store, clients.registry, message, settings.attention)
+        access = settings.access
+        mode = chats.mode_choice(
+            clients.store, clients.registry, message, settings.attention, access
+        ).mode
         if not is_chatter(message, bot_user_id=clients.bot.user_id, trusted=False, mode=mode):
             return _NOT_CHATTER
         # The bot's own messages never get here (routed before as answers).
-        if not is_trusted(message.author.id, settings.owner_id, clients.store.get_tier):
+        if not is_trusted(message.author.id, settings.owner_id, clients.store.get_tier) and (
+            role_tier(message.member_roles, access.allow_roles) is None
+        ):
             return _STRANGER_CHATTER
         return _TRUSTED_CHATTER if self._decides_trusted_chatter(message, mode) else _NOT_CHATTER
 

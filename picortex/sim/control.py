@@ -115,6 +115,11 @@ async def _route(
     if key == ("POST", "nick"):
         sim.set_nick(int(body["user_id"]), str(body["nick"]) if body.get("nick") else None)
         return None
+    if key == ("POST", "roles"):
+        return {"id": str(sim.add_role(int(body["guild_id"]), str(body["name"])))}
+    if key == ("POST", "member-roles"):
+        sim.give_role(int(body["user_id"]), int(body["role_id"]))
+        return None
     if key == ("POST", "forward"):
         return sim.forward_message(
             int(body["channel_id"]),

@@ -237,6 +237,14 @@ class Simulator:
         """Change a user's server nickname (seen in later messages' `member.nick`)."""
         self.world.set_nick(user_id, nick)
 
+    def add_role(self, guild_id: int, name: str) -> int:
+        """Create a role in a guild; returns its id."""
+        return self.world.add_role(guild_id, name)
+
+    def give_role(self, user_id: int, role_id: int) -> None:
+        """Give a user a role (seen in later messages' and interactions' `member.roles`)."""
+        self.world.give_role(user_id, role_id)
+
     def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
         """Create a guild with the bot in it (GUILD_CREATE to connected sessions)."""
         guild_id = self.world.add_guild(name, owner_id=owner_id)

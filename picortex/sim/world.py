@@ -115,6 +115,7 @@ class SimUser:
     discriminator: str
     system: bool = False
     nick: str | None = None  # the server nickname (every user is in every guild)
+    roles: list[int] = attrs.Factory(list)  # role ids, each of one guild (`member.roles`)
 
     def payload(self) -> Json:
         """The user object Discord sends."""
@@ -203,6 +204,7 @@ class SimGuild:
     owner_id: int
     channel_ids: list[int] = attrs.Factory(list)
     thread_ids: list[int] = attrs.Factory(list)
+    roles: dict[int, str] = attrs.Factory(dict)  # role id -> name, besides @everyone
 
 
 class World:
@@ -250,6 +252,20 @@ class World:
     def set_nick(self, user_id: int, nick: str | None) -> None:
         """Change a user's server nickname (as shown in every guild's `member.nick`)."""
         self.user(user_id).nick = nick
+
+    def add_role(self, guild_id: int, name: str) -> int:
+        """Create a role in a guild and return its id (seen in later GUILD_CREATEs)."""
+        role_id = self.snowflakes.next()
+        self.guild(guild_id).roles[role_id] = name
+        return role_id
+
+    def give_role(self, user_id: int, role_id: int) -> None:
+        """Give a user a role (seen in later payloads' `member.roles` in its guild)."""
+        if not any(role_id in g.roles for g in self.guilds.values()):
+            raise KeyError(f"no role {role_id}")
+        user = self.user(user_id)
+        if role_id not in user.roles:
+            user.roles.append(role_id)
 
     def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
         """Create a guild the bot is in; announces it with GUILD_CREATE."""
@@ -722,11 +738,14 @@ class World:
         )
         return out
 
-    def member_payload(self, user_id: int, *, with_user: bool) -> Json:
-        """A guild member object for `user_id` (every user is a member of every guild)."""
+    def member_payload(self, user_id: int, *, with_user: bool, guild_id: int | None = None) -> Json:
+        """A guild member object for `user_id` (every user is a member of every guild); with
+        `guild_id`, the user's roles in that guild (Discord never lists @everyone there)."""
         joined = iso_timestamp(snowflake_ms(user_id))
+        roles = self.user(user_id).roles
+        guild = self.guilds.get(guild_id) if guild_id is not None else None
         out: Json = {
-            "roles": [],
+            "roles": [str(r) for r in roles if guild is not None and r in guild.roles],
             "nick": self.user(user_id).nick,
             "avatar": None,
             "banner": None,
@@ -838,7 +857,7 @@ class World:
             "premium_progress_bar_enabled": False,
             "preferred_locale": "en-US",
             "features": [],
-            "roles": [everyone_role],
+            "roles": [everyone_role, *(self.role_payload(r, n) for r, n in guild.roles.items())],
             "emojis": [],
             "stickers": [],
             "system_channel_id": system_channel,
@@ -923,10 +942,31 @@ class World:
             out["thread"] = self.channel_payload(self.channels[message.thread_id])
         if gateway and message.guild_id is not None:
             out["guild_id"] = str(message.guild_id)
-            out["member"] = self.member_payload(message.author_id, with_user=False)
+            out["member"] = self.member_payload(
+                message.author_id, with_user=False, guild_id=message.guild_id
+            )
         return out
 
     # --------------------------------------------------------------- internals
+
+    @staticmethod
+    def role_payload(role_id: int, name: str) -> Json:
+        """The role object Discord sends (in GUILD_CREATE and resolved interaction data)."""
+        return {
+            "id": str(role_id),
+            "name": name,
+            "description": None,
+            "color": 0,
+            "colors": {"primary_color": 0, "secondary_color": None, "tertiary_color": None},
+            "hoist": False,
+            "icon": None,
+            "unicode_emoji": None,
+            "position": 1,
+            "permissions": "0",
+            "managed": False,
+            "mentionable": True,
+            "flags": 0,
+        }
 
     def _referenced_payload(self, message: SimMessage, gateway: bool) -> Json:
         inner = self.message_payload(message, gateway=False)

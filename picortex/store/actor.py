@@ -33,7 +33,14 @@ import trio
 from picortex.errors import StoreError
 from picortex.store.chathome import ChatHome
 from picortex.store.seen import SeenIds
-from picortex.store.store import TRUST_TIERS, ChatConfig, InvocationError, MemoryHit, Store
+from picortex.store.store import (
+    TRUST_TIERS,
+    ChatConfig,
+    InvocationError,
+    MemoryHit,
+    Store,
+    UserAttention,
+)
 
 if TYPE_CHECKING:
     from picortex.store.database import Database
@@ -85,6 +92,7 @@ class _Snapshot:
     trust: dict[int, str]
     chats: dict[int, ChatConfig]
     runtime: dict[str, str]
+    user_modes: dict[tuple[int, int], UserAttention]
 
 
 class StoreActor:
@@ -109,6 +117,7 @@ class StoreActor:
         self._trust = snap.trust
         self._chats = snap.chats
         self._runtime = snap.runtime
+        self._user_modes = snap.user_modes
         self.config_version = 0  # bumped whenever the runtime config changes
         self._data_version = store.data_version()
         # Scope: per shard (the newest handled ids of the whole table, today).
@@ -378,6 +387,7 @@ class StoreActor:
             trust=dict(db.trust_list()),
             chats={c.chat_id: c for c in db.chat_configs()},
             runtime=db.runtime_config(),
+            user_modes={(u.chat_id, u.user_id): u for u in db.user_attentions()},
         )
 
     def _apply(self, snap: _Snapshot) -> None:
@@ -387,6 +397,7 @@ class StoreActor:
         self._trust = dict(snap.trust)
         self._chats = dict(snap.chats)
         self._runtime = dict(snap.runtime)
+        self._user_modes = dict(snap.user_modes)
         for _, change in self._pending:
             change()
         if self._runtime != before:
@@ -487,6 +498,42 @@ class StoreActor:
             self._chats.pop(chat_id, None)
 
         self._model_write(lambda db: db.delete_chat_config(chat_id), change)
+        return True
+
+    # ---- per-user attention (read model) ----------------------------------------------------
+
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        """The user's own attention mode in the chat, or None when the chat's mode applies."""
+        if not self._user_modes:  # the common case: no overrides anywhere, no tuple built
+            return None
+        row = self._user_modes.get((chat_id, user_id))
+        return row.mode if row is not None else None
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user. Scope: global."""
+        return [self._user_modes[k] for k in sorted(self._user_modes)]
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set the user's own attention mode in the chat."""
+        from picortex.config import ATTENTION_MODES
+
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention mode must be one of {', '.join(ATTENTION_MODES)}")
+
+        def change() -> None:
+            self._user_modes[(chat_id, user_id)] = UserAttention(chat_id, user_id, mode, now)
+
+        self._model_write(lambda db: db.set_user_attention(chat_id, user_id, mode, now), change)
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop the user's own mode in the chat; False when they had none."""
+        if (chat_id, user_id) not in self._user_modes:
+            return False
+
+        def change() -> None:
+            self._user_modes.pop((chat_id, user_id), None)
+
+        self._model_write(lambda db: db.delete_user_attention(chat_id, user_id), change)
         return True
 
     # ---- handled message ids ------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from picortex.store.store import ChatConfig, InvocationError, Store
+from picortex.store.store import ChatConfig, InvocationError, Store, UserAttention
 
 if TYPE_CHECKING:
     from picortex.store.database import Database
@@ -102,6 +102,25 @@ class AdminStore:
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
         return self._db.delete_chat_config(chat_id)
+
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        """The user's own attention mode in the chat, or None."""
+        for row in self._db.user_attentions():
+            if (row.chat_id, row.user_id) == (chat_id, user_id):
+                return row.mode
+        return None
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user."""
+        return self._db.user_attentions()
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set the user's own attention mode in the chat."""
+        self._db.set_user_attention(chat_id, user_id, mode, now)
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop the user's own mode in the chat; False when they had none."""
+        return self._db.delete_user_attention(chat_id, user_id)
 
     # ---- invocation errors -------------------------------------------------------------------
 

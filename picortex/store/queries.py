@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from picortex.store.store import ChatConfig, InvocationError, MemoryHit
+    from picortex.store.store import ChatConfig, InvocationError, MemoryHit, UserAttention
 
 
 class TrustQueries(Protocol):
@@ -85,6 +85,22 @@ class ChatConfigQueries(Protocol):
 
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
+        ...
+
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        """The user's own attention mode in the chat (SPEC 18), or None: the chat's applies."""
+        ...
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user. Scope: global."""
+        ...
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set the user's own attention mode in the chat."""
+        ...
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop the user's own mode in the chat; False when they had none."""
         ...
 
 

@@ -55,6 +55,16 @@ class ChatConfig:
 
 
 @attrs.frozen
+class UserAttention:
+    """One row of `chat_user_attention`: a user's own attention mode in one chat."""
+
+    chat_id: int
+    user_id: int
+    mode: str
+    updated_at: float
+
+
+@attrs.frozen
 class InvocationError:
     """One row of `invocation_errors`: a failed model call or post, kept as data."""
 
@@ -373,6 +383,38 @@ class Store:
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
         return self._write("DELETE FROM chat_config WHERE chat_id = ?", (chat_id,)) > 0
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user."""
+        rows = self._all(
+            "SELECT chat_id, user_id, mode, updated_at FROM chat_user_attention"
+            " ORDER BY chat_id, user_id"
+        )
+        return [
+            UserAttention(cast(int, c), cast(int, u), cast(str, m), cast(float, t))
+            for c, u, m, t in rows
+        ]
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set a user's own attention mode in a chat."""
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention mode must be one of {', '.join(ATTENTION_MODES)}")
+        self._write(
+            "INSERT INTO chat_user_attention (chat_id, user_id, mode, updated_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (chat_id, user_id) DO UPDATE"
+            " SET mode = excluded.mode, updated_at = excluded.updated_at",
+            (chat_id, user_id, mode, now),
+        )
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop a user's own mode in a chat, so the chat's mode applies to them again."""
+        return (
+            self._write(
+                "DELETE FROM chat_user_attention WHERE chat_id = ? AND user_id = ?",
+                (chat_id, user_id),
+            )
+            > 0
+        )
 
     # ---- invocation errors ---------------------------------------------------------------
 

@@ -540,6 +540,7 @@ class Panel:
         if chat_id is not None:
             mode = self.chat(chat_id).attention_mode
             prompt_path = str(self._home(chat_id).prompt_path)
+        user_modes = self.user_modes(chat_id) if chat_id is not None else {}
         return cmds.CommandState(
             owner_id=settings.owner_id,
             trust=dict(self.store.trust_list()),
@@ -552,6 +553,7 @@ class Panel:
             parse_config_value=config_mod.parse_runtime_value,
             format_config_value=config_mod.format_value,
             requester_id=settings.owner_id,  # the panel acts as the owner (SPEC 13)
+            user_modes=user_modes,
         )
 
     def _command_event(
@@ -617,6 +619,53 @@ class Panel:
             raise PanelInputError(f"mode must be one of {', '.join(cmds.ATTENTION_MODES)}.")
         self.chat(chat_id)  # an unknown chat is refused before anything changes
         return await self.run_command(cmds.AttentionSet(mode), chat_id)
+
+    def user_modes(self, chat_id: int) -> dict[int, str]:
+        """Users' own attention modes in the chat (SPEC 18): user id -> mode."""
+        return {r.user_id: r.mode for r in self.store.user_attentions() if r.chat_id == chat_id}
+
+    def user_modes_json(self, chat_id: int) -> list[dict[str, str]]:
+        """Users' own modes in the chat, each with the user's name where it is known."""
+        names = self.names()
+        return [
+            {"user_id": str(uid), "name": names.get(uid, str(uid)), "mode": mode}
+            for uid, mode in sorted(self.user_modes(chat_id).items())
+        ]
+
+    async def set_user_attention(self, chat_id: int, user_id: object, mode: object) -> ChangeResult:
+        """`attention user <@user> MODE|default` in a chat."""
+        uid = parse_snowflake(user_id, "user_id")
+        choices = (*cmds.ATTENTION_MODES, cmds.USER_MODE_DEFAULT)
+        if not isinstance(mode, str) or mode not in choices:
+            raise PanelInputError(f"mode must be one of {', '.join(choices)}.")
+        self.chat(chat_id)  # an unknown chat is refused before anything changes
+        command = cmds.AttentionUser((uid,), None if mode == cmds.USER_MODE_DEFAULT else mode)
+        return await self.run_command(command, chat_id)
+
+    def access(self) -> dict[str, list[str]]:
+        """The `[access]` lists in force (SPEC 18), ids as strings."""
+        access = self.settings().access
+        return {
+            name: [str(i) for i in getattr(access, name)]
+            for name in ("allow_roles", "allow_channels", "deny_channels")
+        }
+
+    async def set_access(self, lists: Mapping[str, object]) -> ChangeResult:
+        """Replace the `[access]` lists named in `lists` (each a list of ids), as `config set
+        access.NAME ...` does: all of them or none."""
+        submitted: dict[str, str] = {}
+        for name, value in lists.items():
+            if name not in ("allow_roles", "allow_channels", "deny_channels"):
+                continue
+            if not isinstance(value, list):
+                raise PanelInputError(f"{name} must be a list of Discord ids.")
+            ids = [str(parse_snowflake(v, name)) for v in value]
+            submitted[f"access.{name}"] = ", ".join(ids) or "none"
+        if not submitted:
+            raise PanelInputError(
+                "Give at least one of allow_roles, allow_channels, deny_channels."
+            )
+        return await self.save_settings(submitted)
 
     async def add_trust(self, user_id: object, tier: object) -> ChangeResult:
         """`whitelist add <@user> TIER`."""

@@ -129,3 +129,21 @@ def test_interaction_tokens_are_redacted() -> None:
     line = f"POST /interactions/1/{token}/callback failed"
     assert token not in redact(line) and "[redacted]" in redact(line)
     assert token.encode() not in redact_json_bytes(f'{{"u": "{token}"}}'.encode())
+
+
+def test_attention_user_and_access_read_as_the_typed_commands() -> None:
+    bob = _s("user", "7", sl.USER)
+    own = _run(_sub("attention", _s("mode", "always"), bob))
+    assert sl.action_for(own) == cmds.AttentionUser((7,), "always")
+    drop = _run(_sub("attention", _s("mode", "default"), bob))
+    assert sl.action_for(drop) == cmds.AttentionUser((7,), None)
+    assert isinstance(sl.action_for(_run(_sub("attention", bob))), cmds.Invalid)
+    assert sl.action_for(_run(_sub("access"))) == cmds.AccessShow()
+    role = _run(_sub("access", _s("action", "allow-role"), _s("role", "55", sl.ROLE)))
+    assert sl.action_for(role) == cmds.AccessEdit("allow-role", (55,))
+    channel = _run(_sub("access", _s("action", "deny-channel"), _s("channel", "77", sl.CHANNEL)))
+    assert sl.action_for(channel) == cmds.AccessEdit("deny-channel", (77,))
+    assert isinstance(sl.action_for(_run(_sub("access", _s("action", "remove")))), cmds.Invalid)
+    (command,) = sl.command_tree(global_scope=True)
+    (access,) = [o for o in command["options"] if o["name"] == "access"]
+    assert [o["type"] for o in access["options"]] == [sl.STRING, sl.ROLE, sl.CHANNEL]

@@ -203,6 +203,45 @@ async def test_a_chat_keeps_its_own_attention_mode_until_forgotten(
     ]
 
 
+async def test_a_users_own_attention_mode_is_kept_per_chat_until_dropped(
+    admin: AdminQueries, reopen: Callable[[], AdminQueries]
+) -> None:
+    assert admin.get_user_attention(5, 7) is None
+    admin.set_user_attention(5, 7, "always", NOW)
+    admin.set_user_attention(5, 8, "silent", NOW)
+    admin.set_user_attention(4, 7, "silent", NOW)
+    admin.set_user_attention(5, 7, "silent", NOW + 1)  # a second set changes the mode
+    assert admin.get_user_attention(5, 7) == "silent"
+    assert admin.get_user_attention(6, 7) is None  # another chat keeps the chat's mode
+    assert [(u.chat_id, u.user_id, u.mode) for u in admin.user_attentions()] == [
+        (4, 7, "silent"),
+        (5, 7, "silent"),
+        (5, 8, "silent"),
+    ]
+    with pytest.raises(ValueError, match="attention mode must be one of"):
+        admin.set_user_attention(5, 7, "sometimes", NOW)
+    assert admin.delete_user_attention(5, 8) is True
+    assert admin.delete_user_attention(5, 8) is False
+    await admin.flush()
+    rows = reopen().user_attentions()
+    assert [(u.chat_id, u.user_id, u.mode, u.updated_at) for u in rows] == [
+        (4, 7, "silent", NOW),
+        (5, 7, "silent", NOW + 1),
+    ]
+
+
+async def test_the_bot_reads_stored_user_attention_from_memory_at_start(backend: Backend) -> None:
+    command = backend.admin()
+    try:
+        command.set_user_attention(5, 7, "always", NOW)
+        await command.flush()
+    finally:
+        command.close()
+    async with backend.running() as running:
+        assert running.get_user_attention(5, 7) == "always"
+        assert running.get_user_attention(5, 8) is None
+
+
 async def test_spend_adds_up_per_workspace_user_and_day(
     admin: AdminQueries, reopen: Callable[[], AdminQueries]
 ) -> None:

@@ -28,6 +28,7 @@ from picortex.store.store import (
     ChatConfig,
     InvocationError,
     MemoryHit,
+    UserAttention,
     query_terms,
     trim_stack_trace,
 )
@@ -272,6 +273,36 @@ class PgDatabase:
             (str(chat_id), mode, now),
         )
 
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user."""
+        rows = self._all(
+            "SELECT chat_id, user_id, mode, updated_at FROM chat_user_attention"
+            " ORDER BY length(chat_id), chat_id, user_id"
+        )
+        return [
+            UserAttention(int(cast(str, c)), cast(int, u), cast(str, m), cast(float, t))
+            for c, u, m, t in rows
+        ]
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set a user's own attention mode in a chat."""
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention mode must be one of {', '.join(ATTENTION_MODES)}")
+        self._write(
+            "INSERT INTO chat_user_attention (chat_id, user_id, mode, updated_at)"
+            " VALUES (%s, %s, %s, %s) ON CONFLICT (chat_id, user_id) DO UPDATE"
+            " SET mode = excluded.mode, updated_at = excluded.updated_at",
+            (str(chat_id), user_id, mode, now),
+        )
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop a user's own mode in a chat, so the chat's mode applies to them again."""
+        changed = self._write(
+            "DELETE FROM chat_user_attention WHERE chat_id = %s AND user_id = %s",
+            (str(chat_id), user_id),
+        )
+        return changed > 0
+
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
         return self._write("DELETE FROM chat_config WHERE chat_id = %s", (str(chat_id),)) > 0
@@ -313,6 +344,16 @@ class PgDatabase:
         where = " WHERE resolved_at IS NULL" if unresolved_only else ""
         rows = self._all(_ERROR_COLUMNS + where + " ORDER BY id")
         return [InvocationError(*row) for row in rows]  # type: ignore[arg-type]
+
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of each unresolved error made at `since` or later,
+        oldest first: what composting counts."""
+        rows = self._all(
+            "SELECT persona, stage, created_at FROM invocation_errors"
+            " WHERE resolved_at IS NULL AND created_at >= %s ORDER BY created_at, id",
+            (since,),
+        )
+        return [(str(p), str(s), float(cast(float, at))) for p, s, at in rows]
 
     def invocation_error(self, error_id: int) -> InvocationError | None:
         """One invocation error by id, or None."""

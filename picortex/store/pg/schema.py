@@ -169,7 +169,24 @@ CREATE TABLE channel_activity (
 CREATE INDEX channel_activity_active_at ON channel_activity (active_at);
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE,)
+# Per-user attention overrides (SPEC 18): a user's own mode in one chat beats the chat's.
+# A change is a config change: every process reloads its copy (the same counter).
+_V2_CHAT_USER_ATTENTION: Final = """
+CREATE TABLE chat_user_attention (
+    chat_id    text NOT NULL,
+    user_id    bigint NOT NULL,
+    mode       text NOT NULL CHECK (mode IN
+        ('always', 'mentions-only', 'discriminate', 'discriminate-quiet', 'silent')),
+    updated_at double precision NOT NULL,
+    PRIMARY KEY (chat_id, user_id)
+);
+CREATE TRIGGER chat_user_attention_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON chat_user_attention FOR EACH STATEMENT EXECUTE FUNCTION picortex_config_changed();
+CREATE INDEX invocation_errors_unresolved_at ON invocation_errors (created_at)
+    WHERE resolved_at IS NULL;
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_CHAT_USER_ATTENTION)
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
 LATEST_VERSION: Final = len(MIGRATIONS)
