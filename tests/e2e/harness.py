@@ -4,7 +4,7 @@ The run is on trio's `MockClock` (tests get it with the `virtual_time` marker), 
 autojumps to the next deadline once every task has waited AUTOJUMP_SECONDS of wall time, so a
 2 s window or a 30 s timeout costs no wall time. The clock never jumps while work it cannot
 see is under way: a worker thread (`trio.to_thread`, the model SDK's own thread calls) or a
-call on the store thread holds it until the result is back on the event loop. Waits are on
+op handed to the store thread holds it until the result is back on the event loop. Waits are on
 events (a log line, a simulator change, the run settling), never on polling. While the test
 waits on another process (`wall_time`) the clock runs at wall speed and does not jump.
 """
@@ -67,23 +67,23 @@ class _Holds:
 
     clock: trio.abc.Clock
     threshold: float
-    count: int = 0  # threads and store calls under way
+    count: int = 0  # worker threads and store ops under way
     wall: int = 0  # `wall_time` blocks entered
     done: trio.Event = attrs.field(factory=trio.Event)  # set whenever count is 0
 
     def __attrs_post_init__(self) -> None:
         self.done.set()
 
-    def hold(self) -> None:
-        """Work the clock cannot see has started."""
-        self.count += 1
-        if self.count == 1:
+    def hold(self, n: int = 1) -> None:
+        """Work the clock cannot see has started (`n` pieces of it)."""
+        if self.count == 0:
             self.done = trio.Event()
+        self.count += n
         self._retune()
 
-    def release(self) -> None:
+    def release(self, n: int = 1) -> None:
         """... and has ended (its result is back on the event loop)."""
-        self.count -= 1
+        self.count -= n
         if self.count == 0:
             self.done.set()
         self._retune()
@@ -159,7 +159,7 @@ async def run_on_virtual_time(fn: Callable[[], Awaitable[T]]) -> T:
 
 
 async def settle() -> None:
-    """Wait until the run is idle: no thread or store call under way, and every task waiting.
+    """Wait until the run is idle: no worker thread or store op under way, every task waiting.
 
     Anything the bot was going to do about what came before has been done by now (a later
     deadline aside). The clock does not jump while this waits.
@@ -272,7 +272,7 @@ class Running:
 
     async def idle(self) -> None:
         """Wait until the bot has nothing left to do: every task waits, no worker thread or
-        store call is under way, and every write queued so far is committed.
+        store op is under way, and every write queued so far is committed.
 
         The event that proves something did NOT happen: anything the bot was going to do
         about what came before has been done by now (a later deadline aside).
@@ -401,19 +401,17 @@ async def run_cli_in_process(
     return subprocess.CompletedProcess(["picortex", *args], code, out, err)
 
 
-def _hold_on_store_calls(bot: Bot) -> None:
-    """Make every call awaiting the store thread hold the clock until its result is back."""
-    call = bot.store.call
+def _hold_on_store_work(bot: Bot) -> None:
+    """Make the store thread hold the clock from a hand-over until it is done with it."""
     holds = _holds()
 
-    async def held(fn: Callable[[Any], Any], *, write: bool = True) -> Any:
-        holds.hold()
-        try:
-            return await call(fn, write=write)
-        finally:
-            holds.release()
+    def watch(ops: int) -> None:
+        if ops > 0:
+            holds.hold(ops)
+        else:
+            holds.release(-ops)
 
-    bot.store.call = held  # type: ignore[method-assign]
+    bot.store.on_worker_ops = watch
 
 
 @asynccontextmanager
@@ -463,7 +461,7 @@ async def running_bot(
             # On virtual time the loop is never late, and a probe every 10 ms would hold the
             # clock back to wall speed (it jumps only when every task waits).
             bot.lag.probe_seconds = LAG_PROBE_ON_VIRTUAL_TIME
-        _hold_on_store_calls(bot)
+        _hold_on_store_work(bot)
         try:
             # The bot stops first, while the simulator still answers its goodbyes.
             async with trio.open_nursery() as bot_nursery:
