@@ -350,7 +350,9 @@ async def test_discriminate_quiet_shows_typing_only_once_it_will_answer(tmp_path
         msg = run.say(w.general_id, w.bob_id, "which tea has the most caffeine")
         with trio.fail_after(WAIT):
             await run.wait_until(lambda: len(run.sim.model.calls) == 1)
-        await trio.sleep(0.3)  # the classification is under way: nothing shows
+        # The classification is under way and the bot has done all it can before it ends:
+        # nothing shows.
+        await run.idle()
         assert typing_in(run, w.general_id) == 0
         await answered(run, msg)
         assert typing_in(run, w.general_id) >= 1  # while the answer was written
