@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from picortex.actors import catch_up as catch_up_mod
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running, running_bot
 
@@ -90,8 +89,3 @@ async def test_a_trigger_older_than_the_window_is_never_caught_up(tmp_path: Path
         await run.idle()
         assert run.events("catch-up") == []
         assert not run.replies_to(int(old["id"]))
-
-
-def test_snowflake_time_round_trip() -> None:
-    at = 1_750_000_000.25
-    assert catch_up_mod.snowflake_seconds(catch_up_mod.snowflake_at(at)) == at
