@@ -23,9 +23,9 @@ pytest_plugins = ["tests.bytecode"]
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "virtual_time: run this trio test on the end-to-end harness's clock (trio's MockClock, "
-        "autojumping, held while a thread works) "
-        "(tests/e2e/harness.py) unless it asks for a clock fixture of its own; "
+        "virtual_time: run this trio test on the end-to-end harness's clock (tests/e2e/"
+        "harness.py: trio's autojumping MockClock, held while a worker thread or the store "
+        "thread works) unless it asks for a clock fixture of its own; "
         "virtual_time(rate=R) also lets the clock run at R times wall speed between jumps",
     )
     config.addinivalue_line(
