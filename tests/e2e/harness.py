@@ -3,10 +3,10 @@
 The run is on trio's `MockClock` (tests get it with the `virtual_time` marker), which
 autojumps to the next deadline once every task has waited AUTOJUMP_SECONDS of wall time, so a
 2 s window or a 30 s timeout costs no wall time. The clock never jumps while work it cannot
-see is under way: a worker thread (`trio.to_thread`, the model SDK's own thread calls) or a
-op handed to the store thread holds it until the result is back on the event loop. Waits are on
-events (a log line, a simulator change, the run settling), never on polling. While the test
-waits on another process (`wall_time`) the clock runs at wall speed and does not jump.
+see is under way: a worker thread (`trio.to_thread`, the model SDK's own thread calls) or an
+op handed to the store thread holds it until the result is back on the event loop. Waits are
+on events (a log line, a simulator change, the run settling), never on polling. While the
+test waits on another process (`wall_time`) the clock runs at wall speed and does not jump.
 """
 
 from __future__ import annotations
