@@ -23,8 +23,9 @@ pytest_plugins = ["tests.bytecode"]
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "virtual_time: run this trio test on the end-to-end harness's virtual clock "
-        "(tests/e2e/harness.py) unless it asks for a clock fixture of its own; "
+        "virtual_time: run this trio test on the end-to-end harness's clock (tests/e2e/"
+        "harness.py: trio's autojumping MockClock, held while a worker thread or the store "
+        "thread works) unless it asks for a clock fixture of its own; "
         "virtual_time(rate=R) also lets the clock run at R times wall speed between jumps",
     )
     config.addinivalue_line(
@@ -90,9 +91,7 @@ def _on_virtual_time(rate: float) -> Callable[..., Any]:
 
         if clock is not None:
             return trio.run(fn, clock=clock, instruments=instruments)
-        virtual = virtual_clock()
-        virtual.rate = rate
-        return trio.run(run_on_virtual_time, fn, clock=virtual, instruments=instruments)
+        return trio.run(run_on_virtual_time, fn, clock=virtual_clock(rate), instruments=instruments)
 
     return run
 

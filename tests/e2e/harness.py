@@ -1,9 +1,12 @@
 """Runs the whole bot against the built-in simulator, in one trio run, for end-to-end tests.
 
-The run is on virtual time (`virtual_clock`, which tests get with the `virtual_time` marker):
-whenever every task waits, the clock jumps to the next deadline, so a 2 s window or a 30 s
-timeout costs no wall time. Waits are on events (a log line, a simulator change), never on
-polling. While the test waits on another process (`run_cli`) the clock runs at wall speed.
+The run is on trio's `MockClock` (tests get it with the `virtual_time` marker), which
+autojumps to the next deadline once every task has waited AUTOJUMP_SECONDS of wall time, so a
+2 s window or a 30 s timeout costs no wall time. The clock never jumps while work it cannot
+see is under way: a worker thread (`trio.to_thread`, the model SDK's own thread calls) or an
+op handed to the store thread holds it until the result is back on the event loop. Waits are
+on events (a log line, a simulator change, the run settling), never on polling. While the
+test waits on another process (`wall_time`) the clock runs at wall speed and does not jump.
 """
 
 from __future__ import annotations
@@ -13,14 +16,13 @@ import math
 import os
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import (
     asynccontextmanager,
     contextmanager,
     redirect_stderr,
     redirect_stdout,
-    suppress,
 )
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -45,14 +47,15 @@ RELAXED_BUCKETS: Final = ("messages.post", "typing", "users/@me/channels", "reac
 WAIT_SECONDS: Final = 30.0
 # The same for a whole test body inside `running_bot`.
 TEST_SECONDS: Final = 90.0
-# Wall seconds every task must have waited before the virtual clock jumps. Not 0: bytes on
-# a loopback socket and the store thread's polling take real time the clock cannot see.
-AUTOJUMP_SECONDS: Final = 0.01
-# Wall seconds a test on virtual time may take before it fails (instead of hanging).
+# Wall seconds every task must have waited before the clock jumps (trio's autojump
+# threshold), and the cushion of a wait for the run to settle. Threads and the store hold
+# the clock themselves; this only lets bytes just written on a loopback socket be seen.
+AUTOJUMP_SECONDS: Final = 0.002
+# Wall seconds a test on virtual time may take before it fails (instead of hanging, say
+# on a thread that never returns: the clock stands still while it works).
 WALL_SECONDS: Final = 120.0
-# Wall seconds the clock waits for busy work (a thread, a store call, a child process)
-# before it jumps anyway: stuck work then ends in the test's timeout, not in a hang.
-BUSY_HOLD_SECONDS: Final = 20.0
+# Wall seconds between two looks for another writer's commit (the store thread polls as often).
+COMMIT_POLL_SECONDS: Final = 0.02
 # Virtual time between a user's post and whatever happened before it.
 USER_GAP_SECONDS: Final = 0.001
 # The loop-lag probe's period on virtual time.
@@ -60,92 +63,119 @@ LAG_PROBE_ON_VIRTUAL_TIME: Final = 60.0
 
 
 @attrs.define
-class _VirtualTime:
-    """Per trio run: what the clock must not jump over, and who waits for the run to idle."""
+class _Holds:
+    """Per trio run: the work under way that the clock must not jump over."""
 
-    busy: list[Callable[[], bool]]
-    idle: trio.Event = attrs.field(factory=trio.Event)
+    clock: trio.abc.Clock
+    threshold: float
+    count: int = 0  # worker threads and store ops under way
+    wall: int = 0  # `wall_time` blocks entered
+    done: trio.Event = attrs.field(factory=trio.Event)  # set whenever count is 0
+
+    def __attrs_post_init__(self) -> None:
+        self.done.set()
+
+    def hold(self, n: int = 1) -> None:
+        """Work the clock cannot see has started (`n` pieces of it)."""
+        if self.count == 0:
+            self.done = trio.Event()
+        self.count += n
+        self._retune()
+
+    def release(self, n: int = 1) -> None:
+        """... and has ended (its result is back on the event loop)."""
+        self.count -= n
+        if self.count == 0:
+            self.done.set()
+        self._retune()
+
+    def enter_wall(self) -> None:
+        """The test waits on another process: no jumps until `leave_wall`."""
+        self.wall += 1
+        self._retune()
+
+    def leave_wall(self) -> None:
+        """... and has stopped waiting."""
+        self.wall -= 1
+        self._retune()
+
+    def _retune(self) -> None:
+        if isinstance(self.clock, trio.testing.MockClock):
+            held = self.count > 0 or self.wall > 0
+            self.clock.autojump_threshold = math.inf if held else self.threshold
 
 
-_STATE: Final[trio.lowlevel.RunVar[_VirtualTime]] = trio.lowlevel.RunVar("virtual_time")
+_HOLDS: Final[trio.lowlevel.RunVar[_Holds]] = trio.lowlevel.RunVar("holds")
 
 
-def virtual_clock() -> trio.testing.MockClock:
-    """The clock of an end-to-end run: stands still until `run_on_virtual_time` jumps it."""
-    return trio.testing.MockClock()
+def _holds() -> _Holds:
+    """This run's holds; the first call makes every worker thread hold the clock."""
+    try:
+        return _HOLDS.get()
+    except LookupError:
+        pass
+    clock = trio.lowlevel.current_clock()
+    threshold = clock.autojump_threshold if isinstance(clock, trio.testing.MockClock) else 0.0
+    holds = _Holds(clock, threshold)
+    _HOLDS.set(holds)
+    # Every `trio.to_thread` call borrows a token from this limiter (the model SDK's thread
+    # calls too, through anyio) and gives it back on the event loop, just before its
+    # caller resumes: exactly the span the clock must not jump over.
+    limiter = trio.to_thread.current_default_thread_limiter()
+    acquire, release = limiter.acquire_on_behalf_of, limiter.release_on_behalf_of
+
+    async def acquire_and_hold(borrower: object) -> None:
+        await acquire(borrower)
+        holds.hold()
+
+    def release_and_go(borrower: object) -> None:
+        release(borrower)
+        holds.release()
+
+    limiter.acquire_on_behalf_of = acquire_and_hold  # type: ignore[method-assign]
+    limiter.release_on_behalf_of = release_and_go  # type: ignore[method-assign]
+    return holds
+
+
+def virtual_clock(rate: float = 0.0) -> trio.testing.MockClock:
+    """The clock of an end-to-end run: jumps to the next deadline when the run is idle, and
+    also runs at `rate` times wall speed in between."""
+    return trio.testing.MockClock(rate=rate, autojump_threshold=AUTOJUMP_SECONDS)
 
 
 async def run_on_virtual_time(fn: Callable[[], Awaitable[T]]) -> T:
-    """Run `fn` while jumping the clock to the next deadline whenever the run is idle.
-
-    Idle is every task waiting for AUTOJUMP_SECONDS of wall time *and* no work the clock
-    cannot see under way: a `trio.to_thread` call, a store call, a child process. A jump
-    while such work runs would fire deadlines that wall time never reaches (a flaky timeout),
-    which is what trio's own autojump does. Before a jump, whoever waits for the run to idle
-    is woken first (and may act); the jump comes at the next idle spell.
-    """
-    clock = trio.lowlevel.current_clock()
-    assert isinstance(clock, trio.testing.MockClock)
-    state = _VirtualTime(busy=[_threads_busy])
-    _STATE.set(state)
-
-    async def jump_when_idle() -> None:
-        woke = False
-        busy_since: float | None = None
-        started = time.monotonic()
-        while True:
-            await trio.testing.wait_all_tasks_blocked(AUTOJUMP_SECONDS)
-            if time.monotonic() - started > WALL_SECONDS:
-                raise trio.TooSlowError(f"more than {WALL_SECONDS:g} s of wall time")
-            if any(check() for check in state.busy):
-                # Held for too long, the work is stuck: jump anyway, so that the test's own
-                # deadlines fire and it fails instead of hanging.
-                now = time.monotonic()
-                busy_since = now if busy_since is None else busy_since
-                if now - busy_since < BUSY_HOLD_SECONDS:
-                    continue
-            busy_since = None
-            if not woke and state.idle.statistics().tasks_waiting:
-                state.idle.set()
-                state.idle = trio.Event()
-                woke = True
-                continue
-            woke = False
-            jump = trio.lowlevel.current_statistics().seconds_to_next_deadline
-            if 0 < jump < math.inf:
-                clock.jump(jump)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(jump_when_idle)
+    """Run `fn` with threads holding the clock; fail after WALL_SECONDS of wall time."""
+    _holds()
+    token = trio.lowlevel.current_trio_token()
+    with trio.CancelScope() as scope:
+        # The clock stands still while a thread works: a stuck one would hang the test.
+        timer = threading.Timer(WALL_SECONDS, token.run_sync_soon, (scope.cancel,))
+        timer.daemon = True
+        timer.start()
         try:
             return await fn()
         finally:
-            nursery.cancel_scope.cancel()
+            timer.cancel()
+    raise trio.TooSlowError(f"more than {WALL_SECONDS:g} s of wall time")
 
 
-async def run_idle() -> None:
-    """Wait until the run idles (virtual time); on wall time, a short while."""
-    try:
-        state = _STATE.get()
-    except LookupError:
-        await trio.sleep(0.02)
-        return
-    if any(check() for check in state.busy):
-        # No idle spell comes while work is under way (at wall speed): look again shortly.
-        await trio.sleep(0.02)
-        return
-    await state.idle.wait()
+async def settle() -> None:
+    """Wait until the run is idle: no worker thread or store op under way, every task waiting.
+
+    Anything the bot was going to do about what came before has been done by now (a later
+    deadline aside). The clock does not jump while this waits.
+    """
+    holds = _holds()
+    while True:
+        await holds.done.wait()
+        await trio.testing.wait_all_tasks_blocked(AUTOJUMP_SECONDS)
+        if holds.count == 0:
+            return
 
 
-def hold_time_while(check: Callable[[], bool]) -> None:
-    """On virtual time, never jump while `check()` says work is under way."""
-    with suppress(LookupError):  # wall time, or a test with a clock of its own
-        _STATE.get().busy.append(check)
-
-
-def _threads_busy() -> bool:
-    """Whether a `trio.to_thread` call is running (they all borrow the default limiter)."""
-    return trio.to_thread.current_default_thread_limiter().statistics().borrowed_tokens > 0
+async def _next_deadline() -> None:
+    """Wait until the run's next deadline has passed (the clock jumps there when idle)."""
+    await trio.sleep(max(0.0, trio.lowlevel.current_statistics().seconds_to_next_deadline))
 
 
 @contextmanager
@@ -159,14 +189,14 @@ def wall_time() -> Iterator[None]:
     if not isinstance(clock, trio.testing.MockClock):
         yield
         return
-    waiting = True
-    hold_time_while(lambda: waiting)
+    holds = _holds()
+    holds.enter_wall()
     rate, clock.rate = clock.rate, 1.0
     try:
         yield
     finally:
         clock.rate = rate
-        waiting = False
+        holds.leave_wall()
 
 
 @attrs.define
@@ -234,25 +264,24 @@ class Running:
     async def wait_commit_seen(self, predicate: Callable[[], bool]) -> None:
         """Wait, at wall speed, until the bot has read another writer's commit.
 
-        The store thread looks for other writers' commits on a wall-clock poll, which the
-        virtual clock cannot see.
+        The store thread looks for other writers' commits on a wall-clock poll and applies
+        them without a log line: look again at the same pace.
         """
-        with wall_time():
-            await self.wait_until(predicate)
+        with wall_time(), trio.fail_after(WAIT_SECONDS):
+            while not predicate():
+                await trio.sleep(COMMIT_POLL_SECONDS)
 
     async def idle(self) -> None:
-        """Wait until the bot has nothing left to do: every task waits, and no store call,
-        worker thread or child process is under way (virtual time only).
+        """Wait until the bot has nothing left to do: every task waits, no worker thread or
+        store op is under way, and every write queued so far is committed.
 
         The event that proves something did NOT happen: anything the bot was going to do
         about what came before has been done by now (a later deadline aside).
         """
-        try:
-            _STATE.get()
-        except LookupError:
-            raise RuntimeError("Running.idle() needs the `virtual_time` marker") from None
         with trio.fail_after(WAIT_SECONDS):
-            await run_idle()
+            await settle()
+            await self.bot.store.flush()  # what a commit's callbacks do happens next
+            await settle()
 
     def say(self, channel_id: int, author_id: int, content: str, **kw: Any) -> dict[str, Any]:
         """A user posts a message (on virtual time, a millisecond after anything before it)."""
@@ -279,21 +308,33 @@ class Running:
         ]
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
-        """Wait until `predicate()` holds (checked after each simulator change, log line and
-        idle spell of the run)."""
+        """Wait until `predicate()` holds (checked after each simulator change, log line,
+        and whenever the run settles, before and after each jump of the clock)."""
+        settled = False
         with trio.fail_after(WAIT_SECONDS):
             while not predicate():
                 logged = self._logged
                 async with trio.open_nursery() as nursery:
 
-                    async def first(wait: Callable[[], Any]) -> None:
+                    async def first(wait: Callable[[], Awaitable[object]]) -> None:
                         await wait()
+                        nursery.cancel_scope.cancel()
+
+                    async def spell(jump: bool) -> None:
+                        # The bot's own state changes without a log line (a counter, a
+                        # cache): look once the run has settled, and once settled with
+                        # nothing new, again after the clock's next jump.
+                        nonlocal settled
+                        if jump:
+                            await _next_deadline()
+                        await settle()
+                        settled = True
                         nursery.cancel_scope.cancel()
 
                     nursery.start_soon(first, logged.wait)
                     nursery.start_soon(first, self.sim.changed)
-                    # The bot's own state changes without a log line (a counter, a cache).
-                    nursery.start_soon(first, run_idle)
+                    nursery.start_soon(spell, settled)
+                    settled = False
 
     async def cli(self, *args: str, process: bool = False) -> subprocess.CompletedProcess[str]:
         """`picortex ARGS` on this bot's home; never raises on exit codes.
@@ -361,21 +402,17 @@ async def run_cli_in_process(
     return subprocess.CompletedProcess(["picortex", *args], code, out, err)
 
 
-def _store_waits(bot: Bot) -> Callable[[], bool]:
-    """Count the calls awaiting the store thread; the check says whether any is under way."""
-    call = bot.store.call
-    waiting = 0
+def _hold_on_store_work(bot: Bot) -> None:
+    """Make the store thread hold the clock from a hand-over until it is done with it."""
+    holds = _holds()
 
-    async def counted(fn: Callable[[Any], Any], *, write: bool = True) -> Any:
-        nonlocal waiting
-        waiting += 1
-        try:
-            return await call(fn, write=write)
-        finally:
-            waiting -= 1
+    def watch(ops: int) -> None:
+        if ops > 0:
+            holds.hold(ops)
+        else:
+            holds.release(-ops)
 
-    bot.store.call = counted  # type: ignore[method-assign]
-    return lambda: waiting > 0
+    bot.store.on_worker_ops = watch
 
 
 @asynccontextmanager
@@ -425,7 +462,7 @@ async def running_bot(
             # On virtual time the loop is never late, and a probe every 10 ms would hold the
             # clock back to wall speed (it jumps only when every task waits).
             bot.lag.probe_seconds = LAG_PROBE_ON_VIRTUAL_TIME
-        hold_time_while(_store_waits(bot))
+        _hold_on_store_work(bot)
         try:
             # The bot stops first, while the simulator still answers its goodbyes.
             async with trio.open_nursery() as bot_nursery:

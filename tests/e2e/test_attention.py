@@ -38,11 +38,11 @@ async def answered(run: Running, msg: dict[str, Any]) -> dict[str, Any]:
 
 async def chatter(run: Running, msg: dict[str, Any], word: str = "tea") -> None:
     """`msg` was decided as chatter: stored for recall and counted, not answered, not logged."""
-    with trio.fail_after(WAIT):
-        while int(msg["id"]) not in await run.bot.store.read(
-            lambda db: {h.message_id for h in db.search_memory(word, 0.0, None, 50)}
-        ):
-            await run.idle()
+    await run.idle()  # decided, and every write it made is committed
+    stored = await run.bot.store.read(
+        lambda db: {h.message_id for h in db.search_memory(word, 0.0, None, 50)}
+    )
+    assert int(msg["id"]) in stored
     assert run.replies_to(int(msg["id"])) == []
     assert run.bot.router.trusted_chatter == 1
     assert [e for e in run.events("decision") if int(e["message_id"]) == int(msg["id"])] == []
@@ -350,7 +350,10 @@ async def test_discriminate_quiet_shows_typing_only_once_it_will_answer(tmp_path
         msg = run.say(w.general_id, w.bob_id, "which tea has the most caffeine")
         with trio.fail_after(WAIT):
             await run.wait_until(lambda: len(run.sim.model.calls) == 1)
-        await trio.sleep(0.3)  # the classification is under way: nothing shows
+        # Well into the classification, and the bot has done all it was going to by then:
+        # nothing shows.
+        await trio.sleep(0.3)
+        await run.idle()
         assert typing_in(run, w.general_id) == 0
         await answered(run, msg)
         assert typing_in(run, w.general_id) >= 1  # while the answer was written

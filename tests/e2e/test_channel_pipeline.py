@@ -32,8 +32,11 @@ async def test_follow_up_after_someone_else_spoke_restarts_the_answer_once(
         # answer was being generated (no decision line, SPEC 5).
         assert run.bot.router.trusted_chatter == 1
         await run.sim.wait_bot_messages(1, w.general_id)
-        # Past the cancelled call's delay: still one reply, to the merged request.
-        await trio.sleep(2.3)
+        # The call was cancelled; past its scripted delay, once the bot has done all it was
+        # going to: still one reply, to the merged request.
+        await run.wait_event("llm", outcome="cancelled")
+        await trio.sleep(2.0)
+        await run.idle()
         replies = run.sim.bot_messages(w.general_id)
         assert len(replies) == 1
         assert "stale" not in replies[0]["content"]

@@ -59,8 +59,11 @@ async def test_follow_up_during_generation_restarts_it_and_is_answered_once(
         replies = await run.sim.wait_bot_messages(1, w.general_id)
         cont = run.events("continuation")
         assert len(cont) == 1 and cont[0]["restart"] is True
-        # The cancelled call's answer must never be posted: wait past its scripted delay.
-        await trio.sleep(slow + 0.3)
+        # The cancelled call's answer must never be posted: the call was cancelled, and past
+        # its scripted delay, once the bot has done all it was going to, one reply still.
+        await run.wait_event("llm", outcome="cancelled")
+        await trio.sleep(slow)
+        await run.idle()
         replies = run.sim.bot_messages(w.general_id)
         assert len(replies) == 1
         assert "stale" not in replies[0]["content"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import trio
 
 from picortex.actors import channel as channel_mod
 from picortex.actors import router as router_mod
@@ -34,9 +33,7 @@ async def test_only_trusted_words_and_the_bots_answers_are_stored_for_recall(
         ask = run.say(w.general_id, w.alice_id, f"{run.mention()} tell me about the zebra")
         await run.wait_until(lambda: bool(run.replies_to(int(ask["id"]))))
         answer = int(run.replies_to(int(ask["id"]))[0]["id"])
-        with trio.fail_after(10):
-            while answer not in await stored_ids(run, "zebra"):
-                await trio.sleep(0.01)
+        await run.idle()  # every write queued so far is committed
         assert await stored_ids(run, "zebra") == {int(trusted["id"]), int(ask["id"]), answer}
         assert int(stranger["id"]) not in await stored_ids(run, "stranger")
         assert int(stranger_mention["id"]) not in await stored_ids(run, "please")
@@ -107,9 +104,7 @@ async def test_idle_channels_release_their_mailboxes(
         await run.wait_until(lambda: bool(run.replies_to(int(ask["id"]))))
         assert run.bot.snapshot()["ingest"]["mailboxes"] == 1
         await run.wait_event("supervisor", action="exit", actor=f"channel-{w.general_id}")
-        with trio.fail_after(10):
-            while run.bot.snapshot()["ingest"]["mailboxes"]:
-                await trio.sleep(0.05)
+        await run.wait_until(lambda: not run.bot.snapshot()["ingest"]["mailboxes"])
         # The channel comes back on its next message.
         again = run.say(w.general_id, w.alice_id, f"{run.mention()} again")
         await run.wait_until(lambda: bool(run.replies_to(int(again["id"]))))
@@ -140,10 +135,8 @@ async def test_trusted_chatter_is_decided_inline_yet_stored_and_observed(
         assert not {int(e["message_id"]) for e in run.events("decision")} & ids
         assert ids <= {m.id for m in run.bot.cache.recent(w.general_id, 50)}
         # Yet stored for recall, observed by the persona it matches, and marked handled.
-        await run.bot.store.flush()
-        with trio.fail_after(10):
-            while await stored_ids(run, "insomnia") != ids:
-                await trio.sleep(0.01)
+        await run.idle()
+        assert await stored_ids(run, "insomnia") == ids
         hits = await run.bot.store.read(
             lambda db: db.search_memory("insomnia", since=0.0, workspace=None, limit=50)
         )
@@ -173,7 +166,7 @@ async def test_chatter_is_decided_within_the_gateways_call_when_the_router_is_id
         w = run.world
         marker = run.say(w.general_id, w.bob_id, f"{run.mention()} marker")
         await run.wait_event("decision", message_id=int(marker["id"]))
-        await trio.sleep(0.2)
+        await run.idle()
         router = run.bot.router
         chatter = {**marker, "id": str(int(marker["id"]) + 1), "content": "just talking"}
         chatter["mentions"] = []
