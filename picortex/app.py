@@ -171,7 +171,10 @@ class Bot:
         self.channels = DynamicSupervisor("channels", events=self.events)
         pipe = self.pipe
         self.router = Router(
-            pipe, self.channels, lambda channel_id, inbox: ChannelActor(channel_id, inbox, pipe)
+            pipe,
+            self.channels,
+            lambda channel_id, inbox: ChannelActor(channel_id, inbox, pipe),
+            catch_up=self._catch_up,
         )
         self.gateway = GatewayActor(
             settings.discord_token,
@@ -184,9 +187,6 @@ class Bot:
             sessions=sessions,
             safe_seq=self.pipe.handled.safe_seq,
         )
-        gateway = self.gateway
-        self.router.current_seq = lambda: gateway.seq
-        self.router.catch_up = self._catch_up
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         # Wall-clock seconds: catch-up compares message times (from their ids) with it.
         self.wall_clock: Callable[[], float] = time.time

@@ -203,12 +203,12 @@ def run_picortex(api_base: str, count: int, warmup: int, profile: bool, stage: s
         router = BenchRouter(cast(Any, Pipe()), cast(Any, None), cast(Any, None))
         inbox = router.inbox
 
-        def normalize_only(name: str, data: Any) -> None:
+        def normalize_only(name: str, data: Any, seq: int | None) -> None:
             normalize(name, data)
             if name == "MESSAGE_CREATE":
                 tick()
 
-        def gateway_only(name: str, data: Any) -> None:
+        def gateway_only(name: str, data: Any, seq: int | None) -> None:
             if name == "MESSAGE_CREATE":
                 tick()
 

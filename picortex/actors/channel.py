@@ -9,7 +9,6 @@ the decision; a `context` event (context_count) once the answer's context is bui
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import time
@@ -32,7 +31,9 @@ from picortex.actors.clients import (
     ReplyPoster,
 )
 from picortex.actors.command_changes import Applied
+from picortex.actors.delivery import AnswerSink, Delivery
 from picortex.actors.failures import error_line, failure_text, skip_reason
+from picortex.actors.interaction_sink import InteractionSink
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.llm import FAILED_OUTCOMES, ChatTurn, ContentPart, LLMRequest, TextPart
 from picortex.actors.persona_answer import PersonaClients
@@ -78,9 +79,9 @@ DRAIN_BATCH: Final = 32
 class Inbox(Protocol):
     """The mailbox an actor reads: it belongs to the supervisor and outlives the actor."""
 
-    async def receive(self) -> Message | Interaction: ...
+    async def receive(self) -> Delivery: ...
 
-    def receive_nowait(self) -> Message | Interaction: ...
+    def receive_nowait(self) -> Delivery: ...
 
     def done(self) -> None: ...
 
@@ -180,17 +181,6 @@ class _ReplySlot:
 
 
 @attrs.define(eq=False)
-class _Ask:
-    """A slash `ask` being answered: the deferral goes first, the answer edits it."""
-
-    interaction: Interaction
-    deferred: trio.Event = attrs.field(factory=trio.Event)
-    answered: bool = False
-    # Why there is no answer, for the user, when generation skipped or failed.
-    failure: str = "Sorry, I could not answer that this time."
-
-
-@attrs.define(eq=False)
 class _Generation:
     """One answer being generated for a request; a restart replaces it in the same slot.
 
@@ -202,7 +192,11 @@ class _Generation:
     request: cont.Request
     trigger: Message
     slot: _ReplySlot
+    sink: AnswerSink  # where the answer goes
     after: tuple[trio.Event, ...] = ()
+    slash: bool = False  # a slash `ask`: no persona answers it, its context is all cached
+    # Why there is no answer, for a person who waits for one (a slash `ask`).
+    failure: str = "Sorry, I could not answer that this time."
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     replaced: bool = False
     ended: trio.Event = attrs.field(factory=trio.Event)
@@ -226,7 +220,6 @@ class ChannelActor:
         # Set while handling a message whose decision becomes final later (an answer or a
         # command reply to post): it is marked handled then, not when the mailbox moves on.
         self._deferred = False
-        self._asks: dict[Snowflake, _Ask] = {}  # slash `ask`s in progress, by interaction id
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Handle messages until idle for IDLE_EXIT_SECONDS with nothing queued."""
@@ -237,31 +230,31 @@ class ChannelActor:
                 self._nursery = nursery
                 task_status.started()
                 while True:
-                    message: Message | Interaction | None = None
+                    delivery: Delivery | None = None
                     with trio.move_on_after(IDLE_EXIT_SECONDS):
-                        message = await self._inbox.receive()
-                    if message is None:
+                        delivery = await self._inbox.receive()
+                    if delivery is None:
                         if self._tasks == 0 and self._inbox.depth == 0:
                             break
                         continue
                     for _ in range(DRAIN_BATCH):
                         self._deferred = False
                         try:
-                            await self._handle(message, nursery)
+                            await self._handle(delivery, nursery)
                         except Exception:
                             # Only the message in hand is lost (SPEC 12): it is not retried,
                             # even after a restart; answers to earlier messages finish first,
                             # or are logged as abandoned.
-                            self._clients.finish(message)
+                            self._clients.finish(delivery.request)
                             await self._drain()
                             raise
                         if not self._deferred:
                             # Decided here and now (skipped, refused, context): final.
-                            self._clients.finish(message)
+                            self._clients.finish(delivery.request)
                         self._inbox.done()
                         if not self._inbox.depth:
                             break
-                        message = self._inbox.receive_nowait()
+                        delivery = self._inbox.receive_nowait()
         except BaseExceptionGroup as group:
             # Surface a lone crash as itself, so the supervisor logs what actually failed.
             lone = _lone_error(group)
@@ -318,10 +311,13 @@ class ChannelActor:
 
     # ----- one message ---------------------------------------------------------------------
 
-    async def _handle(self, msg: Message | Interaction, nursery: trio.Nursery) -> None:
+    async def _handle(self, delivery: Delivery, nursery: trio.Nursery) -> None:
+        msg = delivery.request
         if isinstance(msg, Interaction):
-            await self._interaction(msg, nursery)
+            assert isinstance(delivery.sink, InteractionSink), "an interaction's own sink"
+            await self._interaction(msg, delivery.sink, nursery)
             return
+        sink = delivery.sink
         clients = self._clients
         settings = clients.settings.refresh()
         bot_id = clients.bot.user_id
@@ -375,13 +371,13 @@ class ChannelActor:
                 self._cont, outcome = cont.on_message(self._cont, msg, True, text=text)
                 if not isinstance(outcome, cont.NotInWindow):
                     persona_answer.observe(self._clients, msg, text)
-                    await self._follow_up(msg, outcome, nursery)
+                    await self._follow_up(msg, outcome, sink, nursery)
                     return
 
         if command_text is not None:
             await self._command(msg, command_text, tier, nursery)
             return
-        await self._attend(msg, text, tier, nursery)
+        await self._attend(msg, text, tier, sink, nursery)
 
     def _tier(self, author: Snowflake, owner_id: Snowflake | None) -> Tier | None:
         """The author's trust tier (SPEC 3); None when not trusted."""
@@ -518,7 +514,9 @@ class ChannelActor:
 
     # ----- slash commands (SPEC 15) ---------------------------------------------------------
 
-    async def _interaction(self, inter: Interaction, nursery: trio.Nursery) -> None:
+    async def _interaction(
+        self, inter: Interaction, sink: InteractionSink, nursery: trio.Nursery
+    ) -> None:
         """A slash command or autocomplete: same trust tiers and executor as typed commands.
 
         Every command gets an answer whatever the chat's attention mode: a message, or for
@@ -534,7 +532,7 @@ class ChannelActor:
             # Config keys are for those who may change config; others see no suggestions.
             allowed = tier is not None and may_run("config", tier)
             choices = sl.autocomplete_choices(inter, config_mod.RUNTIME_KEYS) if allowed else []
-            self._spawn(nursery, lambda: interactions.autocomplete(clients, inter, choices))
+            self._spawn(nursery, lambda: sink.autocomplete(choices))
             return
         if inter.type != InteractionType.APPLICATION_COMMAND:
             return
@@ -548,9 +546,7 @@ class ChannelActor:
             self._spawn(
                 nursery,
                 lambda: _ignore(
-                    interactions.respond(
-                        clients,
-                        inter,
+                    sink.respond(
                         answer,
                         ephemeral=ephemeral,
                         command=command,
@@ -569,7 +565,7 @@ class ChannelActor:
             return
         if isinstance(action, sl.Ask):
             if tier is not None:
-                self._ask(msg, inter, action, tier, nursery)
+                self._ask(msg, inter, action, tier, sink, nursery)
             return
         name, answer, poll, result = await self._execute(msg, action, text, tier, source="slash")
         # Refusals, mistakes, sensitive commands and what someone had forgotten are for the
@@ -584,11 +580,9 @@ class ChannelActor:
             return
 
         async def start_poll() -> None:
-            if not await interactions.respond(
-                clients, inter, answer, ephemeral=False, command=name
-            ):
+            if not await sink.respond(answer, ephemeral=False, command=name):
                 return
-            poll_id = await interactions.original_message_id(clients, inter)
+            poll_id = await sink.original_message_id()
             if poll_id is not None and clients.spawn is not None:
                 from picortex.actors.polls import run_poll
 
@@ -599,7 +593,13 @@ class ChannelActor:
         self._spawn(nursery, start_poll)
 
     def _ask(
-        self, msg: Message, inter: Interaction, action: sl.Ask, tier: Tier, nursery: trio.Nursery
+        self,
+        msg: Message,
+        inter: Interaction,
+        action: sl.Ask,
+        tier: Tier,
+        sink: InteractionSink,
+        nursery: trio.Nursery,
     ) -> None:
         """`/picortex ask`: defer now, answer by editing the deferred response."""
         clients = self._clients
@@ -607,16 +607,7 @@ class ChannelActor:
         self._decision(msg, "respond", "slash command: always answered", mode=mode)
         self._trigger(msg, tier, mode=mode, command=sl.Ask.NAME)
         clients.triggers.add(entry_from_message(msg, trusted=True, command=msg.content))
-        ask = _Ask(inter)
-        self._asks[inter.id] = ask
-
-        async def acknowledge() -> None:
-            try:
-                await interactions.defer(clients, inter)
-            finally:
-                ask.deferred.set()
-
-        self._spawn(nursery, acknowledge)
+        self._spawn(nursery, sink.acknowledge)
         request = cont.Request(
             parent_id=inter.id,
             channel_id=inter.channel_id,
@@ -625,19 +616,7 @@ class ChannelActor:
             texts=(action.text,),
         )
         trigger = attrs.evolve(msg, content=action.text)
-        self._start(request, trigger, self._new_slot(), nursery, typing=False)
-
-    async def _settle_ask(self, gen: _Generation) -> None:
-        """A slash `ask` that got no answer still gets one sentence saying why."""
-        ask = self._asks.get(gen.trigger.id)
-        if ask is None or ask.answered:
-            return
-        ask.answered = True
-        await ask.deferred.wait()
-        with contextlib.suppress(Exception):  # finish_deferred logs its failures
-            await interactions.finish_deferred(
-                self._clients, ask.interaction, ask.failure, command=sl.Ask.NAME
-            )
+        self._start(request, trigger, self._new_slot(), sink, nursery, typing=False, slash=True)
 
     # ----- attention (SPEC 5 step 5) ----------------------------------------------------------
 
@@ -647,7 +626,9 @@ class ChannelActor:
             clients.store, clients.registry, msg, clients.settings().attention
         )
 
-    async def _attend(self, msg: Message, text: str, tier: Tier, nursery: trio.Nursery) -> None:
+    async def _attend(
+        self, msg: Message, text: str, tier: Tier, sink: AnswerSink, nursery: trio.Nursery
+    ) -> None:
         clients = self._clients
         bot_id = clients.bot.user_id or 0
         mode = self._mode(msg)
@@ -670,7 +651,7 @@ class ChannelActor:
         self._cont, new = cont.on_trigger(self._cont, msg, text=text)
         self._trigger(msg, tier, mode=mode, command=None)
         clients.triggers.add(entry_from_message(msg, trusted=True))
-        self._start(new.request, msg, self._new_slot(), nursery, typing=decision.show_typing)
+        self._start(new.request, msg, self._new_slot(), sink, nursery, typing=decision.show_typing)
 
     def _calls_bot(self, msg: Message) -> bool:
         bot_id = self._clients.bot.user_id
@@ -747,7 +728,11 @@ class ChannelActor:
     # ----- continuation and generation ---------------------------------------------------------
 
     async def _follow_up(
-        self, msg: Message, outcome: cont.FollowUp | cont.RestartAnswer, nursery: trio.Nursery
+        self,
+        msg: Message,
+        outcome: cont.FollowUp | cont.RestartAnswer,
+        sink: AnswerSink,
+        nursery: trio.Nursery,
     ) -> None:
         clients = self._clients
         restart = isinstance(outcome, cont.RestartAnswer)
@@ -781,21 +766,25 @@ class ChannelActor:
             gen.replaced = True
             gen.scope.cancel()
             after = (*gen.after, gen.ended)
-            self._start(outcome.request, gen.trigger, gen.slot, nursery, typing=True, after=after)
+            self._start(
+                outcome.request, gen.trigger, gen.slot, gen.sink, nursery, typing=True, after=after
+            )
         else:
-            self._start(outcome.request, msg, self._new_slot(), nursery, typing=True)
+            self._start(outcome.request, msg, self._new_slot(), sink, nursery, typing=True)
 
     def _start(
         self,
         request: cont.Request,
         trigger: Message,
         slot: _ReplySlot,
+        sink: AnswerSink,
         nursery: trio.Nursery,
         *,
         typing: bool,
         after: tuple[trio.Event, ...] = (),
+        slash: bool = False,
     ) -> None:
-        gen = _Generation(request, trigger, slot, after)
+        gen = _Generation(request, trigger, slot, sink, after, slash=slash)
         self._inflight.add(gen)
         self._current[request.parent_id] = gen
         self._spawn(nursery, lambda: self._generate(gen, typing))
@@ -821,10 +810,8 @@ class ChannelActor:
                     )
                 # A skipped or failed answer still holds its place until the earlier ones post.
                 await gen.slot.turn()
-                await self._settle_ask(gen)
+                await gen.sink.fail(gen.failure)
         finally:
-            if not gen.replaced:
-                self._asks.pop(gen.trigger.id, None)
             self._cont = cont.on_answered(self._cont, gen.request)
             self._inflight.discard(gen)
             if self._current.get(gen.request.parent_id) is gen:
@@ -844,7 +831,7 @@ class ChannelActor:
             trigger.channel_id, enabled=typing, spawn=self._spawn_background, hold=sent
         ) as shown:
             asked = self._held(gen)
-            matches = [] if gen.trigger.id in self._asks else self._persona_matches(asked)
+            matches = [] if gen.slash else self._persona_matches(asked)
             if matches:
                 sent.set()  # a persona answer makes calls of its own
                 # A persona answer posts itself: it is generated in its turn to keep the order.
@@ -894,9 +881,8 @@ class ChannelActor:
             reason = self._skip_or_fail(
                 trigger, result.outcome, result.error, result.stack_trace, None, result.limit
             )
-            ask = self._asks.get(trigger.id)
-            if ask is not None and reason is not None:
-                ask.failure = f"Sorry, {reason.removeprefix('no answer: ')}."
+            if reason is not None:
+                gen.failure = f"Sorry, {reason.removeprefix('no answer: ')}."
             if result.notice:
                 # A user over their own limit is told once per period, politely.
                 await self._post_answer(gen, result.notice, persona=None)
@@ -927,22 +913,16 @@ class ChannelActor:
                     await typing_shown.wait()
             return True
 
-        ask = self._asks.get(trigger.id)
-        surface = None
-        if ask is not None:
-            # A slash `ask`: the answer grows in the deferred response (SPEC 15).
-            surface = interactions.AnswerSurface(clients, ask.interaction, ask.deferred.wait)
         streamed = await clients.replies.stream_answer(
             request,
             lambda: clients.replies.resolve_plan(plan),
             trigger_id=trigger.id,
             before_first_post=before_first_post,
-            surface=surface,
+            # A slash `ask`'s answer grows in the deferred response (SPEC 15).
+            surface=gen.sink.surface(),
             on_sent=on_sent,
-            command=None if ask is None else sl.Ask.NAME,
+            command=gen.sink.command,
         )
-        if ask is not None and streamed.reply.started:
-            ask.answered = True
         result = streamed.result
         if streamed.reply.failure is not None:
             message, trace = failure_text(streamed.reply.failure)
@@ -1006,7 +986,7 @@ class ChannelActor:
                     max_chars=settings.context_chars,
                     trusted=clients.is_trusted,
                     # A slash `ask` is an interaction, not a message Discord sent.
-                    from_discord=trigger.id not in self._asks,
+                    from_discord=not gen.slash,
                 )
         except Exception as exc:
             logger.warning("context for %s unavailable: %s", trigger.id, exc)
@@ -1057,24 +1037,15 @@ class ChannelActor:
     async def _post_answer(self, gen: _Generation, text: str, *, persona: str | None) -> None:
         clients = self._clients
         trigger = gen.trigger
-        plan = clients.replies.reply_plan(trigger, None)
         await gen.slot.turn()
         if cont.is_superseded(self._cont, gen.request):
             self._decision(trigger, "skip", "answer superseded by a follow-up: not posted")
             return
         # From here on the answer is posted whatever comes: a follow-up now is a new request.
         self._cont = cont.on_answered(self._cont, gen.request)
-        ask = self._asks.get(trigger.id)
         with trio.CancelScope(shield=True):
             try:
-                if ask is not None:
-                    ask.answered = True
-                    await ask.deferred.wait()
-                    await interactions.finish_deferred(
-                        clients, ask.interaction, text, command=sl.Ask.NAME
-                    )
-                    return
-                await clients.replies.post(plan, text, command=None, trigger_id=trigger.id)
+                await gen.sink.post(text)
             except Exception as exc:
                 message, trace = failure_text(exc)
                 clients.failures.record(

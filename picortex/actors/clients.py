@@ -29,6 +29,7 @@ from picortex.types import (
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from picortex.actors.delivery import Delivery
     from picortex.actors.llm import LLMRequest, LLMResult
     from picortex.actors.pipeline import BotIdentity
     from picortex.actors.replies import AnswerSurface, Streamed
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
     from picortex.errors import FatalDiscordError
     from picortex.runtime.mailbox import Mailbox
     from picortex.store.store import ChatConfig, MemoryHit
-    from picortex.types import Interaction
 
 
 class FaultCheck(Protocol):
@@ -565,9 +565,7 @@ class ChannelWorker(Protocol):
 class ChannelActorFactory(Protocol):
     """Makes the actor of one channel around its mailbox (built by the app)."""
 
-    def __call__(
-        self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
-    ) -> ChannelWorker: ...
+    def __call__(self, channel_id: Snowflake, mailbox: Mailbox[Delivery]) -> ChannelWorker: ...
 
 
 class CatchUpClients(Protocol):

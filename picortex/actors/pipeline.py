@@ -22,7 +22,6 @@ from picortex.actors.command_changes import Applied, apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
 from picortex.actors.handled import HandledLedger
-from picortex.actors.interactions import Ack
 from picortex.actors.llm import LLMActor
 from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
@@ -253,9 +252,6 @@ class Pipeline:
     handled: HandledLedger = attrs.field(
         default=attrs.Factory(lambda self: HandledLedger(self.store), takes_self=True)
     )
-    # Slash interactions not answered yet, by id: whoever comes first answers Discord within
-    # its 3 s, the channel actor with a response or the router's deadline with a deferral.
-    acks: dict[Snowflake, Ack] = attrs.field(factory=dict)
 
     def finish(self, message: Message | Interaction) -> None:
         """The decision on `message` is final: it is never handled again."""

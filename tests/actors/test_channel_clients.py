@@ -11,6 +11,7 @@ import trio
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.channel import ChannelActor
 from picortex.actors.command_changes import Applied
+from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry, TriggerBook
 from picortex.config import load_settings
 from picortex.core import commands as cmds
@@ -90,17 +91,19 @@ class FakeClients:
 
 
 class FakeInbox:
-    def __init__(self, messages: list[Message]) -> None:
+    def __init__(self, messages: list[Message], replies: FakeReplies) -> None:
         self.messages = messages
+        self.replies = replies
         self.handled = 0
 
-    async def receive(self) -> Message:
+    async def receive(self) -> Delivery:
         if not self.messages:
             await trio.sleep_forever()
-        return self.messages.pop(0)
+        return self.receive_nowait()
 
-    def receive_nowait(self) -> Message:
-        return self.messages.pop(0)
+    def receive_nowait(self) -> Delivery:
+        message = self.messages.pop(0)
+        return Delivery(message, None, trio.current_time(), ChannelReply(self.replies, message))
 
     def done(self) -> None:
         self.handled += 1
@@ -127,7 +130,7 @@ def clients(tmp_path: Path) -> FakeClients:
 
 
 async def run_until_handled(fake: FakeClients, messages: list[Message]) -> None:
-    inbox = FakeInbox(list(messages))
+    inbox = FakeInbox(list(messages), fake.replies)
     actor = ChannelActor(CHANNEL, inbox, fake)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)

@@ -11,13 +11,14 @@ import trio
 import trio.testing
 
 from picortex.actors.answers_seen import AnswersSeen
+from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry
 from picortex.actors.router import Router
 from picortex.config import load_settings
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec
 from picortex.store.store import ChatConfig
-from picortex.types import Channel, Interaction, Message
+from picortex.types import Channel, Message
 from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 
@@ -29,6 +30,7 @@ GUILD = 20
 CHANNEL = 10
 THREAD = 11  # a public thread of CHANNEL
 PUBLIC_THREAD = 11  # Discord's channel type
+FIRST_SEQ = 100  # the gateway seq of the first dispatch handed over
 
 
 class FakeCache:
@@ -78,7 +80,6 @@ class FakeClients:
     bot: BotIdentity = attrs.Factory(lambda: BotIdentity(user_id=BOT_ID))
     registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
     answers_seen: AnswersSeen = attrs.Factory(AnswersSeen)
-    acks: dict[int, Any] = attrs.Factory(dict)
     personas: None = None
     faults: None = None
     spawn: None = None
@@ -102,7 +103,7 @@ class FakeChannels:
 
 
 class FakeActor:
-    def __init__(self, mailbox: Mailbox[Message | Interaction]) -> None:
+    def __init__(self, mailbox: Mailbox[Delivery]) -> None:
         self.mailbox = mailbox
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -154,7 +155,7 @@ async def routing(
     channels = FakeChannels()
     actors: dict[int, FakeActor] = {}
 
-    def new_actor(channel_id: int, mailbox: Mailbox[Message | Interaction]) -> FakeActor:
+    def new_actor(channel_id: int, mailbox: Mailbox[Delivery]) -> FakeActor:
         actors[channel_id] = FakeActor(mailbox)
         return actors[channel_id]
 
@@ -163,8 +164,8 @@ async def routing(
     async with trio.open_nursery() as nursery:
         await nursery.start(router.run)
         await trio.testing.wait_all_tasks_blocked()
-        for data in dispatches:
-            router.on_dispatch("MESSAGE_CREATE", data)
+        for i, data in enumerate(dispatches):
+            router.on_dispatch("MESSAGE_CREATE", data, FIRST_SEQ + i)
             chatter_at_dispatch.append(router.chatter)
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
@@ -198,7 +199,13 @@ async def test_an_addressed_message_goes_to_its_channels_mailbox(
     # One actor started for the channel, around the mailbox holding the message.
     assert run.channels.started == [f"channel-{CHANNEL}"]
     mailbox = run.actors[CHANNEL].mailbox
-    assert mailbox.receive_nowait().id == 6
+    delivery = mailbox.receive_nowait()
+    # One value carries the request, the seq it came with and where its answer goes.
+    assert delivery.id == 6
+    assert delivery.seq == FIRST_SEQ
+    assert isinstance(delivery.sink, ChannelReply)
+    assert delivery.sink.trigger is delivery.request
+    assert run.clients.handled.routed_seqs == [FIRST_SEQ]
     # In hand (not final yet: its channel decides), fed to the context.
     assert run.clients.handled.in_hand == {6}
     assert run.clients.handled.finished == []
