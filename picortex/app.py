@@ -55,6 +55,7 @@ from picortex.discord.protocol import GatewayTimings
 from picortex.discord.rest import RestClient
 from picortex.errors import ConfigError, FatalDiscordError, PicortexError
 from picortex.files import private_dir
+from picortex.runtime.background import BackgroundTasks
 from picortex.runtime.faults import FaultPoints
 from picortex.runtime.heap import freeze_startup_heap
 from picortex.runtime.lag import LoopLag
@@ -154,6 +155,10 @@ class Bot:
         personas.load()  # bad persona files stop the start with exit code 2
         for warning in personas.current.warnings:
             logger.warning("%s", warning)
+        # Told by any actor that Discord refused the token: the watchdog stops the bot.
+        self._fatal: FatalDiscordError | None = None
+        self._fatal_event = trio.Event()
+        self.tasks = BackgroundTasks()
         self.pipe = Pipeline(
             settings=self.source,
             store=self.store,
@@ -167,6 +172,8 @@ class Bot:
             home=settings.home,
             faults=self.faults,
             personas=personas,
+            spawn=self.tasks.spawn,
+            fatal=self.on_fatal,
         )
         self.channels = DynamicSupervisor("channels", events=self.events)
         pipe = self.pipe
@@ -197,9 +204,7 @@ class Bot:
             from picortex.web.panel import panel_for_bot
 
             self.web = WebActor(live.web, settings.home, lambda: panel_for_bot(self), self.events)
-        self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
-        self._fatal_event = trio.Event()
         # Services that fail alone: a crashed LLM actor must not reconnect the gateway.
         self.services = Supervisor(
             "services",
@@ -207,7 +212,8 @@ class Bot:
             [
                 ChildSpec("context_cache", self.cache.run),
                 ChildSpec("llm", self.llm.run),
-                ChildSpec("polls", self._polls),
+                # Polls, slash deferral timers, catch-up, command registration.
+                ChildSpec("polls", self.tasks.run),
                 ChildSpec("control", self.control.run),
                 ChildSpec("loop_lag", self.lag.run),
                 ChildSpec("pruner", self.pruner.run),
@@ -255,14 +261,6 @@ class Bot:
         assert self._fatal is not None
         raise self._fatal
 
-    async def _polls(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        async with trio.open_nursery() as nursery:
-            self.pipe.spawn = nursery.start_soon
-            task_status.started()
-            await trio.sleep_forever()
-
     def snapshot(self) -> dict[str, Any]:
         """What `picortex status` shows."""
         gw = self.gateway.status()
@@ -306,7 +304,6 @@ class Bot:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> int:
         """Run the tree until cancelled (exit 0), refused (FatalDiscordError) or exhausted (70)."""
-        self.pipe.fatal = self.on_fatal
         self._started_at = trio.current_time()
         try:
             async with self.rest:

@@ -296,7 +296,7 @@ class ChannelActor:
         if command is None:
             command = cmds.parse_command(command_text)
         name, reply, poll_to_start, _ = await execute(clients, msg, command, command_text, tier)
-        if poll_to_start is not None and clients.spawn is not None:
+        if poll_to_start is not None:
             from picortex.actors.polls import run_poll
 
             clients.spawn(run_poll, clients, msg, poll_to_start)

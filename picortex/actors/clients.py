@@ -430,8 +430,8 @@ class FatalReporter(Protocol):
     """Where a fatal Discord error (a refused token) is reported; the app then stops."""
 
     @property
-    def fatal(self) -> Callable[[FatalDiscordError], None] | None:
-        """The report, once the app has set it."""
+    def fatal(self) -> Callable[[FatalDiscordError], None]:
+        """The report."""
         ...
 
 
@@ -439,8 +439,8 @@ class Spawner(Protocol):
     """Background tasks that outlive a channel actor (polls)."""
 
     @property
-    def spawn(self) -> Callable[..., None] | None:
-        """Start a task in the app's nursery, once it runs."""
+    def spawn(self) -> Callable[..., None]:
+        """Start a task in the app's background nursery."""
         ...
 
 

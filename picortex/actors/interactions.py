@@ -172,7 +172,7 @@ class AnswerSurface:
 def note_failure(
     clients: InteractionClients, interaction: Interaction, what: str, exc: Exception
 ) -> None:
-    if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
+    if isinstance(exc, FatalDiscordError):
         clients.fatal(exc)
     message = error_line(exc)
     clients.events.emit(
@@ -249,7 +249,7 @@ async def register_commands(clients: InteractionClients, application_id: Snowfla
                 await rest.bulk_overwrite_guild_commands(application_id, guild_id, tree)
             _remember_hash(clients, scope, digest, time.time())
         except Exception as exc:
-            if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
+            if isinstance(exc, FatalDiscordError):
                 clients.fatal(exc)
             message = error_line(exc)
             clients.events.emit("slash", action="failed", scope=scope, error=message)

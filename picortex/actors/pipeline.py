@@ -220,17 +220,17 @@ class Pipeline:
     home: Path
     faults: FaultCheck | None = None
     personas: PersonaLoader | None = None
-    # Starts a task in the app's nursery, which outlives channel actors (polls, deadlines of
-    # slash commands, catch-up, command registration), so an idle exit keeps their timers.
-    spawn: Callable[..., None] | None = None
+    # Starts a task in the app's background nursery, which outlives channel actors (polls,
+    # deadlines of slash commands, catch-up, command registration), so an idle exit keeps
+    # their timers.
+    spawn: Callable[..., None] = attrs.field(kw_only=True)
     # Called when Discord refuses the token (HTTP 401): the app stops with exit code 3.
-    fatal: Callable[[FatalDiscordError], None] | None = None
+    fatal: Callable[[FatalDiscordError], None] = attrs.field(kw_only=True)
     # Failed invocations (SPEC 9): events and error rows.
     failures: FailureLog = attrs.field(
         default=attrs.Factory(lambda self: FailureLog(self.store, self.events), takes_self=True)
     )
-    # Posting, typing and streaming (the token refusal is looked up per post, since the app
-    # sets `fatal` when it starts running).
+    # Posting, typing and streaming.
     replies: Replies = attrs.field(
         default=attrs.Factory(
             lambda self: Replies(
@@ -238,7 +238,7 @@ class Pipeline:
                 self.rest,
                 self.llm,
                 self.events,
-                fatal=lambda: self.fatal,
+                fatal=self.fatal,
             ),
             takes_self=True,
         )

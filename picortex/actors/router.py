@@ -393,9 +393,9 @@ class Router:
             # A new session (not a RESUME): events may have been missed since the last one.
             clients.handled.new_session()
             clients.cache.on_session_start()
-            if clients.spawn is not None and self._catch_up is not None:
+            if self._catch_up is not None:
                 clients.spawn(self._catch_up)
-            if event.application_id is not None and clients.spawn is not None:
+            if event.application_id is not None:
                 clients.spawn(register_commands, clients, event.application_id)
         elif isinstance(event, GuildCreate):
             for channel in (*event.channels, *event.threads):
@@ -484,7 +484,7 @@ class Router:
         command = interaction.type == InteractionType.APPLICATION_COMMAND
         ephemeral = command and interactions.predicted_ephemeral(clients, interaction)
         sink = InteractionSink(clients, interaction, ephemeral=ephemeral)
-        if command and clients.spawn is not None:
+        if command:
             clients.spawn(sink.defer_at, arrived + interactions.DEFER_AFTER_SECONDS)
         return Delivery(interaction, seq, arrived, sink)
 

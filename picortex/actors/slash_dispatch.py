@@ -142,7 +142,7 @@ async def dispatch(
         if not await sink.respond(answer, ephemeral=False, command=name):
             return
         poll_id = await sink.original_message_id()
-        if poll_id is not None and clients.spawn is not None:
+        if poll_id is not None:
             from picortex.actors.polls import run_poll
 
             clients.spawn(functools.partial(run_poll, poll_message_id=poll_id), clients, msg, poll)
