@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from picortex.actors import answer_prompt, chats, discriminate, persona_answer, slash_dispatch
+from picortex.actors.answer_state import Generation, ReplySlot, lone_error
 from picortex.actors.channel_clients import ChannelClients, Inbox
 from picortex.actors.command_run import (
     chat_mode,
@@ -27,7 +28,6 @@ from picortex.actors.command_run import (
 )
 from picortex.actors.delivery import AnswerSink, Delivery
 from picortex.actors.failures import error_line, failure_text, skip_reason
-from picortex.actors.interaction_sink import InteractionSink
 from picortex.actors.llm import FAILED_OUTCOMES, LLMRequest
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.core import commands as cmds
@@ -52,45 +52,6 @@ REPLY_SCAN: Final = 200
 DRAIN_BATCH: Final = 32
 
 
-@attrs.define(eq=False)
-class _ReplySlot:
-    """A place in the channel's reply order; `done` once its reply is posted (or given up)."""
-
-    previous: trio.Event | None
-    done: trio.Event = attrs.field(factory=trio.Event)
-
-    async def turn(self) -> None:
-        """Wait until every earlier reply of the channel is done.
-
-        No scheduler round when nothing is pending: a ready reply goes out before other
-        tasks' work is interleaved in front of it.
-        """
-        if self.previous is not None and not self.previous.is_set():
-            await self.previous.wait()
-
-
-@attrs.define(eq=False)
-class _Generation:
-    """One answer being generated for a request; a restart replaces it in the same slot.
-
-    `after` are the `ended` events of the answers it replaced: it makes its model call only
-    once they have ended, so their calls are settled and logged, and their reservations
-    released, before it reserves its own (SPEC 9).
-    """
-
-    request: cont.Request
-    trigger: Message
-    slot: _ReplySlot
-    sink: AnswerSink  # where the answer goes
-    after: tuple[trio.Event, ...] = ()
-    slash: bool = False  # a slash `ask`: no persona answers it, its context is all cached
-    # Why there is no answer, for a person who waits for one (a slash `ask`).
-    failure: str = "Sorry, I could not answer that this time."
-    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
-    replaced: bool = False
-    ended: trio.Event = attrs.field(factory=trio.Event)
-
-
 class ChannelActor:
     """One channel's pipeline. State is in memory only and rebuilt from the store."""
 
@@ -99,8 +60,8 @@ class ChannelActor:
         self._inbox = inbox
         self._clients = clients
         self._cont = cont.ContinuationState(clients.settings().continuation_seconds)
-        self._inflight: set[_Generation] = set()
-        self._current: dict[Snowflake, _Generation] = {}  # the live answer, by request id
+        self._inflight: set[Generation] = set()
+        self._current: dict[Snowflake, Generation] = {}  # the live answer, by request id
         self._last: trio.Event | None = None  # the latest slot's `done`
         self._tasks = 0
         self._nursery: trio.Nursery | None = None
@@ -146,7 +107,7 @@ class ChannelActor:
                         delivery = self._inbox.receive_nowait()
         except BaseExceptionGroup as group:
             # Surface a lone crash as itself, so the supervisor logs what actually failed.
-            lone = _lone_error(group)
+            lone = lone_error(group)
             if lone is None:
                 raise
             raise lone from None
@@ -204,8 +165,8 @@ class ChannelActor:
             request, trigger, self._new_slot(), sink, self._nursery, typing=False, slash=True
         )
 
-    def _new_slot(self) -> _ReplySlot:
-        slot = _ReplySlot(self._last)
+    def _new_slot(self) -> ReplySlot:
+        slot = ReplySlot(self._last)
         self._last = slot.done
         return slot
 
@@ -214,7 +175,7 @@ class ChannelActor:
     async def _handle(self, delivery: Delivery, nursery: trio.Nursery) -> None:
         msg = delivery.request
         if isinstance(msg, Interaction):
-            assert isinstance(delivery.sink, InteractionSink), "an interaction's own sink"
+            assert isinstance(delivery.sink, slash_dispatch.SlashSink), "an interaction's sink"
             await slash_dispatch.dispatch(self._clients, self, msg, delivery.sink)
             return
         sink = delivery.sink
@@ -416,7 +377,7 @@ class ChannelActor:
         self,
         request: cont.Request,
         trigger: Message,
-        slot: _ReplySlot,
+        slot: ReplySlot,
         sink: AnswerSink,
         nursery: trio.Nursery,
         *,
@@ -424,12 +385,12 @@ class ChannelActor:
         after: tuple[trio.Event, ...] = (),
         slash: bool = False,
     ) -> None:
-        gen = _Generation(request, trigger, slot, sink, after, slash=slash)
+        gen = Generation(request, trigger, slot, sink, after, slash=slash)
         self._inflight.add(gen)
         self._current[request.parent_id] = gen
         self._spawn(nursery, lambda: self._generate(gen, typing))
 
-    async def _generate(self, gen: _Generation, typing: bool) -> None:
+    async def _generate(self, gen: Generation, typing: bool) -> None:
         try:
             with gen.scope:
                 for replaced in gen.after:
@@ -460,7 +421,7 @@ class ChannelActor:
                 gen.slot.done.set()
             gen.ended.set()
 
-    async def _answer(self, gen: _Generation, typing: bool) -> None:
+    async def _answer(self, gen: Generation, typing: bool) -> None:
         clients = self._clients
         trigger = gen.trigger
         lines = await answer_prompt.context_lines(
@@ -511,7 +472,7 @@ class ChannelActor:
 
     async def _stream_answer(
         self,
-        gen: _Generation,
+        gen: Generation,
         request: LLMRequest,
         typing_shown: trio.Event,
         on_sent: Callable[[], None],
@@ -567,7 +528,7 @@ class ChannelActor:
                 # A user over their own limit is told once per period, politely.
                 await self._post_answer(gen, result.notice, persona=None)
 
-    def _held(self, gen: _Generation) -> cont.Request:
+    def _held(self, gen: Generation) -> cont.Request:
         """The request as the model gets it: follow-ups held to `context_chars` (SPEC 9)."""
         return held_request(gen.request, self._clients.settings().context_chars)
 
@@ -602,7 +563,7 @@ class ChannelActor:
         decision_event(self._clients.events, trigger, "skip", reason)
         return reason
 
-    async def _post_answer(self, gen: _Generation, text: str, *, persona: str | None) -> None:
+    async def _post_answer(self, gen: Generation, text: str, *, persona: str | None) -> None:
         clients = self._clients
         trigger = gen.trigger
         await gen.slot.turn()
@@ -629,21 +590,3 @@ class ChannelActor:
                     error=message,
                     stack_trace=trace,
                 )
-
-
-def _lone_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
-    """The one real error in a nursery's group (the rest being cancellations), else None."""
-    errors: list[Exception] = []
-    for exc in _leaves(group):
-        if isinstance(exc, trio.Cancelled):
-            continue
-        if not isinstance(exc, Exception):
-            return None
-        errors.append(exc)
-    return errors[0] if len(errors) == 1 else None
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
-    return [exc]

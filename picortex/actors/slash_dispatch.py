@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -19,13 +19,13 @@ from picortex.actors import interactions
 from picortex.actors.channel_clients import ChannelClients
 from picortex.actors.command_run import chat_mode, decision_event, execute, trigger_event
 from picortex.actors.command_run import requester_tier as tier_of_requester
-from picortex.actors.interaction_sink import InteractionSink
+from picortex.actors.delivery import AnswerSink
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import slash as sl
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import may_run
-from picortex.types import Interaction, InteractionType, Message
+from picortex.types import Interaction, InteractionType, Message, Snowflake
 
 
 @attrs.frozen
@@ -67,6 +67,26 @@ def slash_request(interaction: Interaction) -> SlashRequest:
     )
 
 
+@runtime_checkable
+class SlashSink(AnswerSink, Protocol):
+    """An interaction's answer sink (`InteractionSink`): besides a model's answer, it takes a
+    command's response, autocomplete choices, and tells the response's message id."""
+
+    async def respond(
+        self, text: str, *, ephemeral: bool, command: str | None, refused: bool = False
+    ) -> bool:
+        """Answer with a message; False when it did not reach Discord."""
+        ...
+
+    async def autocomplete(self, choices: list[dict[str, str]]) -> None:
+        """Offer autocomplete choices."""
+        ...
+
+    async def original_message_id(self) -> Snowflake | None:
+        """The id of the response's message, when Discord tells it."""
+        ...
+
+
 class ChannelSide(Protocol):
     """What a slash command needs of its channel's actor."""
 
@@ -74,13 +94,13 @@ class ChannelSide(Protocol):
         """Run `fn` as one of the channel's tasks."""
         ...
 
-    def answer(self, request: cont.Request, trigger: Message, sink: InteractionSink) -> None:
+    def answer(self, request: cont.Request, trigger: Message, sink: AnswerSink) -> None:
         """Generate the answer to an `ask` in the channel's reply order."""
         ...
 
 
 async def dispatch(
-    clients: ChannelClients, side: ChannelSide, inter: Interaction, sink: InteractionSink
+    clients: ChannelClients, side: ChannelSide, inter: Interaction, sink: SlashSink
 ) -> None:
     """Handle one slash command or autocomplete interaction."""
     clients.settings.refresh()
