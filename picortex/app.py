@@ -180,7 +180,9 @@ class Bot:
         self.router = Router(
             pipe,
             self.channels,
-            lambda channel_id, inbox: ChannelActor(channel_id, inbox, pipe),
+            lambda channel_id, inbox, windows: ChannelActor(
+                channel_id, inbox, pipe, windows=windows
+            ),
             catch_up=self._catch_up,
         )
         self.gateway = GatewayActor(

@@ -53,12 +53,28 @@ DRAIN_BATCH: Final = 32
 
 
 class ChannelActor:
-    """One channel's pipeline. State is in memory only and rebuilt from the store."""
+    """One channel's pipeline. State is in memory only and rebuilt from the store.
 
-    def __init__(self, channel_id: Snowflake, inbox: Inbox, clients: ChannelClients) -> None:
+    Args:
+        channel_id: the channel.
+        inbox: its mailbox.
+        clients: what it reads and uses.
+        windows: told each new state of the channel's open requests (immutable values: the
+            router decides a trusted author's chatter inline when it cannot continue one).
+    """
+
+    def __init__(
+        self,
+        channel_id: Snowflake,
+        inbox: Inbox,
+        clients: ChannelClients,
+        *,
+        windows: Callable[[cont.ContinuationState], None] = lambda state: None,
+    ) -> None:
         self.channel_id = channel_id
         self._inbox = inbox
         self._clients = clients
+        self._publish_windows = windows
         self._cont = cont.ContinuationState(clients.settings().continuation_seconds)
         self._inflight: set[Generation] = set()
         self._current: dict[Snowflake, Generation] = {}  # the live answer, by request id
@@ -112,10 +128,15 @@ class ChannelActor:
                 raise
             raise lone from None
 
-    def may_continue(self, author_id: Snowflake, sent_at: float) -> bool:
-        """Whether a message from `author_id` sent at `sent_at` (Discord's clock) could join
-        an open request."""
-        return cont.window_for(self._cont, self.channel_id, author_id, sent_at) is not None
+    @property
+    def _cont(self) -> cont.ContinuationState:
+        """The channel's open requests (SPEC 5 step 4)."""
+        return self._windows
+
+    @_cont.setter
+    def _cont(self, state: cont.ContinuationState) -> None:
+        self._windows = state
+        self._publish_windows(state)
 
     async def _drain(self) -> None:
         with trio.move_on_after(self._clients.crash_drain_seconds):

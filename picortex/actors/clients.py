@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from picortex.actors.replies import AnswerSurface, Streamed
     from picortex.config import Settings
     from picortex.core import policy
+    from picortex.core.continuation import ContinuationState
     from picortex.errors import FatalDiscordError
     from picortex.runtime.mailbox import Mailbox
     from picortex.store.store import ChatConfig, MemoryHit
@@ -556,16 +557,18 @@ class ChannelWorker(Protocol):
         """Handle the channel's mailbox until idle."""
         ...
 
-    def may_continue(self, author_id: Snowflake, sent_at: float) -> bool:
-        """Whether a message from `author_id` sent at `sent_at` (Discord's clock) could join
-        an open request."""
-        ...
-
 
 class ChannelActorFactory(Protocol):
     """Makes the actor of one channel around its mailbox (built by the app)."""
 
-    def __call__(self, channel_id: Snowflake, mailbox: Mailbox[Delivery]) -> ChannelWorker: ...
+    def __call__(
+        self,
+        channel_id: Snowflake,
+        mailbox: Mailbox[Delivery],
+        windows: Callable[[ContinuationState], None],
+    ) -> ChannelWorker:
+        """`windows` is told each new state of the channel's open requests."""
+        ...
 
 
 class CatchUpClients(Protocol):

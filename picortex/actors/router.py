@@ -13,6 +13,7 @@ released.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -25,7 +26,6 @@ from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
     ChannelActorFactory,
     ChannelBook,
-    ChannelWorker,
     ContextFeed,
     FaultCheck,
     HandledBook,
@@ -37,6 +37,7 @@ from picortex.actors.delivery import ChannelPoster, ChannelReply, Delivery
 from picortex.actors.interaction_sink import InteractionSink
 from picortex.actors.interactions import InteractionClients, register_commands
 from picortex.actors.persona_answer import PersonaIndex
+from picortex.core import continuation as cont
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
 from picortex.core.trust import is_trusted, should_ignore
@@ -177,7 +178,8 @@ class Router:
         self._new_actor = channel_actor
         self._inbox: Mailbox[tuple[str, Any, int | None]] = Mailbox(ROUTER_QUEUE, name="router")
         self._mailboxes: dict[Snowflake, Mailbox[Delivery]] = {}
-        self._actors: dict[Snowflake, ChannelWorker] = {}  # the latest actor of each mailbox
+        # Each channel's open requests, as its latest actor last told (immutable values).
+        self._windows: dict[Snowflake, cont.ContinuationState] = {}
         self.replays_dropped = 0
         self._catch_up = catch_up
         self.chatter = 0  # messages decided inline as chatter (trusted chatter included)
@@ -246,7 +248,7 @@ class Router:
         ]
         for cid in idle:
             self._released_overflows += self._mailboxes.pop(cid).overflows
-            self._actors.pop(cid, None)
+            self._windows.pop(cid, None)
         return len(idle)
 
     def _report(self) -> None:
@@ -545,8 +547,10 @@ class Router:
             return True
         if not mailbox.settled:
             return False
-        actor = self._actors.get(message.channel_id)
-        return actor is None or not actor.may_continue(message.author.id, message.sent_at)
+        windows = self._windows.get(message.channel_id)
+        return windows is None or (
+            cont.window_for(windows, message.channel_id, message.author.id, message.sent_at) is None
+        )
 
     def _forget_triggers(self, channel_id: Snowflake, ids: Sequence[Snowflake]) -> None:
         """Take deleted messages' text out of the trigger log (status, panel activity), the
@@ -614,8 +618,9 @@ class Router:
         """Start the channel's actor unless it is running."""
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:
-            actor = self._new_actor(channel_id, mailbox)
-            self._actors[channel_id] = actor
+            actor = self._new_actor(
+                channel_id, mailbox, functools.partial(self._windows.__setitem__, channel_id)
+            )
             spec = ChildSpec(name, actor.run, restart=RestartPolicy.TRANSIENT, mailbox=mailbox)
             try:
                 await self._channels.start_child(spec)

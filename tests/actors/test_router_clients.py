@@ -15,6 +15,8 @@ from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry
 from picortex.actors.router import Router
 from picortex.config import load_settings
+from picortex.core.continuation import ContinuationState, on_trigger
+from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec
 from picortex.store.store import ChatConfig
@@ -103,14 +105,14 @@ class FakeChannels:
 
 
 class FakeActor:
-    def __init__(self, mailbox: Mailbox[Delivery]) -> None:
+    def __init__(
+        self, mailbox: Mailbox[Delivery], windows: Callable[[ContinuationState], None]
+    ) -> None:
         self.mailbox = mailbox
+        self.windows = windows  # tells the router the channel's open requests
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-
-    def may_continue(self, author_id: int, sent_at: float) -> bool:
-        return False
 
 
 def payload(i: int, author_id: int, content: str, *, channel: int = CHANNEL) -> dict[str, Any]:
@@ -155,8 +157,10 @@ async def routing(
     channels = FakeChannels()
     actors: dict[int, FakeActor] = {}
 
-    def new_actor(channel_id: int, mailbox: Mailbox[Delivery]) -> FakeActor:
-        actors[channel_id] = FakeActor(mailbox)
+    def new_actor(
+        channel_id: int, mailbox: Mailbox[Delivery], windows: Callable[[ContinuationState], None]
+    ) -> FakeActor:
+        actors[channel_id] = FakeActor(mailbox, windows)
         return actors[channel_id]
 
     router = Router(clients, channels, new_actor)
@@ -302,3 +306,43 @@ async def test_an_unreadable_trust_list_settles_chatter_as_a_strangers(
     assert (run.router.chatter, run.router.trusted_chatter) == (1, 0)
     assert run.clients.store.kept == []
     assert run.clients.store.noted == [7]
+
+
+async def test_a_trusted_authors_chatter_that_may_continue_a_request_goes_to_its_channel(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The channel tells the router its open requests; the router asks no actor."""
+    env = {"PICORTEX_HOME": str(tmp_path), "PICORTEX_OWNER_ID": str(OWNER_ID)}
+    clients = FakeClients(settings=FakeSettings(load_settings(env)))
+    clients.store.tiers[TRUSTED_ID] = "user"
+    channels = FakeChannels()
+    actors: dict[int, FakeActor] = {}
+
+    def new_actor(
+        channel_id: int, mailbox: Mailbox[Delivery], windows: Callable[[ContinuationState], None]
+    ) -> FakeActor:
+        actors[channel_id] = FakeActor(mailbox, windows)
+        return actors[channel_id]
+
+    router = Router(clients, channels, new_actor)
+    trigger = payload(30, TRUSTED_ID, f"<@{BOT_ID}> what is the plan")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(router.run)
+        router.on_dispatch("MESSAGE_CREATE", trigger, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        actor = actors[CHANNEL]
+        actor.mailbox.receive_nowait()  # the channel takes the trigger ...
+        actor.mailbox.done()
+        message = normalize("MESSAGE_CREATE", trigger)
+        assert isinstance(message, Message)
+        actor.windows(on_trigger(ContinuationState(10.0), message)[0])  # ... and opens a window
+        router.on_dispatch("MESSAGE_CREATE", payload(31, TRUSTED_ID, "and for lunch"), 2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (router.delivered, router.chatter) == (2, 0)
+        assert actor.mailbox.receive_nowait().id == 31
+        actor.mailbox.done()
+        actor.windows(ContinuationState(10.0))  # answered and closed: chatter again
+        router.on_dispatch("MESSAGE_CREATE", payload(32, TRUSTED_ID, "never mind"), 3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (router.delivered, router.chatter) == (2, 1)
+        nursery.cancel_scope.cancel()
