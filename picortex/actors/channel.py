@@ -226,7 +226,7 @@ class ChannelActor:
             # the trust list, say): it costs no model call and deletes only their own.
             command = cmds.parse_command(command_text) if command_text is not None else None
             if command is not None and cmds.forgets_only_requester(command, author):
-                await self._command(msg, command_text or "", tier, nursery, command=command)
+                await self._command(msg, command_text or "", tier, sink, nursery, command=command)
                 return
             what = "command from an untrusted author" if command_text is not None else None
             decision_event(
@@ -259,7 +259,7 @@ class ChannelActor:
                     return
 
         if command_text is not None:
-            await self._command(msg, command_text, tier, nursery)
+            await self._command(msg, command_text, tier, sink, nursery)
             return
         await self._attend(msg, text, tier, sink, nursery)
 
@@ -270,6 +270,7 @@ class ChannelActor:
         msg: Message,
         command_text: str,
         tier: Tier | None,
+        sink: AnswerSink,
         nursery: trio.Nursery,
         *,
         command: cmds.Command | None = None,
@@ -283,13 +284,12 @@ class ChannelActor:
 
             clients.spawn(run_poll, clients, msg, poll_to_start)
             return
-        plan = clients.replies.reply_plan(msg, name)
         slot = self._new_slot()
 
         async def post_reply() -> None:
             try:
                 await slot.turn()
-                await clients.replies.post(plan, reply, command=name, trigger_id=msg.id)
+                await sink.post(reply, command=name)
             except Exception as exc:
                 logger.warning("reply to %s command failed: %s", name, error_line(exc))
             finally:

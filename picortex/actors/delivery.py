@@ -41,8 +41,8 @@ class AnswerSink(Protocol):
         """Tell the person the answer is coming (a slash command's deferral; a message: nothing)."""
         ...
 
-    async def post(self, text: str) -> None:
-        """Post the answer; raises when Discord refused it."""
+    async def post(self, text: str, *, command: str | None = None) -> None:
+        """Post the answer, or `command`'s reply; raises when Discord refused it."""
         ...
 
     def surface(self) -> AnswerSurface | None:
@@ -66,9 +66,10 @@ class ChannelReply:
     async def acknowledge(self) -> None:
         return None
 
-    async def post(self, text: str) -> None:
-        plan = self.replies.reply_plan(self.trigger, self.command)
-        await self.replies.post(plan, text, command=self.command, trigger_id=self.trigger.id)
+    async def post(self, text: str, *, command: str | None = None) -> None:
+        name = command or self.command
+        plan = self.replies.reply_plan(self.trigger, name)
+        await self.replies.post(plan, text, command=name, trigger_id=self.trigger.id)
 
     def surface(self) -> AnswerSurface | None:
         return None

@@ -241,11 +241,11 @@ class InteractionSink:
         )
         return posted
 
-    async def post(self, text: str) -> None:
+    async def post(self, text: str, *, command: str | None = None) -> None:
         """The model's answer to an `ask`: it edits the deferral."""
         self._answered = True
         await self._deferral_over.wait()
-        await self.edit_deferred(text, command=self.command)
+        await self.edit_deferred(text, command=command or self.command)
 
     def surface(self) -> AnswerSurface:
         """A streamed `ask` answer grows in the deferred response (SPEC 15, 16)."""

@@ -248,3 +248,38 @@ async def test_a_strangers_slash_command_is_refused_privately_through_its_sink(
     assert sink.responses == [(REFUSAL, True, "help", True)]
     [decision] = fake.events.of("decision")
     assert decision["reason"] == "slash command from an untrusted user: refused privately"
+
+
+class RecordingAnswers:
+    """A message's answer sink that records what was posted through it."""
+
+    command = None
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str | None]] = []
+
+    async def acknowledge(self) -> None:
+        return None
+
+    async def post(self, text: str, *, command: str | None = None) -> None:
+        self.posted.append((text, command))
+
+    def surface(self) -> None:
+        return None
+
+    async def fail(self, sentence: str) -> None:
+        return None
+
+
+async def test_a_typed_commands_reply_leaves_through_its_deliverys_sink(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    fake = clients(tmp_path)
+    sink = RecordingAnswers()
+    trigger = message(9, OWNER, f"<@{BOT_ID}> !s help")
+    await run_until_handled(fake, [Delivery(trigger, 77, 0.0, sink)])
+    [(text, command)] = sink.posted
+    assert command == "help"
+    assert "!s" in text
+    assert fake.replies.posted == []  # the channel posts no other way
+    assert fake.finished == [9]
