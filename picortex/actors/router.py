@@ -199,17 +199,17 @@ class Router:
         """Called by the gateway reader for every dispatch, with its `seq`; never blocks.
 
         Chatter is decided right here when the router's task has nothing queued or in hand
-        (so order holds): no hop through the inbox. Everything else is queued for the task.
-        The `seq` stays with each message in hand, so the persisted session resumes before
-        anything not yet final.
+        (so order holds): no hop through the inbox. Everything else is queued for the task
+        (a message normalized here goes as it is: nothing is normalized twice). The `seq`
+        stays with each message in hand, so the persisted session resumes before anything
+        not yet final.
         """
-        if (
-            name == "MESSAGE_CREATE"
-            and self._waiting
-            and self._inbox.settled
-            and self._route_chatter_now(data, seq)
-        ):
-            return
+        if name == "MESSAGE_CREATE" and self._waiting and self._inbox.settled:
+            event = normalize(name, data)
+            if type(event) is Message:
+                if self._route_chatter_now(event, seq):
+                    return
+                data = event
         if not self._inbox.send_nowait((name, data, seq)):
             self._clients.events.emit(
                 "error", scope="router", message=f"router queue full: {name} dropped"
@@ -317,7 +317,8 @@ class Router:
 
     async def _route_event(self, name: str, data: Any, seq: int | None) -> None:
         clients = self._clients
-        event = normalize(name, data)
+        # A message the reader's inline path normalized already comes as a `Message`.
+        event = data if type(data) is Message else normalize(name, data)
         if event is None:
             return
         if isinstance(event, NormalizeError):
@@ -408,11 +409,10 @@ class Router:
             for thread in event.threads:
                 clients.registry.add(thread)
 
-    def _route_chatter_now(self, data: Any, seq: int | None) -> bool:
+    def _route_chatter_now(self, event: Message, seq: int | None) -> bool:
         """Decide a MESSAGE_CREATE inline if it is chatter; False: the task must route it."""
         clients = self._clients
-        event = normalize("MESSAGE_CREATE", data)
-        if type(event) is not Message or event.author.id == clients.bot.user_id:
+        if event.author.id == clients.bot.user_id:
             return False
         seen = clients.store.seen(event.id)
         if seen is None:  # only SQLite knows: the task asks it

@@ -7,9 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
+from picortex.actors import router as router_mod
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.pipeline import BotIdentity, ChannelRegistry
@@ -346,3 +348,18 @@ async def test_a_trusted_authors_chatter_that_may_continue_a_request_goes_to_its
         await trio.testing.wait_all_tasks_blocked()
         assert (router.delivered, router.chatter) == (2, 1)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_message_for_its_channel_is_normalized_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def counting(name: str, data: Any) -> object:
+        calls.append(name)
+        return normalize(name, data)
+
+    monkeypatch.setattr(router_mod, "normalize", counting)
+    run = await routing(tmp_path, [payload(40, OWNER_ID, f"<@{BOT_ID}> hello")])
+    assert run.router.delivered == 1
+    assert calls == ["MESSAGE_CREATE"]  # on the reader's inline path; the task takes it as is
