@@ -18,7 +18,7 @@ from picortex.actors.interactions import (
     FOLLOW_UP_TIMEOUT_SECONDS,
     RESPONSE_DEADLINE_SECONDS,
     AnswerSurface,
-    InteractionClients,
+    InteractionAnswers,
     message_body,
     note_failure,
     reply_event,
@@ -68,7 +68,7 @@ class InteractionSink:
     command: str | None = sl.Ask.NAME  # what a model's answer through this sink is logged as
 
     def __init__(
-        self, clients: InteractionClients, interaction: Interaction, *, ephemeral: bool
+        self, clients: InteractionAnswers, interaction: Interaction, *, ephemeral: bool
     ) -> None:
         self._clients = clients
         self.interaction = interaction

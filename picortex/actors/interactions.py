@@ -50,13 +50,8 @@ class InteractionStore(TrustReader, CommandTreeStore, Protocol):
     """What slash commands read and keep (the registered command tree's digest)."""
 
 
-class InteractionClients(FatalReporter, Spawner, Protocol):
-    """What answering interactions uses."""
-
-    @property
-    def settings(self) -> CurrentSettings:
-        """The settings in force."""
-        ...
+class InteractionAnswers(FatalReporter, Protocol):
+    """What answering one interaction uses (its sink): Discord's routes and the log."""
 
     @property
     def events(self) -> EventSink:
@@ -64,13 +59,22 @@ class InteractionClients(FatalReporter, Spawner, Protocol):
         ...
 
     @property
-    def store(self) -> InteractionStore:
-        """The trust list and the command tree's digest."""
+    def rest(self) -> InteractionRest:
+        """Discord's interaction routes."""
+        ...
+
+
+class InteractionClients(InteractionAnswers, Spawner, Protocol):
+    """What slash commands use besides answering: the settings, trust, registration."""
+
+    @property
+    def settings(self) -> CurrentSettings:
+        """The settings in force."""
         ...
 
     @property
-    def rest(self) -> InteractionRest:
-        """Discord's interaction routes."""
+    def store(self) -> InteractionStore:
+        """The trust list and the command tree's digest."""
         ...
 
     @property
@@ -125,7 +129,7 @@ class AnswerSurface:
 
     def __init__(
         self,
-        clients: InteractionClients,
+        clients: InteractionAnswers,
         interaction: Interaction,
         before_first: Callable[[], Awaitable[None]],
         *,
@@ -170,7 +174,7 @@ class AnswerSurface:
 
 
 def note_failure(
-    clients: InteractionClients, interaction: Interaction, what: str, exc: Exception
+    clients: InteractionAnswers, interaction: Interaction, what: str, exc: Exception
 ) -> None:
     if isinstance(exc, FatalDiscordError):
         clients.fatal(exc)
@@ -186,7 +190,7 @@ def note_failure(
 
 
 def reply_event(
-    clients: InteractionClients,
+    clients: InteractionAnswers,
     interaction: Interaction,
     command: str | None,
     ephemeral: bool,
