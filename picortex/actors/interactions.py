@@ -98,12 +98,13 @@ def as_message(interaction: Interaction, text: str) -> Message:
 def predicted_ephemeral(clients: InteractionClients, interaction: Interaction) -> bool:
     """Whether the answer will be private, judged before the channel handles it."""
     owner = clients.settings().owner_id
-    if not is_trusted(interaction.user.id, owner, clients.store.get_tier):
-        return True
     name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
-    if name in sl.PRIVATE_SUBCOMMANDS:
-        return True
-    return name != sl.Ask.NAME and clients.replies.reply_target(name) == "dm"
+    return sl.answer_is_private(
+        name,
+        trusted=is_trusted(interaction.user.id, owner, clients.store.get_tier),
+        ok=True,
+        target=clients.replies.reply_target(name),
+    )
 
 
 def message_body(text: str, *, ephemeral: bool) -> dict[str, Any]:

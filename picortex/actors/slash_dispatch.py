@@ -147,12 +147,8 @@ async def dispatch(
     name, answer, poll, result = await execute(
         clients, msg, action, slash.text, tier, source="slash"
     )
-    # Refusals, mistakes, sensitive commands and what someone had forgotten are for the
-    # requester's eyes only.
-    ephemeral = (
-        not result.ok
-        or name in sl.PRIVATE_SUBCOMMANDS
-        or clients.replies.reply_target(name) == "dm"
+    ephemeral = sl.answer_is_private(
+        name, trusted=tier is not None, ok=result.ok, target=clients.replies.reply_target(name)
     )
     if poll is None:
         reply(answer, ephemeral=ephemeral, command=name)

@@ -129,3 +129,13 @@ def test_interaction_tokens_are_redacted() -> None:
     line = f"POST /interactions/1/{token}/callback failed"
     assert token not in redact(line) and "[redacted]" in redact(line)
     assert token.encode() not in redact_json_bytes(f'{{"u": "{token}"}}'.encode())
+
+
+def test_one_rule_says_which_slash_answers_only_the_requester_sees() -> None:
+    private = sl.answer_is_private
+    assert not private("whitelist", trusted=True, ok=True, target="channel")
+    assert private("whitelist", trusted=False, ok=True, target="channel")  # a stranger's
+    assert private("whitelist", trusted=True, ok=False, target="channel")  # a refusal
+    assert private("forget", trusted=True, ok=True, target="channel")  # sensitive
+    assert private("config", trusted=True, ok=True, target="dm")  # the policy says DM
+    assert not private("ask", trusted=True, ok=True, target="dm")  # stays where asked
