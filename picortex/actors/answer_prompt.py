@@ -1,5 +1,5 @@
 """What the model is asked for an answer: the request's context lines, its files, and the
-prompt built from them (SPEC 8, 9, 16)."""
+prompt built from them (SPEC 8, 9, 16); and why no answer came, when none did."""
 
 from __future__ import annotations
 
@@ -10,8 +10,16 @@ import trio
 
 from picortex.actors import attachment_parts
 from picortex.actors.channel_clients import ChannelClients
-from picortex.actors.failures import error_line
-from picortex.actors.llm import ChatTurn, ContentPart, LLMRequest, TextPart
+from picortex.actors.command_run import decision_event
+from picortex.actors.failures import error_line, skip_reason
+from picortex.actors.llm import (
+    FAILED_OUTCOMES,
+    ChatTurn,
+    ContentPart,
+    LLMRequest,
+    LLMResult,
+    TextPart,
+)
 from picortex.core import continuation as cont
 from picortex.core.budget import workspace_id
 from picortex.core.context import CONTEXT_FORMAT_NOTE
@@ -122,3 +130,21 @@ def answer_request(
         timeout=clients.answer_timeout,
         user_id=trigger.author.id,
     )
+
+
+def log_no_answer(clients: ChannelClients, trigger: Message, result: LLMResult) -> str | None:
+    """Log why a model call gave no answer: a failure (an event and an error row), or a skip
+    (a `decision` line), whose reason is returned."""
+    if result.outcome in FAILED_OUTCOMES:
+        clients.failures.record(
+            stage="generate",
+            workspace=workspace_id(trigger.guild_id),
+            persona=None,
+            signal_id=trigger.id,
+            error=result.error or result.outcome,
+            stack_trace=result.stack_trace,
+        )
+        return None
+    reason = f"no answer: {skip_reason(result.outcome, result.limit)}"
+    decision_event(clients.events, trigger, "skip", reason)
+    return reason

@@ -27,8 +27,8 @@ from picortex.actors.command_run import (
     trigger_event,
 )
 from picortex.actors.delivery import AnswerSink, Delivery
-from picortex.actors.failures import error_line, failure_text, skip_reason
-from picortex.actors.llm import FAILED_OUTCOMES, LLMRequest
+from picortex.actors.failures import error_line, failure_text
+from picortex.actors.llm import LLMRequest
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
@@ -480,9 +480,7 @@ class ChannelActor:
                 with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
                     await shown.wait()
         if not result.ok:
-            reason = self._skip_or_fail(
-                trigger, result.outcome, result.error, result.stack_trace, None, result.limit
-            )
+            reason = answer_prompt.log_no_answer(clients, trigger, result)
             if reason is not None:
                 gen.failure = f"Sorry, {reason.removeprefix('no answer: ')}."
             if result.notice:
@@ -542,9 +540,7 @@ class ChannelActor:
                 stack_trace=trace,
             )
         elif result is not None and not result.ok:
-            self._skip_or_fail(
-                trigger, result.outcome, result.error, result.stack_trace, None, result.limit
-            )
+            answer_prompt.log_no_answer(clients, trigger, result)
             if result.notice and not streamed.reply.started:
                 # A user over their own limit is told once per period, politely.
                 await self._post_answer(gen, result.notice, persona=None)
@@ -558,31 +554,6 @@ class ChannelActor:
             return []
         personas = persona_answer.current_personas(self._clients)
         return pcore.match(personas, request.text) if personas is not None else []
-
-    def _skip_or_fail(
-        self,
-        trigger: Message,
-        outcome: str,
-        error: str | None,
-        trace: str | None,
-        persona: str | None,
-        limit: str | None = None,
-    ) -> str | None:
-        """Log why there is no answer; returns the reason when it was a skip, not a failure."""
-        clients = self._clients
-        if outcome in FAILED_OUTCOMES:
-            clients.failures.record(
-                stage="generate",
-                workspace=workspace_id(trigger.guild_id),
-                persona=persona,
-                signal_id=trigger.id,
-                error=error or outcome,
-                stack_trace=trace,
-            )
-            return None
-        reason = f"no answer: {skip_reason(outcome, limit)}"
-        decision_event(self._clients.events, trigger, "skip", reason)
-        return reason
 
     async def _post_answer(self, gen: Generation, text: str, *, persona: str | None) -> None:
         clients = self._clients
