@@ -25,8 +25,8 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
-from typing import Any, Final
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 import trio
@@ -39,7 +39,6 @@ from picortex.actors.control import ControlServer, socket_path
 from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import LLMActor
 from picortex.actors.pipeline import (
-    BotIdentity,
     ChannelRegistry,
     Pipeline,
     SettingsSource,
@@ -49,7 +48,9 @@ from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
 from picortex.actors.web import WebActor
 from picortex.config import Settings
+from picortex.core.personas import PersonaSet
 from picortex.core.redact import remember_secrets
+from picortex.core.triggerlog import TriggerEntry
 from picortex.discord.gateway import GatewayActor
 from picortex.discord.protocol import GatewayTimings
 from picortex.discord.rest import RestClient
@@ -66,9 +67,13 @@ from picortex.runtime.supervisor import (
     Supervisor,
     run_root,
 )
-from picortex.store import StoreActor
+from picortex.store.backends import open_store
 from picortex.store.personas import PersonaLoader
 from picortex.store.queries import SessionQueries
+from picortex.types import BotIdentity
+
+if TYPE_CHECKING:
+    from picortex.web.panel import Panel
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +118,7 @@ class Bot:
         private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
-        self.store = StoreActor.open(settings.db_path)
+        self.store = open_store(settings)
         # Read once, before anything is queued: the session a killed process left.
         sessions = _PersistedSessions(self.store.gateway_session(shard), self.store)
         self.source = SettingsSource(settings, self.store)
@@ -203,9 +208,7 @@ class Bot:
         self.pruner = Pruner(self.store, self.events)
         self.web: WebActor | None = None
         if live.web.enabled:
-            from picortex.web.panel import panel_for_bot
-
-            self.web = WebActor(live.web, settings.home, lambda: panel_for_bot(self), self.events)
+            self.web = WebActor(live.web, settings.home, self.panel, self.events)
         self._started_at = 0.0
         # Services that fail alone: a crashed LLM actor must not reconnect the gateway.
         self.services = Supervisor(
@@ -296,6 +299,39 @@ class Bot:
             "triggers": [self._named(t) for t in self.pipe.triggers.log.snapshot(STATUS_TRIGGERS)],
             "web": self.web.status() if self.web is not None else None,
         }
+
+    def panel(self) -> Panel:
+        """The web panel over this bot's store, actors and registries."""
+        # Imported here: a bot without the panel never loads the web stack.
+        from picortex.web.panel import Panel
+
+        pipe = self.pipe
+        personas = pipe.personas
+
+        def current_personas() -> PersonaSet:
+            return personas.current if personas is not None else PersonaSet()
+
+        def triggers() -> Sequence[TriggerEntry]:
+            log = pipe.triggers.log
+            return (*log.trusted, *log.untrusted)
+
+        return Panel(
+            settings=self.source,
+            store=self.store,
+            events=self.events,
+            home=self.settings.home,
+            action_log_path=self.settings.action_log_path,
+            snapshot=self.snapshot,
+            registry=pipe.registry,
+            cache=self.cache,
+            llm=self.llm,
+            rest=self.rest,
+            personas=current_personas,
+            triggers=triggers,
+            dm_channels=pipe.replies.dm_channels,
+            bot_user=lambda: (pipe.bot.user_id, pipe.bot.username),
+            forget_triggers=pipe.triggers.forget_author,
+        )
 
     def _named(self, trigger: dict[str, object]) -> dict[str, object]:
         """A trigger-log entry with its channel's name, when known."""

@@ -22,13 +22,15 @@ from typing import Any, Final, TypeVar, cast
 import attrs
 import orjson
 
-from picortex.core.redact import remember_secrets
+from picortex.core.discriminate import Classifier
+from picortex.core.redact import remember_secrets, url_secrets
 from picortex.errors import ConfigError, PicortexError
 
 logger = logging.getLogger(__name__)
 
 ATTENTION_MODES: Final = ("always", "mentions-only", "discriminate", "discriminate-quiet", "silent")
 REPLY_MODES: Final = ("channel", "dm")
+ROUTES: Final = ("fixed", "auto")  # [models] route: tiers by persona only, or by the request
 PERIODS: Final = ("day", "month")
 DEFAULT_HOME: Final = "~/.picortex"
 DEFAULT_API_BASE: Final = "https://discord.com/api/v10"
@@ -62,6 +64,8 @@ USD_MAX: Final = 10_000.0  # per workspace, per user; a ceiling above this is no
 GLOBAL_USD_MAX: Final = 100_000.0
 REQUESTS_PER_MINUTE_MAX: Final = 600
 PRICE_MAX: Final = 1_000.0  # USD per million tokens; list prices are a few dollars
+COMPOST_THRESHOLD_MAX: Final = 1_000  # more errors an hour than this is no pattern, a fire
+PAUSE_SECONDS_MAX: Final = 24 * 3600.0  # a day: past that, fix the cause rather than wait
 
 
 @attrs.frozen
@@ -132,6 +136,17 @@ class ModelTiers:
     triage: str = "claude-haiku-5-5"
     general: str = "claude-sonnet-5-5"
     complex: str = "claude-opus-5-5"
+    # "fixed": `general` unless a persona names its tier; "auto": the request picks (SPEC 18).
+    route: str = "fixed"
+
+
+@attrs.frozen
+class CompostSettings:
+    """Failure patterns that pause a persona or a stage (SPEC 18)."""
+
+    # Unresolved errors of one persona (or stage) within an hour that pause it; 0 = never.
+    threshold: int = 5
+    pause_seconds: float = 600.0
 
 
 @attrs.frozen
@@ -180,6 +195,16 @@ class SlashSettings:
     guild_ids: tuple[int, ...] = ()
 
 
+@attrs.frozen
+class AccessSettings:
+    """Access by role and channel (SPEC 18): role ids that count as `user` tier, channel ids
+    the bot is limited to (empty: all) and channel ids where it stays silent."""
+
+    allow_roles: tuple[int, ...] = ()
+    allow_channels: tuple[int, ...] = ()
+    deny_channels: tuple[int, ...] = ()
+
+
 def _secret_repr(value: str | None) -> str:
     return "None" if value is None else "'[hidden]'"
 
@@ -207,14 +232,18 @@ class Settings:
     attention: AttentionSettings = AttentionSettings()
     discriminator: DiscriminatorSettings = DiscriminatorSettings()
     models: ModelTiers = ModelTiers()
+    composting: CompostSettings = CompostSettings()
     budget: BudgetSettings = BudgetSettings()
     web: WebSettings = WebSettings()
     slash: SlashSettings = SlashSettings()
+    access: AccessSettings = AccessSettings()
     prices: Mapping[str, Price] = attrs.field(factory=lambda: BUILTIN_PRICES, converter=_proxy)
     discord_token: str | None = attrs.field(default=None, repr=_secret_repr)
     api_base: str = DEFAULT_API_BASE
     anthropic_api_key: str | None = attrs.field(default=None, repr=_secret_repr)
     anthropic_base_url: str | None = None
+    # PostgreSQL shared by a cluster (SPEC 17); None: the home's SQLite file.
+    database_url: str | None = attrs.field(default=None, repr=_secret_repr)
     action_log_path: Path = attrs.field(
         default=attrs.Factory(lambda s: s.home / "actions.jsonl", takes_self=True)
     )
@@ -237,6 +266,21 @@ class Settings:
         if price is not None:
             return price
         return max(self.prices.values(), key=lambda p: (p.input + p.output, p.output))
+
+    def classifier(self, chat_model: str | None = None) -> Classifier:
+        """How a chat's messages are classified: its own `discriminator_model` (blank: none),
+        else `discriminator.model`, at that model's price."""
+        model = (
+            chat_model.strip() if chat_model and chat_model.strip() else self.discriminator.model
+        )
+        price = self.price_for(model)
+        return Classifier(
+            model=model,
+            input_usd=price.input,
+            output_usd=price.output,
+            timeout_seconds=self.discriminator.timeout_seconds,
+            history=self.discriminator.history,
+        )
 
     def value_of(self, key: str) -> object:
         """The value of a dotted key such as `attention.group` (ConfigError if unknown)."""
@@ -453,15 +497,22 @@ _BOUNDS.update(
 )
 
 
-def _check_guild_ids(key: str, value: object) -> tuple[int, ...]:
-    if isinstance(value, list | tuple):
-        try:
-            ids = [_check_snowflake(key, v) for v in value]
-        except _Invalid:
-            pass
-        else:
-            return tuple(dict.fromkeys(i for i in ids if i is not None))
-    raise _Invalid(f"{key} must be a list of Discord guild ids, got {_show(value)}")
+def _check_ids(what: str) -> Callable[[str, object], tuple[int, ...]]:
+    def check(key: str, value: object) -> tuple[int, ...]:
+        if isinstance(value, list | tuple):
+            try:
+                ids = [_check_snowflake(key, v) for v in value]
+            except _Invalid:
+                pass
+            else:
+                return tuple(dict.fromkeys(i for i in ids if i is not None))
+        raise _Invalid(f"{key} must be a list of Discord {what} ids, got {_show(value)}")
+
+    _BOUNDS[check] = Bounds("list", rule=f"Discord {what} ids, comma-separated (empty: none)")
+    return check
+
+
+_check_guild_ids = _check_ids("guild")
 
 
 def _check_overrides(key: str, value: object) -> Mapping[str, str]:
@@ -549,6 +600,18 @@ def _text_list(text: str) -> object:
     return [part.strip().lower() for part in text.split(",") if part.strip()]
 
 
+_ID_MENTION: Final = re.compile(r"^<(?:@&|#)([0-9]+)>$")
+
+
+def _text_ids(text: str) -> object:
+    """Ids as typed or pasted: raw ids, `<@&role>` or `<#channel>` mentions; `none` (or
+    nothing) for an empty list."""
+    if text.strip().lower() in ("", "none"):
+        return []
+    parts = [part for part in re.split(r"[\s,]+", text) if part]
+    return [_ID_MENTION.sub(r"\1", part) for part in parts]
+
+
 _seconds = _check_number("a number of seconds", SECONDS_MAX)
 _usd = _check_number("an amount in USD", USD_MAX)
 _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
@@ -595,6 +658,13 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "models.triage": _Key(_check_model, _text_stripped, runtime=True),
         "models.general": _Key(_check_model, _text_stripped, runtime=True),
         "models.complex": _Key(_check_model, _text_stripped, runtime=True),
+        "models.route": _Key(_check_choice(ROUTES), _text_stripped, runtime=True),
+        "composting.threshold": _Key(
+            _check_count("a whole number", COMPOST_THRESHOLD_MAX), _text_int, runtime=True
+        ),
+        "composting.pause_seconds": _Key(
+            _check_number("a number of seconds", PAUSE_SECONDS_MAX), _text_number, runtime=True
+        ),
         "budget.ceiling_usd": _Key(_usd, _text_number, runtime=True),
         "budget.period": _Key(_check_choice(PERIODS), _text_stripped, runtime=True),
         "budget.global_ceiling_usd": _Key(
@@ -611,6 +681,10 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         # Commands are registered on READY, so these take effect at the next start.
         "slash.enabled": _Key(_check_bool, _text_bool, runtime=False),
         "slash.guild_ids": _Key(_check_guild_ids, _text_list, runtime=False),
+        # Read on every message from the settings in hand: a change applies to the next one.
+        "access.allow_roles": _Key(_check_ids("role"), _text_ids, runtime=True),
+        "access.allow_channels": _Key(_check_ids("channel"), _text_ids, runtime=True),
+        "access.deny_channels": _Key(_check_ids("channel"), _text_ids, runtime=True),
     }
 )
 _SECTIONS: Final = frozenset(key.partition(".")[0] for key in _KEYS if "." in key)
@@ -864,12 +938,15 @@ def load_settings(
         api_base=api_base,
         anthropic_api_key=_env(env, "ANTHROPIC_API_KEY"),
         anthropic_base_url=_env(env, "ANTHROPIC_BASE_URL"),
+        database_url=_env(env, "PICORTEX_DATABASE_URL"),
         action_log_path=Path(action_log).expanduser() if action_log else home / "actions.jsonl",
         cache_dir=Path(cache_dir).expanduser() if cache_dir else home / "cache",
         fault_inject=env.get("PICORTEX_FAULT_INJECT", "").strip(),
     )
     # From here on these exact values are redacted wherever they would be written.
-    remember_secrets(settings.discord_token, settings.anthropic_api_key)
+    remember_secrets(
+        settings.discord_token, settings.anthropic_api_key, *url_secrets(settings.database_url)
+    )
     return settings.with_runtime(overrides) if overrides else settings
 
 
@@ -896,5 +973,7 @@ def load_settings_for_reading(
         Settings(home=home),
         action_log_path=Path(action_log).expanduser() if action_log else home / "actions.jsonl",
         cache_dir=Path(cache_dir).expanduser() if cache_dir else home / "cache",
+        database_url=_env(env, "PICORTEX_DATABASE_URL"),
     )
+    remember_secrets(*url_secrets(settings.database_url))
     return settings, problem

@@ -11,9 +11,7 @@ the actor, with backoff and within its intensity).
     +-- DiscordHTTPError             Discord answered an error REST does not retry retryable
     |   +-- InvalidRequestGuardError refused locally before Discord's ban          retryable
     +-- GatewayError                 the gateway had nothing usable to connect to  retryable
-    +-- WebSocketClosed              the gateway's websocket ended (stays inside)  retryable
     +-- ModelError                   the model endpoint's answer was unusable      retryable
-    |   +-- MalformedAnswer          not a Messages API response
     |   +-- StreamCut                a streamed answer stopped before its end
     +-- AttachmentRefused            an attachment body not fetched (host, size)   retryable
     +-- PromptTooLarge               no discriminator prompt fits the budget       retryable
@@ -103,15 +101,11 @@ class InvalidRequestGuardError(DiscordHTTPError):
 
 
 class GatewayError(PicortexError):
-    """The gateway could not connect: Discord gave no usable websocket URL."""
+    """The gateway could not connect: no usable websocket URL, or the upgrade was refused."""
 
 
 class ModelError(PicortexError):
     """The model endpoint answered, but not with something usable."""
-
-
-class MalformedAnswer(ModelError):
-    """The model endpoint's body is not a Messages API response."""
 
 
 class StreamCut(ModelError):

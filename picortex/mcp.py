@@ -26,7 +26,7 @@ from mcp.server.stdio import stdio_server
 
 from picortex import __version__
 from picortex.cli.config import run_config_set
-from picortex.cli.errors import error_record
+from picortex.cli.errors import current_pauses, error_record, pause_record
 from picortex.cli.log import log_files
 from picortex.cli.status import query_status
 from picortex.config import (
@@ -34,11 +34,13 @@ from picortex.config import (
     RUNTIME_KEYS,
     Settings,
     format_value,
+    parse_runtime_value,
     runtime_key,
 )
-from picortex.core.commands import parse_user_ids
+from picortex.core.commands import ATTENTION_MODES, USER_MODE_DEFAULT, parse_user_ids
 from picortex.errors import ConfigError, PicortexError
 from picortex.store import RESOLUTIONS, AdminStore
+from picortex.store.backends import open_admin
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ _USER_FIELDS: Final = ("user_id", "author_id", "requester")
 _MESSAGE_FIELDS: Final = ("message_id", "trigger_id", "parent_id", "signal_id")
 
 _ID_SCHEMA: Final = {"type": "string", "pattern": "^[0-9]{1,20}$"}
+_ACCESS_LISTS: Final = ("allow_roles", "allow_channels", "deny_channels")
 
 
 class _BadArgument(PicortexError):
@@ -153,6 +156,13 @@ TOOLS: Final = (
         },
     ),
     _tool(
+        "list_paused",
+        "What composting pauses now: each persona or stage whose unresolved errors within "
+        "an hour reached `[composting] threshold`, until when, and why. Resolving its errors "
+        "lifts a pause.",
+        {},
+    ),
+    _tool(
         "resolve_error",
         "Mark one failed invocation as resolved: fixed, dismissed or composted.",
         {
@@ -172,6 +182,48 @@ TOOLS: Final = (
         "not they are on the trust list. Returns how many messages and observations went.",
         {"user_id": {**_ID_SCHEMA, "description": "The Discord user to forget."}},
         required=("user_id",),
+    ),
+    _tool(
+        "get_access",
+        "Access by role and channel ([access]): role ids whose members count as user tier "
+        "without being listed, the channel ids the bot is limited to (empty: every channel) "
+        "and the channel ids where it stays silent (commands still answer there).",
+        {},
+    ),
+    _tool(
+        "set_access",
+        "Replace one or more [access] lists (each a list of Discord ids; an empty list "
+        "clears it), validated like `picortex config set access.NAME`; a running bot applies "
+        "it on its next message.",
+        {
+            name: {"type": "array", "items": _ID_SCHEMA, "description": what}
+            for name, what in (
+                ("allow_roles", "Roles whose members count as user tier."),
+                ("allow_channels", "The only channels the bot listens in (with threads)."),
+                ("deny_channels", "Channels where the bot stays silent (with threads)."),
+            )
+        },
+    ),
+    _tool(
+        "get_user_attention",
+        "Users' own attention modes: in a chat, a user's own mode beats the chat's mode for "
+        "that user's messages. All chats, or one.",
+        {"chat_id": {**_ID_SCHEMA, "description": "Only this chat (channel, thread or DM)."}},
+    ),
+    _tool(
+        "set_user_attention",
+        "Set a user's own attention mode in one chat, as `attention user @user MODE` does; "
+        "`default` drops it so the chat's mode applies to them again.",
+        {
+            "chat_id": {**_ID_SCHEMA, "description": "The chat (channel, thread or DM)."},
+            "user_id": {**_ID_SCHEMA, "description": "The user."},
+            "mode": {
+                "type": "string",
+                "enum": [*ATTENTION_MODES, USER_MODE_DEFAULT],
+                "description": "The user's own mode here, or default.",
+            },
+        },
+        required=("chat_id", "user_id", "mode"),
     ),
     _tool(
         "get_trust_list",
@@ -227,7 +279,7 @@ class Tools:
         self.settings = settings
 
     def _store(self) -> AdminStore:
-        return AdminStore.open(self.settings.db_path)
+        return open_admin(self.settings)
 
     def call(self, name: str, raw: Mapping[str, Any] | None) -> Any:
         """Run one tool; raises _BadArgument for bad arguments or an unknown tool."""
@@ -344,6 +396,19 @@ class Tools:
         finally:
             store.close()
 
+    def _tool_list_paused(self, raw: Mapping[str, Any] | None) -> Any:
+        _args(raw, ())
+        store = self._store()
+        try:
+            try:
+                live = self.settings.with_runtime(store.runtime_config())
+            except ConfigError:  # a bad stored value: the file's settings still tell
+                live = self.settings
+            found = current_pauses(store, live.composting, time.time())
+        finally:
+            store.close()
+        return [pause_record(p, live.composting.threshold) for p in found]
+
     def _tool_resolve_error(self, raw: Mapping[str, Any] | None) -> Any:
         args = _args(raw, ("id", "as"))
         error_id = args.get("id")
@@ -375,6 +440,72 @@ class Tools:
         finally:
             store.close()
         return {"user_id": str(found[0]), "messages": messages, "observations": observations}
+
+    def _tool_get_access(self, raw: Mapping[str, Any] | None) -> Any:
+        _args(raw, ())
+        store = self._store()
+        try:
+            stored = store.runtime_config()
+        finally:
+            store.close()
+        try:
+            access = self.settings.with_runtime(stored).access
+        except ConfigError as exc:
+            return {"error": str(exc)}
+        return {name: [str(i) for i in getattr(access, name)] for name in _ACCESS_LISTS}
+
+    def _tool_set_access(self, raw: Mapping[str, Any] | None) -> Any:
+        args = _args(raw, _ACCESS_LISTS)
+        if not args:
+            raise _BadArgument(f"Give at least one of {', '.join(_ACCESS_LISTS)}.")
+        values: dict[str, str] = {}
+        for name, ids in args.items():
+            if not isinstance(ids, list):
+                raise _BadArgument(f"`{name}` must be a list of Discord ids (strings).")
+            checked = [_optional_id({name: i}, name) for i in ids]
+            values[f"access.{name}"] = ", ".join(i for i in checked if i) or "none"
+        for key, value in values.items():  # every list checked before any is stored
+            try:
+                parse_runtime_value(key, value)
+            except ConfigError as exc:
+                raise _BadArgument(_sentence(exc)) from None
+        for key, value in values.items():
+            self._tool_set_config({"key": key, "value": value})
+        running = query_status(self.settings.home) is not None
+        return {**self._tool_get_access({}), "applied": "now" if running else "next start"}
+
+    def _tool_get_user_attention(self, raw: Mapping[str, Any] | None) -> Any:
+        args = _args(raw, ("chat_id",))
+        chat = _optional_id(args, "chat_id")
+        store = self._store()
+        try:
+            rows = store.user_attentions()
+        finally:
+            store.close()
+        return [
+            {"chat_id": str(r.chat_id), "user_id": str(r.user_id), "mode": r.mode}
+            for r in rows
+            if chat is None or str(r.chat_id) == chat
+        ]
+
+    def _tool_set_user_attention(self, raw: Mapping[str, Any] | None) -> Any:
+        args = _args(raw, ("chat_id", "user_id", "mode"))
+        chat, user = _optional_id(args, "chat_id"), _optional_id(args, "user_id")
+        if chat is None or user is None or int(chat) == 0 or int(user) == 0:
+            raise _BadArgument("`chat_id` and `user_id` must be Discord ids.")
+        mode = args.get("mode")
+        choices = (*ATTENTION_MODES, USER_MODE_DEFAULT)
+        if mode not in choices:
+            raise _BadArgument(f"`mode` must be one of {', '.join(choices)}.")
+        store = self._store()
+        try:
+            if mode == USER_MODE_DEFAULT:
+                store.delete_user_attention(int(chat), int(user))
+            else:
+                store.set_user_attention(int(chat), int(user), str(mode), time.time())
+        finally:
+            store.close()
+        return {"chat_id": chat, "user_id": user, "mode": mode}
 
     def _tool_get_trust_list(self, raw: Mapping[str, Any] | None) -> Any:
         _args(raw, ())

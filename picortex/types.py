@@ -12,14 +12,18 @@ from typing import Final, Protocol
 import attrs
 
 Snowflake = int
-
 # Discord's epoch: snowflakes count milliseconds from 2015-01-01T00:00:00Z.
 DISCORD_EPOCH_MS: Final = 1_420_070_400_000
 
 
+def snowflake_ms(snowflake: Snowflake) -> int:
+    """When Discord made `snowflake`, in Unix milliseconds."""
+    return (snowflake >> 22) + DISCORD_EPOCH_MS
+
+
 def snowflake_seconds(snowflake: Snowflake) -> float:
     """When Discord made `snowflake`, in Unix seconds by Discord's clock."""
-    return ((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000.0
+    return snowflake_ms(snowflake) / 1000.0
 
 
 class ChannelType(IntEnum):
@@ -146,6 +150,8 @@ class Message:
     snapshots: tuple[MessageSnapshot, ...] = ()
     poll: Poll | None = None
     sticker_names: tuple[str, ...] = ()
+    # The author's role ids in the guild (`member.roles`), for `[access] allow_roles`.
+    member_roles: tuple[Snowflake, ...] = ()
 
     @property
     def text(self) -> str:
@@ -337,6 +343,8 @@ class Interaction:
     options: tuple[InteractionOption, ...] = ()
     # Users named by user options (`data.resolved.users`), by id.
     resolved_users: tuple[User, ...] = ()
+    # The user's role ids in the guild (`member.roles`), for `[access] allow_roles`.
+    member_roles: tuple[Snowflake, ...] = ()
 
     @property
     def is_dm(self) -> bool:
@@ -382,3 +390,11 @@ class NullSink:
 
     def emit(self, event: str, /, **fields: object) -> None:
         """Drop the event."""
+
+
+@attrs.define
+class BotIdentity:
+    """Who the bot is; known after READY."""
+
+    user_id: Snowflake | None = None
+    username: str = "picortex"

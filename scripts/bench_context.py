@@ -23,8 +23,8 @@ import trio
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from picortex.actors.context_cache import LIVE_QUEUE, ContextCache
-from picortex.core.context import DISCORD_EPOCH_MS, assemble_context
-from picortex.types import Attachment, Message, User
+from picortex.core.context import assemble_context
+from picortex.types import DISCORD_EPOCH_MS, Attachment, Message, User
 
 # 2024-01-01T00:00:00Z in Discord's epoch, in milliseconds.
 BASE_MS: Final = 1_704_067_200_000 - DISCORD_EPOCH_MS

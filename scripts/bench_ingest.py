@@ -64,8 +64,9 @@ from bench_support import (
 from picortex.cli.status import query_status
 from picortex.sim import Simulator
 from picortex.sim.simulator import SimURLs
-from picortex.sim.snowflake import iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import iso_timestamp
 from picortex.store import Store
+from picortex.types import snowflake_ms
 
 SCRIPT: Final = Path(__file__).resolve()
 SIZE: Final = 1024

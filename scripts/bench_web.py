@@ -25,9 +25,9 @@ import httpx
 import orjson
 import trio
 
-from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.config import Settings
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.store import AdminStore, Store

@@ -60,6 +60,9 @@ DEFAULTS: dict[str, object] = {
     "models.triage": "claude-haiku-5-5",
     "models.general": "claude-sonnet-5-5",
     "models.complex": "claude-opus-5-5",
+    "models.route": "fixed",
+    "composting.threshold": 5,
+    "composting.pause_seconds": 600.0,
     "budget.ceiling_usd": 5.0,
     "budget.period": "day",
     "slash.enabled": True,
@@ -107,6 +110,9 @@ FROM_FILE = [
     ('[models]\ntriage = "t"', "models.triage", "t"),
     ('[models]\ngeneral = "g"', "models.general", "g"),
     ('[models]\ncomplex = "c"', "models.complex", "c"),
+    ('[models]\nroute = "auto"', "models.route", "auto"),
+    ("[composting]\nthreshold = 0", "composting.threshold", 0),
+    ("[composting]\npause_seconds = 60", "composting.pause_seconds", 60.0),
     ("[budget]\nceiling_usd = 0.25", "budget.ceiling_usd", 0.25),
     ('[budget]\nperiod = "month"', "budget.period", "month"),
     ("[slash]\nenabled = false", "slash.enabled", False),
@@ -249,7 +255,6 @@ def test_environment_values(tmp_path: Path) -> None:
     assert settings.action_log_path == tmp_path / "log" / "a.jsonl"
     assert settings.cache_dir == tmp_path / "c"
     assert settings.db_path == tmp_path / "picortex.db"
-    assert settings.config_path == tmp_path / "picortex.toml"
     assert settings.fault_inject == "mailbox:boom"
 
 
@@ -411,11 +416,17 @@ def test_runtime_keys_are_the_documented_set() -> None:
         "models.triage",
         "models.general",
         "models.complex",
+        "models.route",
+        "composting.threshold",
+        "composting.pause_seconds",
         "budget.ceiling_usd",
         "budget.period",
         "budget.global_ceiling_usd",
         "budget.user_daily_usd",
         "budget.user_requests_per_minute",
+        "access.allow_roles",
+        "access.allow_channels",
+        "access.deny_channels",
     }
 
 
@@ -436,6 +447,9 @@ def test_runtime_keys_are_the_documented_set() -> None:
         ("attention.group", "discriminate", "discriminate"),
         ("discriminator.history", "0", 0),
         ("models.complex", "claude-opus-5-5", "claude-opus-5-5"),
+        ("models.route", " auto ", "auto"),
+        ("composting.threshold", "3", 3),
+        ("composting.pause_seconds", "90", 90.0),
         ("budget.ceiling_usd", "0.01", 0.01),
         ("budget.period", "month", "month"),
         ("Budget.Period", "day", "day"),
@@ -534,6 +548,8 @@ def test_format_value_round_trips_through_parse(key: str, data: st.DataObject) -
         ("budget.global_ceiling_usd", "10000000"),
         ("budget.user_daily_usd", "1000000"),
         ("budget.user_requests_per_minute", "100000"),
+        ("composting.threshold", "1001"),
+        ("composting.pause_seconds", "86401"),
     ],
 )
 def test_numbers_have_upper_bounds_at_runtime(key: str, value: str) -> None:

@@ -8,11 +8,14 @@ from typing import Final
 
 import trio
 
-from picortex.actors import attachment_parts
+from picortex.actors import attachment_parts, model_route
 from picortex.actors.channel_clients import ChannelClients
 from picortex.actors.command_run import decision_event
 from picortex.actors.failures import error_line, skip_reason
-from picortex.actors.llm import (
+from picortex.core import continuation as cont
+from picortex.core.budget import workspace_id
+from picortex.core.context import CONTEXT_FORMAT_NOTE
+from picortex.core.llm import (
     FAILED_OUTCOMES,
     ChatTurn,
     ContentPart,
@@ -20,9 +23,6 @@ from picortex.actors.llm import (
     LLMResult,
     TextPart,
 )
-from picortex.core import continuation as cont
-from picortex.core.budget import workspace_id
-from picortex.core.context import CONTEXT_FORMAT_NOTE
 from picortex.core.trust import is_trusted
 from picortex.types import Message
 
@@ -99,14 +99,15 @@ async def context_lines(
     return lines
 
 
-def answer_request(
+async def answer_request(
     clients: ChannelClients,
     trigger: Message,
     asked: cont.Request,
     lines: tuple[str, ...],
     files: attachment_parts.RequestFiles,
 ) -> LLMRequest:
-    """The model request of an answer: the context, the request, its files."""
+    """The model request of an answer: the context, the request, its files, on the tier the
+    route gives it (SPEC 18)."""
     prompt = asked.text
     if lines:
         conversation = "\n".join(lines)
@@ -125,7 +126,7 @@ def answer_request(
         system=DEFAULT_SYSTEM_PROMPT,
         messages=(ChatTurn("user", content),),
         workspace=workspace_id(trigger.guild_id),
-        tier="general",
+        tier=await model_route.answer_tier(clients, trigger, asked.text),
         signal_id=str(trigger.id),
         timeout=clients.answer_timeout,
         user_id=trigger.author.id,

@@ -47,21 +47,3 @@ class Generation:
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     replaced: bool = False
     ended: trio.Event = attrs.field(factory=trio.Event)
-
-
-def lone_error(group: BaseExceptionGroup[BaseException]) -> Exception | None:
-    """The one real error in a nursery's group (the rest being cancellations), else None."""
-    errors: list[Exception] = []
-    for exc in _leaves(group):
-        if isinstance(exc, trio.Cancelled):
-            continue
-        if not isinstance(exc, Exception):
-            return None
-        errors.append(exc)
-    return errors[0] if len(errors) == 1 else None
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
-    return [exc]

@@ -15,8 +15,8 @@ from typing import Final
 import attrs
 import trio
 
-from picortex.actors.llm import ContentPart, ImagePart, TextPart
 from picortex.core import attachments as core
+from picortex.core.llm import ContentPart, ImagePart, TextPart
 from picortex.types import Message, Snowflake
 
 logger = logging.getLogger(__name__)

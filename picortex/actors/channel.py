@@ -16,11 +16,11 @@ from typing import Final
 import attrs
 import trio
 
-from picortex.actors import answer_prompt, chats, discriminate, persona_answer, slash_dispatch
-from picortex.actors.answer_state import Generation, ReplySlot, lone_error
+from picortex.actors import answer_prompt, chats, persona_answer, slash_dispatch
+from picortex.actors.answer_state import Generation, ReplySlot
 from picortex.actors.channel_clients import ChannelClients, Inbox
+from picortex.actors.classify import classify
 from picortex.actors.command_run import (
-    chat_mode,
     decision_event,
     execute,
     requester_tier,
@@ -28,16 +28,17 @@ from picortex.actors.command_run import (
 )
 from picortex.actors.delivery import AnswerSink, Delivery
 from picortex.actors.failures import error_line, failure_text
-from picortex.actors.llm import LLMRequest
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import personas as pcore
 from picortex.core.attention import decide_attention
 from picortex.core.budget import workspace_id
+from picortex.core.llm import LLMRequest
 from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore
+from picortex.runtime.groups import lone_error
 from picortex.types import Interaction, Message, Snowflake
 
 logger = logging.getLogger(__name__)
@@ -211,7 +212,7 @@ class ChannelActor:
         if clients.faults is not None:
             clients.faults.check("mailbox", msg.content)
         author = msg.author.id
-        tier = requester_tier(clients, author)
+        tier = requester_tier(clients, author, msg.member_roles)
         command_text = cmds.detect_command(
             msg,
             wakeword=settings.wakeword,
@@ -307,18 +308,24 @@ class ChannelActor:
     ) -> None:
         clients = self._clients
         bot_id = clients.bot.user_id or 0
-        mode = chat_mode(self._clients, msg)
+        settings = clients.settings()
+        choice = chats.mode_choice(
+            clients.store, clients.registry, msg, settings.attention, settings.access
+        )
+        mode = choice.mode
         persona_answer.observe(clients, msg, text)
         decision = decide_attention(
             msg,
             bot_user_id=bot_id,
-            owner_id=clients.settings().owner_id,
+            owner_id=settings.owner_id,
             mode=mode,
             is_dm=msg.is_dm,
             replied_to_bot=self._replied_to_bot(msg),
         )
+        if choice.why:
+            decision = attrs.evolve(decision, reason=f"{decision.reason} ({choice.why})")
         if decision.outcome == "discriminate":
-            decision = await discriminate.classify(clients, msg, decision, self._spawn_background)
+            decision = await classify(clients, msg, decision, self._spawn_background)
         if decision.outcome != "respond":
             decision_event(self._clients.events, msg, decision.outcome, decision.reason, mode=mode)
             return
@@ -471,7 +478,7 @@ class ChannelActor:
                 if handled:
                     return
             files = await answer_prompt.request_files(clients, trigger, asked)
-            request = answer_prompt.answer_request(clients, trigger, asked, lines, files)
+            request = await answer_prompt.answer_request(clients, trigger, asked, lines, files)
             if clients.settings().replies.stream:
                 await self._stream_answer(gen, request, shown, sent.set)
                 return

@@ -29,16 +29,14 @@ from picortex.types import (
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from picortex.actors.delivery import Delivery
-    from picortex.actors.llm import LLMRequest, LLMResult
-    from picortex.actors.pipeline import BotIdentity
-    from picortex.actors.replies import AnswerSurface, Streamed
-    from picortex.config import Settings
+    from picortex.actors.stream_reply import AnswerSurface, Streamed
+    from picortex.config import CompostSettings, Settings
     from picortex.core import policy
-    from picortex.core.continuation import ContinuationState
+    from picortex.core.composting import Pause
+    from picortex.core.llm import LLMRequest, LLMResult
     from picortex.errors import FatalDiscordError
-    from picortex.runtime.mailbox import Mailbox
-    from picortex.store.store import ChatConfig, MemoryHit
+    from picortex.store.store import ChatConfig, MemoryHit, UserAttention
+    from picortex.types import BotIdentity
 
 
 class FaultCheck(Protocol):
@@ -82,6 +80,18 @@ class ChatConfigReader(Protocol):
 
     def get_chat_config(self, chat_id: int) -> ChatConfig | None:
         """The chat's own settings, or None when it uses the defaults."""
+        ...
+
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        """The user's own attention mode in the chat, or None when the chat's applies."""
+        ...
+
+
+class UserModesReader(Protocol):
+    """Every user's own attention mode (SPEC 18), read from memory."""
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user."""
         ...
 
 
@@ -161,7 +171,9 @@ class PersonaStore(RecallStore, Protocol):
         ...
 
 
-class ChannelStore(TrustReader, ChatConfigReader, PersonaStore, CommandTreeStore, Protocol):
+class ChannelStore(
+    TrustReader, ChatConfigReader, UserModesReader, PersonaStore, CommandTreeStore, Protocol
+):
     """What the channel actor reads and keeps."""
 
 
@@ -426,6 +438,10 @@ class FailureRecorder(Protocol):
         """Record one failed invocation."""
         ...
 
+    async def pauses(self, settings: CompostSettings) -> list[Pause]:
+        """The personas and stages paused by their failures now (SPEC 18)."""
+        ...
+
 
 class FatalReporter(Protocol):
     """Where a fatal Discord error (a refused token) is reported; the app then stops."""
@@ -548,27 +564,6 @@ class CatchUpRest(HistoryRest, Protocol):
 class RouterRest(InteractionRest, IdentityRest, Protocol):
     """The REST calls the router makes or starts (identity, slash command registration, the
     deferral of a slash answer its channel is late with)."""
-
-
-class ChannelWorker(Protocol):
-    """A channel's actor as the router sees it (`picortex.actors.channel.ChannelActor`)."""
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Handle the channel's mailbox until idle."""
-        ...
-
-
-class ChannelActorFactory(Protocol):
-    """Makes the actor of one channel around its mailbox (built by the app)."""
-
-    def __call__(
-        self,
-        channel_id: Snowflake,
-        mailbox: Mailbox[Delivery],
-        windows: Callable[[ContinuationState], None],
-    ) -> ChannelWorker:
-        """`windows` is told each new state of the channel's open requests."""
-        ...
 
 
 class CatchUpClients(Protocol):

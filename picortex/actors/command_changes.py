@@ -1,4 +1,5 @@
-"""Applies what a command changed (trust, config, attention, memory) to the store.
+"""Applies what a command changed (trust, config, attention, users' own attention, memory)
+to the store.
 
 One place for typed chat commands, slash commands and the web panel, so each front door
 makes the same change in the same way and the change is durable before anyone is told.
@@ -66,6 +67,11 @@ async def apply_changes(
         elif isinstance(change, cmds.AttentionChange) and chat_id is not None:
             store.set_attention_mode(chat_id, change.mode, now)
             await ensure_chat_home(home, chat_id)
+        elif isinstance(change, cmds.UserAttentionChange) and chat_id is not None:
+            if change.mode is None:
+                store.delete_user_attention(chat_id, change.user_id)
+            else:
+                store.set_user_attention(chat_id, change.user_id, change.mode, now)
         elif isinstance(change, cmds.StartPoll):
             poll = change
         elif isinstance(change, cmds.ForgetUser):

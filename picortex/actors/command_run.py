@@ -9,6 +9,7 @@ from picortex import config as config_mod
 from picortex.actors import chats
 from picortex.actors.channel_clients import ChannelClients
 from picortex.core import commands as cmds
+from picortex.core.access import with_roles
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, tier_of
 from picortex.store.chathome import ChatHome
@@ -20,11 +21,16 @@ def tier_label(tier: Tier | None) -> str:
     return tier.label if tier is not None else "untrusted"
 
 
-def requester_tier(clients: ChannelClients, author: Snowflake) -> Tier | None:
-    """The author's trust tier (SPEC 3); None when not trusted."""
-    owner_id = clients.settings().owner_id
+def requester_tier(
+    clients: ChannelClients, author: Snowflake, roles: tuple[Snowflake, ...] = ()
+) -> Tier | None:
+    """The author's trust tier (SPEC 3); an allowed role counts as `user` (SPEC 18); None
+    when not trusted."""
+    settings = clients.settings()
+    owner_id = settings.owner_id
     stored = None if author == owner_id else clients.store.get_tier(author)
-    return tier_of(author, owner_id, {author: stored} if stored else {})
+    listed = tier_of(author, owner_id, {author: stored} if stored else {})
+    return with_roles(listed, roles, settings.access.allow_roles)
 
 
 def chat_mode(clients: ChannelClients, msg: Message) -> str:
@@ -93,6 +99,10 @@ async def execute(
         parse_config_value=config_mod.parse_runtime_value,
         format_config_value=config_mod.format_value,
         requester_id=msg.author.id,
+        user_modes=chats.user_modes(clients.store, chat_id),
+        access_note=chats.mode_choice(
+            clients.store, clients.registry, msg, settings.attention, settings.access
+        ).blocked,
     )
     result = cmds.execute(command, tier, state)
     applied = await clients.apply_command_changes(result.changes, chat_id=chat_id, now=time.time())

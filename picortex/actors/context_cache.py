@@ -30,6 +30,7 @@ from picortex.errors import (
     FatalDiscordError,
     PicortexError,
 )
+from picortex.runtime.groups import lone_error
 from picortex.store.cache_files import (
     channel_path,
     encode_channel,
@@ -219,9 +220,10 @@ class ContextCache:
         except BaseExceptionGroup as group:
             # One failing request is the usual crash: the supervisor should see that error,
             # not a group around it.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
+            lone = lone_error(group)
+            if lone is None:
+                raise
+            raise lone from None
         finally:
             self._serving = False
             # Synchronous, so cancellation cannot interrupt it: pending changes reach the disk.
@@ -258,19 +260,10 @@ class ContextCache:
         ):
             # In sync, in memory, every live event applied: nothing to fetch, read or wait
             # for, so the answer needs no turn in the actor's queue (two scheduler rounds
-            # saved on a trigger).
-            channel = (
+            # saved on a trigger). `_refresh` would do just the absorbing here.
+            if from_discord:
                 self._absorb(channel_id, trigger.guild_id, [trigger])
-                if from_discord
-                else self._channel(channel_id)
-            )
-            return assemble_context(
-                channel.messages,
-                trigger.id,
-                max_messages=max_messages,
-                max_chars=max_chars,
-                trusted=trusted,
-            )
+            return self._lines(trigger, max_messages, max_chars, trusted)
         request = _Request(trigger, max_messages, max_chars, trusted, from_discord)
         await self._requests_tx.send(request)
         await request.done.wait()
@@ -371,13 +364,8 @@ class ContextCache:
             if self._faults is not None:
                 self._faults.check("cache", trigger.content)
             await self._refresh(trigger, absorb=request.from_discord)
-            channel = self._channel(trigger.channel_id)
-            request.lines = assemble_context(
-                channel.messages,
-                trigger.id,
-                max_messages=request.max_messages,
-                max_chars=request.max_chars,
-                trusted=request.trusted,
+            request.lines = self._lines(
+                trigger, request.max_messages, request.max_chars, request.trusted
             )
         except trio.Cancelled:
             request.failure = "the context cache stopped before the context was built"
@@ -394,6 +382,22 @@ class ContextCache:
             raise
         finally:
             request.done.set()
+
+    def _lines(
+        self,
+        trigger: Message,
+        max_messages: int,
+        max_chars: int,
+        trusted: Callable[[Snowflake], bool] | None,
+    ) -> tuple[str, ...]:
+        """The trigger's context lines from its channel as cached now."""
+        return assemble_context(
+            self._channel(trigger.channel_id).messages,
+            trigger.id,
+            max_messages=max_messages,
+            max_chars=max_chars,
+            trusted=trusted,
+        )
 
     async def _refresh(self, trigger: Message, *, absorb: bool) -> None:
         """Bring the channel's cache up to the trigger, fetching at most once per cooldown."""

@@ -18,7 +18,7 @@ from picortex.core import policy
 from picortex.types import Interaction, Message, Snowflake
 
 if TYPE_CHECKING:
-    from picortex.actors.replies import AnswerSurface
+    from picortex.actors.stream_reply import AnswerSurface
 
 
 class ChannelPoster(Poster, Protocol):

@@ -9,16 +9,20 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
+from picortex.actors.composting import Compost
 from picortex.core.budget import REFUSAL_REASONS
+from picortex.core.composting import DEFAULT_PERSONA
 from picortex.core.redact import redact
 from picortex.types import EventSink, Snowflake
 
+if TYPE_CHECKING:
+    from picortex.config import CompostSettings
+    from picortex.core.composting import Pause
+
 logger = logging.getLogger(__name__)
 
-# The persona column of an error row when the default agent (no persona) failed.
-DEFAULT_PERSONA: Final = "default"
 # An error text in an event or an error row is cut to this many characters.
 ERROR_MESSAGE_MAX_CHARS: Final = 500
 
@@ -60,6 +64,10 @@ class ErrorRows(Protocol):
         """Queue an error row; `on_committed(row_id)` runs once it is committed."""
         ...
 
+    async def recent_unresolved_errors(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of unresolved errors made at `since` or later."""
+        ...
+
 
 class FailureLog:
     """The failure recorder the app builds once (`picortex.actors.clients.FailureRecorder`)."""
@@ -67,6 +75,11 @@ class FailureLog:
     def __init__(self, store: ErrorRows, events: EventSink) -> None:
         self.store = store
         self.events = events
+        self.compost = Compost(store, events)
+
+    async def pauses(self, settings: CompostSettings) -> list[Pause]:
+        """The personas and stages paused by their failures now (SPEC 18)."""
+        return await self.compost.pauses(settings)
 
     def record(
         self,

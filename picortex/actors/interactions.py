@@ -27,6 +27,7 @@ from picortex.actors.clients import (
 from picortex.actors.failures import error_line
 from picortex.core import policy
 from picortex.core import slash as sl
+from picortex.core.access import role_tier
 from picortex.core.trust import is_trusted
 from picortex.errors import FatalDiscordError
 from picortex.types import EventSink, Interaction, Message, Snowflake
@@ -97,11 +98,15 @@ def as_message(interaction: Interaction, text: str) -> Message:
 
 def predicted_ephemeral(clients: InteractionClients, interaction: Interaction) -> bool:
     """Whether the answer will be private, judged before the channel handles it."""
-    owner = clients.settings().owner_id
+    settings = clients.settings()
+    # An allowed role makes a stranger a `user` (SPEC 18), as the channel will judge it.
+    trusted = is_trusted(interaction.user.id, settings.owner_id, clients.store.get_tier) or (
+        role_tier(interaction.member_roles, settings.access.allow_roles) is not None
+    )
     name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
     return sl.answer_is_private(
         name,
-        trusted=is_trusted(interaction.user.id, owner, clients.store.get_tier),
+        trusted=trusted,
         ok=True,
         target=clients.replies.reply_target(name),
     )

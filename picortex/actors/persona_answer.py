@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 import attrs
 import trio
 
+from picortex.actors import composting, model_route
 from picortex.actors.attachment_parts import RequestFiles
 from picortex.actors.clients import (
     ChannelDirectory,
@@ -22,12 +23,12 @@ from picortex.actors.clients import (
     ThreadStarter,
 )
 from picortex.actors.failures import error_line, failure_text, skip_reason
-from picortex.actors.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.core import personas as pcore
 from picortex.core import policy
 from picortex.core.budget import workspace_id
 from picortex.core.context import quoted
 from picortex.core.continuation import Request
+from picortex.core.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
 from picortex.errors import ConfigError, FatalDiscordError
@@ -188,6 +189,10 @@ async def _tiebreak(
     clients: PersonaClients, request: Request, trigger: Message, matches: Sequence[PersonaMatch]
 ) -> tuple[PersonaMatch, str]:
     """Pick one of several matches with one triage call; fall back to the strongest."""
+    strongest = matches[0]
+    paused = await composting.stage_pause(clients, "tiebreak")
+    if paused is not None:
+        return strongest, f"tiebreak {composting.until_text(paused)}: strongest match"
     candidates = [m.persona for m in matches]
     system, user = pcore.tiebreak_prompt(request.text, candidates)
     result = await clients.llm.complete(
@@ -203,7 +208,6 @@ async def _tiebreak(
             user_id=trigger.author.id,
         )
     )
-    strongest = matches[0]
     if result.ok:
         chosen = pcore.parse_tiebreak(result.text, [c.id for c in candidates])
         if chosen is not None:
@@ -347,6 +351,7 @@ async def maybe_answer(
         if personas is None:
             return False
         matches = pcore.match(personas, request.text)
+    matches = await composting.unpaused(clients, matches, trigger)
     if not matches:
         return False
     tiebreak = "single match"
@@ -384,7 +389,7 @@ async def maybe_answer(
         system=system,
         messages=tuple(turns),
         workspace=workspace_id(trigger.guild_id),
-        tier=persona.model or "general",
+        tier=await model_route.answer_tier(clients, trigger, request.text, persona.model),
         persona=persona.id,
         signal_id=str(trigger.id),
         user_id=trigger.author.id,

@@ -32,7 +32,15 @@ from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
 from picortex.store.personas import PersonaLoader
 from picortex.store.queries import RuntimeConfigQueries, StoreQueries
-from picortex.types import Channel, ChannelType, EventSink, Interaction, Message, Snowflake
+from picortex.types import (
+    BotIdentity,
+    Channel,
+    ChannelType,
+    EventSink,
+    Interaction,
+    Message,
+    Snowflake,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -45,14 +53,6 @@ CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
 
 class Rest(ChannelRest, PostingRest, IdentityRest, CatchUpRest, Protocol):
     """The REST calls the router, catch-up and channel side make (`RestClient`)."""
-
-
-@attrs.define
-class BotIdentity:
-    """Who the bot is; known after READY."""
-
-    user_id: Snowflake | None = None
-    username: str = "picortex"
 
 
 @attrs.define

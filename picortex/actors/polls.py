@@ -9,11 +9,10 @@ import trio
 
 from picortex.actors.clients import CurrentSettings, Poster, ReactionsRest
 from picortex.actors.failures import error_line
-from picortex.actors.pipeline import BotIdentity
 from picortex.core import policy
 from picortex.core import poll as pcore
 from picortex.core.commands import StartPoll
-from picortex.types import EventSink, Message, Snowflake
+from picortex.types import BotIdentity, EventSink, Message, Snowflake
 
 logger = logging.getLogger(__name__)
 

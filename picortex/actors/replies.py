@@ -16,9 +16,15 @@ import trio
 
 from picortex.actors.clients import CurrentSettings, ModelClient
 from picortex.actors.failures import error_line
-from picortex.actors.llm import LLMRequest, LLMResult
-from picortex.actors.stream_reply import ChannelSurface, ReplySurface, StreamedReply, reply_nonce
+from picortex.actors.stream_reply import (
+    AnswerSurface,
+    ChannelSurface,
+    Streamed,
+    StreamedReply,
+    reply_nonce,
+)
 from picortex.core import policy
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.split import split_reply
 from picortex.core.stream import with_cut_notice
 from picortex.errors import FatalDiscordError
@@ -351,26 +357,3 @@ class Replies:
                 edits=reply.edits,
             )
         return Streamed(result, reply, surface)
-
-
-class AnswerSurface(ReplySurface, Protocol):
-    """Where a streamed answer is written, and what the `reply` event says about it."""
-
-    target: str
-    channel_id: Snowflake | None
-    message_ids: list[Snowflake]
-
-
-@attrs.frozen
-class Streamed:
-    """How a streamed answer went: the call's result (None when the call was cancelled
-    because the reply could not be posted), the reply, and where it went."""
-
-    result: LLMResult | None
-    reply: StreamedReply
-    surface: AnswerSurface
-
-    @property
-    def message_ids(self) -> list[Snowflake]:
-        """The ids of the reply's messages."""
-        return self.surface.message_ids

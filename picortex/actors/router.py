@@ -24,7 +24,6 @@ import trio
 from picortex.actors import chats, interactions, persona_answer
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
-    ChannelActorFactory,
     ChannelBook,
     ContextFeed,
     FaultCheck,
@@ -38,6 +37,7 @@ from picortex.actors.interaction_sink import InteractionSink
 from picortex.actors.interactions import InteractionClients, register_commands
 from picortex.actors.persona_answer import PersonaIndex
 from picortex.core import continuation as cont
+from picortex.core.access import role_tier
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
 from picortex.core.trust import is_trusted, should_ignore
@@ -62,7 +62,8 @@ from picortex.types import (
 )
 
 if TYPE_CHECKING:
-    from picortex.actors.pipeline import BotIdentity, TriggerBook
+    from picortex.actors.pipeline import TriggerBook
+    from picortex.types import BotIdentity
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +142,27 @@ class RouterClients(InteractionClients, PersonaIndex, Protocol):
 
 class RouterReplies(ReplyTarget, ChannelPoster, Protocol):
     """What the router's answer sinks use of the reply poster."""
+
+
+class ChannelWorker(Protocol):
+    """A channel's actor as the router sees it (`picortex.actors.channel.ChannelActor`)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Handle the channel's mailbox until idle."""
+        ...
+
+
+class ChannelActorFactory(Protocol):
+    """Makes the actor of one channel around its mailbox (built by the app)."""
+
+    def __call__(
+        self,
+        channel_id: Snowflake,
+        mailbox: Mailbox[Delivery],
+        windows: Callable[[cont.ContinuationState], None],
+    ) -> ChannelWorker:
+        """`windows` is told each new state of the channel's open requests."""
+        ...
 
 
 class ChannelSupervisor(Protocol):
@@ -518,11 +540,16 @@ class Router:
             return _NOT_CHATTER  # a DM always addresses the bot
         clients = self._clients
         settings = clients.settings()
-        mode = chats.attention_mode(clients.store, clients.registry, message, settings.attention)
+        access = settings.access
+        mode = chats.mode_choice(
+            clients.store, clients.registry, message, settings.attention, access
+        ).mode
         if not is_chatter(message, bot_user_id=clients.bot.user_id, trusted=False, mode=mode):
             return _NOT_CHATTER
         # The bot's own messages never get here (routed before as answers).
-        if not is_trusted(message.author.id, settings.owner_id, clients.store.get_tier):
+        if not is_trusted(message.author.id, settings.owner_id, clients.store.get_tier) and (
+            role_tier(message.member_roles, access.allow_roles) is None
+        ):
             return _STRANGER_CHATTER
         return _TRUSTED_CHATTER if self._decides_trusted_chatter(message, mode) else _NOT_CHATTER
 

@@ -107,7 +107,7 @@ async def dispatch(
     if inter.user.bot or inter.user.id == clients.bot.user_id:
         return
     author = inter.user.id
-    tier = tier_of_requester(clients, author)
+    tier = tier_of_requester(clients, author, inter.member_roles)
     if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
         # Config keys are for those who may change config; others see no suggestions.
         allowed = tier is not None and may_run("config", tier)

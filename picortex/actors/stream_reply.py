@@ -18,10 +18,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
+import attrs
 import trio
 
 from picortex.core import policy
 from picortex.core import stream as core
+from picortex.core.llm import LLMResult
 from picortex.discord.http import when_sent
 from picortex.types import Snowflake
 
@@ -257,3 +259,26 @@ def reply_nonce(trigger_id: Snowflake | None, part: str, index: int) -> dict[str
     if trigger_id is None:
         return {}
     return {"nonce": f"{trigger_id}{part}{index}"}
+
+
+class AnswerSurface(ReplySurface, Protocol):
+    """Where a streamed answer is written, and what the `reply` event says about it."""
+
+    target: str
+    channel_id: Snowflake | None
+    message_ids: list[Snowflake]
+
+
+@attrs.frozen
+class Streamed:
+    """How a streamed answer went: the call's result (None when the call was cancelled
+    because the reply could not be posted), the reply, and where it went."""
+
+    result: LLMResult | None
+    reply: StreamedReply
+    surface: AnswerSurface
+
+    @property
+    def message_ids(self) -> list[Snowflake]:
+        """The ids of the reply's messages."""
+        return self.surface.message_ids

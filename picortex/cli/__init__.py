@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, NoReturn
 
 from picortex import __version__
+from picortex.core.events import EVENT_TYPES
 from picortex.errors import PicortexError, SupervisorExhausted
 
 EXIT_OK: int = 0
@@ -67,13 +68,12 @@ _MODULES: Final = {
     "status": "status",
     "web": "web",
     "mcp": "mcp",
+    "cluster": "cluster",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The full command tree of SPEC section 2."""
-    from picortex.cli.log import EVENT_TYPES
-
     p = _Parser(
         prog="picortex",
         description="A long-lived Discord bot runtime.",
@@ -121,6 +121,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="the simulator's HTTP port for REST, model and control (default 0: any free port)",
     )
     sim.add_argument("--web", action="store_true", help="with --chat: serve the panel too")
+    sim.add_argument(
+        "--guilds",
+        type=int,
+        default=0,
+        help="also create this many guilds (guild-0, ...), spread over shards as on Discord",
+    )
+    sim.add_argument(
+        "--channels-per-guild",
+        type=int,
+        default=2,
+        help="text channels in each of the --guilds guilds (default 2)",
+    )
+    sim.add_argument(
+        "--shards",
+        type=_count,
+        default=None,
+        help="the shard count GET /gateway/bot recommends (default: one per 1,000 guilds)",
+    )
+    sim.add_argument(
+        "--max-concurrency",
+        type=_count,
+        default=None,
+        help="session_start_limit.max_concurrency; IDENTIFYs are then paced per bucket "
+        "(shard_id %% max_concurrency): one per 5 s, a second one gets op 9",
+    )
 
     log = sub.add_parser(
         "log",
@@ -191,6 +216,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("status", help="ask the running bot how it is")
     sub.add_parser("web", help="the panel's address and a one-time login link")
     sub.add_parser("mcp", help="serve the Model Context Protocol on stdio (for assistants)")
+
+    cluster = sub.add_parser("cluster", help="the PostgreSQL a cluster of processes shares")
+    clsub = cluster.add_subparsers(dest="cluster_command", required=True, parser_class=_Parser)
+    clsub.add_parser("init", help="create or migrate the schema; print its version")
     return p
 
 

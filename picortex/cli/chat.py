@@ -52,11 +52,15 @@ def run_chat(
     With `web`, the bot also serves its panel (address and login link printed first).
     """
     home = Path(tempfile.mkdtemp(prefix="picortex-chat-"))
-    # The transcript is the interface here; log lines would tear through it.
-    logging.getLogger().setLevel(logging.CRITICAL)
+    # The transcript is the interface here; log lines would tear through it. The level is
+    # put back after, for a program that calls this and logs on.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.CRITICAL)
     try:
         return trio.run(_main, home, port, stdin or sys.stdin, out or sys.stdout, web)
     finally:
+        root.setLevel(level)
         shutil.rmtree(home, ignore_errors=True)
 
 

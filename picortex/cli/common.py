@@ -8,6 +8,7 @@ from pathlib import Path
 from picortex.config import Settings, load_settings, load_settings_for_reading
 from picortex.errors import ConfigError
 from picortex.store import AdminStore
+from picortex.store.backends import open_admin
 
 
 def settings() -> Settings:
@@ -39,4 +40,4 @@ def home(settings: Settings) -> Path:
 def open_store(settings: Settings) -> AdminStore:
     """The home's database, the home created first if needed (every write committed at once)."""
     home(settings)
-    return AdminStore.open(settings.db_path)
+    return open_admin(settings)

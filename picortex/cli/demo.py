@@ -504,6 +504,16 @@ async def _play(demo: _Demo, speed: float) -> None:
     await demo.answered()
     demo.report()
 
+    demo.scene("A user's own attention mode beats the chat's: bob needs no mention in #random")
+    m = demo.say(random_, w.alice_id, f"{at} !s attention user <@{w.bob_id}> always")
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+    m = demo.say(random_, w.bob_id, "any tips for keeping basil alive on a windowsill?")
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+
     demo.scene("A budget ceiling is reached: no more model calls in this workspace")
     m = demo.say(general, w.alice_id, f"{at} !s config set budget.ceiling_usd 0.000001")
     await demo.decided(m)

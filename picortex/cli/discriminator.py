@@ -10,23 +10,19 @@ from typing import Any, TextIO
 import attrs
 import trio
 
-from picortex.actors.discriminate import (
-    build_request,
-    discriminator_model,
-    history_before,
-    interpret,
-)
 from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import LLMActor
 from picortex.config import Settings
-from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
+from picortex.core.discriminate import interpret, trial_request
+from picortex.core.llm import LLMRequest
 from picortex.core.money import usd
 from picortex.core.terminal import clean_line
 from picortex.core.trust import is_trusted
 from picortex.errors import ConfigError
 from picortex.files import private_dir
-from picortex.store import AdminQueries, AdminStore
+from picortex.store import AdminQueries
+from picortex.store.backends import open_admin
 from picortex.store.cache_files import decode_channel
 from picortex.store.chathome import ChatHome, ChatHomeError
 from picortex.types import Message, NullSink
@@ -95,7 +91,7 @@ def run_discriminator_test(
     except ChatHomeError as exc:
         raise ConfigError(str(exc)) from None
     private_dir(settings.home)
-    store = AdminStore.open(settings.db_path)
+    store = open_admin(settings)
     try:
         live = settings.with_runtime(store.runtime_config())
         own = store.get_chat_config(chat_id)
@@ -132,14 +128,7 @@ def _classify_all(
 ) -> int:
     last = messages[-1]
     is_dm = last.guild_id is None
-    workspace = "dm" if is_dm else str(last.guild_id)
-    chat_meta = disc.ChatMeta(
-        chat_id=str(chat_id),
-        kind="dm" if is_dm else "group",
-        name=str(chat_id),
-        bot_name="picortex",
-    )
-    model = discriminator_model(settings, own_model)
+    classifier = settings.classifier(own_model)
     mode = mode_for_chat(own_mode, None, is_dm, settings.attention)
     llm = LLMActor(
         api_key=settings.anthropic_api_key,
@@ -152,12 +141,11 @@ def _classify_all(
     )
     print(
         f"Chat {chat_id} ({'direct message' if is_dm else 'group'}, attention mode {mode}); "
-        f"model {model}; prompt {prompt_path}",
+        f"model {classifier.model}; prompt {prompt_path}",
         file=out,
     )
     if not llm.available:
         print("(no ANTHROPIC_API_KEY: no call is made; each decision shows the fallback)", file=out)
-    history_n = settings.discriminator.history
     tiers = dict(store.trust_list())
     # Offline the bot's own id is unknown: its messages are the cached ones by a bot.
     bots = {m.author.id for m in messages if m.author.bot}
@@ -174,16 +162,19 @@ def _classify_all(
             await nursery.start(llm.run)
             for index in picks:
                 msg = messages[index]
-                history = history_before(messages[:index], msg, history_n, trusted)
                 line = f"{msg.author.display_name}: {_preview(msg.content)}"
                 print(clean_line(line), file=out)
-                try:
-                    request = build_request(
-                        settings, template, msg, history, chat_meta, workspace, model=model
-                    )
-                except disc.PromptTooLarge as exc:
-                    decision = disc.fail_decision(is_dm, f"discriminator prompt too large: {exc}")
-                    line = f"  -> {_verdict(decision.outcome)}: {decision.reason} ($0)"
+                request = trial_request(
+                    classifier,
+                    template,
+                    messages,
+                    index,
+                    chat_id=chat_id,
+                    chat_name=str(chat_id),
+                    trusted=trusted,
+                )
+                if not isinstance(request, LLMRequest):
+                    line = f"  -> {_verdict(request.outcome)}: {request.reason} ($0)"
                     print(clean_line(line), file=out)
                     continue
                 # The owner's test run: charged to the workspace, not to the authors.

@@ -13,9 +13,14 @@ import attrs
 import orjson
 
 from picortex.cli import common
+from picortex.config import CompostSettings
+from picortex.core import composting
+from picortex.core.events import rfc3339
 from picortex.core.redact import redact, redact_json_bytes
 from picortex.core.terminal import clean_line, clean_text
+from picortex.errors import ConfigError
 from picortex.store import RESOLUTIONS, AdminQueries, InvocationError
+from picortex.store.queries import ErrorQueries
 
 MESSAGE_WIDTH: Final = 72  # the table's error column is cut here so a row fits one line
 COLUMNS: Final = (
@@ -42,14 +47,6 @@ class FailurePattern:
     first_at: float
     latest_at: float
     latest_message: str
-
-
-def rfc3339(ts: float | None) -> str | None:
-    """Unix seconds as an RFC 3339 UTC timestamp (milliseconds), or None."""
-    if ts is None:
-        return None
-    text = datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
-    return text.replace("+00:00", "Z")
 
 
 def _short_time(ts: float) -> str:
@@ -93,6 +90,31 @@ def failure_patterns(errors: Sequence[InvocationError]) -> list[FailurePattern]:
     return patterns
 
 
+def current_pauses(
+    store: ErrorQueries, settings: CompostSettings, now: float
+) -> list[composting.Pause]:
+    """The personas and stages composting pauses at `now` (what the running bot finds)."""
+    rows = store.unresolved_errors_since(composting.looked_back(now, settings.pause_seconds))
+    return composting.pauses(
+        (composting.ErrorMark(p, s, at) for p, s, at in rows),
+        threshold=settings.threshold,
+        pause_seconds=settings.pause_seconds,
+        now=now,
+    )
+
+
+def pause_record(pause: composting.Pause, threshold: int) -> dict[str, object]:
+    """One pause as a JSON object: what is paused, until when and why."""
+    return {
+        "kind": pause.kind,
+        "name": pause.name,
+        "errors": pause.errors,
+        "since": rfc3339(pause.since),
+        "until": rfc3339(pause.until),
+        "reason": pause.reason(threshold),
+    }
+
+
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]], out: TextIO) -> None:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
@@ -106,15 +128,30 @@ def _dump(value: object, out: TextIO) -> None:
 
 
 def run_errors(
-    store: AdminQueries, *, unresolved: bool, as_json: bool, patterns: bool, out: TextIO
+    store: AdminQueries,
+    *,
+    unresolved: bool,
+    as_json: bool,
+    patterns: bool,
+    out: TextIO,
+    composted: CompostSettings | None = None,
+    now: float | None = None,
 ) -> int:
-    """List invocation errors (`--unresolved`, `--json`) or group them (`--patterns`).
+    """List invocation errors (`--unresolved`, `--json`) or group them (`--patterns`, with
+    what composting pauses at `now` under `composted`, the settings in force).
 
     Returns:
         The exit code: 0.
     """
     if patterns:
         found = failure_patterns(store.invocation_errors(unresolved_only=True))
+        settings = composted or CompostSettings()
+        paused = current_pauses(store, settings, time.time() if now is None else now)
+
+        def until(p: FailurePattern) -> str | None:
+            pause = composting.pause_for(paused, p.persona, p.stage)
+            return None if pause is None else rfc3339(pause.until)
+
         if as_json:
             _dump(
                 [
@@ -125,6 +162,7 @@ def run_errors(
                         "first_at": rfc3339(p.first_at),
                         "latest_at": rfc3339(p.latest_at),
                         "latest_message": p.latest_message,
+                        "paused_until": until(p),
                     }
                     for p in found
                 ],
@@ -139,11 +177,21 @@ def run_errors(
                     _one_line(p.persona, 24),
                     p.stage,
                     _short_time(p.latest_at),
+                    _paused_cell(paused, p),
                     _one_line(p.latest_message),
                 ]
                 for p in found
             ]
-            _table(["COUNT", "PERSONA", "STAGE", "LATEST (UTC)", "LATEST ERROR"], rows, out)
+            header = ["COUNT", "PERSONA", "STAGE", "LATEST (UTC)", "PAUSED UNTIL", "LATEST ERROR"]
+            _table(header, rows, out)
+            for pause in paused:
+                out.write(
+                    clean_line(
+                        f"Paused: {pause.kind} {pause.name} until {_short_time(pause.until)} UTC"
+                        f" ({pause.reason(settings.threshold)})."
+                    )
+                    + "\n"
+                )
         return 0
 
     errors = store.invocation_errors(unresolved_only=unresolved)
@@ -169,6 +217,11 @@ def run_errors(
     header = ["ID", "CREATED (UTC)", "WORKSPACE", "PERSONA", "STAGE", "SIGNAL", "STATUS", "ERROR"]
     _table(header, rows, out)
     return 0
+
+
+def _paused_cell(paused: Sequence[composting.Pause], pattern: FailurePattern) -> str:
+    pause = composting.pause_for(paused, pattern.persona, pattern.stage)
+    return "-" if pause is None else _short_time(pause.until)
 
 
 def run_resolve(
@@ -207,12 +260,17 @@ def command(args: argparse.Namespace) -> int:
             return run_resolve(
                 store, args.id, args.resolution, sys.stdout, time.time(), err=sys.stderr
             )
+        try:
+            live = settings.with_runtime(store.runtime_config())
+        except ConfigError:  # a bad stored value: the file's settings still show the errors
+            live = settings
         return run_errors(
             store,
             unresolved=args.unresolved,
             as_json=args.json,
             patterns=args.patterns,
             out=sys.stdout,
+            composted=live.composting,
         )
     finally:
         store.close()

@@ -31,31 +31,6 @@ VALUE_MAX_CHARS: Final = 160
 HIDDEN_FIELDS: Final = frozenset({"ts", "event", "traceback"})
 # Separate warnings for unreadable lines before they are only counted.
 MAX_WARNINGS: Final = 10
-# The event types the bot writes (`--event TYPE`); `picortex log --help` lists them.
-EVENT_TYPES: Final = (
-    "trigger",
-    "continuation",
-    "command",
-    "decision",
-    "context",
-    "reply",
-    "persona",
-    "persona.responded",
-    "personas",
-    "llm",
-    "budget",
-    "cortex.invocation_failed",
-    "poll",
-    "reaction",
-    "message-edit",
-    "message-delete",
-    "gateway",
-    "rest",
-    "supervisor",
-    "slash",
-    "interaction",
-    "error",
-)
 
 
 class _Reader:

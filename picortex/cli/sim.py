@@ -13,14 +13,34 @@ import trio
 
 from picortex.errors import ConfigError
 from picortex.sim.simulator import Simulator
+from picortex.sim.world import SimError
 
 
-def run_sim(*, host: str = "127.0.0.1", port: int = 0, out: TextIO = sys.stdout) -> int:
+def run_sim(
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    out: TextIO = sys.stdout,
+    guilds: int = 0,
+    channels_per_guild: int = 2,
+    shards: int | None = None,
+    max_concurrency: int | None = None,
+) -> int:
     """Serve the simulator with the default world, print where it listens, run until Ctrl-C.
 
+    `guilds` more guilds with `channels_per_guild` text channels each; `shards` is the
+    recommended shard count; `max_concurrency` also paces IDENTIFYs per bucket.
     Returns the exit code: 0 after SIGINT or SIGTERM.
     """
-    sim = Simulator()
+    try:
+        sim = Simulator(
+            recommended_shards=shards,
+            max_concurrency=max_concurrency or 1,
+            limit_identify_concurrency=max_concurrency is not None,
+        )
+        made = sim.add_guilds(guilds, channels_per_guild)
+    except (ValueError, SimError) as exc:
+        raise ConfigError(str(exc)) from None
 
     async def main() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -39,6 +59,18 @@ def run_sim(*, host: str = "127.0.0.1", port: int = 0, out: TextIO = sys.stdout)
                     f"#random {world.random_id}",
                     f"  users: alice {world.alice_id}, bob {world.bob_id}, bot {sim.bot_user_id}",
                 ]
+                if made:
+                    lines.insert(
+                        -1,
+                        f"  {len(made)} more guilds with {channels_per_guild} channels each: "
+                        f"guild-0 {made[0][0]} .. guild-{len(made) - 1} {made[-1][0]}",
+                    )
+                limit = sim.gateway.gateway_bot()
+                lines.insert(
+                    -1,
+                    f"  GET /gateway/bot: shards {limit['shards']}, max_concurrency "
+                    f"{limit['session_start_limit']['max_concurrency']}",
+                )
                 out.write("\n".join(lines) + "\n")
                 out.flush()
                 async for _ in signals:
@@ -58,7 +90,14 @@ def command(args: argparse.Namespace) -> int:
             from picortex.cli.chat import run_chat
 
             return run_chat(port=args.port, web=args.web)
-        return run_sim(port=args.port, out=sys.stdout)
+        return run_sim(
+            port=args.port,
+            out=sys.stdout,
+            guilds=args.guilds,
+            channels_per_guild=args.channels_per_guild,
+            shards=args.shards,
+            max_concurrency=args.max_concurrency,
+        )
     except (OSError, BaseExceptionGroup) as exc:
         if not _address_in_use(exc):
             raise

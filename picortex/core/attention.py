@@ -43,11 +43,6 @@ class AttentionDefaults(Protocol):
     def group(self) -> str: ...
 
 
-def is_mode(text: str) -> bool:
-    """True when `text` names one of the five attention modes."""
-    return text in MODES
-
-
 def as_mode(text: str) -> AttentionMode | None:
     """The mode named by `text` (exact, lower-case), or None."""
     for mode in MODES:
@@ -76,6 +71,41 @@ def mode_for_chat(
             if mode is not None:
                 return mode
     return FALLBACK_MODE
+
+
+@attrs.frozen
+class ModeChoice:
+    """A message's effective mode and what chose it: `why` is empty when the chat's own mode
+    (or its default) applies, else a few words for the `decision` reason; `blocked` says why
+    access rules silence the chat, when they do."""
+
+    mode: AttentionMode
+    why: str = ""
+    blocked: str | None = None
+
+
+USER_OVERRIDE: Final = "the author's own attention mode in this chat"
+
+
+def choose_mode(
+    chat_mode: AttentionMode, *, user_mode: str | None, blocked: str | None
+) -> ModeChoice:
+    """The mode for one author's message (SPEC 18): access rules first (a blocked channel is
+    `silent` whatever its mode), then the author's override in the chat, then the chat's mode.
+
+    Args:
+        chat_mode: the chat's effective mode (see `mode_for_chat`).
+        user_mode: the author's override in this chat (or its parent channel), if any; a
+            stored mode we do not know is ignored.
+        blocked: why access rules silence the channel (see `core.access`), if they do.
+    """
+    if blocked is not None:
+        return ModeChoice("silent", blocked, blocked)
+    if user_mode is not None:
+        mode = as_mode(user_mode)
+        if mode is not None:
+            return ModeChoice(mode, USER_OVERRIDE)
+    return ModeChoice(chat_mode)
 
 
 def _mentions_bot(message: Message, bot_user_id: Snowflake) -> bool:

@@ -46,6 +46,19 @@ OWNER_CONFIG_PREFIXES: Final[tuple[str, ...]] = (
     "response_policy.",
 )
 _OWNER_ONLY_ADMIN: Final = "Only the owner can grant or revoke `admin`."
+USER_MODE_DEFAULT: Final = "default"
+# `access` verbs -> the `[access]` list each adds to (`remove` takes ids off every list).
+ACCESS_LISTS: Final[Mapping[str, str]] = {
+    "allow-role": "access.allow_roles",
+    "allow-channel": "access.allow_channels",
+    "deny-channel": "access.deny_channels",
+}
+ACCESS_ACTIONS: Final[tuple[str, ...]] = (*ACCESS_LISTS, "remove")
+_ACCESS_ID: Final = re.compile(r"<(?:@&|#)([0-9]{1,20})>|([0-9]{1,20})")
+_ACCESS_USAGE: Final = (
+    "access show | allow-role ROLE.. | allow-channel #channel.. | deny-channel #channel.."
+    " | remove ID.."
+)
 
 
 # --- command values ------------------------------------------------------------------
@@ -95,6 +108,33 @@ class AttentionShow:
     """`attention show` (or a bare `attention`): the mode and the discriminator prompt path."""
 
     NAME: ClassVar[str] = "attention"
+
+
+@attrs.frozen
+class AttentionUser:
+    """`attention user @user.. MODE|default`: users' own mode in this chat (SPEC 18);
+    `default` (mode None) drops it, so the chat's mode applies to them again."""
+
+    NAME: ClassVar[str] = "attention"
+    user_ids: tuple[Snowflake, ...]
+    mode: str | None
+
+
+@attrs.frozen
+class AccessShow:
+    """`access show` (or a bare `access`): the `[access]` lists (SPEC 18)."""
+
+    NAME: ClassVar[str] = "access"
+
+
+@attrs.frozen
+class AccessEdit:
+    """`access allow-role|allow-channel|deny-channel ID..` adds ids to one `[access]` list;
+    `access remove ID..` takes them off every list."""
+
+    NAME: ClassVar[str] = "access"
+    action: str  # one of ACCESS_ACTIONS
+    ids: tuple[Snowflake, ...]
 
 
 @attrs.frozen
@@ -190,6 +230,9 @@ Command = (
     | WhitelistHelp
     | AttentionSet
     | AttentionShow
+    | AttentionUser
+    | AccessShow
+    | AccessEdit
     | ConfigGet
     | ConfigSet
     | PollStart
@@ -327,6 +370,8 @@ def parse_command(text: str) -> Command:
         return _parse_attention(rest)
     if name == "config":
         return _parse_config(rest)
+    if name == "access":
+        return _parse_access(rest)
     if name == "poll":
         parsed = polls.parse_poll(rest)
         if isinstance(parsed, polls.Poll):
@@ -404,8 +449,10 @@ def _parse_forget(rest: str) -> Command:
 
 
 def _parse_attention(rest: str) -> Command:
-    mode, _ = _take_word(rest)
+    mode, args = _take_word(rest)
     mode = mode.lower()
+    if mode == "user":
+        return _parse_attention_user(args)
     if mode in ("", "show"):
         return AttentionShow()
     if mode in ATTENTION_MODES:
@@ -414,6 +461,44 @@ def _parse_attention(rest: str) -> Command:
         "attention",
         f"Unknown attention mode `{_echo(mode)}`: use {', '.join(ATTENTION_MODES)} or show.",
     )
+
+
+def _parse_attention_user(args: str) -> Command:
+    usage = f"`attention user @user.. {'|'.join(ATTENTION_MODES)}|{USER_MODE_DEFAULT}`"
+    tokens = [t for t in _ARG_SPLIT.split(args) if t]
+    if not tokens:
+        return Invalid("attention", f"Name users and a mode: {usage}.")
+    mode = tokens[-1].lower()
+    if mode not in (*ATTENTION_MODES, USER_MODE_DEFAULT):
+        return Invalid("attention", f"Put a mode last: {usage}.")
+    ids: list[Snowflake] = []
+    for token in tokens[:-1]:
+        found = parse_user_ids(token)
+        if found is None:
+            return Invalid("attention", f"`{_echo(token)}` is not a user mention or a user id.")
+        ids.extend(found)
+    if not ids:
+        return Invalid("attention", f"Name at least one user, by mention or id: {usage}.")
+    return AttentionUser(_dedupe(ids), None if mode == USER_MODE_DEFAULT else mode)
+
+
+def _parse_access(rest: str) -> Command:
+    sub, args = _take_word(rest)
+    sub = sub.lower()
+    if sub in ("", "show"):
+        return AccessShow()
+    if sub not in ACCESS_ACTIONS:
+        return Invalid("access", f"Unknown access command `{_echo(sub)}`: `{_ACCESS_USAGE}`.")
+    ids: list[Snowflake] = []
+    for token in (t for t in _ARG_SPLIT.split(args) if t):
+        match = _ACCESS_ID.fullmatch(token)
+        number = int(match.group(1) or match.group(2)) if match else 0
+        if not 0 < number <= _MAX_USER_ID:
+            return Invalid("access", f"`{_echo(token)}` is not a role or channel id or mention.")
+        ids.append(number)
+    if not ids:
+        return Invalid("access", f"Name at least one role or channel: `{_ACCESS_USAGE}`.")
+    return AccessEdit(sub, _dedupe(ids))
 
 
 def _unquote(value: str) -> str:
@@ -453,6 +538,13 @@ def render_command(command: Command) -> str:
         return f"attention {command.mode}"
     if isinstance(command, AttentionShow):
         return "attention show"
+    if isinstance(command, AttentionUser):
+        users = " ".join(f"<@{i}>" for i in command.user_ids)
+        return f"attention user {users} {command.mode or USER_MODE_DEFAULT}"
+    if isinstance(command, AccessShow):
+        return "access show"
+    if isinstance(command, AccessEdit):
+        return f"access {command.action} " + " ".join(str(i) for i in command.ids)
     if isinstance(command, ConfigGet):
         return "config get" + (f" {command.key}" if command.key else "")
     if isinstance(command, ConfigSet):
@@ -503,6 +595,14 @@ class AttentionChange:
 
 
 @attrs.frozen
+class UserAttentionChange:
+    """Set `user_id`'s own attention mode in the chat, or drop it when `mode` is None."""
+
+    user_id: Snowflake
+    mode: str | None
+
+
+@attrs.frozen
 class StartPoll:
     """Seed one number reaction per option on the posted reply, tally after `poll_seconds`."""
 
@@ -526,7 +626,7 @@ class Forgotten:
     observations: int
 
 
-Change = TrustChange | ConfigChange | AttentionChange | StartPoll | ForgetUser
+Change = TrustChange | ConfigChange | AttentionChange | UserAttentionChange | StartPoll | ForgetUser
 
 
 @attrs.frozen
@@ -560,7 +660,17 @@ def help_text(wakeword: str, topic: str | None = None) -> str:
         modes = "|".join(ATTENTION_MODES)
         return (
             f"`{wakeword} attention {modes}` sets this chat's mode; "
-            f"`{wakeword} attention show` shows it."
+            f"`{wakeword} attention show` shows it; "
+            f"`{wakeword} attention user @user.. {modes}|{USER_MODE_DEFAULT}` sets a user's "
+            "own mode here."
+        )
+    if topic == "access":
+        return (
+            f"`{wakeword} access show` shows who and where I listen to; "
+            f"`{wakeword} access allow-role ROLE..` lets members with a role in (as user tier), "
+            f"`{wakeword} access allow-channel #channel..` limits me to those channels, "
+            f"`{wakeword} access deny-channel #channel..` silences me there, "
+            f"`{wakeword} access remove ID..` takes ids off every list."
         )
     if topic == "config":
         return (
@@ -574,7 +684,8 @@ def help_text(wakeword: str, topic: str | None = None) -> str:
         )
     return (
         f"Commands (start with `{wakeword} `): whitelist list|add|remove|help, "
-        "attention MODE|show, config get|set, poll, forget me|@user, speak, stay, help."
+        "attention MODE|show|user, access show|allow-role|allow-channel|deny-channel|remove, "
+        "config get|set, poll, forget me|@user, speak, stay, help."
     )
 
 
@@ -683,19 +794,115 @@ def _remove(
 
 
 def execute_attention(
-    command: AttentionSet | AttentionShow, *, current_mode: str, prompt_path: str
+    command: AttentionSet | AttentionShow,
+    *,
+    current_mode: str,
+    prompt_path: str,
+    user_modes: Mapping[int, str] | None = None,
+    access_note: str | None = None,
 ) -> CommandResult:
-    """Show or change the chat's attention mode."""
+    """Show or change the chat's attention mode.
+
+    Args:
+        user_modes: users' own modes in this chat (user id -> mode), shown by `show`.
+        access_note: why `[access]` silences this chat, if it does, shown by `show`.
+    """
     if isinstance(command, AttentionShow):
-        return CommandResult(
-            f"Attention mode: `{current_mode}`. Discriminator prompt: `{prompt_path}`."
-        )
+        lines = [f"Attention mode: `{current_mode}`. Discriminator prompt: `{prompt_path}`."]
+        if access_note:
+            lines.append(f"Silent here whatever the mode: the {access_note}.")
+        if user_modes:
+            own = ", ".join(f"<@{uid}>: `{mode}`" for uid, mode in sorted(user_modes.items()))
+            lines.append(f"Users' own modes here: {own}.")
+        return CommandResult("\n".join(lines))
     if command.mode == current_mode:
         return CommandResult(f"Attention mode is already `{command.mode}`.")
     return CommandResult(
         f"Attention mode is now `{command.mode}` (was `{current_mode}`).",
         (AttentionChange(command.mode),),
     )
+
+
+def execute_attention_user(
+    command: AttentionUser, *, user_modes: Mapping[int, str]
+) -> CommandResult:
+    """Set or drop users' own attention modes in this chat."""
+    changes = tuple(
+        UserAttentionChange(uid, command.mode)
+        for uid in command.user_ids
+        if user_modes.get(uid) != command.mode
+    )
+    users = _users(command.user_ids)
+    if command.mode is None:
+        if not changes:
+            return _error(f"{users}: no own mode here; the chat's mode already applies.")
+        return CommandResult(
+            f"{_users([c.user_id for c in changes])}: the chat's mode applies again.", changes
+        )
+    if not changes:
+        return CommandResult(f"{users}: own mode here is already `{command.mode}`.")
+    return CommandResult(
+        f"{_users([c.user_id for c in changes])}: own mode here is now `{command.mode}`.",
+        changes,
+    )
+
+
+def _access_ids(values: Mapping[str, str], key: str) -> list[int]:
+    return [int(part) for part in _ARG_SPLIT.split(values.get(key, "")) if part.isdigit()]
+
+
+def execute_access(
+    command: AccessShow | AccessEdit,
+    *,
+    values: Mapping[str, str],
+    format_value: Callable[[object], str],
+) -> CommandResult:
+    """Show or change the `[access]` lists; changes are runtime config (`access.*`).
+
+    Args:
+        values: every runtime key -> its current value as text (`access.*` among them).
+        format_value: renders a list of ids as the canonical text to store.
+    """
+    roles = _access_ids(values, "access.allow_roles")
+    allowed = _access_ids(values, "access.allow_channels")
+    denied = _access_ids(values, "access.deny_channels")
+    if isinstance(command, AccessShow):
+
+        def listed(ids: Sequence[int], mention: str) -> str:
+            return ", ".join(mention.format(i) for i in ids) or "none"
+
+        return CommandResult(
+            "\n".join(
+                (
+                    f"Roles that count as user tier: {listed(roles, '<@&{}>')}.",
+                    "Channels I listen in: "
+                    + (listed(allowed, "<#{}>") if allowed else "every channel")
+                    + ".",
+                    f"Channels where I stay silent: {listed(denied, '<#{}>')}.",
+                )
+            )
+        )
+    current = {
+        "access.allow_roles": roles,
+        "access.allow_channels": allowed,
+        "access.deny_channels": denied,
+    }
+    if command.action == "remove":
+        keys = list(current)
+        wanted = {key: [i for i in ids if i not in command.ids] for key, ids in current.items()}
+    else:
+        keys = [ACCESS_LISTS[command.action]]
+        wanted = {keys[0]: list(dict.fromkeys([*current[keys[0]], *command.ids]))}
+    changes = tuple(
+        ConfigChange(key, format_value(tuple(wanted[key])))
+        for key in keys
+        if wanted[key] != current[key]
+    )
+    if not changes:
+        what = "on no list" if command.action == "remove" else "already listed"
+        return _error(f"Nothing changed: {', '.join(map(str, command.ids))} {what}.")
+    done = "; ".join(f"`{c.key}` is now `{c.value or 'empty'}`" for c in changes)
+    return CommandResult(f"{done}.", changes)
 
 
 def execute_config(
@@ -802,6 +1009,9 @@ class CommandState:
     parse_config_value: Callable[[str, str], object]
     format_config_value: Callable[[object], str]
     requester_id: Snowflake | None = None  # who asked; None is never the owner
+    # Users' own attention modes in this chat (SPEC 18), and why [access] silences it.
+    user_modes: Mapping[int, str] = attrs.field(factory=dict)
+    access_note: str | None = None
 
     @property
     def by_owner(self) -> bool:
@@ -869,7 +1079,17 @@ def execute(command: Command, tier: Tier | None, state: CommandState) -> Command
         )
     if isinstance(command, AttentionSet | AttentionShow):
         return execute_attention(
-            command, current_mode=state.attention_mode, prompt_path=state.prompt_path
+            command,
+            current_mode=state.attention_mode,
+            prompt_path=state.prompt_path,
+            user_modes=state.user_modes,
+            access_note=state.access_note,
+        )
+    if isinstance(command, AttentionUser):
+        return execute_attention_user(command, user_modes=state.user_modes)
+    if isinstance(command, AccessShow | AccessEdit):
+        return execute_access(
+            command, values=state.config_values, format_value=state.format_config_value
         )
     if isinstance(command, ConfigGet | ConfigSet):
         return execute_config(

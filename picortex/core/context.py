@@ -12,10 +12,8 @@ from typing import Final
 import attrs
 import orjson
 
-from picortex.types import Message, Snowflake
+from picortex.types import Message, Snowflake, snowflake_ms
 
-# Discord snowflakes count milliseconds from this instant (2015-01-01T00:00:00Z).
-DISCORD_EPOCH_MS: Final = 1_420_070_400_000
 # Marks a line cut short because even the newest message alone exceeds the character limit.
 ELLIPSIS: Final = "…"
 # Starts the context line of a message whose author the bot does not trust.
@@ -30,7 +28,7 @@ CONTEXT_FORMAT_NOTE: Final = (
 
 def snowflake_time(snowflake: Snowflake) -> datetime:
     """The creation time encoded in a Discord snowflake, in UTC."""
-    return datetime.fromtimestamp(((snowflake >> 22) + DISCORD_EPOCH_MS) / 1000, tz=UTC)
+    return datetime.fromtimestamp(snowflake_ms(snowflake) / 1000, tz=UTC)
 
 
 def format_time(timestamp: str, message_id: Snowflake) -> str:

@@ -32,13 +32,6 @@ def merge_messages(cached: Iterable[Message], incoming: Iterable[Message]) -> li
     return [by_id[i] for i in sorted(by_id)]
 
 
-def cap_messages(messages: Sequence[Message], cap: int) -> list[Message]:
-    """The newest `cap` messages of an id-ordered list (all of them when it is short enough)."""
-    if cap <= 0:
-        return []
-    return list(messages[-cap:])
-
-
 def plan_eviction(
     files: Iterable[tuple[Snowflake, int]],
     max_bytes: int,

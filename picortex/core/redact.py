@@ -9,11 +9,12 @@ redacts them without each call site having to carry them.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Iterable
 from typing import Final, TypeVar, cast
-from urllib.parse import quote, quote_plus
+from urllib.parse import parse_qs, quote, quote_plus, unquote, urlsplit
 
 import orjson
 
@@ -103,6 +104,19 @@ def remember_secrets(*values: str | None) -> None:
     forms are redacted too. Empty and very short values are ignored.
     """
     _known.add(values)
+
+
+def url_secrets(url: str | None) -> tuple[str, ...]:
+    """What of a database URL is secret: the whole URL and its password (SPEC 17)."""
+    if not url:
+        return ()
+    secrets = [url]
+    with contextlib.suppress(ValueError):
+        parts = urlsplit(url)
+        if parts.password:
+            secrets += [parts.password, unquote(parts.password)]
+        secrets += parse_qs(parts.query).get("password", [])
+    return tuple(secrets)
 
 
 def _without_known(text: str) -> str:

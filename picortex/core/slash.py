@@ -26,6 +26,8 @@ SUB_COMMAND: Final = 1
 SUB_COMMAND_GROUP: Final = 2
 STRING: Final = 3
 USER: Final = 6
+CHANNEL: Final = 7
+ROLE: Final = 8
 SUBCOMMANDS: Final = frozenset({SUB_COMMAND, SUB_COMMAND_GROUP})
 # Discord's application command type for slash commands, and the interaction contexts.
 CHAT_INPUT: Final = 1
@@ -46,7 +48,7 @@ MAX_CHOICE_NAME: Final = 100
 MAX_TEXT: Final = 4000
 # Extra users `whitelist add|remove` take besides the required one.
 EXTRA_USERS: Final = 4
-HELP_TOPICS: Final = ("whitelist", "attention", "config", "poll", "forget")
+HELP_TOPICS: Final = ("whitelist", "attention", "access", "config", "poll", "forget")
 # Subcommands whose answer only the requester sees, whatever the response policy.
 PRIVATE_SUBCOMMANDS: Final = frozenset({"forget"})
 SHOW: Final = "show"
@@ -80,7 +82,7 @@ def command_tree(*, global_scope: bool) -> list[dict[str, Any]]:
             bot's DMs); guild commands take no contexts.
     """
     sub = SUB_COMMAND
-    modes = [*cmds.ATTENTION_MODES, SHOW]
+    modes = [*cmds.ATTENTION_MODES, cmds.USER_MODE_DEFAULT, SHOW]
     tiers = [t.label for t in (Tier.USER, Tier.TRUSTED, Tier.ADMIN)]
     options = [
         _option(
@@ -99,7 +101,23 @@ def command_tree(*, global_scope: bool) -> list[dict[str, Any]]:
                     "mode",
                     "The new attention mode (leave empty to show the current one)",
                     choices=_choices(modes),
-                )
+                ),
+                _option(USER, "user", "Set this user's own mode here (default: drop it)"),
+            ],
+        ),
+        _option(
+            sub,
+            "access",
+            "Who and where picortex listens to, by role and channel",
+            options=[
+                _option(
+                    STRING,
+                    "action",
+                    "What to change (leave empty to show the lists)",
+                    choices=_choices([SHOW, *cmds.ACCESS_ACTIONS]),
+                ),
+                _option(ROLE, "role", "The role (allow-role, remove)"),
+                _option(CHANNEL, "channel", "The channel (allow-channel, deny-channel, remove)"),
             ],
         ),
         _option(
@@ -288,9 +306,16 @@ def action_for(interaction: Interaction) -> SlashAction:
         return Ask(text)
     if name == "attention":
         mode = _value(args, "mode")
+        users = _user_ids(args)
+        if users:
+            if mode is None or mode == SHOW:
+                return cmds.Invalid("attention", "Choose the user's mode, or default.")
+            return cmds.AttentionUser(users, None if mode == cmds.USER_MODE_DEFAULT else mode)
         if mode is None or mode == SHOW:
             return cmds.AttentionShow()
         return cmds.parse_command(f"attention {mode}")
+    if name == "access":
+        return _access(args)
     if name == "whitelist":
         return _whitelist(_sub(args))
     if name == "config":
@@ -320,6 +345,14 @@ def _whitelist(sub: InteractionOption | None) -> cmds.Command:
     if sub.name == "remove":
         return cmds.WhitelistRemove(users)
     return cmds.WhitelistHelp()
+
+
+def _access(args: Sequence[InteractionOption]) -> cmds.Command:
+    action = _value(args, "action")
+    if action is None or action == SHOW:
+        return cmds.AccessShow()
+    ids = " ".join(v for v in (_value(args, "role"), _value(args, "channel")) if v)
+    return cmds.parse_command(f"access {action} {ids}")
 
 
 def _config(sub: InteractionOption | None) -> cmds.Command:

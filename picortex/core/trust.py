@@ -38,7 +38,9 @@ TIER_LABELS: Final[tuple[str, ...]] = tuple(tier.label for tier in Tier)
 # Commands that change who is trusted or how the bot behaves; everything else (poll, speak,
 # stay, help and unknown words, which only get a help text) is open to every trusted tier.
 # `forget` names other people for admins; `forget me` is open to anyone (see commands).
-ADMIN_COMMANDS: Final[frozenset[str]] = frozenset({"whitelist", "config", "attention", "forget"})
+ADMIN_COMMANDS: Final[frozenset[str]] = frozenset(
+    {"whitelist", "config", "attention", "access", "forget"}
+)
 
 # Message types a person sends (DEFAULT, REPLY); the others are Discord's system notices.
 _PERSON_MESSAGE_TYPES: Final[frozenset[int]] = frozenset({0, 19})

@@ -1,18 +1,21 @@
-"""The gateway actor: drives `GatewayProtocol` over a websocket with transport compression.
+"""The gateway actor: drives `GatewayProtocol` over trio-websocket with transport compression.
 
-It owns the one websocket (wsproto on a trio stream, read in this actor's own task: see
-`picortex.discord.websocket`), hands every DISPATCH to `on_dispatch` synchronously, writes
-`gateway` events to the action log and raises FatalDiscordError when Discord refuses us.
+It owns the one websocket (trio-websocket's client on a TCP or TLS stream it opens and
+closes itself), hands every DISPATCH to `on_dispatch` synchronously, writes `gateway` events
+to the action log and raises FatalDiscordError when Discord refuses us.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import random
+import ssl
 import time
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
 from types import ModuleType
 from typing import Any, Final, Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -20,6 +23,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import attrs
 import orjson
 import trio
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    WebSocketConnection,
+    wrap_client_stream,
+)
 
 from picortex.discord.protocol import (
     Action,
@@ -35,8 +44,8 @@ from picortex.discord.protocol import (
     Report,
     Send,
 )
-from picortex.discord.websocket import WebSocket, WebSocketClosed, open_websocket
 from picortex.errors import ConfigError, FatalDiscordError, GatewayError
+from picortex.tls import tls_context
 from picortex.types import EventSink
 
 _zstd: ModuleType | None
@@ -78,9 +87,14 @@ FETCH_RETRY_BASE: Final = 1.0
 FETCH_RETRY_CAP: Final = 60.0
 # A GUILD_CREATE of a big guild is large; a message beyond this is refused by the socket.
 MAX_MESSAGE_BYTES: Final = 16 * 2**20
-# Bytes per socket read: in a burst one read carries dozens of frames, all handled before
-# the next wake-up; nothing else is buffered, so TCP pushes back on Discord when we fall behind.
+# Bytes per socket read: a bigger read means fewer wake-ups of the socket's reader in a burst.
 RECEIVE_BYTES: Final = 64 * 2**10
+# Whole messages the socket's reader task may queue ahead of us: more than one socket read
+# brings in a burst (so a read is handed on whole), few enough that TCP pushes back on
+# Discord when we fall behind.
+MESSAGE_QUEUE: Final = 256
+# RFC 6455 7.4.1: the code reported when the connection ended without a close frame.
+ABNORMAL_CLOSURE: Final = 1006
 # How often the session's seq is persisted while connected (and at READY/RESUMED, and when
 # we stop): never per frame. A restart resumes from at most this far back, which only means
 # a few more replayed events, each dropped as already handled.
@@ -165,12 +179,12 @@ Inflater = ZlibStream | ZstdStream
 class _Connection:
     """One open socket and how it ended."""
 
-    ws: WebSocket
+    ws: WebSocketConnection
     close_code: int | None = None
     close_reason: str = ""
     closed_by_us: bool = False
-    # The reader's scope: once we sent a close frame, its deadline bounds the wait for the reply.
-    read_scope: trio.CancelScope | None = None
+    # Set once our closing handshake is over (answered, or given up on).
+    close_done: trio.Event = attrs.Factory(trio.Event)
 
 
 class GatewayActor:
@@ -405,21 +419,19 @@ class GatewayActor:
     async def _attempt(self, url: str) -> list[Action]:
         """Open one connection, run it until it ends, and return the protocol's decision."""
         proto = self._proto
+        conn: _Connection | None = None
         try:
-            with trio.fail_after(self._connect_timeout):
-                ws = await open_websocket(
-                    url, max_message=MAX_MESSAGE_BYTES, read_bytes=RECEIVE_BYTES
-                )
+            async with open_socket(url, connect_timeout=self._connect_timeout) as ws:
+                conn = _Connection(ws)
+                try:
+                    await self._session(conn)
+                except BaseException as exc:
+                    await self._abandon(conn, exc)
+                    raise
         except (GatewayError, OSError, trio.BrokenResourceError, trio.TooSlowError) as exc:
+            if conn is not None:
+                raise  # from the session itself, already handled by _abandon
             return proto.closed(None, trio.current_time(), _describe(exc))
-        conn = _Connection(ws)
-        try:
-            await self._session(conn)
-        except BaseException as exc:
-            await self._abandon(conn, exc)
-            raise
-        finally:
-            await ws.aclose()
         return proto.closed(conn.close_code, trio.current_time(), conn.close_reason)
 
     async def _abandon(self, conn: _Connection, exc: BaseException) -> None:
@@ -465,14 +477,15 @@ class GatewayActor:
     async def _read_loop(self, conn: _Connection) -> None:
         """The hot path: receive, inflate, parse, hand on. Returns when the socket closes.
 
-        Each socket read brings every frame that arrived meanwhile (dozens in a burst); they are
-        all handled before the next read, without a scheduler round each.
+        A burst is read in batches: every message a socket read brought is queued before we
+        run (see `_batched_reader`), and taken without a scheduler round each.
         """
         proto = self._proto
         received = proto.received
         clock = trio.lowlevel.current_clock().current_time  # trio.current_time, minus a call
         ws = conn.ws
-        receive = ws.receive
+        get_message = ws.get_message
+        take = _batched_reader(ws)
         on_dispatch = self._on_dispatch
         inflater: Inflater | None = None
         if self._compress == "zlib-stream":
@@ -481,40 +494,46 @@ class GatewayActor:
             inflater = ZstdStream()
         feed = inflater.feed if inflater is not None else None
         errors = inflater.errors if inflater is not None else ()
-        with trio.CancelScope() as scope:
-            conn.read_scope = scope
-            while True:
+        while True:
+            message: str | bytes | None
+            try:
+                message = take() if take is not None else None
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                message = None  # empty or closed: get_message below waits, or reports the close
+            if message is None:
                 try:
-                    messages = await receive()
-                except WebSocketClosed:
-                    break
-                for message in messages:
-                    data: str | bytes | None = message
-                    if feed is not None and type(message) is bytes:
-                        try:
-                            data = feed(message)
-                        except errors as exc:
-                            problem = f"{self._compress} stream broke: {exc}"
-                            await self._perform(conn, proto.transport_error(problem, clock()))
-                            continue
-                        if data is None:
-                            continue
-                    actions = received(data, clock())
-                    if len(actions) == 1:
-                        action = actions[0]
-                        if type(action) is Dispatch:
-                            # Fast path: one plain event, nothing else to do.
-                            self.dispatched += 1
-                            try:
-                                on_dispatch(action.name, action.data, action.seq)
-                            except Exception:
-                                self._dispatch_failed(action.name)
-                            continue
-                    await self._perform(conn, actions)
-                    self._reschedule()
-        conn.read_scope = None
-        if not conn.closed_by_us:
-            conn.close_code, conn.close_reason = ws.close_code, ws.close_reason
+                    message = await get_message()
+                except ConnectionClosed as exc:
+                    if conn.closed_by_us:
+                        # Our close is under way (perhaps from the heartbeat loop): let its
+                        # handshake finish before the session's tasks are cancelled.
+                        await conn.close_done.wait()
+                    else:
+                        conn.close_code, conn.close_reason = _close_code(exc)
+                    return
+            data: str | bytes | None = message
+            if feed is not None and type(message) is bytes:
+                try:
+                    data = feed(message)
+                except errors as exc:
+                    problem = f"{self._compress} stream broke: {exc}"
+                    await self._perform(conn, proto.transport_error(problem, clock()))
+                    continue
+                if data is None:
+                    continue
+            actions = received(data, clock())
+            if len(actions) == 1:
+                action = actions[0]
+                if type(action) is Dispatch:
+                    # Fast path: one plain event, nothing else to do.
+                    self.dispatched += 1
+                    try:
+                        on_dispatch(action.name, action.data, action.seq)
+                    except Exception:
+                        self._dispatch_failed(action.name)
+                    continue
+            await self._perform(conn, actions)
+            self._reschedule()
 
     async def _save_loop(self) -> None:
         while True:
@@ -579,24 +598,27 @@ class GatewayActor:
         text = orjson.dumps(action.payload).decode()
         try:
             with trio.fail_after(self._send_timeout):
-                await conn.ws.send(text)
-        except WebSocketClosed:
+                await conn.ws.send_message(text)
+        except ConnectionClosed:
             return  # the reader sees the close and ends the connection
         except trio.TooSlowError:
             problem = f"{action.kind} send stalled for {self._send_timeout:g} s"
             await self._perform(conn, self._proto.transport_error(problem, trio.current_time()))
 
     async def _close(self, conn: _Connection, action: Close, timeout: float | None = None) -> None:
+        """Send our close frame and wait for the peer's answer, `timeout` at most.
+
+        trio-websocket closes the stream once the handshake is over or given up on; the
+        reader's `get_message` ends at once, with the code we sent kept in `conn`.
+        """
         conn.closed_by_us = True
         conn.close_code = action.code
         conn.close_reason = action.reason
-        wait = self._close_timeout if timeout is None else timeout
-        with trio.move_on_after(wait):
-            await conn.ws.send_close(action.code, action.reason)
-        # The reader goes on until the peer answers the close, for this long at most.
-        scope = conn.read_scope
-        if scope is not None:
-            scope.deadline = min(scope.deadline, trio.current_time() + wait)
+        try:
+            with trio.move_on_after(self._close_timeout if timeout is None else timeout):
+                await conn.ws.aclose(action.code, action.reason)
+        finally:
+            conn.close_done.set()
 
     async def _close_shielded(self, conn: _Connection, actions: list[Action]) -> None:
         # Cancelled: nobody reads the peer's close reply any more; our close frame goes out
@@ -626,3 +648,118 @@ def _describe(exc: BaseException) -> str:
     elif str(exc):
         text += f": {exc}"
     return text[:200]
+
+
+def _batched_reader(ws: WebSocketConnection) -> Callable[[], str | bytes] | None:
+    """Let `ws` queue a whole socket read at once; a non-blocking take of what it queued.
+
+    trio-websocket's reader task puts each message in a memory channel with `send`, a
+    checkpoint even when the queue has room, and `get_message` is another: two scheduler
+    rounds per message, where a burst brings a hundred messages per socket read. Here the
+    reader's send skips its round while the queue has room (a full queue still waits, so TCP
+    pushes back on Discord), and we take what is queued straight from the channel; a burst
+    then costs a round per socket read, and the router gets it in batches
+    (scripts/bench_ingest.py measures it). This is the only place picortex touches those
+    (private) channels. Checked against trio-websocket 0.12.2, where `_send_channel` and
+    `_recv_channel` are trio memory channels. Should a release rename them or change their
+    type, this returns None and the reader uses the public `get_message` alone (tested).
+    """
+    sender = getattr(ws, "_send_channel", None)
+    receiver = getattr(ws, "_recv_channel", None)
+    if not isinstance(sender, trio.MemorySendChannel) or not isinstance(
+        receiver, trio.MemoryReceiveChannel
+    ):
+        return None
+    send_nowait = sender.send_nowait
+    send = sender.send
+
+    async def send_without_a_round(message: str | bytes) -> None:
+        try:
+            send_nowait(message)
+        except trio.WouldBlock:
+            await send(message)  # the queue is full: wait for us to take
+
+    sender.send = send_without_a_round  # type: ignore[method-assign,assignment]
+    take: Callable[[], str | bytes] = receiver.receive_nowait
+    return take
+
+
+def _close_code(exc: ConnectionClosed) -> tuple[int, str]:
+    """How the peer (or the network) ended the connection: its close code and reason."""
+    reason = exc.reason
+    if reason is None:  # pragma: no cover - trio-websocket always gives one to a reader
+        return ABNORMAL_CLOSURE, "connection lost"
+    return reason.code, reason.reason or ""
+
+
+@asynccontextmanager
+async def open_socket(
+    url: str, *, connect_timeout: float, tls: ssl.SSLContext | None = None
+) -> AsyncIterator[WebSocketConnection]:
+    """trio-websocket's client on a TCP (TLS for wss://) stream opened and closed here.
+
+    `open_websocket_url` would leave the TCP stream open when the peer closes first or the
+    network drops (its `aclose()` returns early once a close reason is known, and its reader
+    waits for the peer to end TCP); owning the stream, we close it however the connection
+    ended. Its reader task lives in a nursery of ours and ends with the block.
+
+    Raises:
+        GatewayError: not a websocket URL, or the server refused the upgrade.
+        OSError, trio.BrokenResourceError: the connection or the TLS handshake failed.
+        trio.TooSlowError: connecting took longer than `connect_timeout`.
+    """
+    parts = urlsplit(url)
+    if parts.scheme not in ("ws", "wss") or not parts.hostname:
+        raise GatewayError(f"not a websocket URL: {parts.scheme}://{parts.hostname or ''}")
+    secure = parts.scheme == "wss"
+    default_port = 443 if secure else 80
+    host = parts.hostname
+    port = parts.port or default_port
+    resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    deadline = trio.current_time() + connect_timeout
+    with trio.fail_at(deadline):
+        tcp = await trio.open_tcp_stream(host, port)
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream] = tcp
+    try:
+        if secure:
+            stream = trio.SSLStream(
+                tcp, tls or tls_context(), server_hostname=host, https_compatible=True
+            )
+            # Here, so a refused certificate fails the attempt at once: inside the library's
+            # reader it would only end that task, and the upgrade would wait for the timeout.
+            with trio.fail_at(deadline):
+                await stream.do_handshake()
+        with _lone_error():
+            async with trio.open_nursery() as nursery:
+                try:
+                    with trio.fail_at(deadline):
+                        ws = await wrap_client_stream(
+                            nursery,
+                            stream,
+                            host if port == default_port else f"{host}:{port}",
+                            resource,
+                            message_queue_size=MESSAGE_QUEUE,
+                            max_message_size=MAX_MESSAGE_BYTES,
+                            receive_buffer_size=RECEIVE_BYTES,
+                        )
+                    yield ws
+                finally:
+                    nursery.cancel_scope.cancel()
+    finally:
+        quiet = contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+        with trio.CancelScope(shield=True), quiet:
+            await stream.aclose()
+
+
+@contextlib.contextmanager
+def _lone_error() -> Iterator[None]:
+    """Raise a nursery's lone error as itself; a refused upgrade as a GatewayError."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        error = group.exceptions[0]
+        if isinstance(error, ConnectionRejected):
+            raise GatewayError(f"websocket upgrade refused: HTTP {error.status_code}") from None
+        raise error from None

@@ -99,6 +99,26 @@ def _array(value: object, what: str) -> list[Any]:
     raise _Junk(f"{what} is not an array")
 
 
+def _member_roles(member: object) -> tuple[Snowflake, ...]:
+    """The role ids of a guild member object; none when absent or malformed.
+
+    Roles only ever grant access (`[access] allow_roles`), so a list we cannot read grants
+    nothing rather than making the whole message junk.
+    """
+    if type(member) is not dict:
+        return ()
+    roles = member.get("roles")
+    if not roles or type(roles) is not list:
+        return ()
+    found: list[Snowflake] = []
+    for role in roles:
+        try:
+            found.append(_snowflake(role, "member.roles"))
+        except _Junk:
+            return ()
+    return tuple(found)
+
+
 def _nick(member: object, what: str) -> str | None:
     """The server nickname in a (partial) guild member object, if any."""
     if member is None:
@@ -316,6 +336,7 @@ def _message(value: object, default_guild_id: Snowflake | None = None) -> Messag
         tuple([_snapshot(m) for m in _array(snapshots, "message_snapshots")]) if snapshots else (),
         None if poll is None else _poll(poll),
         _sticker_names(stickers, "sticker_items") if stickers else (),
+        _member_roles(get("member")),
     )
 
 
@@ -564,6 +585,7 @@ def _interaction(value: object) -> Interaction:
         else "",
         options=_options(command.get("options")),
         resolved_users=tuple(_user(u, "data.resolved.users[]") for u in users.values()),
+        member_roles=_member_roles(member),
     )
 
 

@@ -308,14 +308,6 @@ class RestClient:
             f"/channels/{channel_id}/messages/{message_id}/reactions/{_emoji(emoji)}/@me",
         )
 
-    async def remove_own_reaction(self, channel_id: int, message_id: int, emoji: str) -> None:
-        """Remove the bot's own reaction from a message."""
-        await self._request(
-            "DELETE",
-            "/channels/{channel_id}/messages/{message_id}/reactions/{emoji}/@me",
-            f"/channels/{channel_id}/messages/{message_id}/reactions/{_emoji(emoji)}/@me",
-        )
-
     async def get_reactions(
         self,
         channel_id: int,

@@ -5,7 +5,6 @@ The variable is a comma-separated list of `ACTOR:SUBSTRING`; ACTOR is one of `FA
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Final
 
 import attrs
@@ -49,11 +48,6 @@ class FaultPoints:
                 )
             rules.append((actor, substring))
         return cls(tuple(rules))
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> FaultPoints:
-        """Parse PICORTEX_FAULT_INJECT from `env` (absent means no faults)."""
-        return cls.parse(env.get(ENV_VAR, ""))
 
     def check(self, actor: str, content: str) -> None:
         """Raise FaultInjected when a rule for `actor` matches `content`."""

@@ -611,15 +611,6 @@ class DynamicSupervisor(Supervisor):
             return None  # returned before it was ready: nothing to supervise
         raise RuntimeError(f"supervisor {self.name!r} shut down while {spec.name} started")
 
-    async def stop_child(self, name: str) -> bool:
-        """Stop and forget the child `name`; False if there is none."""
-        slot = self._find(name)
-        if slot is None:
-            return False
-        await self._stop(slot, reason="requested")
-        self._remove(slot)
-        return True
-
     def get(self, name: str) -> ChildSpec | None:
         """The spec of the supervised child `name` (running or about to restart), or None."""
         slot = self._find(name)

@@ -9,6 +9,8 @@ header cross-origin without a preflight this API never grants. Routes:
     POST /_sim/users {username, bot?, system?, nick?} -> {id}
     POST /_sim/nick {user_id, nick}          server nickname (null: none)
     POST /_sim/guilds {name}                 -> {id}
+    POST /_sim/guilds/bulk {count, channels_per_guild?}
+                                             -> {guilds: [{id, channel_ids}]}
     POST /_sim/channels {guild_id, name}     -> {id}
     POST /_sim/dms {user_id}                 -> {id}
     POST /_sim/messages {channel_id, author_id | author, content, mentions?, reply_to?,
@@ -23,7 +25,9 @@ header cross-origin without a preflight this API never grants. Routes:
     POST /_sim/delete {channel_id, message_id}
     POST /_sim/reactions {channel_id, message_id, user_id, emoji, remove?}
     GET  /_sim/requests                      recorded Discord API requests
-    GET  /_sim/stats                         gateway counters and request counts
+    GET  /_sim/stats                         gateway counters, request counts, and the
+                                             global limit's (`global`: per_second,
+                                             max_in_any_second, global_429s)
     POST /_sim/faults/drop | /faults/heartbeat_request
     POST /_sim/faults/reconnect {close_after?}
     POST /_sim/faults/invalidate {resumable}
@@ -111,6 +115,11 @@ async def _route(
     if key == ("POST", "nick"):
         sim.set_nick(int(body["user_id"]), str(body["nick"]) if body.get("nick") else None)
         return None
+    if key == ("POST", "roles"):
+        return {"id": str(sim.add_role(int(body["guild_id"]), str(body["name"])))}
+    if key == ("POST", "member-roles"):
+        sim.give_role(int(body["user_id"]), int(body["role_id"]))
+        return None
     if key == ("POST", "forward"):
         return sim.forward_message(
             int(body["channel_id"]),
@@ -126,6 +135,14 @@ async def _route(
         return None
     if key == ("POST", "guilds"):
         return {"id": str(sim.add_guild(str(body["name"])))}
+    if key == ("POST", "guilds/bulk"):
+        made = sim.add_guilds(int(body["count"]), int(body.get("channels_per_guild", 2)))
+        return {
+            "guilds": [
+                {"id": str(guild), "channel_ids": [str(c) for c in channels]}
+                for guild, channels in made
+            ]
+        }
     if key == ("POST", "channels"):
         return {"id": str(sim.add_channel(int(body["guild_id"]), str(body["name"])))}
     if key == ("POST", "dms"):
@@ -170,6 +187,10 @@ async def _route(
         stats["requests"] = len(sim.requests)
         stats["invalid_requests"] = sim.invalid_requests
         stats["model_calls"] = len(sim.model.calls)
+        stats["shard_identifies"] = {str(k): n for k, n in stats["shard_identifies"].items()}
+        limit = attrs.asdict(sim.global_stats)
+        limit["per_second"] = {str(k): n for k, n in limit["per_second"].items()}
+        stats["global"] = limit
         return stats
     if key == ("POST", "blast"):
         channels = body.get("channels", 50)

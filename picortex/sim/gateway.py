@@ -8,6 +8,7 @@ message) and frames them itself so that a burst goes out in a few large socket w
 
 from __future__ import annotations
 
+import math
 import secrets
 import struct
 import zlib
@@ -60,6 +61,10 @@ CLOSE_HANDSHAKE_TIMEOUT: Final = 2.0
 IDENTIFY_WINDOW_SECONDS: Final = 5.0
 SESSION_START_TOTAL: Final = 1000
 SESSION_START_RESET_MS: Final = 86_400_000
+# A session may handle at most this many guilds, else close 4011 (Discord's sharding docs).
+MAX_GUILDS_PER_SHARD: Final = 2500
+# Guilds per shard behind the recommended shard count of GET /gateway/bot.
+GUILDS_PER_RECOMMENDED_SHARD: Final = 1000
 # zlib's fastest level: twice the speed of the default for a few percent more bytes, and a
 # client inflates either at the same cost.
 ZLIB_LEVEL: Final = 1
@@ -106,6 +111,9 @@ class GatewayStats:
     `heartbeat_times` are trio clock readings (the last `TIMES_KEPT`); `received_ops`
     counts client payloads by opcode; `client_close_codes` are the codes clients closed
     with, and `client_drops` the clients that vanished without a close frame.
+    `identify_rate_limited` counts IDENTIFYs answered with op 9 because their
+    `max_concurrency` bucket had started a session within 5 s; `shard_identifies` counts
+    sessions started per shard id (0 for IDENTIFYs without `shard`).
     """
 
     connections: int
@@ -124,6 +132,8 @@ class GatewayStats:
     identify_times: tuple[float, ...]
     heartbeat_times: tuple[float, ...]
     received_ops: dict[int, int]
+    identify_rate_limited: int = 0
+    shard_identifies: dict[int, int] = attrs.Factory(dict)
 
 
 @attrs.define(eq=False)
@@ -143,12 +153,17 @@ class Session:
         """True when this session receives a dispatch with this intent and guild."""
         if intent is not None and not self.intents & intent:
             return False
-        if self.shard is not None:
-            shard_id, count = self.shard
-            if guild_id is None:
-                return shard_id == 0
-            return (guild_id >> 22) % count == shard_id
+        return _on_shard(guild_id, self.shard)
+
+
+def _on_shard(guild_id: int | None, shard: tuple[int, int] | None) -> bool:
+    """True when events of `guild_id` (None: DMs, which go to shard 0) reach `shard`."""
+    if shard is None:
         return True
+    shard_id, count = shard
+    if guild_id is None:
+        return shard_id == 0
+    return (guild_id >> 22) % count == shard_id
 
 
 @attrs.frozen
@@ -315,6 +330,8 @@ class _Counters:
     identify_times: deque[float] = attrs.Factory(lambda: deque(maxlen=TIMES_KEPT))
     heartbeat_times: deque[float] = attrs.Factory(lambda: deque(maxlen=TIMES_KEPT))
     received_ops: dict[int, int] = attrs.Factory(dict)
+    identify_rate_limited: int = 0
+    shard_identifies: dict[int, int] = attrs.Factory(dict)
 
 
 class GatewayHub:
@@ -330,8 +347,14 @@ class GatewayHub:
         allowed_privileged_intents: int = PRIVILEGED_INTENTS,
         required_shards: int | None = None,
         limit_identify_concurrency: bool = False,
+        max_concurrency: int = 1,
+        recommended_shards: int | None = None,
         notify: Callable[[], None] = lambda: None,
     ) -> None:
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be at least 1")
+        if recommended_shards is not None and recommended_shards < 1:
+            raise ValueError("recommended_shards must be at least 1")
         self.world = world
         self.token = token
         self.heartbeat_interval_ms = heartbeat_interval_ms
@@ -339,6 +362,8 @@ class GatewayHub:
         self.allowed_privileged_intents = allowed_privileged_intents
         self.required_shards = required_shards
         self.limit_identify_concurrency = limit_identify_concurrency
+        self.max_concurrency = max_concurrency
+        self.recommended_shards = recommended_shards
         self.heartbeat_ack = True
         self.hold = False
         self.url = ""
@@ -348,7 +373,8 @@ class GatewayHub:
         self.session_starts_remaining = SESSION_START_TOTAL
         self.counters = _Counters()
         self._notify = notify
-        self._last_identify_at: float | None = None
+        # rate_limit_key (shard_id % max_concurrency) -> when that bucket last started a session.
+        self._last_identify_at: dict[int, float] = {}
         self._nursery: trio.Nursery | None = None
 
     # ------------------------------------------------------------------ serving
@@ -493,15 +519,27 @@ class GatewayHub:
         if intents & PRIVILEGED_INTENTS & ~self.allowed_privileged_intents:
             self._close(conn, 4014)
             return
-        too_soon = (
-            self._last_identify_at is not None
-            and now - self._last_identify_at < IDENTIFY_WINDOW_SECONDS
-        )
-        if (self.limit_identify_concurrency and too_soon) or self.session_starts_remaining <= 0:
+        shard_id = shard[0] if shard is not None else 0
+        guild_ids = [g for g in self.world.guilds if _on_shard(g, shard)]
+        if len(guild_ids) > MAX_GUILDS_PER_SHARD:
+            self._close(conn, 4011)
+            return
+        # Each rate_limit_key bucket may start one session per 5 s (Discord's Max Concurrency).
+        key = shard_id % self.max_concurrency
+        last = self._last_identify_at.get(key)
+        too_soon = last is not None and now - last < IDENTIFY_WINDOW_SECONDS
+        if self.limit_identify_concurrency and too_soon:
+            self.counters.identify_rate_limited += 1
+            conn.push_op(9, False)
+            self._notify()
+            return
+        if self.session_starts_remaining <= 0:
             conn.push_op(9, False)
             return
-        self._last_identify_at = now
+        self._last_identify_at[key] = now
         self.session_starts_remaining -= 1
+        starts = self.counters.shard_identifies
+        starts[shard_id] = starts.get(shard_id, 0) + 1
         recorded = dict(data)
         recorded["token"] = REDACTED
         self.counters.identifies += 1
@@ -510,12 +548,11 @@ class GatewayHub:
         session = Session(secrets.token_hex(16), intents, shard)
         self.sessions[session.id] = session
         self._attach(session, conn)
-        self._send_ready(session, data.get("shard") is not None)
+        self._send_ready(session, guild_ids, data.get("shard") is not None)
         self._notify()
 
-    def _send_ready(self, session: Session, shard_sent: bool) -> None:
+    def _send_ready(self, session: Session, guild_ids: list[int], shard_sent: bool) -> None:
         world = self.world
-        guild_ids = [g for g in world.guilds if session.wants(None, g)]
         ready: Json = {
             "v": 10,
             "user": world.bot_user_payload(),
@@ -758,18 +795,23 @@ class GatewayHub:
             identify_times=tuple(c.identify_times),
             heartbeat_times=tuple(c.heartbeat_times),
             received_ops=dict(c.received_ops),
+            identify_rate_limited=c.identify_rate_limited,
+            shard_identifies=dict(c.shard_identifies),
         )
 
     def gateway_bot(self) -> Json:
-        """The body of GET /gateway/bot."""
+        """The body of GET /gateway/bot: the recommended shard count and session start limit."""
+        shards = self.recommended_shards
+        if shards is None:
+            shards = max(1, math.ceil(len(self.world.guilds) / GUILDS_PER_RECOMMENDED_SHARD))
         return {
             "url": self.url,
-            "shards": 1,
+            "shards": shards,
             "session_start_limit": {
                 "total": SESSION_START_TOTAL,
                 "remaining": self.session_starts_remaining,
                 "reset_after": SESSION_START_RESET_MS,
-                "max_concurrency": 1,
+                "max_concurrency": self.max_concurrency,
             },
         }
 

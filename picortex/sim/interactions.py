@@ -42,6 +42,8 @@ STRING: Final = 3
 INTEGER: Final = 4
 BOOLEAN: Final = 5
 USER: Final = 6
+CHANNEL: Final = 7
+ROLE: Final = 8
 NUMBER: Final = 10
 APPLICATION_COMMAND: Final = 2
 AUTOCOMPLETE: Final = 4
@@ -53,6 +55,8 @@ EPHEMERAL: Final = 1 << 6
 LOADING: Final = 1 << 7
 CHAT_INPUT_COMMAND_MESSAGE: Final = 20
 _USER_TOKEN: Final = re.compile(r"<@!?(\d+)>|(\d{5,20})")
+_ROLE_TOKEN: Final = re.compile(r"<@&(\d+)>|(\d{5,20})")
+_CHANNEL_TOKEN: Final = re.compile(r"<#(\d+)>|(\d{5,20})")
 
 
 def _unknown_interaction() -> ApiError:
@@ -235,7 +239,7 @@ class SimInteractions:
             "attachment_size_limit": 10485760,
         }
         if channel.guild_id is not None:
-            member = self.world.member_payload(user_id, with_user=True)
+            member = self.world.member_payload(user_id, with_user=True, guild_id=channel.guild_id)
             member["permissions"] = "2248473465835073"
             payload["guild_id"] = str(channel.guild_id)
             payload["guild"] = {"id": str(channel.guild_id), "locale": "en-US", "features": []}
@@ -376,6 +380,16 @@ class SimInteractions:
                 member = self.world.member_payload(user_id, with_user=False)
                 member["permissions"] = "0"
                 resolved.setdefault("members", {})[value] = member
+        elif kind == ROLE:
+            value = self._role(text, guild_id)
+            roles = resolved.setdefault("roles", {})
+            roles[value] = self.world.role_payload(int(value), self._role_name(int(value)))
+        elif kind == CHANNEL:
+            match = _CHANNEL_TOKEN.fullmatch(text)
+            if match is None or int(match.group(1) or match.group(2)) not in self.world.channels:
+                raise SimError(f"{text!r} is not a channel")
+            value = str(int(match.group(1) or match.group(2)))
+            resolved.setdefault("channels", {})[value] = self._channel_partial(int(value))
         elif kind == INTEGER:
             value = int(text)
         elif kind == NUMBER:
@@ -388,6 +402,23 @@ class SimInteractions:
         elif option.get("choices") and value not in [c["value"] for c in option["choices"]]:
             raise SimError(f"{text!r} is not one of the choices of {option['name']!r}")
         return out
+
+    def _role(self, text: str, guild_id: int | None) -> str:
+        match = _ROLE_TOKEN.fullmatch(text)
+        guild = self.world.guilds.get(guild_id) if guild_id is not None else None
+        if (
+            match is None
+            or guild is None
+            or int(match.group(1) or match.group(2)) not in guild.roles
+        ):
+            raise SimError(f"{text!r} is not a role of this guild")
+        return str(int(match.group(1) or match.group(2)))
+
+    def _role_name(self, role_id: int) -> str:
+        for guild in self.world.guilds.values():
+            if role_id in guild.roles:
+                return guild.roles[role_id]
+        return str(role_id)
 
     def _channel_partial(self, channel_id: int) -> Json:
         channel = self.world.channels[channel_id]
@@ -576,6 +607,10 @@ def _accepts(option: Mapping[str, Any], word: str) -> bool:
     kind = option["type"]
     if kind == USER:
         return _USER_TOKEN.fullmatch(word) is not None
+    if kind == ROLE:
+        return _ROLE_TOKEN.fullmatch(word) is not None
+    if kind == CHANNEL:
+        return _CHANNEL_TOKEN.fullmatch(word) is not None
     if kind == INTEGER:
         return word.lstrip("-").isdigit()
     choices = option.get("choices")

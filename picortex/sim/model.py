@@ -11,6 +11,8 @@ Answers with the Messages API's JSON shapes: a `message` object on success and A
 - a prompt that asks for a persona id (mentions "persona" and "id") gets the first
   candidate: the first item of a `candidates: a, b` line, else the first word of the first
   bulleted or numbered line;
+- a prompt that asks for a `"tier"` gets `{"tier": ..., "reason": ...}`: `complex` when the
+  last user turn has the word "steps" or "complex" (any case), else `general`;
 - anything else gets `(offline model) You said: <the last non-empty line of the last user
   turn>`.
 
@@ -51,6 +53,7 @@ QUOTE_MAX_CHARS: Final = 300
 # Streamed answers: characters per text delta, and seconds between deltas by default.
 STREAM_CHUNK_CHARS: Final = 24
 STREAM_PACE_SECONDS: Final = 0.0
+_COMPLEX_WORD: Final = re.compile(r"\b(steps|complex)\b", re.IGNORECASE)
 
 _ERROR_TYPES: Final = {
     400: "invalid_request_error",
@@ -353,6 +356,10 @@ def default_answer(system: Any, messages: list[Any]) -> str:
         else:
             reason = "(offline model) no question and no mention of the bot"
         return orjson.dumps({"should_respond": question or bot, "reason": reason}).decode()
+    if '"tier"' in lowered:
+        hard = _COMPLEX_WORD.search(last_user) is not None
+        tier, why = ("complex", "asks for steps") if hard else ("general", "a plain request")
+        return orjson.dumps({"tier": tier, "reason": f"(offline model) {why}"}).decode()
     if "persona" in lowered and re.search(r"\bids?\b", lowered):
         candidate = _first_candidate(last_user) or _first_candidate(everything)
         if candidate:

@@ -7,6 +7,8 @@ clock see limits reset without real waiting).
 from __future__ import annotations
 
 import hashlib
+import math
+from collections import deque
 from typing import Final
 
 import attrs
@@ -38,6 +40,22 @@ class Verdict:
     global_: bool = False
 
 
+@attrs.frozen
+class GlobalStats:
+    """Requests that counted against the global limit, and the global 429s answered.
+
+    `per_second` maps each whole second of the clock to the requests received in it;
+    `max_in_any_second` is the most received in any one-second span (sliding, so a burst
+    straddling two whole seconds still shows); `global_429s` counts the 429s with
+    `global: true` the limit answered.
+    """
+
+    requests: int
+    per_second: dict[int, int]
+    max_in_any_second: int
+    global_429s: int
+
+
 @attrs.define
 class _Window:
     limit: int
@@ -66,33 +84,68 @@ class RateLimiter:
         self.enabled = enabled
         self._global = _Window(global_limit, global_per, global_limit, 0.0)
         self._windows: dict[tuple[str, str], _Window] = {}
+        self._per_second: dict[int, int] = {}
+        self._last_second: deque[float] = deque()
+        self._max_in_any_second = 0
+        self._global_requests = 0
+        self._global_429s = 0
 
-    def check(self, bucket: str, major: str, limit: RouteLimit, now: float) -> Verdict:
-        """Count one request; says whether it may proceed and what headers to send."""
+    def check(
+        self, bucket: str, major: str, limit: RouteLimit, now: float, *, global_limit: bool = True
+    ) -> Verdict:
+        """Count one request; says whether it may proceed and what headers to send.
+
+        `global_limit=False`: a route the global limit does not bind (interaction endpoints).
+        """
         window = self._window(bucket, major, limit, now)
+        if not global_limit:
+            return self._check_route(bucket, window, now)
+        self.count_global(now)
         glob = self._roll(self._global, now)
         if now < glob.locked_until:
             return self._global_verdict(bucket, glob.locked_until - now)
+        if self.enabled and glob.remaining <= 0 and now >= window.locked_until:
+            return self._global_verdict(bucket, glob.reset_at - now)
+        verdict = self._check_route(bucket, window, now)
+        if verdict.allowed and self.enabled:
+            glob.remaining -= 1
+        return verdict
+
+    def record_global_429(self) -> None:
+        """Count one 429 with `global: true` sent to the bot."""
+        self._global_429s += 1
+
+    def global_stats(self) -> GlobalStats:
+        """A snapshot of what counted against the global limit."""
+        return GlobalStats(
+            self._global_requests,
+            dict(self._per_second),
+            self._max_in_any_second,
+            self._global_429s,
+        )
+
+    def _check_route(self, bucket: str, window: _Window, now: float) -> Verdict:
         if now < window.locked_until:
-            return Verdict(
-                False,
-                bucket,
-                window.limit,
-                0,
-                window.locked_until - now,
-                window.locked_until - now,
-                window.lock_scope,
-            )
+            wait = window.locked_until - now
+            return Verdict(False, bucket, window.limit, 0, wait, wait, window.lock_scope)
         if not self.enabled:
             return Verdict(True, bucket, window.limit, window.remaining, window.reset_at - now)
-        if glob.remaining <= 0:
-            return self._global_verdict(bucket, glob.reset_at - now)
         if window.remaining <= 0:
             wait = window.reset_at - now
             return Verdict(False, bucket, window.limit, 0, wait, wait, "user")
         window.remaining -= 1
-        glob.remaining -= 1
         return Verdict(True, bucket, window.limit, window.remaining, window.reset_at - now)
+
+    def count_global(self, now: float) -> None:
+        """Every request the global limit binds counts, refused or not: it is what was sent."""
+        self._global_requests += 1
+        second = math.floor(now)
+        self._per_second[second] = self._per_second.get(second, 0) + 1
+        recent = self._last_second
+        recent.append(now)
+        while recent[0] <= now - GLOBAL_PER_SECONDS:
+            recent.popleft()
+        self._max_in_any_second = max(self._max_in_any_second, len(recent))
 
     def peek(self, bucket: str, major: str, limit: RouteLimit, now: float) -> Verdict:
         """The bucket's header values without counting a request."""

@@ -39,6 +39,8 @@ WRITE_LIMIT: Final = RouteLimit(5, 5.0)
 READ_LIMIT: Final = RouteLimit(5, 1.0)
 REACTION_LIMIT: Final = RouteLimit(1, 0.25)
 LOOSE_LIMIT: Final = RouteLimit(50, 1.0)
+# `enforce_nonce` checks a nonce for uniqueness "in the past few minutes" (Discord's docs).
+NONCE_WINDOW_SECONDS: Final = 300.0
 
 
 @attrs.frozen
@@ -87,6 +89,8 @@ class _Route:
     limit: RouteLimit
     handler: str
     auth: bool = True
+    # Interaction endpoints are not bound to the bot's global limit (Discord's rate-limit docs).
+    global_limit: bool = True
 
 
 _ROUTES: Final = (
@@ -182,6 +186,7 @@ _ROUTES: Final = (
         LOOSE_LIMIT,
         "interaction_callback",
         auth=False,
+        global_limit=False,
     ),
     _Route(
         "GET",
@@ -190,6 +195,7 @@ _ROUTES: Final = (
         LOOSE_LIMIT,
         "get_original",
         auth=False,
+        global_limit=False,
     ),
     _Route(
         "PATCH",
@@ -198,6 +204,7 @@ _ROUTES: Final = (
         WRITE_LIMIT,
         "edit_original",
         auth=False,
+        global_limit=False,
     ),
     _Route(
         "POST",
@@ -206,6 +213,7 @@ _ROUTES: Final = (
         WRITE_LIMIT,
         "followup",
         auth=False,
+        global_limit=False,
     ),
     # After @original: a literal segment is matched before a placeholder.
     _Route(
@@ -215,6 +223,7 @@ _ROUTES: Final = (
         WRITE_LIMIT,
         "edit_followup",
         auth=False,
+        global_limit=False,
     ),
 )
 
@@ -251,6 +260,8 @@ class DiscordRest:
         self._gateway_url = gateway_url
         self._gateway_bot = gateway_bot
         self._limit_overrides: dict[str, RouteLimit] = {}
+        # nonce -> when the bot's first message with it was created, oldest first.
+        self._nonce_times: dict[str, float] = {}
         self.interactions = SimInteractions(world, clock)
 
     # -------------------------------------------------------------- configuration
@@ -297,8 +308,10 @@ class DiscordRest:
         major = str(params.get("channel", ""))
         fault = self._take_fault(request.method, rel)
         if fault is not None:
+            if route.global_limit:
+                self.limiter.count_global(now)
             return self._fault_response(fault, bucket, major, limit, now)
-        verdict = self.limiter.check(bucket, major, limit, now)
+        verdict = self.limiter.check(bucket, major, limit, now, global_limit=route.global_limit)
         if not verdict.allowed:
             if verdict.scope != "shared":
                 self.invalid_requests += 1
@@ -379,6 +392,7 @@ class DiscordRest:
         }
         headers: list[tuple[str, str]] = [("Retry-After", str(math.ceil(verdict.retry_after)))]
         if verdict.global_:
+            self.limiter.record_global_429()
             headers.append(("X-RateLimit-Global", "true"))
         else:
             headers.extend(self._limit_headers(verdict))
@@ -483,7 +497,9 @@ class DiscordRest:
         if allowed is not None:
             _check_allowed_mentions(_object(allowed, "allowed_mentions"))
         nonce = body.get("nonce")
-        if nonce is not None and body.get("enforce_nonce"):
+        now = self._clock()
+        self._forget_old_nonces(now)
+        if nonce is not None and body.get("enforce_nonce") and str(nonce) in self._nonce_times:
             earlier = self.world.bot_message_for_nonce(nonce)
             if earlier is not None:
                 return 200, self.world.message_payload(earlier, gateway=False)
@@ -498,7 +514,19 @@ class DiscordRest:
             nonce=nonce,
             tts=bool(body.get("tts", False)),
         )
+        if nonce is not None:
+            self._nonce_times.pop(str(nonce), None)
+            self._nonce_times[str(nonce)] = now
         return 200, self.world.message_payload(message, gateway=False)
+
+    def _forget_old_nonces(self, now: float) -> None:
+        """Drop nonces older than the window; the dict is in creation order."""
+        times = self._nonce_times
+        while times:
+            nonce, at = next(iter(times.items()))
+            if now - at < NONCE_WINDOW_SECONDS:
+                return
+            del times[nonce]
 
     def _reply_target(self, channel_id: int, reference: Any) -> int | None:
         if reference is None:

@@ -21,9 +21,9 @@ from picortex.sim.gateway import DEFAULT_HEARTBEAT_MS, GatewayHub, GatewayStats
 from picortex.sim.httpserver import HttpRequest, HttpResponse, serve_http
 from picortex.sim.interactions import SimInteraction
 from picortex.sim.model import OfflineModel
-from picortex.sim.ratelimit import RateLimiter
+from picortex.sim.ratelimit import GlobalStats, RateLimiter
 from picortex.sim.rest import API_PREFIX, DiscordRest, InjectedError, RecordedRequest
-from picortex.sim.snowflake import DiscordClock, SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import DiscordClock, SnowflakeFactory, iso_timestamp
 from picortex.sim.world import (
     GUILD_TEXT,
     INTENT_GUILD_MESSAGES,
@@ -32,6 +32,7 @@ from picortex.sim.world import (
     SimError,
     World,
 )
+from picortex.types import snowflake_ms
 
 CONTROL_TOKEN_BYTES: Final = 24  # 192 random bits, like a session token
 BOT_TOKEN_BYTES: Final = 24
@@ -97,7 +98,10 @@ class Simulator:
         enforce_heartbeat: drop a connection that misses heartbeats (session kept).
         allowed_privileged_intents: privileged intents the app may use (else close 4014).
         required_shards: a minimum shard count (else close 4011); None: any.
-        limit_identify_concurrency: answer a second IDENTIFY within 5 s with op 9.
+        limit_identify_concurrency: answer a second IDENTIFY in one `max_concurrency`
+            bucket (`shard_id % max_concurrency`) within 5 s with op 9.
+        max_concurrency: `session_start_limit.max_concurrency` of GET /gateway/bot.
+        recommended_shards: `shards` of GET /gateway/bot; None: one per 1,000 guilds.
         rate_limits: enforce REST per-route and global limits with real 429s.
     """
 
@@ -111,6 +115,8 @@ class Simulator:
         allowed_privileged_intents: int = PRIVILEGED_INTENTS,
         required_shards: int | None = None,
         limit_identify_concurrency: bool = False,
+        max_concurrency: int = 1,
+        recommended_shards: int | None = None,
         rate_limits: bool = True,
         control_token: str | None = None,
     ) -> None:
@@ -128,6 +134,8 @@ class Simulator:
             allowed_privileged_intents=allowed_privileged_intents,
             required_shards=required_shards,
             limit_identify_concurrency=limit_identify_concurrency,
+            max_concurrency=max_concurrency,
+            recommended_shards=recommended_shards,
             notify=self._notify,
         )
         self.limiter = RateLimiter(enabled=rate_limits)
@@ -229,11 +237,29 @@ class Simulator:
         """Change a user's server nickname (seen in later messages' `member.nick`)."""
         self.world.set_nick(user_id, nick)
 
+    def add_role(self, guild_id: int, name: str) -> int:
+        """Create a role in a guild; returns its id."""
+        return self.world.add_role(guild_id, name)
+
+    def give_role(self, user_id: int, role_id: int) -> None:
+        """Give a user a role (seen in later messages' and interactions' `member.roles`)."""
+        self.world.give_role(user_id, role_id)
+
     def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
         """Create a guild with the bot in it (GUILD_CREATE to connected sessions)."""
         guild_id = self.world.add_guild(name, owner_id=owner_id)
         self._flush()
         return guild_id
+
+    def add_guilds(self, count: int, channels_per_guild: int = 2) -> list[tuple[int, list[int]]]:
+        """Create `count` guilds with `channels_per_guild` text channels each, for a cluster.
+
+        Guild ids are a millisecond apart, so `(guild_id >> 22) % num_shards` spreads them
+        over shards. Returns (guild id, channel ids) per guild.
+        """
+        made = self.world.add_guilds(count, channels_per_guild)
+        self._flush()
+        return made
 
     def add_channel(self, guild_id: int, name: str, *, type: int = GUILD_TEXT) -> int:
         """Create a text channel (CHANNEL_CREATE to connected sessions)."""
@@ -362,11 +388,6 @@ class Simulator:
         self.world.remove_reaction(channel_id, message_id, user_id, emoji)
         self._flush()
 
-    def user_typing(self, channel_id: int, user_id: int) -> None:
-        """`user_id` starts typing (TYPING_START)."""
-        self.world.typing(channel_id, user_id, int(time.time()))
-        self._flush()
-
     # ------------------------------------------------------------------- reading
 
     def messages(self, channel_id: int) -> list[Json]:
@@ -412,6 +433,11 @@ class Simulator:
     def gateway_stats(self) -> GatewayStats:
         """A snapshot of gateway counters."""
         return self.gateway.stats()
+
+    @property
+    def global_stats(self) -> GlobalStats:
+        """Requests against the global limit: per second, the most in any second, global 429s."""
+        return self.limiter.global_stats()
 
     @property
     def invalid_requests(self) -> int:

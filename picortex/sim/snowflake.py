@@ -9,16 +9,11 @@ from typing import Final
 
 import trio
 
-# Discord's epoch: the first millisecond of 2015, in Unix milliseconds.
-DISCORD_EPOCH_MS: Final = 1_420_070_400_000
+from picortex.types import DISCORD_EPOCH_MS
+
 # Worker and process fields of the ids the simulator mints (any fixed values would do).
 SIM_WORKER_ID: Final = 1
 SIM_PROCESS_ID: Final = 0
-
-
-def snowflake_ms(snowflake: int) -> int:
-    """The Unix time in milliseconds encoded in `snowflake`."""
-    return (snowflake >> 22) + DISCORD_EPOCH_MS
 
 
 def iso_timestamp(unix_ms: int) -> str:
@@ -47,6 +42,22 @@ class SnowflakeFactory:
             candidate = self._last + 1
         self._last = candidate
         return candidate
+
+    def spaced(self, count: int) -> list[int]:
+        """`count` fresh snowflakes one millisecond apart, ending about now.
+
+        Ids minted in one burst share their timestamp, so `(id >> 22) % num_shards` would
+        route them all to one shard; things made at once for a large world (guilds) get
+        distinct creation times instead, as real ones have.
+        """
+        now_ms = int(self._clock_ms())
+        last_ms = (self._last >> 22) + DISCORD_EPOCH_MS
+        first_ms = max(now_ms - count, last_ms + 1)
+        low_bits = (SIM_WORKER_ID << 17) | (SIM_PROCESS_ID << 12)
+        ids = [((first_ms + i - DISCORD_EPOCH_MS) << 22) | low_bits for i in range(count)]
+        if ids:
+            self._last = ids[-1]
+        return ids
 
     def many(self, count: int) -> list[int]:
         """`count` fresh snowflakes in increasing order."""

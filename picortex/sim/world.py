@@ -20,7 +20,8 @@ import attrs
 
 from picortex.errors import ApiError as ApiError
 from picortex.errors import SimError as SimError
-from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp, snowflake_ms
+from picortex.sim.snowflake import SnowflakeFactory, iso_timestamp
+from picortex.types import snowflake_ms
 
 Json = dict[str, Any]
 
@@ -58,6 +59,9 @@ STICKER_FORMAT_PNG: Final = 1
 POLL_HOURS_DEFAULT: Final = 24
 # Discord's limit on message content, in characters.
 MAX_CONTENT_CHARS: Final = 2000
+# Discord's cap on a guild's channels, and a bound on guilds made at once (memory, not Discord).
+MAX_GUILD_CHANNELS: Final = 500
+MAX_BULK_GUILDS: Final = 100_000
 # Default thread auto-archive duration in minutes (a value Discord accepts).
 THREAD_ARCHIVE_MINUTES: Final = 1440
 # Permissions of @everyone in the simulated guilds: Discord's default set for new guilds.
@@ -111,6 +115,7 @@ class SimUser:
     discriminator: str
     system: bool = False
     nick: str | None = None  # the server nickname (every user is in every guild)
+    roles: list[int] = attrs.Factory(list)  # role ids, each of one guild (`member.roles`)
 
     def payload(self) -> Json:
         """The user object Discord sends."""
@@ -199,6 +204,7 @@ class SimGuild:
     owner_id: int
     channel_ids: list[int] = attrs.Factory(list)
     thread_ids: list[int] = attrs.Factory(list)
+    roles: dict[int, str] = attrs.Factory(dict)  # role id -> name, besides @everyone
 
 
 class World:
@@ -247,9 +253,46 @@ class World:
         """Change a user's server nickname (as shown in every guild's `member.nick`)."""
         self.user(user_id).nick = nick
 
+    def add_role(self, guild_id: int, name: str) -> int:
+        """Create a role in a guild and return its id (seen in later GUILD_CREATEs)."""
+        role_id = self.snowflakes.next()
+        self.guild(guild_id).roles[role_id] = name
+        return role_id
+
+    def give_role(self, user_id: int, role_id: int) -> None:
+        """Give a user a role (seen in later payloads' `member.roles` in its guild)."""
+        if not any(role_id in g.roles for g in self.guilds.values()):
+            raise KeyError(f"no role {role_id}")
+        user = self.user(user_id)
+        if role_id not in user.roles:
+            user.roles.append(role_id)
+
     def add_guild(self, name: str, *, owner_id: int | None = None) -> int:
         """Create a guild the bot is in; announces it with GUILD_CREATE."""
-        guild_id = self.snowflakes.next()
+        return self._add_guild(self.snowflakes.next(), name, owner_id)
+
+    def add_guilds(
+        self, count: int, channels_per_guild: int, *, prefix: str = "guild"
+    ) -> list[tuple[int, list[int]]]:
+        """Create `count` guilds (`guild-0`, ...) with `channels_per_guild` text channels each.
+
+        The guilds' ids are a millisecond apart, so they spread over shards as on Discord.
+        Returns (guild id, channel ids) per guild.
+        """
+        if not 0 <= count <= MAX_BULK_GUILDS:
+            raise SimError(f"the guild count must be between 0 and {MAX_BULK_GUILDS}")
+        if not 0 <= channels_per_guild <= MAX_GUILD_CHANNELS:
+            raise SimError(f"a guild has between 0 and {MAX_GUILD_CHANNELS} channels")
+        made = []
+        for index, guild_id in enumerate(self.snowflakes.spaced(count)):
+            self._add_guild(guild_id, f"{prefix}-{index}", None)
+            channels = [
+                self.add_channel(guild_id, f"channel-{n}") for n in range(channels_per_guild)
+            ]
+            made.append((guild_id, channels))
+        return made
+
+    def _add_guild(self, guild_id: int, name: str, owner_id: int | None) -> int:
         owner = owner_id if owner_id is not None else self.bot_user_id
         self.user(owner)
         self.guilds[guild_id] = SimGuild(guild_id, name, owner)
@@ -695,11 +738,14 @@ class World:
         )
         return out
 
-    def member_payload(self, user_id: int, *, with_user: bool) -> Json:
-        """A guild member object for `user_id` (every user is a member of every guild)."""
+    def member_payload(self, user_id: int, *, with_user: bool, guild_id: int | None = None) -> Json:
+        """A guild member object for `user_id` (every user is a member of every guild); with
+        `guild_id`, the user's roles in that guild (Discord never lists @everyone there)."""
         joined = iso_timestamp(snowflake_ms(user_id))
+        roles = self.user(user_id).roles
+        guild = self.guilds.get(guild_id) if guild_id is not None else None
         out: Json = {
-            "roles": [],
+            "roles": [str(r) for r in roles if guild is not None and r in guild.roles],
             "nick": self.user(user_id).nick,
             "avatar": None,
             "banner": None,
@@ -811,7 +857,7 @@ class World:
             "premium_progress_bar_enabled": False,
             "preferred_locale": "en-US",
             "features": [],
-            "roles": [everyone_role],
+            "roles": [everyone_role, *(self.role_payload(r, n) for r, n in guild.roles.items())],
             "emojis": [],
             "stickers": [],
             "system_channel_id": system_channel,
@@ -896,10 +942,31 @@ class World:
             out["thread"] = self.channel_payload(self.channels[message.thread_id])
         if gateway and message.guild_id is not None:
             out["guild_id"] = str(message.guild_id)
-            out["member"] = self.member_payload(message.author_id, with_user=False)
+            out["member"] = self.member_payload(
+                message.author_id, with_user=False, guild_id=message.guild_id
+            )
         return out
 
     # --------------------------------------------------------------- internals
+
+    @staticmethod
+    def role_payload(role_id: int, name: str) -> Json:
+        """The role object Discord sends (in GUILD_CREATE and resolved interaction data)."""
+        return {
+            "id": str(role_id),
+            "name": name,
+            "description": None,
+            "color": 0,
+            "colors": {"primary_color": 0, "secondary_color": None, "tertiary_color": None},
+            "hoist": False,
+            "icon": None,
+            "unicode_emoji": None,
+            "position": 1,
+            "permissions": "0",
+            "managed": False,
+            "mentionable": True,
+            "flags": 0,
+        }
 
     def _referenced_payload(self, message: SimMessage, gateway: bool) -> Json:
         inner = self.message_payload(message, gateway=False)

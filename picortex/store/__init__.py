@@ -1,7 +1,9 @@
-"""The store: named queries (`StoreQueries`, `AdminQueries`) over SQLite.
+"""The store: named queries (`StoreQueries`, `AdminQueries`) over SQLite, or over
+PostgreSQL when `PICORTEX_DATABASE_URL` is set (`picortex.store.backends` chooses).
 
 The running bot's store is `StoreActor`; a command run outside the bot opens `AdminStore`.
-`Store` (the apsw connection and its SQL) is for `picortex.store` and tests only.
+`Store` (the apsw connection and its SQL) and `picortex.store.pg` are for `picortex.store`
+and tests only.
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ config, runtime config, handled message ids) is served from memory: this process
 change it at once, and another process's commits (`picortex config set`) are seen through
 SQLite's `data_version`, polled on the worker thread, and reloaded.
 
-Every query stays behind `Store` (the one place that speaks SQL); this class only decides
-where and when those queries run. The rest of picortex calls it by the named queries of
-`picortex.store.queries.StoreQueries` only, so another backend can answer the same calls.
+Every query stays behind `Store` (the one place that speaks SQL; `PgDatabase` speaks the
+same methods to PostgreSQL, whose other processes' commits show as a changed counter);
+this class only decides where and when those queries run. The rest of picortex calls it by
+the named queries of `picortex.store.queries.StoreQueries` only.
 """
 
 from __future__ import annotations
@@ -24,16 +25,25 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
-import apsw
 import attrs
 import trio
 
 from picortex.errors import StoreError
 from picortex.store.chathome import ChatHome
 from picortex.store.seen import SeenIds
-from picortex.store.store import TRUST_TIERS, ChatConfig, InvocationError, MemoryHit, Store
+from picortex.store.store import (
+    TRUST_TIERS,
+    ChatConfig,
+    InvocationError,
+    MemoryHit,
+    Store,
+    UserAttention,
+)
+
+if TYPE_CHECKING:
+    from picortex.store.database import Database
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +78,7 @@ Finish = Callable[[bool, object], None]
 @attrs.define(slots=True)
 class _Op:
     kind: int
-    fn: Callable[[Store], object] | None = None
+    fn: Callable[[Database], object] | None = None
     row: tuple[int, float] | None = None
     finish: Finish | None = None
     seq: int = 0
@@ -82,17 +92,18 @@ class _Snapshot:
     trust: dict[int, str]
     chats: dict[int, ChatConfig]
     runtime: dict[str, str]
+    user_modes: dict[tuple[int, int], UserAttention]
 
 
 class StoreActor:
     """The store's owner: queued writes on one thread, read models in memory."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self.db = store  # used by the worker thread; elsewhere only before it starts
         # A second connection for the few reads made on the event loop (a budget period's
         # first total, the panel's pages): in WAL a reader never waits for a writer, so
         # they never queue behind a group the worker holds open.
-        self._reader: Store | None = None
+        self._reader: Database | None = None
         self._queue: queue.SimpleQueue[list[_Op]] = queue.SimpleQueue()
         # Ops queued during one scheduler round, handed to the worker together: one wake-up
         # of the thread (and one GIL hand-off) per round, not one per write.
@@ -106,8 +117,9 @@ class StoreActor:
         self._trust = snap.trust
         self._chats = snap.chats
         self._runtime = snap.runtime
+        self._user_modes = snap.user_modes
         self.config_version = 0  # bumped whenever the runtime config changes
-        self._data_version = store.pragma("data_version")
+        self._data_version = store.data_version()
         # Scope: per shard (the newest handled ids of the whole table, today).
         self._seen = SeenIds(SEEN_MEMORY, store.newest_seen(SEEN_MEMORY + 1))
         self._spend: dict[str, dict[str, float]] = {}  # period key -> workspace -> USD
@@ -157,10 +169,10 @@ class StoreActor:
             self._reader.close()
         self.db.close()
 
-    def _reads(self) -> Store:
+    def _reads(self) -> Database:
         """The read connection (opened on first use)."""
         if self._reader is None:
-            self._reader = Store.open(self.db.path)
+            self._reader = self.db.reopen()
         return self._reader
 
     def _start(self) -> None:
@@ -194,7 +206,7 @@ class StoreActor:
             self._queue.put(ops)
 
     def _submit(
-        self, fn: Callable[[Store], object], on_done: Callable[[object], None] | None = None
+        self, fn: Callable[[Database], object], on_done: Callable[[object], None] | None = None
     ) -> None:
         """Queue a write; `on_done(result)` runs on the event loop once it is committed."""
         finish: Finish | None = None
@@ -207,7 +219,7 @@ class StoreActor:
 
         self._put(_Op(_WRITE, fn=fn, finish=finish))
 
-    async def call(self, fn: Callable[[Store], T], *, write: bool = True) -> T:
+    async def call(self, fn: Callable[[Database], T], *, write: bool = True) -> T:
         """Run `fn(store)` on the store thread after everything queued before it; its result.
 
         For `picortex.store` and tests only: the rest of picortex uses the named queries.
@@ -232,7 +244,7 @@ class StoreActor:
             raise cast(BaseException, value)
         return cast(T, value)
 
-    async def read(self, fn: Callable[[Store], T]) -> T:
+    async def read(self, fn: Callable[[Database], T]) -> T:
         """Run a query on the store thread (it sees every write queued before it).
 
         For `picortex.store` and tests only: the rest of picortex uses the named queries.
@@ -247,7 +259,7 @@ class StoreActor:
         """
         await self.call(_nothing)
 
-    def _model_write(self, fn: Callable[[Store], object], change: Callable[[], None]) -> None:
+    def _model_write(self, fn: Callable[[Database], object], change: Callable[[], None]) -> None:
         """Queue a write that a read model mirrors; apply `change` to the model now."""
         self._seq += 1
         seq = self._seq
@@ -353,13 +365,13 @@ class StoreActor:
         Returns False once the connection is closed: the worker has nothing left to do.
         """
         try:
-            version = self.db.pragma("data_version")
+            version = self.db.data_version()
             if version == self._data_version:
                 return True
             self._data_version = version
             snap = self._load(self._done_seq)
         except StoreError as exc:
-            if isinstance(exc.__cause__, apsw.ConnectionClosedError):
+            if self.db.closed:
                 return False
             logger.warning("could not look for changes by other processes: %s", exc)
             return True
@@ -375,6 +387,7 @@ class StoreActor:
             trust=dict(db.trust_list()),
             chats={c.chat_id: c for c in db.chat_configs()},
             runtime=db.runtime_config(),
+            user_modes={(u.chat_id, u.user_id): u for u in db.user_attentions()},
         )
 
     def _apply(self, snap: _Snapshot) -> None:
@@ -384,6 +397,7 @@ class StoreActor:
         self._trust = dict(snap.trust)
         self._chats = dict(snap.chats)
         self._runtime = dict(snap.runtime)
+        self._user_modes = dict(snap.user_modes)
         for _, change in self._pending:
             change()
         if self._runtime != before:
@@ -486,6 +500,42 @@ class StoreActor:
         self._model_write(lambda db: db.delete_chat_config(chat_id), change)
         return True
 
+    # ---- per-user attention (read model) ----------------------------------------------------
+
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        """The user's own attention mode in the chat, or None when the chat's mode applies."""
+        if not self._user_modes:  # the common case: no overrides anywhere, no tuple built
+            return None
+        row = self._user_modes.get((chat_id, user_id))
+        return row.mode if row is not None else None
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user. Scope: global."""
+        return [self._user_modes[k] for k in sorted(self._user_modes)]
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set the user's own attention mode in the chat."""
+        from picortex.config import ATTENTION_MODES
+
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention mode must be one of {', '.join(ATTENTION_MODES)}")
+
+        def change() -> None:
+            self._user_modes[(chat_id, user_id)] = UserAttention(chat_id, user_id, mode, now)
+
+        self._model_write(lambda db: db.set_user_attention(chat_id, user_id, mode, now), change)
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop the user's own mode in the chat; False when they had none."""
+        if (chat_id, user_id) not in self._user_modes:
+            return False
+
+        def change() -> None:
+            self._user_modes.pop((chat_id, user_id), None)
+
+        self._model_write(lambda db: db.delete_user_attention(chat_id, user_id), change)
+        return True
+
     # ---- handled message ids ------------------------------------------------------------------
 
     def seen(self, message_id: int) -> bool | None:
@@ -563,7 +613,7 @@ class StoreActor:
         Discord never reuses an id, so nothing would ever read that chat home again.
         """
 
-        def forget(db: Store) -> None:
+        def forget(db: Database) -> None:
             db.forget_channel(channel_id)
             db.forget_channel_activity(channel_id)
             if chat_home is not None:
@@ -583,7 +633,7 @@ class StoreActor:
         """Queue applying an edit; each (persona, trigger) of `observed` is recorded again."""
         pairs = list(observed)
 
-        def apply(db: Store) -> bool:
+        def apply(db: Database) -> bool:
             # One step on the store's thread: no reader ever sees the old observations gone
             # and the new ones not yet there.
             author = db.reindex_memory_message(message_id, content)
@@ -622,6 +672,14 @@ class StoreActor:
     def invocation_error(self, error_id: int) -> InvocationError | None:
         """One invocation error by id, or None."""
         return self._reads().invocation_error(error_id)
+
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of recent unresolved errors (the panel's read)."""
+        return self._reads().unresolved_errors_since(since)
+
+    async def recent_unresolved_errors(self, since: float) -> list[tuple[str, str, float]]:
+        """`unresolved_errors_since` on the store thread, for the message path."""
+        return await self.read(lambda db: db.unresolved_errors_since(since))
 
     def add_invocation_error(
         self,
@@ -780,7 +838,7 @@ class StoreActor:
         return await self.call(lambda db: db.forget_user(user_id))
 
 
-def _nothing(db: Store) -> None:
+def _nothing(db: Database) -> None:
     return None
 
 

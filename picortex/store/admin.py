@@ -9,15 +9,18 @@ A running bot sees the change through SQLite's `data_version`, as with any other
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-from picortex.store.store import ChatConfig, InvocationError, Store
+from picortex.store.store import ChatConfig, InvocationError, Store, UserAttention
+
+if TYPE_CHECKING:
+    from picortex.store.database import Database
 
 
 class AdminStore:
     """`AdminQueries` over one connection, every write committed before it returns."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self._db = store
         self._config_writes = 0  # data_version sees other connections' commits, not ours
 
@@ -66,7 +69,7 @@ class AdminStore:
     @property
     def config_version(self) -> object:
         """Changes with this store's config writes and with another connection's commits."""
-        return (self._config_writes, self._db.pragma("data_version"))
+        return (self._config_writes, self._db.data_version())
 
     def runtime_config(self) -> dict[str, str]:
         """Every runtime config override. Scope: global."""
@@ -100,6 +103,25 @@ class AdminStore:
         """Forget the chat's own settings, so the defaults apply again."""
         return self._db.delete_chat_config(chat_id)
 
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        """The user's own attention mode in the chat, or None."""
+        for row in self._db.user_attentions():
+            if (row.chat_id, row.user_id) == (chat_id, user_id):
+                return row.mode
+        return None
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user."""
+        return self._db.user_attentions()
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set the user's own attention mode in the chat."""
+        self._db.set_user_attention(chat_id, user_id, mode, now)
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop the user's own mode in the chat; False when they had none."""
+        return self._db.delete_user_attention(chat_id, user_id)
+
     # ---- invocation errors -------------------------------------------------------------------
 
     def invocation_errors(self, unresolved_only: bool = False) -> list[InvocationError]:
@@ -109,6 +131,10 @@ class AdminStore:
     def invocation_error(self, error_id: int) -> InvocationError | None:
         """One invocation error by id, or None."""
         return self._db.invocation_error(error_id)
+
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of recent unresolved errors. Scope: global."""
+        return self._db.unresolved_errors_since(since)
 
     def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
         """Mark an error resolved; False when no error has that id."""

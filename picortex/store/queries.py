@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from picortex.store.store import ChatConfig, InvocationError, MemoryHit
+    from picortex.store.store import ChatConfig, InvocationError, MemoryHit, UserAttention
 
 
 class TrustQueries(Protocol):
@@ -87,6 +87,22 @@ class ChatConfigQueries(Protocol):
         """Forget the chat's own settings, so the defaults apply again."""
         ...
 
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        """The user's own attention mode in the chat (SPEC 18), or None: the chat's applies."""
+        ...
+
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user. Scope: global."""
+        ...
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set the user's own attention mode in the chat."""
+        ...
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop the user's own mode in the chat; False when they had none."""
+        ...
+
 
 class ErrorQueries(Protocol):
     """Invocation errors as an operator reads and resolves them (SPEC 9)."""
@@ -97,6 +113,11 @@ class ErrorQueries(Protocol):
 
     def invocation_error(self, error_id: int) -> InvocationError | None:
         """One invocation error by id, or None."""
+        ...
+
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of the unresolved errors made at `since` or later,
+        oldest first (what composting counts). Scope: global."""
         ...
 
     def resolve_invocation_error(self, error_id: int, resolution: str, resolved_at: float) -> bool:
@@ -305,6 +326,11 @@ class FailureQueries(Protocol):
     ) -> None:
         """Queue an error row (secrets already redacted); `on_committed(row_id)` runs on the
         event loop once it is committed."""
+        ...
+
+    async def recent_unresolved_errors(self, since: float) -> list[tuple[str, str, float]]:
+        """`unresolved_errors_since` on the store's thread, after every queued write: for the
+        message path. Scope: global."""
         ...
 
 

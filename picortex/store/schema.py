@@ -194,6 +194,18 @@ CREATE INDEX budget_ledger_at ON budget_ledger (at);
 """
 
 
+# Per-user attention overrides (SPEC 18): a user's own mode in one chat beats the chat's.
+_V8_CHAT_USER_ATTENTION: Final = """
+CREATE TABLE chat_user_attention (
+    chat_id    INTEGER NOT NULL,
+    user_id    INTEGER NOT NULL,
+    mode       TEXT NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (chat_id, user_id)
+) STRICT;
+"""
+
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_MEMORY,
@@ -202,6 +214,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     _V5_RESUME,
     _V6_OBSERVATION_AUTHOR,
     _V7_LEDGER_AT,
+    _V8_CHAT_USER_ATTENTION,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

@@ -55,6 +55,16 @@ class ChatConfig:
 
 
 @attrs.frozen
+class UserAttention:
+    """One row of `chat_user_attention`: a user's own attention mode in one chat."""
+
+    chat_id: int
+    user_id: int
+    mode: str
+    updated_at: float
+
+
+@attrs.frozen
 class InvocationError:
     """One row of `invocation_errors`: a failed model call or post, kept as data."""
 
@@ -87,13 +97,18 @@ class MemoryHit:
     author_id: int | None = None  # who said it; None for an observation of unknown author
 
 
+def query_terms(text: str) -> list[str]:
+    """The distinct words of `text` a memory search looks for (any of them), in order."""
+    # No case folding here: the full-text index folds query and text alike.
+    return list(dict.fromkeys(_TERM.findall(text)))[:MAX_QUERY_TERMS]
+
+
 def fts_query(text: str) -> str | None:
     """An FTS5 query matching any word of `text`, or None when it has no words.
 
     Each word is quoted as an FTS5 string, so no user text is read as query syntax.
     """
-    # No case folding here: the FTS5 tokenizer folds query and text alike.
-    terms = list(dict.fromkeys(_TERM.findall(text)))[:MAX_QUERY_TERMS]
+    terms = query_terms(text)
     if not terms:
         return None
     return " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
@@ -120,6 +135,7 @@ class Store:
         # apsw serialises single calls, but a transaction spans several; keep them whole.
         self._lock = threading.RLock()
         self._depth = 0
+        self.closed = False
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -159,9 +175,14 @@ class Store:
             raise
         return store
 
+    def reopen(self) -> Store:
+        """A second connection to the same file."""
+        return Store.open(self.path)
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         with self._lock:
+            self.closed = True
             self._conn.close()
 
     def __enter__(self) -> Self:
@@ -196,6 +217,10 @@ class Store:
         """The number of migrations applied."""
         value = self._one("SELECT coalesce(max(version), 0) FROM schema_version")
         return cast(int, value)
+
+    def data_version(self) -> object:
+        """Changes when another connection committed (SQLite's `data_version`)."""
+        return self.pragma("data_version")
 
     def pragma(self, name: str) -> object:
         """The value of one PRAGMA on this connection (e.g. `journal_mode`, `foreign_keys`)."""
@@ -359,6 +384,38 @@ class Store:
         """Forget the chat's own settings, so the defaults apply again."""
         return self._write("DELETE FROM chat_config WHERE chat_id = ?", (chat_id,)) > 0
 
+    def user_attentions(self) -> list[UserAttention]:
+        """Every per-user attention override, by chat then user."""
+        rows = self._all(
+            "SELECT chat_id, user_id, mode, updated_at FROM chat_user_attention"
+            " ORDER BY chat_id, user_id"
+        )
+        return [
+            UserAttention(cast(int, c), cast(int, u), cast(str, m), cast(float, t))
+            for c, u, m, t in rows
+        ]
+
+    def set_user_attention(self, chat_id: int, user_id: int, mode: str, now: float) -> None:
+        """Set a user's own attention mode in a chat."""
+        if mode not in ATTENTION_MODES:
+            raise ValueError(f"attention mode must be one of {', '.join(ATTENTION_MODES)}")
+        self._write(
+            "INSERT INTO chat_user_attention (chat_id, user_id, mode, updated_at)"
+            " VALUES (?, ?, ?, ?) ON CONFLICT (chat_id, user_id) DO UPDATE"
+            " SET mode = excluded.mode, updated_at = excluded.updated_at",
+            (chat_id, user_id, mode, now),
+        )
+
+    def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
+        """Drop a user's own mode in a chat, so the chat's mode applies to them again."""
+        return (
+            self._write(
+                "DELETE FROM chat_user_attention WHERE chat_id = ? AND user_id = ?",
+                (chat_id, user_id),
+            )
+            > 0
+        )
+
     # ---- invocation errors ---------------------------------------------------------------
 
     def add_invocation_error(
@@ -396,6 +453,16 @@ class Store:
         where = " WHERE resolved_at IS NULL" if unresolved_only else ""
         rows = self._all(_ERROR_COLUMNS + where + " ORDER BY id")
         return [_invocation_error(row) for row in rows]
+
+    def unresolved_errors_since(self, since: float) -> list[tuple[str, str, float]]:
+        """(persona, stage, created_at) of each unresolved error made at `since` or later,
+        oldest first: what composting counts."""
+        rows = self._all(
+            "SELECT persona, stage, created_at FROM invocation_errors"
+            " WHERE resolved_at IS NULL AND created_at >= ? ORDER BY created_at, id",
+            (since,),
+        )
+        return [(str(p), str(s), float(cast(float, at))) for p, s, at in rows]
 
     def invocation_error(self, error_id: int) -> InvocationError | None:
         """One invocation error by id, or None."""

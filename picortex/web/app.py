@@ -29,7 +29,7 @@ from starlette.templating import Jinja2Templates
 from starlette.types import Scope
 
 from picortex.cli.errors import error_record
-from picortex.core.commands import ATTENTION_MODES
+from picortex.core.commands import ATTENTION_MODES, USER_MODE_DEFAULT
 from picortex.core.money import is_amount, usd
 from picortex.core.redact import redact_obj
 from picortex.core.trust import TIER_LABELS
@@ -367,6 +367,8 @@ class PanelApp:
             "chat.html",
             chat=chat,
             modes=ATTENTION_MODES,
+            user_modes=self.panel.user_modes_json(chat_id),
+            user_choices=(*ATTENTION_MODES, USER_MODE_DEFAULT),
             prompt=prompt,
             versions=versions,
             tested=tested,
@@ -385,6 +387,18 @@ class PanelApp:
             return self._back("/chats")
         back = form.get("back")
         return self._back("/chats" if back == "list" else f"/chats/{chat_id}")
+
+    async def chat_user_attention(self, request: Request, session: Session) -> Response:
+        form = await self._form(request)
+        try:
+            chat_id = self._chat_id(request)
+            outcome = await self.panel.set_user_attention(
+                chat_id, form.get("user_id"), form.get("mode")
+            )
+            session.flash.append((outcome.ok, outcome.message))
+        except PanelInputError as exc:
+            session.flash.append((False, str(exc)))
+        return self._back(request.url.path.rsplit("/", 1)[0])
 
     async def chat_prompt(self, request: Request, session: Session) -> Response:
         form = await self._form(request)
@@ -494,6 +508,7 @@ class PanelApp:
             rows=rows,
             unresolved=unresolved,
             resolutions=RESOLUTIONS,
+            paused=self.panel.paused(),
         )
 
     async def errors_resolve(self, request: Request, session: Session) -> Response:
@@ -564,6 +579,28 @@ class PanelApp:
             raise PanelInputError(outcome.message)
         return _Json(self.panel.chat(chat_id).as_json())
 
+    async def api_user_modes(self, request: Request) -> Response:
+        chat_id = self._chat_id(request)
+        self.panel.chat(chat_id)
+        return _Json(self.panel.user_modes_json(chat_id))
+
+    async def api_user_attention(self, request: Request) -> Response:
+        body = await self._body(request)
+        chat_id = self._chat_id(request)
+        uid = parse_snowflake(request.path_params["user_id"], "user_id")
+        outcome = await self.panel.set_user_attention(chat_id, uid, body.get("mode"))
+        if not outcome.ok:
+            raise PanelInputError(outcome.message)
+        mode = self.panel.user_modes(chat_id).get(uid, USER_MODE_DEFAULT)
+        return _Json({"chat_id": str(chat_id), "user_id": str(uid), "mode": mode})
+
+    async def api_access(self, request: Request) -> Response:
+        if request.method == "POST":
+            outcome = await self.panel.set_access(await self._body(request))
+            if not outcome.ok:
+                raise PanelInputError(outcome.message)
+        return _Json(self.panel.access())
+
     async def api_log(self, request: Request) -> Response:
         n, where = self._log_filter(request.query_params)
         result = self.panel.log(n, where)
@@ -610,6 +647,9 @@ class PanelApp:
         unresolved = request.query_params.get("unresolved", "") in ("1", "true", "yes")
         return _Json([string_ids_deep(error_record(e)) for e in self.panel.errors(unresolved)])
 
+    async def api_paused(self, request: Request) -> Response:
+        return _Json(self.panel.paused())
+
     async def api_resolve(self, request: Request) -> Response:
         body = await self._body(request)
         error_id = request.path_params["error_id"]
@@ -642,6 +682,7 @@ class PanelApp:
             Route("/chats/{chat_id}", page(self.chat_page)),
             Route("/chats/{chat_id}/attention", page(self.chat_attention), methods=["POST"]),
             Route("/chats/{chat_id}/prompt", page(self.chat_prompt), methods=["POST"]),
+            Route("/chats/{chat_id}/users", page(self.chat_user_attention), methods=["POST"]),
             Route("/chats/{chat_id}/test", page(self.chat_test), methods=["POST"]),
             Route("/activity", page(self.activity)),
             Route("/trust", page(self.trust_page), methods=["GET"]),
@@ -658,11 +699,19 @@ class PanelApp:
             Route("/api/status", api(self.api_status)),
             Route("/api/chats", api(self.api_chats)),
             Route("/api/chats/{chat_id}/attention", api(self.api_attention), methods=["POST"]),
+            Route("/api/chats/{chat_id}/users", api(self.api_user_modes)),
+            Route(
+                "/api/chats/{chat_id}/users/{user_id}/attention",
+                api(self.api_user_attention),
+                methods=["POST"],
+            ),
+            Route("/api/access", api(self.api_access), methods=["GET", "POST"]),
             Route("/api/log", api(self.api_log)),
             Route("/api/trust", api(self.api_trust), methods=["GET", "POST"]),
             Route("/api/trust/{user_id}", api(self.api_trust_delete), methods=["DELETE"]),
             Route("/api/forget/{user_id}", api(self.api_forget), methods=["POST"]),
             Route("/api/errors", api(self.api_errors)),
+            Route("/api/errors/paused", api(self.api_paused)),
             Route("/api/errors/{error_id}/resolve", api(self.api_resolve), methods=["POST"]),
             Route("/api/send", api(self.api_send), methods=["POST"]),
             Route("/api/settings", api(self.api_settings)),

@@ -13,20 +13,20 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
 
 from picortex import config as config_mod
 from picortex.actors.command_changes import Applied, apply_changes
-from picortex.actors.discriminate import build_request, discriminator_model, history_before
-from picortex.actors.discriminate import interpret as interpret_result
-from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
+from picortex.cli.errors import current_pauses, pause_record
 from picortex.core import commands as cmds
-from picortex.core import discriminator as disc
 from picortex.core.attention import mode_for_chat
+from picortex.core.discriminate import interpret as interpret_result
+from picortex.core.discriminate import trial_request
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.personas import AGENTS_FILE, PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier, is_trusted
@@ -37,9 +37,6 @@ from picortex.store.personas import load_personas
 from picortex.types import ChannelType, EventSink, Message, Snowflake
 from picortex.web.logtail import LogFilter, TailResult, tail
 from picortex.web.settings import Group, changed_values, file_keys, settings_view
-
-if TYPE_CHECKING:
-    from picortex.app import Bot
 
 logger = logging.getLogger(__name__)
 
@@ -336,6 +333,12 @@ class Panel:
         rows = self.store.invocation_errors(unresolved_only=unresolved)
         return sorted(rows, key=lambda e: (-e.created_at, -e.id))
 
+    def paused(self) -> list[dict[str, object]]:
+        """What composting pauses now (personas and stages), until when and why."""
+        settings = self.settings().composting
+        found = current_pauses(self.store, settings, self.clock())
+        return [pause_record(p, settings.threshold) for p in found]
+
     def log(self, n: int, where: LogFilter) -> TailResult:
         """The newest `n` matching action-log events, oldest first."""
         return tail(self.action_log_path, n, where)
@@ -479,7 +482,7 @@ class Panel:
             raise PanelInputError("No cached messages from people in this chat yet.")
         template = await self.prompt(chat_id)
         own = self.store.get_chat_config(chat_id)
-        model = discriminator_model(settings, own.discriminator_model if own else None)
+        classifier = settings.classifier(own.discriminator_model if own else None)
         lines: list[TestLine] = []
         chat = self.chat(chat_id)
         bot_id, _ = self._bot_user()
@@ -490,22 +493,17 @@ class Panel:
         for index in picks:
             message = messages[index]
             is_dm = message.guild_id is None
-            meta = disc.ChatMeta(
-                chat_id=str(chat_id),
-                kind="dm" if is_dm else "group",
-                name=chat.name,
-                bot_name="picortex",
+            request = trial_request(
+                classifier,
+                template,
+                messages,
+                index,
+                chat_id=chat_id,
+                chat_name=chat.name,
+                trusted=trusted,
             )
-            history = history_before(
-                messages[:index], message, settings.discriminator.history, trusted
-            )
-            workspace = "dm" if is_dm else str(message.guild_id)
-            try:
-                request = build_request(
-                    settings, template, message, history, meta, workspace, model=model
-                )
-            except disc.PromptTooLarge as exc:
-                decision = disc.fail_decision(is_dm, f"discriminator prompt too large: {exc}")
+            if not isinstance(request, LLMRequest):
+                decision = request
                 lines.append(
                     TestLine(
                         message.author.display_name,
@@ -542,6 +540,7 @@ class Panel:
         if chat_id is not None:
             mode = self.chat(chat_id).attention_mode
             prompt_path = str(self._home(chat_id).prompt_path)
+        user_modes = self.user_modes(chat_id) if chat_id is not None else {}
         return cmds.CommandState(
             owner_id=settings.owner_id,
             trust=dict(self.store.trust_list()),
@@ -554,6 +553,7 @@ class Panel:
             parse_config_value=config_mod.parse_runtime_value,
             format_config_value=config_mod.format_value,
             requester_id=settings.owner_id,  # the panel acts as the owner (SPEC 13)
+            user_modes=user_modes,
         )
 
     def _command_event(
@@ -619,6 +619,53 @@ class Panel:
             raise PanelInputError(f"mode must be one of {', '.join(cmds.ATTENTION_MODES)}.")
         self.chat(chat_id)  # an unknown chat is refused before anything changes
         return await self.run_command(cmds.AttentionSet(mode), chat_id)
+
+    def user_modes(self, chat_id: int) -> dict[int, str]:
+        """Users' own attention modes in the chat (SPEC 18): user id -> mode."""
+        return {r.user_id: r.mode for r in self.store.user_attentions() if r.chat_id == chat_id}
+
+    def user_modes_json(self, chat_id: int) -> list[dict[str, str]]:
+        """Users' own modes in the chat, each with the user's name where it is known."""
+        names = self.names()
+        return [
+            {"user_id": str(uid), "name": names.get(uid, str(uid)), "mode": mode}
+            for uid, mode in sorted(self.user_modes(chat_id).items())
+        ]
+
+    async def set_user_attention(self, chat_id: int, user_id: object, mode: object) -> ChangeResult:
+        """`attention user <@user> MODE|default` in a chat."""
+        uid = parse_snowflake(user_id, "user_id")
+        choices = (*cmds.ATTENTION_MODES, cmds.USER_MODE_DEFAULT)
+        if not isinstance(mode, str) or mode not in choices:
+            raise PanelInputError(f"mode must be one of {', '.join(choices)}.")
+        self.chat(chat_id)  # an unknown chat is refused before anything changes
+        command = cmds.AttentionUser((uid,), None if mode == cmds.USER_MODE_DEFAULT else mode)
+        return await self.run_command(command, chat_id)
+
+    def access(self) -> dict[str, list[str]]:
+        """The `[access]` lists in force (SPEC 18), ids as strings."""
+        access = self.settings().access
+        return {
+            name: [str(i) for i in getattr(access, name)]
+            for name in ("allow_roles", "allow_channels", "deny_channels")
+        }
+
+    async def set_access(self, lists: Mapping[str, object]) -> ChangeResult:
+        """Replace the `[access]` lists named in `lists` (each a list of ids), as `config set
+        access.NAME ...` does: all of them or none."""
+        submitted: dict[str, str] = {}
+        for name, value in lists.items():
+            if name not in ("allow_roles", "allow_channels", "deny_channels"):
+                continue
+            if not isinstance(value, list):
+                raise PanelInputError(f"{name} must be a list of Discord ids.")
+            ids = [str(parse_snowflake(v, name)) for v in value]
+            submitted[f"access.{name}"] = ", ".join(ids) or "none"
+        if not submitted:
+            raise PanelInputError(
+                "Give at least one of allow_roles, allow_channels, deny_channels."
+            )
+        return await self.save_settings(submitted)
 
     async def add_trust(self, user_id: object, tier: object) -> ChangeResult:
         """`whitelist add <@user> TIER`."""
@@ -718,34 +765,3 @@ def _hunks(patch: str) -> str:
     lines = patch.splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("@@")), len(lines))
     return "\n".join(lines[start:])
-
-
-def panel_for_bot(bot: Bot) -> Panel:
-    """The panel over a running bot's store, actors and registries."""
-    pipe = bot.pipe
-    personas = pipe.personas
-
-    def current_personas() -> PersonaSet:
-        return personas.current if personas is not None else PersonaSet()
-
-    def triggers() -> Sequence[TriggerEntry]:
-        log = pipe.triggers.log
-        return (*log.trusted, *log.untrusted)
-
-    return Panel(
-        settings=bot.source,
-        store=bot.store,
-        events=bot.events,
-        home=bot.settings.home,
-        action_log_path=bot.settings.action_log_path,
-        snapshot=bot.snapshot,
-        registry=pipe.registry,
-        cache=bot.cache,
-        llm=bot.llm,
-        rest=bot.rest,
-        personas=current_personas,
-        triggers=triggers,
-        dm_channels=pipe.replies.dm_channels,
-        bot_user=lambda: (pipe.bot.user_id, pipe.bot.username),
-        forget_triggers=pipe.triggers.forget_author,
-    )

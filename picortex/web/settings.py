@@ -37,6 +37,7 @@ GROUP_TITLES: Final[Mapping[str, str]] = {
     "replies": "Replies",
     "poll": "Polls",
     "attention": "Attention defaults",
+    "access": "Access by role and channel (ids)",
     "discriminator": "Discriminator",
     "agent": "Agent",
 }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from picortex.config import Settings
-from picortex.store.store import ChatConfig
+from picortex.store.store import ChatConfig, UserAttention
 
 
 class FakeSettings:
@@ -27,6 +27,7 @@ class FakeStore:
     def __init__(self) -> None:
         self.tiers: dict[int, str] = {}
         self.chat_configs: dict[int, ChatConfig] = {}
+        self.user_modes: dict[tuple[int, int], str] = {}  # (chat id, user id) -> own mode
         self.kept: list[int] = []  # ids kept for recall, in order
         self.noted: list[int] = []  # ids noted as seen, in order
 
@@ -38,6 +39,12 @@ class FakeStore:
 
     def get_chat_config(self, chat_id: int) -> ChatConfig | None:
         return self.chat_configs.get(chat_id)
+
+    def get_user_attention(self, chat_id: int, user_id: int) -> str | None:
+        return self.user_modes.get((chat_id, user_id))
+
+    def user_attentions(self) -> list[UserAttention]:
+        return [UserAttention(c, u, m, 0.0) for (c, u), m in sorted(self.user_modes.items())]
 
     def add_memory_message(self, message_id: int, **fields: Any) -> None:
         self.kept.append(message_id)

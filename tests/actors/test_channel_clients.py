@@ -14,12 +14,19 @@ from picortex.actors.channel import ChannelActor
 from picortex.actors.command_changes import Applied
 from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.interactions import REFUSAL
-from picortex.actors.pipeline import BotIdentity, ChannelRegistry, TriggerBook
+from picortex.actors.pipeline import ChannelRegistry, TriggerBook
 from picortex.config import load_settings
 from picortex.core import commands as cmds
 from picortex.core import policy
 from picortex.core import slash as sl
-from picortex.types import Interaction, InteractionOption, InteractionType, Message, User
+from picortex.types import (
+    BotIdentity,
+    Interaction,
+    InteractionOption,
+    InteractionType,
+    Message,
+    User,
+)
 from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 

@@ -21,13 +21,12 @@ from picortex.actors import llm
 from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import (
     FALLBACK_PRICE,
-    ChatTurn,
     LLMActor,
-    LLMRequest,
     price_of,
 )
 from picortex.config import BUILTIN_PRICES, BudgetSettings, ModelTiers, Price, load_settings
 from picortex.core.budget import Refusal, Reservation, worst_case_usd
+from picortex.core.llm import ChatTurn, ImagePart, LLMRequest, TextPart
 from picortex.errors import FaultInjected
 from picortex.runtime.faults import FaultPoints
 from picortex.store import Store
@@ -632,7 +631,7 @@ async def test_sdk_telemetry_is_off_unless_the_environment_configures_it(
 async def test_image_blocks_reach_the_model_as_base64_sources() -> None:
     sink = RecordingSink()
     model = FakeModel()
-    turn = ChatTurn("user", (llm.ImagePart("image/png", "aGVsbG8="), llm.TextPart("what is it?")))
+    turn = ChatTurn("user", (ImagePart("image/png", "aGVsbG8="), TextPart("what is it?")))
     async with running(make_actor(model, sink)) as actor:
         assert (await actor.complete(request(messages=(turn,)))).ok
     assert model.requests[0]["messages"] == [

@@ -13,7 +13,6 @@ import trio
 import trio.testing
 
 from picortex.actors import persona_answer
-from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import (
     BotIdentity,
     ChannelRegistry,
@@ -23,6 +22,7 @@ from picortex.actors.pipeline import (
 )
 from picortex.config import ResponsePolicySettings, load_settings
 from picortex.core.continuation import Request
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.discord.rest import DiscordHTTPError
 from picortex.store import Store, StoreActor
 from picortex.store.personas import PersonaLoader

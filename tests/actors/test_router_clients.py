@@ -14,7 +14,7 @@ import trio.testing
 from picortex.actors import router as router_mod
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.delivery import ChannelReply, Delivery
-from picortex.actors.pipeline import BotIdentity, ChannelRegistry
+from picortex.actors.pipeline import ChannelRegistry
 from picortex.actors.router import Router
 from picortex.config import load_settings
 from picortex.core.continuation import ContinuationState, on_trigger
@@ -22,7 +22,7 @@ from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec
 from picortex.store.store import ChatConfig
-from picortex.types import Channel, Message
+from picortex.types import BotIdentity, Channel, Message
 from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 

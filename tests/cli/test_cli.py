@@ -11,8 +11,8 @@ import orjson
 import pytest
 
 from picortex import cli
-from picortex.cli.log import EVENT_TYPES
 from picortex.cli.status import format_status
+from picortex.core.events import EVENT_TYPES
 from picortex.store.lock import hold_home, running_pid
 
 # `cli.main` sets up logging for a process; in this one, later tests need theirs back.

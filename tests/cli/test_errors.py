@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 from picortex.cli.errors import COLUMNS, failure_patterns, rfc3339, run_errors, run_resolve
+from picortex.config import CompostSettings
 from picortex.store import Store
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
@@ -21,10 +22,10 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield opened
 
 
-def _run(store: Store, **flags: bool) -> str:
+def _run(store: Store, *, now: float = T0 + 600, **flags: bool) -> str:
     out = io.StringIO()
     options = {"unresolved": False, "as_json": False, "patterns": False, **flags}
-    assert run_errors(store, out=out, **options) == 0
+    assert run_errors(store, out=out, now=now, **options) == 0
     return out.getvalue()
 
 
@@ -113,7 +114,10 @@ def test_patterns_group_unresolved_by_persona_and_stage(store: Store) -> None:
         ("default", "post", 1, "403 Forbidden"),
     ]
     lines = _run(store, patterns=True).splitlines()
-    assert lines[0].split() == ["COUNT", "PERSONA", "STAGE", "LATEST", "(UTC)", "LATEST", "ERROR"]
+    assert lines[0].split() == [
+        "COUNT",
+        *("PERSONA", "STAGE", "LATEST", "(UTC)", "PAUSED", "UNTIL", "LATEST", "ERROR"),
+    ]
     assert lines[1].split()[:3] == ["2", "arnold", "generate"]
     assert lines[1].endswith("HTTP 529")
     assert len(lines) == 3
@@ -130,8 +134,60 @@ def test_patterns_as_json(store: Store) -> None:
         "first_at": "2026-01-01T00:00:00.000Z",
         "latest_at": "2026-01-01T00:01:00.000Z",
         "latest_message": "HTTP 529",
+        "paused_until": None,
     }
     assert len(rows) == 3
+
+
+def test_patterns_show_what_composting_paused_and_until_when(store: Store) -> None:
+    ids = _seed(store)
+    for i in range(3):
+        store.add_invocation_error("42", "arnold", 2000 + i, "post", "gone", None, T0 + 100 + i)
+    store.add_invocation_error("42", "sage", 1005, "tiebreak", "bad", None, T0 + 200)
+    settings = CompostSettings(threshold=5, pause_seconds=600)
+    out = io.StringIO()
+    run_errors(
+        store,
+        unresolved=False,
+        as_json=True,
+        patterns=True,
+        out=out,
+        composted=settings,
+        now=T0 + 300,
+    )
+    rows = {(r["persona"], r["stage"]): r["paused_until"] for r in orjson.loads(out.getvalue())}
+    # arnold: 2 generate + 3 post errors within the hour, the fifth at T0 + 102.
+    assert rows[("arnold", "generate")] == rows[("arnold", "post")] == "2026-01-01T00:11:42.000Z"
+    assert rows[("sage", "tiebreak")] is None and rows[("default", "post")] is None
+    out = io.StringIO()
+    run_errors(
+        store,
+        unresolved=False,
+        as_json=False,
+        patterns=True,
+        out=out,
+        composted=settings,
+        now=T0 + 300,
+    )
+    lines = out.getvalue().splitlines()
+    assert lines[-1] == (
+        "Paused: persona arnold until 2026-01-01 00:11:42 UTC (5 unresolved persona arnold"
+        " errors within an hour reached the threshold of 5)."
+    )
+    assert "2026-01-01 00:11:42" in next(line for line in lines if " generate " in line)
+    # Resolving one of them lifts the pause; after pause_seconds it ends by itself.
+    store.resolve_invocation_error(ids[0], "fixed", T0 + 301)
+    out = io.StringIO()
+    run_errors(
+        store,
+        unresolved=False,
+        as_json=False,
+        patterns=True,
+        out=out,
+        composted=settings,
+        now=T0 + 302,
+    )
+    assert "Paused:" not in out.getvalue()
 
 
 def test_resolve(store: Store) -> None:

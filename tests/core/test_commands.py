@@ -11,10 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from picortex.core.commands import (
+    ACCESS_ACTIONS,
     ATTENTION_MODES,
+    AccessEdit,
+    AccessShow,
     AttentionChange,
     AttentionSet,
     AttentionShow,
+    AttentionUser,
     Command,
     CommandState,
     ConfigChange,
@@ -288,7 +292,7 @@ safe_text = st.text(
     max_size=20,
 )
 phrase = st.lists(safe_text, min_size=1, max_size=4).map(" ".join)
-names = {"whitelist", "attention", "config", "poll", "forget", "speak", "stay", "help"}
+names = {"whitelist", "attention", "access", "config", "poll", "forget", "speak", "stay", "help"}
 
 valid_commands: st.SearchStrategy[Command] = st.one_of(
     st.just(WhitelistList()),
@@ -301,6 +305,17 @@ valid_commands: st.SearchStrategy[Command] = st.one_of(
     st.builds(WhitelistRemove, st.lists(user_ids, min_size=1, max_size=5, unique=True).map(tuple)),
     st.builds(AttentionSet, st.sampled_from(ATTENTION_MODES)),
     st.just(AttentionShow()),
+    st.builds(
+        AttentionUser,
+        st.lists(user_ids, min_size=1, max_size=3, unique=True).map(tuple),
+        st.none() | st.sampled_from(ATTENTION_MODES),
+    ),
+    st.just(AccessShow()),
+    st.builds(
+        AccessEdit,
+        st.sampled_from(ACCESS_ACTIONS),
+        st.lists(user_ids, min_size=1, max_size=3, unique=True).map(tuple),
+    ),
     st.builds(ConfigGet, st.none() | key_text),
     st.builds(ConfigSet, key_text, st.text(min_size=1).map(str.strip).filter(bool)),
     st.builds(
@@ -649,6 +664,7 @@ ADMIN_ID = 4  # an admin on the trust list, not the owner
         "whitelist add <@7> <@4> trusted",  # an admin hidden among others
         "config set budget.ceiling_usd 1000000",
         "config set models.general claude-opus-5-5",
+        "config set models.route auto",  # Opus for more requests: money
         "config set prices.claude-opus-5-5.input 0",
         "config set response_policy.default_mode channel",
         "config set BUDGET.global_ceiling_usd 5",

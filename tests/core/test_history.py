@@ -7,7 +7,6 @@ from hypothesis import strategies as st
 
 from picortex.core.history import (
     ChannelHistory,
-    cap_messages,
     merge_messages,
     plan_eviction,
 )
@@ -58,13 +57,6 @@ def test_merge_dedupes_orders_and_prefers_incoming() -> None:
 def test_merge_is_a_sorted_union(a: list[int], b: list[int]) -> None:
     merged = merge_messages([msg(i) for i in a], [msg(i) for i in b])
     assert [m.id for m in merged] == sorted(set(a) | set(b))
-
-
-def test_cap_keeps_newest() -> None:
-    messages = [msg(i) for i in range(1, 11)]
-    assert [m.id for m in cap_messages(messages, 3)] == [8, 9, 10]
-    assert cap_messages(messages, 50) == messages
-    assert cap_messages(messages, 0) == []
 
 
 def test_merge_takes_in_a_tail_with_the_sync_mark_it_moved() -> None:

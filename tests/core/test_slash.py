@@ -139,3 +139,21 @@ def test_one_rule_says_which_slash_answers_only_the_requester_sees() -> None:
     assert private("forget", trusted=True, ok=True, target="channel")  # sensitive
     assert private("config", trusted=True, ok=True, target="dm")  # the policy says DM
     assert not private("ask", trusted=True, ok=True, target="dm")  # stays where asked
+
+
+def test_attention_user_and_access_read_as_the_typed_commands() -> None:
+    bob = _s("user", "7", sl.USER)
+    own = _run(_sub("attention", _s("mode", "always"), bob))
+    assert sl.action_for(own) == cmds.AttentionUser((7,), "always")
+    drop = _run(_sub("attention", _s("mode", "default"), bob))
+    assert sl.action_for(drop) == cmds.AttentionUser((7,), None)
+    assert isinstance(sl.action_for(_run(_sub("attention", bob))), cmds.Invalid)
+    assert sl.action_for(_run(_sub("access"))) == cmds.AccessShow()
+    role = _run(_sub("access", _s("action", "allow-role"), _s("role", "55", sl.ROLE)))
+    assert sl.action_for(role) == cmds.AccessEdit("allow-role", (55,))
+    channel = _run(_sub("access", _s("action", "deny-channel"), _s("channel", "77", sl.CHANNEL)))
+    assert sl.action_for(channel) == cmds.AccessEdit("deny-channel", (77,))
+    assert isinstance(sl.action_for(_run(_sub("access", _s("action", "remove")))), cmds.Invalid)
+    (command,) = sl.command_tree(global_scope=True)
+    (access,) = [o for o in command["options"] if o["name"] == "access"]
+    assert [o["type"] for o in access["options"]] == [sl.STRING, sl.ROLE, sl.CHANNEL]

@@ -1,49 +1,117 @@
-"""The gateway's hot path: a burst through the reader, and normalize()'s caches."""
+"""The gateway's hot path: the reader's batches in a burst and their public fallback, and
+normalize()'s caches."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from trio_websocket import WebSocketConnection
 
+from picortex.discord import gateway
 from picortex.discord import normalize as normalize_module
 from picortex.discord.normalize import normalize
-from picortex.discord.websocket import WebSocket
 from picortex.types import Message, NormalizeError
 from tests.discord.test_gateway import running_bot, wait_until
 
 BURST = 600
 
 
-def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the reader's socket reads (each one a wake-up)."""
+def _count_waits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the reader's calls of get_message (each one a scheduler round at least)."""
     calls = [0]
-    receive = WebSocket.receive
+    get_message = WebSocketConnection.get_message
 
-    async def counted(self: WebSocket) -> list[str | bytes]:
+    async def counted(self: WebSocketConnection) -> str | bytes:
         calls[0] += 1
-        return await receive(self)
+        return await get_message(self)
 
-    monkeypatch.setattr(WebSocket, "receive", counted)
+    monkeypatch.setattr(WebSocketConnection, "get_message", counted)
     return calls
 
 
-async def test_a_burst_arrives_whole_in_order_with_no_more_reads_than_frames(
-    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    reads = _count_reads(monkeypatch)
+async def _blast_through(monkeypatch: pytest.MonkeyPatch) -> tuple[list[dict[str, Any]], int]:
+    """The MESSAGE_CREATE payloads of a burst and one message after it, and the reader's waits."""
+    calls = _count_waits(monkeypatch)
     async with running_bot() as bot:
-        before = reads[0]
+        before = calls[0]
         await bot.sim.blast(BURST, channels=5, size=512)
         await wait_until(lambda: len(bot.contents()) == BURST)
         bot.post("after the burst")
         await wait_until(lambda: len(bot.contents()) == BURST + 1)
-        messages = [d for name, d in bot.dispatched if name == "MESSAGE_CREATE"]
+        return [d for name, d in bot.dispatched if name == "MESSAGE_CREATE"], calls[0] - before
+
+
+def _in_order(messages: list[dict[str, Any]]) -> bool:
+    """Every message once, in the order sent (snowflakes grow)."""
     ids = [int(m["id"]) for m in messages]
-    assert ids == sorted(set(ids))  # every message once, in the order sent
+    return ids == sorted(set(ids))
+
+
+async def test_a_burst_is_taken_in_batches_in_order(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    messages, waits = await _blast_through(monkeypatch)
+    assert _in_order(messages)
     assert messages[-1]["content"] == "after the burst"
-    # Each read brings one frame or more (tests/discord/test_websocket.py: all that arrived).
-    assert reads[0] - before <= BURST + 1
+    # Most frames of the burst were taken from the queue without a wait each.
+    assert waits < BURST // 2
+
+
+async def test_a_full_queue_makes_the_socket_reader_wait_and_loses_nothing(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway, "MESSAGE_QUEUE", 4)
+    messages, waits = await _blast_through(monkeypatch)
+    assert _in_order(messages)
+    assert messages[-1]["content"] == "after the burst"
+    assert waits < BURST // 2
+
+
+async def test_without_the_queue_the_reader_waits_for_every_frame(
+    autojump_clock: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gateway, "_batched_reader", lambda ws: None)
+    messages, waits = await _blast_through(monkeypatch)
+    assert _in_order(messages)
+    assert messages[-1]["content"] == "after the burst"
+    assert waits >= BURST
+
+
+async def test_the_installed_trio_websocket_offers_the_queued_read(autojump_clock: Any) -> None:
+    taken: list[bool] = []
+    real = gateway._batched_reader
+
+    def spy(ws: WebSocketConnection) -> Any:
+        take = real(ws)
+        taken.append(take is not None)
+        return take
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gateway, "_batched_reader", spy)
+        async with running_bot() as bot:
+            bot.post("fast path")
+            await wait_until(lambda: bot.contents() == ["fast path"])
+    # If this fails, trio-websocket changed: check `_batched_reader` against the new release.
+    assert taken == [True]
+
+
+async def test_without_the_private_queue_a_drop_still_resumes(autojump_clock: Any) -> None:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gateway, "_batched_reader", lambda ws: None)
+        async with running_bot() as bot:
+            for i in range(30):
+                bot.post(f"m{i}")
+            await wait_until(lambda: len(bot.contents()) == 30)
+            bot.sim.drop_connections()
+            bot.post("after the drop")
+            await wait_until(lambda: len(bot.contents()) == 31)
+    assert bot.contents() == [f"m{i}" for i in range(30)] + ["after the drop"]
+    assert bot.sim.gateway_stats.resumes == 1
+
+
+def test_a_connection_without_the_private_queue_gets_no_taker() -> None:
+    assert gateway._batched_reader(object()) is None  # type: ignore[arg-type]
 
 
 # -- normalize's caches ---------------------------------------------------------------------

@@ -606,3 +606,18 @@ def test_bulk_thread_and_channel_deletes() -> None:
 )
 def test_junk_in_nested_fields_is_a_normalize_error(extra: dict[str, Any]) -> None:
     assert isinstance(normalize("MESSAGE_CREATE", guild_message(**extra)), NormalizeError)
+
+
+def test_the_authors_member_roles_are_kept_and_junk_roles_grant_nothing() -> None:
+    msg = normalize(
+        "MESSAGE_CREATE", guild_message(member={"roles": ["41771983423143936", "7"], "nick": None})
+    )
+    assert isinstance(msg, Message)
+    assert msg.member_roles == (41771983423143936, 7)
+    for junk in (["x"], "7", [7.5], None):
+        got = normalize("MESSAGE_CREATE", guild_message(member={"roles": junk, "nick": None}))
+        assert isinstance(got, Message) and got.member_roles == ()
+    without = guild_message()
+    del without["member"]
+    none = normalize("MESSAGE_CREATE", without)
+    assert isinstance(none, Message) and none.member_roles == ()

@@ -117,3 +117,13 @@ def test_junk_is_an_error_value_without_the_token() -> None:
 def test_never_raises(payload: dict[str, Any]) -> None:
     got = normalize("INTERACTION_CREATE", payload)
     assert isinstance(got, Interaction | NormalizeError)
+
+
+def test_the_members_roles_come_with_a_guild_command() -> None:
+    payload = copy.deepcopy(GUILD_COMMAND)
+    payload["member"]["roles"] = ["41771983423143936"]
+    got = normalize("INTERACTION_CREATE", payload)
+    assert isinstance(got, Interaction) and got.member_roles == (41771983423143936,)
+    payload["member"]["roles"] = "junk"
+    junk = normalize("INTERACTION_CREATE", payload)
+    assert isinstance(junk, Interaction) and junk.member_roles == ()

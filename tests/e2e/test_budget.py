@@ -10,8 +10,9 @@ import orjson
 import pytest
 import trio
 
-from picortex.actors.llm import LLMActor, LLMRequest, LLMResult
+from picortex.actors.llm import LLMActor
 from picortex.config import BUILTIN_PRICES
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.sim.model import ModelReply
 from picortex.store import Store
 from tests.e2e.harness import Running, running_bot

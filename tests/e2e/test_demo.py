@@ -39,7 +39,7 @@ def test_demo_transcript_and_log(
     assert "OFFLINE model endpoint (--offline)" in out
     assert "the model failed" not in out
     assert BAD_KEY not in out + done.err
-    for n in range(1, 14):
+    for n in range(1, 15):
         assert f"[{n}] " in out
     assert "swatch.png" in out
     assert "I see 1 image" in out
@@ -53,6 +53,7 @@ def test_demo_transcript_and_log(
     assert "invocation failed at stage generate" in out
     assert "gateway: resumed" in out
     assert "budget: workspace" in out
+    assert "decision: respond (always mode answers every message (the author's own" in out
     # Money in dollars, fixed-point (SPEC 13), in every line that shows it.
     assert re.search(r"budget: workspace \S+ spent \$\d+\.\d{2,} of \$\d+\.\d{2,}:", out)
     assert re.search(r"llm: .* \(\$\d+\.\d{2,}, \d+ ms\)", out)

@@ -25,9 +25,14 @@ TOOLS = {
     "get_config",
     "set_config",
     "list_errors",
+    "list_paused",
     "resolve_error",
     "get_trust_list",
     "forget_user",
+    "get_access",
+    "set_access",
+    "get_user_attention",
+    "set_user_attention",
 }
 
 
@@ -128,6 +133,8 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
             assert resolved["resolution"] == "fixed"
             _, errors = await _call(session, "list_errors", unresolved=True)
             assert errors == []
+            _, paused = await _call(session, "list_paused")
+            assert paused == []
 
             _, trust = await _call(session, "get_trust_list")
             assert trust == [
@@ -177,3 +184,53 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
         assert store.runtime_config()["wakeword"] == "!pc"
     finally:
         store.close()
+
+
+@pytest.mark.long(seconds=3)
+async def test_access_and_users_own_modes_reach_the_running_bot(tmp_path: Path) -> None:
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        run.bot.store.set_tier(w.bob_id, "user")
+        async with mcp_session(run.home, w.alice_id) as session:
+            _, access = await _call(session, "get_access")
+            assert access == {"allow_roles": [], "allow_channels": [], "deny_channels": []}
+            _, changed = await _call(
+                session, "set_access", allow_roles=["55"], deny_channels=[str(w.random_id)]
+            )
+            assert changed["allow_roles"] == ["55"] and changed["applied"] == "now"
+            assert changed["deny_channels"] == [str(w.random_id)]
+            await run.wait_until(
+                lambda: run.bot.source.refresh().access.deny_channels == (w.random_id,)
+            )
+            _, own = await _call(
+                session,
+                "set_user_attention",
+                chat_id=str(w.general_id),
+                user_id=str(w.bob_id),
+                mode="always",
+            )
+            assert own["mode"] == "always"
+            await run.wait_commit_seen(
+                lambda: run.bot.store.get_user_attention(w.general_id, w.bob_id) == "always"
+            )
+            _, listed = await _call(session, "get_user_attention", chat_id=str(w.general_id))
+            assert listed == [
+                {"chat_id": str(w.general_id), "user_id": str(w.bob_id), "mode": "always"}
+            ]
+            for name, args, words in (
+                ("set_access", {}, "Give at least one of"),
+                ("set_access", {"allow_roles": "55"}, "must be a list"),
+                ("set_access", {"deny_channels": ["general"]}, "Discord id"),
+                ("set_user_attention", {"chat_id": "1", "user_id": "2", "mode": "x"}, "`mode`"),
+                ("set_user_attention", {"chat_id": "a", "user_id": "2", "mode": "always"}, "id"),
+            ):
+                is_error, text = await _call(session, name, **args)
+                assert is_error, (name, args)
+                assert words in text and "\n" not in text and "Traceback" not in text
+        # The bot acts on both: bob's plain message in #general is answered (his own mode),
+        # his mention in the denied #random is recorded only.
+        plain = run.say(w.general_id, w.bob_id, "what is green tea")
+        await run.wait_event("reply", trigger_id=int(plain["id"]))
+        hush = run.say(w.random_id, w.bob_id, f"{run.mention()} and oolong")
+        found = await run.wait_event("decision", message_id=int(hush["id"]))
+        assert found[0]["outcome"] == "record"

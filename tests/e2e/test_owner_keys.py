@@ -16,7 +16,6 @@ from picortex.core import commands as cmds
 from picortex.errors import PicortexError
 from picortex.mcp import Tools
 from picortex.store import Store
-from picortex.web.panel import panel_for_bot
 from tests.e2e.harness import Running, running_bot, wall_time
 
 pytestmark = pytest.mark.virtual_time
@@ -48,7 +47,7 @@ async def _set(run: Running, entry: str, who: int, key: str, value: str) -> tupl
         await run.wait_until(lambda: bool(inter.answers))
         return event["result"], inter.text
     if entry == "panel":
-        changed = await panel_for_bot(run.bot).run_command(cmds.ConfigSet(key, value))
+        changed = await run.bot.panel().run_command(cmds.ConfigSet(key, value))
         return ("ok" if changed.ok else "error"), changed.message
     tools = Tools(run.bot.settings)
     try:

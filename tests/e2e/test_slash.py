@@ -37,7 +37,16 @@ async def test_the_command_tree_is_registered_globally_once(tmp_path: Path) -> N
         assert tree["type"] == 1
         assert tree["contexts"] == [0, 1]
         subs = {o["name"]: o for o in tree["options"]}  # type: ignore[union-attr]
-        assert set(subs) == {"ask", "attention", "whitelist", "config", "poll", "forget", "help"}
+        assert set(subs) == {
+            "ask",
+            "attention",
+            "access",
+            "whitelist",
+            "config",
+            "poll",
+            "forget",
+            "help",
+        }
         assert subs["ask"]["options"][0] == {
             "type": 3,
             "name": "text",
@@ -53,6 +62,7 @@ async def test_the_command_tree_is_registered_globally_once(tmp_path: Path) -> N
             "discriminate",
             "discriminate-quiet",
             "silent",
+            "default",
             "show",
         ]
         whitelist = {o["name"]: o for o in subs["whitelist"]["options"]}
@@ -78,6 +88,38 @@ async def test_guild_ids_register_per_guild_and_leave_global_alone(tmp_path: Pat
         assert _puts(run) == [
             f"/applications/{run.sim.world.application_id}/guilds/{guild}/commands"
         ]
+
+
+async def test_users_own_modes_and_access_by_slash(tmp_path: Path) -> None:
+    async with running_bot(tmp_path, relaxed_limits=True) as run:
+        w = run.world
+        await _registered(run)
+        run.bot.store.set_tier(w.bob_id, "user")
+        own = run.sim.run_slash(
+            w.general_id, w.alice_id, f"picortex attention mode:always user:<@{w.bob_id}>"
+        )
+        assert "own mode here is now `always`" in await _answer(run, own)
+        assert run.bot.store.get_user_attention(w.general_id, w.bob_id) == "always"
+        helpers = run.sim.add_role(w.guild_id, "helpers")
+        role = run.sim.run_slash(
+            w.general_id, w.alice_id, f"picortex access action:allow-role role:<@&{helpers}>"
+        )
+        assert f"`access.allow_roles` is now `{helpers}`" in await _answer(run, role)
+        deny = run.sim.run_slash(
+            w.general_id,
+            w.alice_id,
+            f"picortex access action:deny-channel channel:<#{w.random_id}>",
+        )
+        assert f"`access.deny_channels` is now `{w.random_id}`" in await _answer(run, deny)
+        show = run.sim.run_slash(w.general_id, w.alice_id, "picortex access")
+        assert f"<@&{helpers}>" in await _answer(run, show)
+        # A member holding the role may use the bot's open commands, not the admin ones.
+        carol = run.sim.add_user("carol")
+        run.sim.give_role(carol, helpers)
+        helped = run.sim.run_slash(w.general_id, carol, "picortex help")
+        assert "Commands" in await _answer(run, helped)
+        refused = run.sim.run_slash(w.general_id, carol, "picortex access")
+        assert "needs an admin" in await _answer(run, refused)
 
 
 async def test_slash_disabled_registers_nothing(tmp_path: Path) -> None:

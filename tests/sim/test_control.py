@@ -155,3 +155,24 @@ async def test_the_control_api_needs_the_token_and_json(urls: SimURLs, world: De
         assert form.status_code == 415
     assert urls.control_token and len(urls.control_token) >= 32
     assert Simulator().control_token != Simulator().control_token
+
+
+async def test_bulk_guilds_and_global_limit_stats(
+    control: httpx.AsyncClient, api: httpx.AsyncClient, sim: Simulator
+) -> None:
+    made = await control.post("/guilds/bulk", json={"count": 16, "channels_per_guild": 2})
+    guilds = made.json()["guilds"]
+    assert len(guilds) == 16
+    assert all(len(g["channel_ids"]) == 2 for g in guilds)
+    assert {(int(g["id"]) >> 22) % 2 for g in guilds} == {0, 1}  # spread over two shards
+    refused = await control.post("/guilds/bulk", json={"count": 1, "channels_per_guild": 501})
+    assert refused.status_code == 400
+    assert len(sim.world.guilds) == 16
+    for _ in range(3):
+        await api.get("/users/@me")
+    stats = (await control.get("/stats")).json()
+    assert stats["global"]["requests"] == 3
+    assert sum(stats["global"]["per_second"].values()) == 3
+    assert stats["global"]["max_in_any_second"] >= 1
+    assert stats["global"]["global_429s"] == 0
+    assert stats["identify_rate_limited"] == 0

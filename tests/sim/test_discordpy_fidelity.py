@@ -285,3 +285,27 @@ async def _nested_shapes(sim: Simulator, world: DefaultWorld, events: _Events) -
     assert (gone["id"], gone["parent"]) == (thread.id, world.general_id)
     sim.delete_channel(world.random_id)
     assert (await events.next("channel_delete"))["id"] == world.random_id
+
+
+async def test_discordpy_shards_as_gateway_bot_recommends(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    sim = Simulator(recommended_shards=2, max_concurrency=2, limit_identify_concurrency=True)
+    urls = await nursery.start(sim.serve)
+    made = sim.add_guilds(6, 1)
+    alice = sim.add_user("alice")
+
+    async def exchange(events: _Events) -> None:
+        ready = await events.next("ready")
+        assert sorted(ready["guilds"]) == sorted(g for g, _ in made)
+        for guild, [channel] in made:
+            posted = sim.post_user_message(channel, alice, f"hello {guild}")
+            seen = await events.next("message")
+            assert (seen["id"], seen["guild"]) == (int(posted["id"]), guild)
+
+    await drive_client(CLIENT, sim, urls, tmp_path, exchange)
+    stats = sim.gateway_stats
+    assert stats.shard_identifies == {0: 1, 1: 1}
+    assert stats.identify_rate_limited == 0
+    assert {s.shard for s in sim.gateway.sessions.values()} <= {(0, 2), (1, 2)}
+    assert {(g >> 22) % 2 for g, _ in made} == {0, 1}  # both shards carried guilds

@@ -103,6 +103,16 @@ async def test_discriminator_default(
     assert verdict["reason"]
 
 
+def test_route_default_answers_complex_for_steps() -> None:
+    from picortex.core.route import ROUTE_SYSTEM, parse_route
+
+    def tier(text: str) -> str:
+        return parse_route(default_answer(ROUTE_SYSTEM, [{"role": "user", "content": text}])).tier
+
+    assert tier('Request (30 characters): "list the STEPS to bake bread"') == "complex"
+    assert tier('Request (20 characters): "plan a trip to Rome"') == "general"
+
+
 def test_persona_pick_default() -> None:
     listed = (
         "Pick the persona for this message. Answer with the persona id only.\n"

@@ -6,14 +6,9 @@ import pytest
 import trio
 import trio.testing
 
-from picortex.sim.snowflake import (
-    DISCORD_EPOCH_MS,
-    DiscordClock,
-    SnowflakeFactory,
-    iso_timestamp,
-    snowflake_ms,
-)
+from picortex.sim.snowflake import DiscordClock, SnowflakeFactory, iso_timestamp
 from picortex.sim.world import ApiError, SimError, World, parse_emoji
+from picortex.types import DISCORD_EPOCH_MS, snowflake_ms
 
 
 @pytest.fixture

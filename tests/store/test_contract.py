@@ -11,13 +11,25 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 import pytest
 import trio
 
 from picortex.store import AdminQueries, AdminStore, StoreActor, StoreQueries
+
+if TYPE_CHECKING:
+    from picortex.store.pg.database import PgDatabase
+else:
+    PgDatabase = None  # imported by the PostgreSQL backend only, which psycopg needs
+
+
+def _pg() -> type[PgDatabase]:
+    from picortex.store.pg.database import PgDatabase
+
+    return PgDatabase
+
 
 DAY = 86_400.0
 NOW = 2_000_000_000.0
@@ -56,14 +68,43 @@ class SQLite:
         return AdminStore.open(self.path)
 
 
-BACKENDS: dict[str, Callable[[Path], Backend]] = {
-    "sqlite": lambda tmp: SQLite(tmp / "picortex.db"),
+@attrs.frozen
+class PostgreSQL:
+    """The cluster's backend: the same store actor and AdminStore over PostgreSQL."""
+
+    url: str
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[StoreQueries]:
+        actor = StoreActor(_pg().open(self.url))
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(actor.run)
+                yield actor
+                nursery.cancel_scope.cancel()
+        finally:
+            actor.close()
+
+    def admin(self) -> AdminQueries:
+        return AdminStore(_pg().open(self.url))
+
+
+def _postgresql(request: pytest.FixtureRequest, tmp: Path) -> Backend:
+    from tests.pg import Server
+
+    server: Server = request.getfixturevalue("pg_server")
+    return PostgreSQL(server.database())
+
+
+BACKENDS: dict[str, Callable[[pytest.FixtureRequest, Path], Backend]] = {
+    "sqlite": lambda request, tmp: SQLite(tmp / "picortex.db"),
+    "postgresql": _postgresql,
 }
 
 
 @pytest.fixture(params=sorted(BACKENDS))
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return BACKENDS[request.param](tmp_path)
+    return BACKENDS[request.param](request, tmp_path)
 
 
 @pytest.fixture
@@ -162,6 +203,45 @@ async def test_a_chat_keeps_its_own_attention_mode_until_forgotten(
     ]
 
 
+async def test_a_users_own_attention_mode_is_kept_per_chat_until_dropped(
+    admin: AdminQueries, reopen: Callable[[], AdminQueries]
+) -> None:
+    assert admin.get_user_attention(5, 7) is None
+    admin.set_user_attention(5, 7, "always", NOW)
+    admin.set_user_attention(5, 8, "silent", NOW)
+    admin.set_user_attention(4, 7, "silent", NOW)
+    admin.set_user_attention(5, 7, "silent", NOW + 1)  # a second set changes the mode
+    assert admin.get_user_attention(5, 7) == "silent"
+    assert admin.get_user_attention(6, 7) is None  # another chat keeps the chat's mode
+    assert [(u.chat_id, u.user_id, u.mode) for u in admin.user_attentions()] == [
+        (4, 7, "silent"),
+        (5, 7, "silent"),
+        (5, 8, "silent"),
+    ]
+    with pytest.raises(ValueError, match="attention mode must be one of"):
+        admin.set_user_attention(5, 7, "sometimes", NOW)
+    assert admin.delete_user_attention(5, 8) is True
+    assert admin.delete_user_attention(5, 8) is False
+    await admin.flush()
+    rows = reopen().user_attentions()
+    assert [(u.chat_id, u.user_id, u.mode, u.updated_at) for u in rows] == [
+        (4, 7, "silent", NOW),
+        (5, 7, "silent", NOW + 1),
+    ]
+
+
+async def test_the_bot_reads_stored_user_attention_from_memory_at_start(backend: Backend) -> None:
+    command = backend.admin()
+    try:
+        command.set_user_attention(5, 7, "always", NOW)
+        await command.flush()
+    finally:
+        command.close()
+    async with backend.running() as running:
+        assert running.get_user_attention(5, 7) == "always"
+        assert running.get_user_attention(5, 8) is None
+
+
 async def test_spend_adds_up_per_workspace_user_and_day(
     admin: AdminQueries, reopen: Callable[[], AdminQueries]
 ) -> None:
@@ -228,6 +308,29 @@ async def test_an_error_row_is_named_once_committed_and_resolved_by_a_command(
         "fixed",
         NOW + 2,
     )
+
+
+async def test_recent_unresolved_errors_are_what_composting_counts(
+    store: StoreQueries, reopen: Callable[[], AdminQueries]
+) -> None:
+    store.add_invocation_error("1", "sleep", "1", "generate", "old", None, NOW - 10)
+    store.add_invocation_error("1", "sleep", "2", "post", "new", None, NOW + 1)
+    store.add_invocation_error("dm", "default", "3", "tiebreak", "newer", None, NOW + 2)
+    store.add_invocation_error("dm", "default", "4", "generate", "fixed", None, NOW + 3)
+    # Queued, not yet committed: the message path's read still sees all of them.
+    found = await store.recent_unresolved_errors(NOW)
+    assert found == [
+        ("sleep", "post", NOW + 1),
+        ("default", "tiebreak", NOW + 2),
+        ("default", "generate", NOW + 3),
+    ]
+    fixed = store.invocation_errors()[-1].id
+    command = reopen()
+    assert command.resolve_invocation_error(fixed, "fixed", NOW + 4)
+    expected = [("sleep", "post", NOW + 1), ("default", "tiebreak", NOW + 2)]
+    assert command.unresolved_errors_since(NOW) == expected
+    assert store.unresolved_errors_since(NOW) == expected
+    assert await store.recent_unresolved_errors(NOW) == expected
 
 
 async def test_handled_ids_are_known_at_once_and_after_a_restart(backend: Backend) -> None:

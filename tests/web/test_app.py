@@ -21,9 +21,9 @@ import pytest
 import trio
 from starlette.routing import Route
 
-from picortex.actors.llm import LLMRequest, LLMResult
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.config import ATTENTION_MODES, Settings, runtime_values
+from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.personas import PersonaSet
 from picortex.core.triggerlog import TriggerEntry
 from picortex.store import AdminStore, Store, StoreActor
@@ -248,7 +248,16 @@ async def test_pages_redirect_to_login_without_a_session(env: Env, path: str) ->
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/status", "/api/chats", "/api/log", "/api/trust", "/api/settings", "/metrics"]
+    "path",
+    [
+        "/api/status",
+        "/api/chats",
+        "/api/log",
+        "/api/trust",
+        "/api/settings",
+        "/api/errors/paused",
+        "/metrics",
+    ],
 )
 async def test_api_answers_401_without_auth(env: Env, path: str) -> None:
     r = await env.client.get(path)
@@ -543,6 +552,78 @@ async def test_api_attention_returns_the_chat_and_refuses_bad_modes(env: Env) ->
     assert config is not None and config.attention_mode == "silent"
 
 
+async def test_a_users_own_mode_is_set_shown_and_dropped_through_the_api(env: Env) -> None:
+    h = env.bearer()
+    url = f"/api/chats/{GENERAL}/users/{BOB}/attention"
+    r = await env.client.post(url, json={"mode": "always"}, headers=h)
+    assert r.status_code == 200
+    assert r.json() == {"chat_id": str(GENERAL), "user_id": str(BOB), "mode": "always"}
+    assert env.store.user_attentions()[0].mode == "always"
+    listed = await env.client.get(f"/api/chats/{GENERAL}/users", headers=h)
+    assert listed.json() == [{"user_id": str(BOB), "name": "bob", "mode": "always"}]
+    [event] = env.sink.of("command")
+    assert (event["source"], event["command"], event["text"]) == (
+        "web",
+        "attention",
+        f"attention user <@{BOB}> always",
+    )
+    for body in [{"mode": "loud"}, {}, {"mode": 3}]:
+        bad = await env.client.post(url, json=body, headers=h)
+        assert bad.status_code == 400 and bad.json()["error"].endswith(".")
+    unknown = await env.client.post(
+        f"/api/chats/{GENERAL}/users/bob/attention", json={"mode": "silent"}, headers=h
+    )
+    assert unknown.status_code == 400
+    r = await env.client.post(url, json={"mode": "default"}, headers=h)
+    assert r.status_code == 200 and r.json()["mode"] == "default"
+    assert env.store.user_attentions() == []
+    again = await env.client.post(url, json={"mode": "default"}, headers=h)
+    assert again.status_code == 400  # nothing to drop: one sentence says so
+
+
+async def test_the_chat_page_lists_and_sets_users_own_modes(env: Env) -> None:
+    csrf = await env.login()
+    r = await env.client.post(
+        f"/chats/{GENERAL}/users", data={"user_id": str(BOB), "mode": "silent", "csrf": csrf}
+    )
+    assert r.status_code == 303
+    page = await env.client.get(f"/chats/{GENERAL}")
+    assert "own mode here is now" in page.text
+    assert f'<td>bob <span class="hint">{BOB}</span></td><td>silent</td>' in page.text
+    r = await env.client.post(
+        f"/chats/{GENERAL}/users", data={"user_id": str(BOB), "mode": "default", "csrf": csrf}
+    )
+    assert env.store.user_attentions() == []
+    assert "Nobody has an own mode here." in (await env.client.get(f"/chats/{GENERAL}")).text
+
+
+async def test_access_lists_are_read_and_replaced_through_the_api(env: Env) -> None:
+    h = env.bearer()
+    r = await env.client.get("/api/access", headers=h)
+    assert r.json() == {"allow_roles": [], "allow_channels": [], "deny_channels": []}
+    r = await env.client.post(
+        "/api/access",
+        json={"allow_roles": ["55", "56"], "deny_channels": [str(GENERAL)]},
+        headers=h,
+    )
+    assert r.status_code == 200
+    assert r.json() == {
+        "allow_roles": ["55", "56"],
+        "allow_channels": [],
+        "deny_channels": [str(GENERAL)],
+    }
+    assert env.store.runtime_config()["access.allow_roles"] == "55, 56"
+    assert {e["text"] for e in env.sink.of("command")} == {
+        "config set access.allow_roles 55, 56",
+        f"config set access.deny_channels {GENERAL}",
+    }
+    for body in [{"allow_roles": "55"}, {"allow_roles": ["x"]}, {}, {"nothing": []}]:
+        bad = await env.client.post("/api/access", json=body, headers=h)
+        assert bad.status_code == 400 and bad.json()["error"].endswith(".")
+    r = await env.client.post("/api/access", json={"allow_roles": []}, headers=h)
+    assert r.json()["allow_roles"] == []
+
+
 async def test_trust_api_add_list_delete(env: Env) -> None:
     h = env.bearer()
     r = await env.client.post(
@@ -651,6 +732,26 @@ async def test_errors_are_listed_and_resolved(env: Env) -> None:
     assert env.sink.of("command")[0]["source"] == "web"
 
 
+async def test_errors_page_and_api_show_what_composting_paused(env: Env) -> None:
+    now = time.time()
+    ids = [
+        env.store.add_invocation_error("500", "sleep", str(n), "generate", "boom", None, now - n)
+        for n in range(5)  # the default threshold
+    ]
+    h = env.bearer()
+    (paused,) = (await env.client.get("/api/errors/paused", headers=h)).json()
+    assert (paused["kind"], paused["name"], paused["errors"]) == ("persona", "sleep", 5)
+    assert paused["reason"].endswith("reached the threshold of 5")
+    await env.login()
+    page = await env.client.get("/errors")
+    assert "Paused by composting" in page.text
+    assert paused["until"].replace("T", " ")[:19] in page.text
+    r = await env.client.post(f"/api/errors/{ids[0]}/resolve", json={"as": "fixed"}, headers=h)
+    assert r.status_code == 200
+    assert (await env.client.get("/api/errors/paused", headers=h)).json() == []
+    assert "Nothing is paused by composting." in (await env.client.get("/errors")).text
+
+
 async def test_send_posts_without_pings_and_logs_a_manual_event(env: Env) -> None:
     h = env.bearer()
     r = await env.client.post(
@@ -751,6 +852,29 @@ async def test_activity_shows_the_message_beside_each_decision(env: Env) -> None
     assert "untrusted author: never answered" in page.text
     assert "who wants cake?" in page.text
     assert "mention of the bot" not in page.text
+
+
+async def test_activity_shows_the_route_choice_and_its_reason(env: Env) -> None:
+    write_log(
+        env.home,
+        [
+            {
+                "event": "decision",
+                "message_id": 12,
+                "channel_id": GENERAL,
+                "author_id": OWNER,
+                "outcome": "route",
+                "reason": "complex: several steps",
+                "tier": "complex",
+                "model": "claude-opus-5-5",
+                "routed_by": "model",
+            }
+        ],
+    )
+    await env.login()
+    page = await env.client.get("/activity?message_id=12")
+    assert "complex: several steps" in page.text
+    assert "tier complex · claude-opus-5-5 · chosen by model" in page.text
 
 
 async def test_activity_shows_amounts_as_dollars(env: Env) -> None:
@@ -1011,6 +1135,7 @@ CHANGE_FIELDS = {
     "content": "hello",
     "back": "list",
     "wakeword": "!p",
+    "deny_channels": [str(GENERAL)],
 }
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import re
 from pathlib import Path
 
@@ -73,8 +74,11 @@ def test_sim_chat_without_web_serves_no_panel() -> None:
     from picortex.cli.chat import run_chat
 
     out = io.StringIO()
+    level = logging.getLogger().level
     assert run_chat(stdin=io.StringIO("/quit\n"), out=out) == 0
     assert "panel:" not in out.getvalue()
+    # Its quiet log level was for the transcript only: the caller's level is back.
+    assert logging.getLogger().level == level
 
 
 def test_status_names_the_panel() -> None:

@@ -1,0 +1,192 @@
+"""The PostgreSQL schema as numbered, forward-only migrations; `schema_version` records them.
+
+The same tables as the SQLite schema (`picortex.store.schema`). Append new migrations at
+the end; never edit one that has shipped. Times are Unix seconds (double precision, UTC);
+Discord ids are bigint, except chat ids, kept as the text Discord sends. Memory is searched
+through a generated `tsvector` column with a GIN index (words folded to lower case and
+without accents, never stemmed, like SQLite's unicode61 tokenizer).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SCHEMA_VERSION_TABLE: Final = """
+CREATE TABLE IF NOT EXISTS schema_version (
+    version    integer PRIMARY KEY,
+    applied_at double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp())
+)
+"""
+
+# A row per change of what every process keeps in memory (trust, runtime config, chat
+# config): a process polls its single counter cheaply and reloads only when it moved.
+_V1_CORE: Final = """
+CREATE TABLE trust (
+    user_id    bigint PRIMARY KEY,
+    tier       text NOT NULL CHECK (tier IN ('user', 'trusted', 'admin')),
+    updated_at double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp())
+);
+
+CREATE TABLE runtime_config (
+    key        text PRIMARY KEY,
+    value      text NOT NULL,
+    updated_at double precision NOT NULL DEFAULT extract(epoch FROM clock_timestamp())
+);
+
+CREATE TABLE chat_config (
+    chat_id                 text PRIMARY KEY,
+    attention_mode          text NOT NULL CHECK (attention_mode IN
+        ('always', 'mentions-only', 'discriminate', 'discriminate-quiet', 'silent')),
+    discriminator_model     text,
+    discriminator_threshold double precision,
+    updated_at              double precision NOT NULL
+);
+
+CREATE TABLE config_changes (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    version bigint NOT NULL
+);
+INSERT INTO config_changes (version) VALUES (0);
+
+CREATE FUNCTION picortex_config_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE config_changes SET version = version + 1;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER trust_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON trust
+    FOR EACH STATEMENT EXECUTE FUNCTION picortex_config_changed();
+CREATE TRIGGER runtime_config_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON runtime_config FOR EACH STATEMENT EXECUTE FUNCTION picortex_config_changed();
+CREATE TRIGGER chat_config_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON chat_config
+    FOR EACH STATEMENT EXECUTE FUNCTION picortex_config_changed();
+
+CREATE TABLE invocation_errors (
+    id            bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    workspace_id  text NOT NULL,
+    persona       text NOT NULL,
+    signal_id     text NOT NULL,
+    stage         text NOT NULL CHECK (stage IN ('discriminate', 'tiebreak', 'generate', 'post')),
+    error_message text NOT NULL,
+    stack_trace   text,
+    created_at    double precision NOT NULL,
+    resolved_at   double precision,
+    resolution    text CHECK (resolution IN ('fixed', 'dismissed', 'composted'))
+);
+CREATE INDEX invocation_errors_workspace ON invocation_errors (workspace_id, persona);
+CREATE INDEX invocation_errors_resolved ON invocation_errors (resolved_at);
+
+CREATE TABLE budget_ledger (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    workspace  text NOT NULL,
+    period_key text NOT NULL,
+    cost_usd   double precision NOT NULL CHECK (cost_usd >= 0),
+    at         double precision NOT NULL,
+    user_id    bigint
+);
+CREATE INDEX budget_ledger_period ON budget_ledger (period_key, workspace);
+CREATE INDEX budget_ledger_user ON budget_ledger (user_id, at);
+CREATE INDEX budget_ledger_at ON budget_ledger (at);
+
+CREATE TABLE seen_events (
+    message_id bigint PRIMARY KEY,
+    guild_id   bigint,
+    seen_at    double precision NOT NULL
+);
+CREATE INDEX seen_events_seen_at ON seen_events (seen_at);
+CREATE INDEX seen_events_guild ON seen_events (guild_id, message_id);
+
+-- Words as SQLite's unicode61 tokenizer makes them: folded to lower case, accents removed
+-- where the unaccent extension can be had, never stemmed.
+DO $$
+BEGIN
+    CREATE TEXT SEARCH CONFIGURATION picortex_words (COPY = simple);
+    BEGIN
+        CREATE EXTENSION IF NOT EXISTS unaccent;
+        ALTER TEXT SEARCH CONFIGURATION picortex_words
+            ALTER MAPPING FOR hword, hword_part, word WITH unaccent, simple;
+    EXCEPTION WHEN OTHERS THEN
+        NULL;  -- without it accents count: "café" and "cafe" are two words
+    END;
+END $$;
+
+CREATE TABLE memory_messages (
+    message_id  bigint PRIMARY KEY,
+    channel_id  bigint NOT NULL,
+    guild_id    bigint,
+    author_id   bigint NOT NULL,
+    author_name text NOT NULL,
+    content     text NOT NULL,
+    created_at  double precision NOT NULL,
+    words       tsvector GENERATED ALWAYS AS
+        (to_tsvector('picortex_words', content || ' ' || author_name)) STORED
+);
+CREATE INDEX memory_messages_created ON memory_messages (created_at);
+CREATE INDEX memory_messages_author ON memory_messages (author_id);
+CREATE INDEX memory_messages_channel ON memory_messages (channel_id);
+CREATE INDEX memory_messages_words ON memory_messages USING gin (words);
+
+CREATE TABLE memory_observations (
+    id         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    persona    text NOT NULL,
+    message_id bigint NOT NULL,
+    channel_id bigint NOT NULL,
+    guild_id   bigint,
+    trigger    text NOT NULL,
+    content    text NOT NULL,
+    created_at double precision NOT NULL,
+    author_id  bigint,
+    words      tsvector GENERATED ALWAYS AS
+        (to_tsvector('picortex_words', content || ' ' || trigger)) STORED,
+    UNIQUE (persona, message_id, trigger)
+);
+CREATE INDEX memory_observations_created ON memory_observations (created_at);
+CREATE INDEX memory_observations_author ON memory_observations (author_id);
+CREATE INDEX memory_observations_message ON memory_observations (message_id);
+CREATE INDEX memory_observations_channel ON memory_observations (channel_id);
+CREATE INDEX memory_observations_words ON memory_observations USING gin (words);
+
+CREATE TABLE app_commands (
+    scope         text PRIMARY KEY,
+    hash          text NOT NULL,
+    registered_at double precision NOT NULL
+);
+
+CREATE TABLE gateway_session (
+    shard_id           integer PRIMARY KEY,
+    shard_count        integer NOT NULL,
+    session_id         text NOT NULL,
+    resume_gateway_url text NOT NULL,
+    seq                bigint NOT NULL,
+    updated_at         double precision NOT NULL
+);
+
+CREATE TABLE channel_activity (
+    channel_id      bigint PRIMARY KEY,
+    guild_id        bigint,
+    last_handled_id bigint NOT NULL,
+    active_at       double precision NOT NULL
+);
+CREATE INDEX channel_activity_active_at ON channel_activity (active_at);
+"""
+
+# Per-user attention overrides (SPEC 18): a user's own mode in one chat beats the chat's.
+# A change is a config change: every process reloads its copy (the same counter).
+_V2_CHAT_USER_ATTENTION: Final = """
+CREATE TABLE chat_user_attention (
+    chat_id    text NOT NULL,
+    user_id    bigint NOT NULL,
+    mode       text NOT NULL CHECK (mode IN
+        ('always', 'mentions-only', 'discriminate', 'discriminate-quiet', 'silent')),
+    updated_at double precision NOT NULL,
+    PRIMARY KEY (chat_id, user_id)
+);
+CREATE TRIGGER chat_user_attention_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON chat_user_attention FOR EACH STATEMENT EXECUTE FUNCTION picortex_config_changed();
+CREATE INDEX invocation_errors_unresolved_at ON invocation_errors (created_at)
+    WHERE resolved_at IS NULL;
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_CHAT_USER_ATTENTION)
+"""Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
+
+LATEST_VERSION: Final = len(MIGRATIONS)

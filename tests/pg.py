@@ -1,0 +1,158 @@
+"""A real PostgreSQL server for tests: one per test worker, a fresh database per test.
+
+The server runs from Debian's binaries (`initdb`, `pg_ctl`) on a unix socket in a temporary
+folder, with fsync off. PostgreSQL refuses to run as root, so as root (CI) it runs as the
+`postgres` user through `runuser`. The schema is made once, in a template database; each
+test gets a copy (`CREATE DATABASE ... TEMPLATE`), which takes milliseconds.
+
+Without the binaries the PostgreSQL tests are skipped, unless PICORTEX_REQUIRE_POSTGRES is
+set (CI sets it): then a missing server fails them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import attrs
+import pytest
+
+TEMPLATE = "picortex_template"
+_RUN_AS = "postgres"
+
+
+def _binaries() -> Path | None:
+    """The folder holding initdb and pg_ctl: PATH first, then Debian's versioned folders."""
+    found = shutil.which("initdb")
+    if found is not None:
+        real = Path(found).resolve().parent
+        if (real / "pg_ctl").exists():
+            return real
+    folders = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=_version, reverse=True)
+    for folder in folders:
+        if (Path(folder) / "initdb").exists() and (Path(folder) / "pg_ctl").exists():
+            return Path(folder)
+    return None
+
+
+def _version(folder: str) -> int:
+    part = Path(folder).parent.name
+    return int(part) if part.isdigit() else 0
+
+
+def unavailable(reason: str) -> None:
+    """Skip, or fail when PICORTEX_REQUIRE_POSTGRES says the server must be there."""
+    if os.environ.get("PICORTEX_REQUIRE_POSTGRES"):
+        pytest.fail(f"PostgreSQL is required (PICORTEX_REQUIRE_POSTGRES) but {reason}")
+    pytest.skip(f"PostgreSQL tests need {reason.removesuffix(' is missing')}")
+
+
+@attrs.define
+class Server:
+    """One running server; `database()` makes a fresh copy of the template."""
+
+    root: Path
+    bin: Path
+    as_root: bool
+    counter: Iterator[int] = attrs.field(factory=itertools.count)
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.root / "socket"
+
+    def url(self, dbname: str) -> str:
+        return f"postgresql://postgres@/{dbname}?host={self.socket_dir}"
+
+    def run(self, *args: str) -> None:
+        command = [str(self.bin / args[0]), *args[1:]]
+        if self.as_root:
+            command = ["runuser", "-u", _RUN_AS, "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{args[0]} failed: {done.stdout}{done.stderr}")
+
+    def start(self) -> None:
+        data = self.root / "data"
+        self.run("initdb", "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "-N")
+        options = (
+            f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off"
+            " -c synchronous_commit=off -c full_page_writes=off"
+        )
+        self.run("pg_ctl", "-D", str(data), "-l", str(self.root / "log"), "-w", "-o", options,
+                 "start")  # fmt: skip
+
+    def stop(self) -> None:
+        self.run("pg_ctl", "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop")
+
+    def admin_sql(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(sql)  # type: ignore[arg-type]
+
+    def make_template(self) -> None:
+        from picortex.store.pg.database import PgDatabase
+
+        self.admin_sql(f"CREATE DATABASE {TEMPLATE}")
+        PgDatabase.open(self.url(TEMPLATE)).close()
+
+    def database(self, *, schema: bool = True) -> str:
+        """The URL of a new database: a copy of the template, or empty."""
+        name = f"t_{next(self.counter)}"
+        # FILE_COPY: a small template is copied faster as files than through the WAL.
+        copy = f" TEMPLATE {TEMPLATE} STRATEGY FILE_COPY" if schema else ""
+        self.admin_sql(f"CREATE DATABASE {name}{copy}")
+        return self.url(name)
+
+
+def start_server() -> Iterator[Server]:
+    """Start a server for the session (or skip/fail, see `unavailable`); stop it after."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        unavailable("psycopg (picortex[cluster]) is missing")
+    folder = _binaries()
+    if folder is None:
+        unavailable("initdb and pg_ctl (Debian's postgresql package) is missing")
+        return
+    as_root = os.geteuid() == 0
+    if as_root:
+        try:
+            user = pwd.getpwnam(_RUN_AS)
+        except KeyError:
+            unavailable(f"the `{_RUN_AS}` user (the server refuses to run as root) is missing")
+            return
+    root = Path(tempfile.mkdtemp(prefix="picortex-pg-"))
+    (root / "socket").mkdir()
+    if as_root:
+        for path in (root, root / "socket"):
+            os.chown(path, user.pw_uid, user.pw_gid)
+    server = Server(root, folder, as_root)
+    try:
+        server.start()
+        server.make_template()
+        yield server
+    finally:
+        with contextlib.suppress(RuntimeError):  # it never started
+            server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Server]:
+    """This worker's PostgreSQL server."""
+    yield from start_server()
+
+
+@pytest.fixture
+def pg_url(pg_server: Server) -> str:
+    """A fresh database with the schema, for this test alone."""
+    return pg_server.database()
