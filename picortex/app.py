@@ -56,6 +56,7 @@ from picortex.discord.protocol import GatewayTimings
 from picortex.discord.rest import RestClient
 from picortex.errors import ConfigError, FatalDiscordError, PicortexError
 from picortex.files import private_dir
+from picortex.runtime.background import BackgroundTasks
 from picortex.runtime.faults import FaultPoints
 from picortex.runtime.heap import freeze_startup_heap
 from picortex.runtime.lag import LoopLag
@@ -159,6 +160,10 @@ class Bot:
         personas.load()  # bad persona files stop the start with exit code 2
         for warning in personas.current.warnings:
             logger.warning("%s", warning)
+        # Told by any actor that Discord refused the token: the watchdog stops the bot.
+        self._fatal: FatalDiscordError | None = None
+        self._fatal_event = trio.Event()
+        self.tasks = BackgroundTasks()
         self.pipe = Pipeline(
             settings=self.source,
             store=self.store,
@@ -172,11 +177,18 @@ class Bot:
             home=settings.home,
             faults=self.faults,
             personas=personas,
+            spawn=self.tasks.spawn,
+            fatal=self.on_fatal,
         )
         self.channels = DynamicSupervisor("channels", events=self.events)
         pipe = self.pipe
         self.router = Router(
-            pipe, self.channels, lambda channel_id, inbox: ChannelActor(channel_id, inbox, pipe)
+            pipe,
+            self.channels,
+            lambda channel_id, inbox, windows: ChannelActor(
+                channel_id, inbox, pipe, windows=windows
+            ),
+            catch_up=self._catch_up,
         )
         self.gateway = GatewayActor(
             settings.discord_token,
@@ -189,9 +201,6 @@ class Bot:
             sessions=sessions,
             safe_seq=self.pipe.handled.safe_seq,
         )
-        gateway = self.gateway
-        self.router.current_seq = lambda: gateway.seq
-        self.router.catch_up = self._catch_up
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         # Wall-clock seconds: catch-up compares message times (from their ids) with it.
         self.wall_clock: Callable[[], float] = time.time
@@ -200,9 +209,7 @@ class Bot:
         self.web: WebActor | None = None
         if live.web.enabled:
             self.web = WebActor(live.web, settings.home, self.panel, self.events)
-        self._fatal: FatalDiscordError | None = None
         self._started_at = 0.0
-        self._fatal_event = trio.Event()
         # Services that fail alone: a crashed LLM actor must not reconnect the gateway.
         self.services = Supervisor(
             "services",
@@ -210,7 +217,8 @@ class Bot:
             [
                 ChildSpec("context_cache", self.cache.run),
                 ChildSpec("llm", self.llm.run),
-                ChildSpec("polls", self._polls),
+                # Polls, slash deferral timers, catch-up, command registration.
+                ChildSpec("polls", self.tasks.run),
                 ChildSpec("control", self.control.run),
                 ChildSpec("loop_lag", self.lag.run),
                 ChildSpec("pruner", self.pruner.run),
@@ -257,14 +265,6 @@ class Bot:
         await self._fatal_event.wait()
         assert self._fatal is not None
         raise self._fatal
-
-    async def _polls(
-        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        async with trio.open_nursery() as nursery:
-            self.pipe.spawn = nursery.start_soon
-            task_status.started()
-            await trio.sleep_forever()
 
     def snapshot(self) -> dict[str, Any]:
         """What `picortex status` shows."""
@@ -342,7 +342,6 @@ class Bot:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> int:
         """Run the tree until cancelled (exit 0), refused (FatalDiscordError) or exhausted (70)."""
-        self.pipe.fatal = self.on_fatal
         self._started_at = trio.current_time()
         try:
             async with self.rest:

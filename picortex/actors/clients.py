@@ -35,9 +35,8 @@ if TYPE_CHECKING:
     from picortex.core.composting import Pause
     from picortex.core.llm import LLMRequest, LLMResult
     from picortex.errors import FatalDiscordError
-    from picortex.runtime.mailbox import Mailbox
     from picortex.store.store import ChatConfig, MemoryHit, UserAttention
-    from picortex.types import BotIdentity, Interaction
+    from picortex.types import BotIdentity
 
 
 class FaultCheck(Protocol):
@@ -448,8 +447,8 @@ class FatalReporter(Protocol):
     """Where a fatal Discord error (a refused token) is reported; the app then stops."""
 
     @property
-    def fatal(self) -> Callable[[FatalDiscordError], None] | None:
-        """The report, once the app has set it."""
+    def fatal(self) -> Callable[[FatalDiscordError], None]:
+        """The report."""
         ...
 
 
@@ -457,8 +456,8 @@ class Spawner(Protocol):
     """Background tasks that outlive a channel actor (polls)."""
 
     @property
-    def spawn(self) -> Callable[..., None] | None:
-        """Start a task in the app's nursery, once it runs."""
+    def spawn(self) -> Callable[..., None]:
+        """Start a task in the app's background nursery."""
         ...
 
 
@@ -565,27 +564,6 @@ class CatchUpRest(HistoryRest, Protocol):
 class RouterRest(InteractionRest, IdentityRest, Protocol):
     """The REST calls the router makes or starts (identity, slash command registration, the
     deferral of a slash answer its channel is late with)."""
-
-
-class ChannelWorker(Protocol):
-    """A channel's actor as the router sees it (`picortex.actors.channel.ChannelActor`)."""
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Handle the channel's mailbox until idle."""
-        ...
-
-    def may_continue(self, author_id: Snowflake, sent_at: float) -> bool:
-        """Whether a message from `author_id` sent at `sent_at` (Discord's clock) could join
-        an open request."""
-        ...
-
-
-class ChannelActorFactory(Protocol):
-    """Makes the actor of one channel around its mailbox (built by the app)."""
-
-    def __call__(
-        self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
-    ) -> ChannelWorker: ...
 
 
 class CatchUpClients(Protocol):

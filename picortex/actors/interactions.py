@@ -1,9 +1,9 @@
-"""Slash-command I/O (SPEC 15): registering `/picortex` on READY and answering interactions.
+"""Slash-command I/O (SPEC 15): registering `/picortex` on READY, and what answering an
+interaction is made of (its message bodies, the streamed `ask` surface, its `reply` events).
 
-The channel actor decides; these helpers send the interaction responses Discord expects:
-a message (type 4) or a deferral (type 5) within 3 s, then edits of `@original` and
-follow-up messages for what is longer than one message. Interaction tokens travel only in
-request paths and are never written to a log line or an event.
+The initial response and the answers are sent by the interaction's `AnswerSink`
+(picortex.actors.interaction_sink). Interaction tokens travel only in request paths and are
+never written to a log line or an event.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, Protocol
 
-import attrs
 import trio
 
 from picortex.actors.clients import (
@@ -29,7 +28,6 @@ from picortex.actors.failures import error_line
 from picortex.core import policy
 from picortex.core import slash as sl
 from picortex.core.access import role_tier
-from picortex.core.split import split_reply
 from picortex.core.trust import is_trusted
 from picortex.errors import FatalDiscordError
 from picortex.types import EventSink, Interaction, Message, Snowflake
@@ -53,13 +51,8 @@ class InteractionStore(TrustReader, CommandTreeStore, Protocol):
     """What slash commands read and keep (the registered command tree's digest)."""
 
 
-class InteractionClients(FatalReporter, Spawner, Protocol):
-    """What answering interactions uses."""
-
-    @property
-    def settings(self) -> CurrentSettings:
-        """The settings in force."""
-        ...
+class InteractionAnswers(FatalReporter, Protocol):
+    """What answering one interaction uses (its sink): Discord's routes and the log."""
 
     @property
     def events(self) -> EventSink:
@@ -67,18 +60,22 @@ class InteractionClients(FatalReporter, Spawner, Protocol):
         ...
 
     @property
-    def store(self) -> InteractionStore:
-        """The trust list and the command tree's digest."""
-        ...
-
-    @property
     def rest(self) -> InteractionRest:
         """Discord's interaction routes."""
         ...
 
+
+class InteractionClients(InteractionAnswers, Spawner, Protocol):
+    """What slash commands use besides answering: the settings, trust, registration."""
+
     @property
-    def acks(self) -> dict[Snowflake, Ack]:
-        """Interactions not answered yet, by id (see `expect`)."""
+    def settings(self) -> CurrentSettings:
+        """The settings in force."""
+        ...
+
+    @property
+    def store(self) -> InteractionStore:
+        """The trust list and the command tree's digest."""
         ...
 
     @property
@@ -99,68 +96,23 @@ def as_message(interaction: Interaction, text: str) -> Message:
     )
 
 
-@attrs.define(eq=False)
-class Ack:
-    """The initial response to one interaction: sent once, by whoever comes first.
-
-    `state` goes `pending` -> `responded` (the channel actor answered in time) or
-    `pending` -> `deferring` -> `deferred` | `failed` (the deadline came first); `done` is
-    set once a deferral is over, whatever its outcome.
-    """
-
-    interaction: Interaction
-    ephemeral: bool  # what a deferral promises: an answer only the user sees
-    state: str = "pending"
-    done: trio.Event = attrs.field(factory=trio.Event)
-
-
-def expect(
-    clients: InteractionClients, interaction: Interaction, *, ephemeral: bool, arrived: float
-) -> None:
-    """Track a new command interaction and defer it if its channel has not answered in time."""
-    ack = Ack(interaction, ephemeral)
-    clients.acks[interaction.id] = ack
-    if clients.spawn is not None:
-        clients.spawn(_deadline, clients, ack, arrived + DEFER_AFTER_SECONDS)
-
-
-async def _deadline(clients: InteractionClients, ack: Ack, at: float) -> None:
-    await trio.sleep_until(at)
-    if ack.state != "pending":
-        return
-    ack.state = "deferring"
-    try:
-        ok = await _send_deferral(clients, ack.interaction, ephemeral=ack.ephemeral)
-        ack.state = "deferred" if ok else "failed"
-    finally:
-        ack.done.set()
-
-
-async def _claim(clients: InteractionClients, interaction: Interaction) -> str:
-    """Take the right to answer: `respond` (nobody has), `edit` (deferred), `lost` (failed)."""
-    ack = clients.acks.pop(interaction.id, None)
-    if ack is None or ack.state == "pending":
-        if ack is not None:
-            ack.state = "responded"
-        return "respond"
-    await ack.done.wait()
-    return "edit" if ack.state == "deferred" else "lost"
-
-
 def predicted_ephemeral(clients: InteractionClients, interaction: Interaction) -> bool:
     """Whether the answer will be private, judged before the channel handles it."""
     settings = clients.settings()
-    if not is_trusted(interaction.user.id, settings.owner_id, clients.store.get_tier) and (
-        role_tier(interaction.member_roles, settings.access.allow_roles) is None
-    ):
-        return True
+    # An allowed role makes a stranger a `user` (SPEC 18), as the channel will judge it.
+    trusted = is_trusted(interaction.user.id, settings.owner_id, clients.store.get_tier) or (
+        role_tier(interaction.member_roles, settings.access.allow_roles) is not None
+    )
     name = next((o.name for o in interaction.options if o.type in sl.SUBCOMMANDS), "help")
-    if name in sl.PRIVATE_SUBCOMMANDS:
-        return True
-    return name != sl.Ask.NAME and clients.replies.reply_target(name) == "dm"
+    return sl.answer_is_private(
+        name,
+        trusted=trusted,
+        ok=True,
+        target=clients.replies.reply_target(name),
+    )
 
 
-def _message_body(text: str, *, ephemeral: bool) -> dict[str, Any]:
+def message_body(text: str, *, ephemeral: bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "content": text,
         # Answers mention people by name only: nobody is pinged by a slash answer.
@@ -183,7 +135,7 @@ class AnswerSurface:
 
     def __init__(
         self,
-        clients: InteractionClients,
+        clients: InteractionAnswers,
         interaction: Interaction,
         before_first: Callable[[], Awaitable[None]],
         *,
@@ -199,7 +151,7 @@ class AnswerSurface:
     async def post(self, index: int, text: str) -> None:
         """The first part edits the deferred response; later parts are follow-ups."""
         inter = self._interaction
-        body = _message_body(text, ephemeral=False)
+        body = message_body(text, ephemeral=False)
         with trio.fail_after(self._timeout):
             if index == 0:
                 await self._before_first()
@@ -215,7 +167,7 @@ class AnswerSurface:
     async def edit(self, index: int, text: str) -> None:
         """Change one part of the answer."""
         inter = self._interaction
-        body = _message_body(text, ephemeral=False)
+        body = message_body(text, ephemeral=False)
         with trio.fail_after(self._timeout):
             if index == 0:
                 await self._rest.edit_original_interaction_response(
@@ -227,10 +179,10 @@ class AnswerSurface:
                 )
 
 
-def _note_failure(
-    clients: InteractionClients, interaction: Interaction, what: str, exc: Exception
+def note_failure(
+    clients: InteractionAnswers, interaction: Interaction, what: str, exc: Exception
 ) -> None:
-    if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
+    if isinstance(exc, FatalDiscordError):
         clients.fatal(exc)
     message = error_line(exc)
     clients.events.emit(
@@ -243,190 +195,8 @@ def _note_failure(
     logger.warning("interaction %s: %s failed: %s", interaction.id, what, message)
 
 
-async def respond(
-    clients: InteractionClients,
-    interaction: Interaction,
-    text: str,
-    *,
-    ephemeral: bool,
-    command: str | None,
-    refused: bool = False,
-) -> bool:
-    """Answer with a message (type 4); past 2000 characters the rest follows as follow-ups.
-
-    Logs a `reply` event naming `command` (and `refused` when the answer is a refusal);
-    returns False (after logging why) when Discord refused it.
-    """
-    claim = await _claim(clients, interaction)
-    if claim == "edit":
-        try:
-            await finish_deferred(
-                clients, interaction, text, command=command, ephemeral=ephemeral, refused=refused
-            )
-        except Exception:
-            return False  # logged by finish_deferred
-        return True
-    if claim == "lost":
-        _reply_event(
-            clients, interaction, command, ephemeral, "failed", len(text), None, refused=refused
-        )
-        return False
-    chunks = split_reply(text) or ["(empty answer)"]
-    rest = clients.rest
-    try:
-        with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
-            await rest.create_interaction_response(
-                interaction.id,
-                interaction.token,
-                {
-                    "type": sl.CHANNEL_MESSAGE_WITH_SOURCE,
-                    "data": _message_body(chunks[0], ephemeral=ephemeral),
-                },
-            )
-        with trio.fail_after(FOLLOW_UP_TIMEOUT_SECONDS):
-            for chunk in chunks[1:]:
-                await rest.create_followup_message(
-                    interaction.application_id,
-                    interaction.token,
-                    _message_body(chunk, ephemeral=ephemeral),
-                )
-    except Exception as exc:
-        _note_failure(clients, interaction, "response", exc)
-        _reply_event(
-            clients, interaction, command, ephemeral, "failed", len(text), exc, refused=refused
-        )
-        return False
-    _reply_event(
-        clients, interaction, command, ephemeral, "posted", len(text), None, refused=refused
-    )
-    return True
-
-
-async def defer(clients: InteractionClients, interaction: Interaction) -> bool:
-    """Acknowledge at once (type 5: "thinking..."); the answer comes by editing `@original`."""
-    claim = await _claim(clients, interaction)
-    if claim != "respond":
-        return claim == "edit"  # the deadline deferred it already
-    return await _send_deferral(clients, interaction, ephemeral=False)
-
-
-async def _send_deferral(
-    clients: InteractionClients, interaction: Interaction, *, ephemeral: bool
-) -> bool:
-    response: dict[str, Any] = {"type": sl.DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE}
-    if ephemeral:
-        response["data"] = {"flags": sl.EPHEMERAL}
-    try:
-        with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
-            await clients.rest.create_interaction_response(
-                interaction.id, interaction.token, response
-            )
-    except Exception as exc:
-        _note_failure(clients, interaction, "deferral", exc)
-        return False
-    clients.events.emit(
-        "interaction",
-        action="deferred",
-        interaction_id=interaction.id,
-        channel_id=interaction.channel_id,
-    )
-    return True
-
-
-async def finish_deferred(
-    clients: InteractionClients,
-    interaction: Interaction,
-    text: str,
-    *,
-    command: str | None,
-    ephemeral: bool = False,
-    refused: bool = False,
-) -> list[Snowflake]:
-    """Put the answer into the deferred response; the rest past 2000 characters follows.
-
-    Returns the ids of the messages written; raises when the first edit fails.
-    """
-    chunks = split_reply(text) or ["(empty answer)"]
-    rest = clients.rest
-    posted: list[Snowflake] = []
-    try:
-        with trio.fail_after(FOLLOW_UP_TIMEOUT_SECONDS):
-            first = await rest.edit_original_interaction_response(
-                interaction.application_id,
-                interaction.token,
-                _message_body(chunks[0], ephemeral=False),
-            )
-            posted.append(int(first.get("id", 0) or 0))
-            for chunk in chunks[1:]:
-                data = await rest.create_followup_message(
-                    interaction.application_id,
-                    interaction.token,
-                    _message_body(chunk, ephemeral=ephemeral),
-                )
-                posted.append(int(data.get("id", 0) or 0))
-    except Exception as exc:
-        _note_failure(clients, interaction, "answer", exc)
-        _reply_event(
-            clients,
-            interaction,
-            command,
-            ephemeral,
-            "failed",
-            len(text),
-            exc,
-            parts=len(posted),
-            refused=refused,
-        )
-        raise
-    _reply_event(
-        clients,
-        interaction,
-        command,
-        ephemeral,
-        "posted",
-        len(text),
-        None,
-        parts=len(posted),
-        ids=posted,
-        refused=refused,
-    )
-    return posted
-
-
-async def original_message_id(
-    clients: InteractionClients, interaction: Interaction
-) -> Snowflake | None:
-    """The id of the interaction's first response message, when Discord tells it."""
-    try:
-        data = await clients.rest.get_original_interaction_response(
-            interaction.application_id, interaction.token
-        )
-        return int(data["id"])
-    except Exception as exc:
-        _note_failure(clients, interaction, "original response", exc)
-        return None
-
-
-async def autocomplete(
-    clients: InteractionClients, interaction: Interaction, choices: list[dict[str, str]]
-) -> None:
-    """Answer an autocomplete interaction (type 8) with up to 25 choices."""
-    try:
-        with trio.fail_after(RESPONSE_DEADLINE_SECONDS):
-            await clients.rest.create_interaction_response(
-                interaction.id,
-                interaction.token,
-                {
-                    "type": sl.APPLICATION_COMMAND_AUTOCOMPLETE_RESULT,
-                    "data": {"choices": choices[: sl.MAX_CHOICES]},
-                },
-            )
-    except Exception as exc:
-        _note_failure(clients, interaction, "autocomplete", exc)
-
-
-def _reply_event(
-    clients: InteractionClients,
+def reply_event(
+    clients: InteractionAnswers,
     interaction: Interaction,
     command: str | None,
     ephemeral: bool,
@@ -489,7 +259,7 @@ async def register_commands(clients: InteractionClients, application_id: Snowfla
                 await rest.bulk_overwrite_guild_commands(application_id, guild_id, tree)
             _remember_hash(clients, scope, digest, time.time())
         except Exception as exc:
-            if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
+            if isinstance(exc, FatalDiscordError):
                 clients.fatal(exc)
             message = error_line(exc)
             clients.events.emit("slash", action="failed", scope=scope, error=message)

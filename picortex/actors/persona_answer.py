@@ -539,7 +539,7 @@ async def _post(
             plan, thread_id = await _plan_for(clients, trigger, persona, where)
             posted = await clients.replies.post(plan, text, command=None, trigger_id=trigger.id)
         except Exception as exc:
-            if isinstance(exc, FatalDiscordError) and clients.fatal is not None:
+            if isinstance(exc, FatalDiscordError):
                 clients.fatal(exc)
             message, trace = failure_text(exc)
             clients.failures.record(

@@ -22,7 +22,6 @@ from picortex.actors.command_changes import Applied, apply_changes
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.failures import FailureLog
 from picortex.actors.handled import HandledLedger
-from picortex.actors.interactions import Ack
 from picortex.actors.llm import LLMActor
 from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
@@ -221,17 +220,17 @@ class Pipeline:
     home: Path
     faults: FaultCheck | None = None
     personas: PersonaLoader | None = None
-    # Starts a task in the app's nursery, which outlives channel actors (polls, deadlines of
-    # slash commands, catch-up, command registration), so an idle exit keeps their timers.
-    spawn: Callable[..., None] | None = None
+    # Starts a task in the app's background nursery, which outlives channel actors (polls,
+    # deadlines of slash commands, catch-up, command registration), so an idle exit keeps
+    # their timers.
+    spawn: Callable[..., None] = attrs.field(kw_only=True)
     # Called when Discord refuses the token (HTTP 401): the app stops with exit code 3.
-    fatal: Callable[[FatalDiscordError], None] | None = None
+    fatal: Callable[[FatalDiscordError], None] = attrs.field(kw_only=True)
     # Failed invocations (SPEC 9): events and error rows.
     failures: FailureLog = attrs.field(
         default=attrs.Factory(lambda self: FailureLog(self.store, self.events), takes_self=True)
     )
-    # Posting, typing and streaming (the token refusal is looked up per post, since the app
-    # sets `fatal` when it starts running).
+    # Posting, typing and streaming.
     replies: Replies = attrs.field(
         default=attrs.Factory(
             lambda self: Replies(
@@ -239,7 +238,7 @@ class Pipeline:
                 self.rest,
                 self.llm,
                 self.events,
-                fatal=lambda: self.fatal,
+                fatal=self.fatal,
             ),
             takes_self=True,
         )
@@ -253,9 +252,6 @@ class Pipeline:
     handled: HandledLedger = attrs.field(
         default=attrs.Factory(lambda self: HandledLedger(self.store), takes_self=True)
     )
-    # Slash interactions not answered yet, by id: whoever comes first answers Discord within
-    # its 3 s, the channel actor with a response or the router's deadline with a deferral.
-    acks: dict[Snowflake, Ack] = attrs.field(factory=dict)
 
     def finish(self, message: Message | Interaction) -> None:
         """The decision on `message` is final: it is never handled again."""

@@ -89,7 +89,7 @@ class Replies:
         rest: Discord's message routes.
         llm: the model, for streamed answers.
         events: the action log.
-        fatal: returns where a refused token is reported, once the app has set it.
+        fatal: where a refused token is reported.
     """
 
     def __init__(
@@ -99,7 +99,7 @@ class Replies:
         llm: ModelClient,
         events: EventSink,
         *,
-        fatal: Callable[[], Callable[[FatalDiscordError], None] | None],
+        fatal: Callable[[FatalDiscordError], None],
     ) -> None:
         self.settings = settings
         self.rest = rest
@@ -265,8 +265,8 @@ class Replies:
 
     def _failed(self, exc: BaseException, **fields: object) -> None:
         """Log a reply that could not be posted; a fatal Discord error stops the bot too."""
-        if isinstance(exc, FatalDiscordError) and (fatal := self._fatal()) is not None:
-            fatal(exc)
+        if isinstance(exc, FatalDiscordError):
+            self._fatal(exc)
         where = {k: fields.pop(k) for k in ("command", "mode", "target", "trigger_id")}
         self.events.emit("reply", **where, result="failed", error=error_line(exc), **fields)
 

@@ -13,6 +13,7 @@ released.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -23,17 +24,19 @@ import trio
 from picortex.actors import chats, interactions, persona_answer
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
-    ChannelActorFactory,
     ChannelBook,
-    ChannelWorker,
     ContextFeed,
     FaultCheck,
     HandledBook,
+    ReplyTarget,
     RouterRest,
     RouterStore,
 )
+from picortex.actors.delivery import ChannelPoster, ChannelReply, Delivery
+from picortex.actors.interaction_sink import InteractionSink
 from picortex.actors.interactions import InteractionClients, register_commands
 from picortex.actors.persona_answer import PersonaIndex
+from picortex.core import continuation as cont
 from picortex.core.access import role_tier
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
@@ -131,6 +134,36 @@ class RouterClients(InteractionClients, PersonaIndex, Protocol):
         """The trigger log (a deleted message's text leaves it)."""
         ...
 
+    @property
+    def replies(self) -> RouterReplies:
+        """Where replies go: a message's answer sink posts through it."""
+        ...
+
+
+class RouterReplies(ReplyTarget, ChannelPoster, Protocol):
+    """What the router's answer sinks use of the reply poster."""
+
+
+class ChannelWorker(Protocol):
+    """A channel's actor as the router sees it (`picortex.actors.channel.ChannelActor`)."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Handle the channel's mailbox until idle."""
+        ...
+
+
+class ChannelActorFactory(Protocol):
+    """Makes the actor of one channel around its mailbox (built by the app)."""
+
+    def __call__(
+        self,
+        channel_id: Snowflake,
+        mailbox: Mailbox[Delivery],
+        windows: Callable[[cont.ContinuationState], None],
+    ) -> ChannelWorker:
+        """`windows` is told each new state of the channel's open requests."""
+        ...
+
 
 class ChannelSupervisor(Protocol):
     """The dynamic supervisor of the channel actors (`DynamicSupervisor`)."""
@@ -151,6 +184,7 @@ class Router:
         clients: what the router reads and feeds (the app passes its `Pipeline`).
         channels: the supervisor the channel actors run under.
         channel_actor: makes a channel's actor around its mailbox.
+        catch_up: run after a fresh IDENTIFY: answers missed triggers (SPEC 4).
     """
 
     def __init__(
@@ -158,19 +192,18 @@ class Router:
         clients: RouterClients,
         channels: ChannelSupervisor,
         channel_actor: ChannelActorFactory,
+        *,
+        catch_up: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._clients = clients
         self._channels = channels
         self._new_actor = channel_actor
         self._inbox: Mailbox[tuple[str, Any, int | None]] = Mailbox(ROUTER_QUEUE, name="router")
-        self._mailboxes: dict[Snowflake, Mailbox[Message | Interaction]] = {}
-        self._actors: dict[Snowflake, ChannelWorker] = {}  # the latest actor of each mailbox
+        self._mailboxes: dict[Snowflake, Mailbox[Delivery]] = {}
+        # Each channel's open requests, as its latest actor last told (immutable values).
+        self._windows: dict[Snowflake, cont.ContinuationState] = {}
         self.replays_dropped = 0
-        # The gateway's seq of the dispatch being handed over (set by the app): kept with each
-        # message in hand, so the persisted session resumes before anything not yet final.
-        self.current_seq: Callable[[], int | None] = lambda: None
-        # Run after a fresh IDENTIFY (set by the app): answers missed triggers (SPEC 4).
-        self.catch_up: Callable[[], Awaitable[None]] | None = None
+        self._catch_up = catch_up
         self.chatter = 0  # messages decided inline as chatter (trusted chatter included)
         self.trusted_chatter = 0  # of which from trusted authors, stored for recall
         self.delivered = 0  # messages handed to a channel mailbox
@@ -184,20 +217,21 @@ class Router:
         """The router's own mailbox (for the supervisor)."""
         return self._inbox
 
-    def on_dispatch(self, name: str, data: Any) -> None:
-        """Called by the gateway reader for every dispatch; never blocks.
+    def on_dispatch(self, name: str, data: Any, seq: int | None = None) -> None:
+        """Called by the gateway reader for every dispatch, with its `seq`; never blocks.
 
         Chatter is decided right here when the router's task has nothing queued or in hand
-        (so order holds): no hop through the inbox. Everything else is queued for the task.
+        (so order holds): no hop through the inbox. Everything else is queued for the task
+        (a message normalized here goes as it is: nothing is normalized twice). The `seq`
+        stays with each message in hand, so the persisted session resumes before anything
+        not yet final.
         """
-        seq = self.current_seq()
-        if (
-            name == "MESSAGE_CREATE"
-            and self._waiting
-            and self._inbox.settled
-            and self._route_chatter_now(data, seq)
-        ):
-            return
+        if name == "MESSAGE_CREATE" and self._waiting and self._inbox.settled:
+            event = normalize(name, data)
+            if type(event) is Message:
+                if self._route_chatter_now(event, seq):
+                    return
+                data = event
         if not self._inbox.send_nowait((name, data, seq)):
             self._clients.events.emit(
                 "error", scope="router", message=f"router queue full: {name} dropped"
@@ -236,7 +270,7 @@ class Router:
         ]
         for cid in idle:
             self._released_overflows += self._mailboxes.pop(cid).overflows
-            self._actors.pop(cid, None)
+            self._windows.pop(cid, None)
         return len(idle)
 
     def _report(self) -> None:
@@ -305,7 +339,8 @@ class Router:
 
     async def _route_event(self, name: str, data: Any, seq: int | None) -> None:
         clients = self._clients
-        event = normalize(name, data)
+        # A message the reader's inline path normalized already comes as a `Message`.
+        event = data if type(data) is Message else normalize(name, data)
         if event is None:
             return
         if isinstance(event, NormalizeError):
@@ -345,7 +380,7 @@ class Router:
             # In hand: marked handled (persisted with the store's next group) only once its
             # decision is final, so a kill before that leaves it to be handled again.
             clients.cache.on_message(event)
-            await self._deliver(event)
+            await self._deliver(self._message_delivery(event, seq))
         elif isinstance(event, Interaction):
             # A replayed interaction was answered (or is past answering) already: handled
             # once taken (its token lasts minutes, a restart's replay comes after).
@@ -357,14 +392,7 @@ class Router:
                 self.replays_dropped += 1
             else:
                 clients.handled.finish((event.id,), event.channel_id, event.guild_id)
-                if event.type == InteractionType.APPLICATION_COMMAND:
-                    interactions.expect(
-                        clients,
-                        event,
-                        ephemeral=interactions.predicted_ephemeral(clients, event),
-                        arrived=trio.current_time(),
-                    )
-                await self._deliver(event)
+                await self._deliver(self._interaction_delivery(event, seq))
         elif isinstance(event, MessageUpdate):
             clients.cache.on_update(event)
             # Recall must never show the text as it was before an edit.
@@ -390,9 +418,9 @@ class Router:
             # A new session (not a RESUME): events may have been missed since the last one.
             clients.handled.new_session()
             clients.cache.on_session_start()
-            if clients.spawn is not None and self.catch_up is not None:
-                clients.spawn(self.catch_up)
-            if event.application_id is not None and clients.spawn is not None:
+            if self._catch_up is not None:
+                clients.spawn(self._catch_up)
+            if event.application_id is not None:
                 clients.spawn(register_commands, clients, event.application_id)
         elif isinstance(event, GuildCreate):
             for channel in (*event.channels, *event.threads):
@@ -403,11 +431,10 @@ class Router:
             for thread in event.threads:
                 clients.registry.add(thread)
 
-    def _route_chatter_now(self, data: Any, seq: int | None) -> bool:
+    def _route_chatter_now(self, event: Message, seq: int | None) -> bool:
         """Decide a MESSAGE_CREATE inline if it is chatter; False: the task must route it."""
         clients = self._clients
-        event = normalize("MESSAGE_CREATE", data)
-        if type(event) is not Message or event.author.id == clients.bot.user_id:
+        if event.author.id == clients.bot.user_id:
             return False
         seen = clients.store.seen(event.id)
         if seen is None:  # only SQLite knows: the task asks it
@@ -464,8 +491,26 @@ class Router:
         if on_taken is not None:
             on_taken()
         self._clients.cache.on_message(message)
-        await self._deliver(message)
+        await self._deliver(self._message_delivery(message, None))
         return True
+
+    def _message_delivery(self, message: Message, seq: int | None) -> Delivery:
+        """A message's request: answered by a reply in its channel (or a DM, as policy says)."""
+        return Delivery(
+            message, seq, trio.current_time(), ChannelReply(self._clients.replies, message)
+        )
+
+    def _interaction_delivery(self, interaction: Interaction, seq: int | None) -> Delivery:
+        """An interaction's request: answered through the interaction, which is deferred by a
+        timer if its channel is late (Discord waits 3 s for the first response)."""
+        clients = self._clients
+        arrived = trio.current_time()
+        command = interaction.type == InteractionType.APPLICATION_COMMAND
+        ephemeral = command and interactions.predicted_ephemeral(clients, interaction)
+        sink = InteractionSink(clients, interaction, ephemeral=ephemeral)
+        if command:
+            clients.spawn(sink.defer_at, arrived + interactions.DEFER_AFTER_SECONDS)
+        return Delivery(interaction, seq, arrived, sink)
 
     def _channel_deleted(self, event: ChannelDelete) -> None:
         """A channel or thread is gone: forget it (and its threads) in registry, cache, memory."""
@@ -529,8 +574,10 @@ class Router:
             return True
         if not mailbox.settled:
             return False
-        actor = self._actors.get(message.channel_id)
-        return actor is None or not actor.may_continue(message.author.id, message.sent_at)
+        windows = self._windows.get(message.channel_id)
+        return windows is None or (
+            cont.window_for(windows, message.channel_id, message.author.id, message.sent_at) is None
+        )
 
     def _forget_triggers(self, channel_id: Snowflake, ids: Sequence[Snowflake]) -> None:
         """Take deleted messages' text out of the trigger log (status, panel activity), the
@@ -574,14 +621,15 @@ class Router:
                 emoji=event.emoji,
             )
 
-    async def _deliver(self, message: Message | Interaction) -> None:
+    async def _deliver(self, delivery: Delivery) -> None:
+        message = delivery.request
         channel_id = message.channel_id
         mailbox = self._mailboxes.get(channel_id)
         if mailbox is None:
             mailbox = Mailbox(CHANNEL_MAILBOX, name=f"channel-{channel_id}")
             self._mailboxes[channel_id] = mailbox
         self.delivered += 1
-        if not mailbox.send_nowait(message):
+        if not mailbox.send_nowait(delivery):
             self._clients.handled.release([message.id])
             self._clients.events.emit(
                 "error",
@@ -593,14 +641,13 @@ class Router:
             return
         await self._ensure_actor(channel_id, mailbox)
 
-    async def _ensure_actor(
-        self, channel_id: Snowflake, mailbox: Mailbox[Message | Interaction]
-    ) -> None:
+    async def _ensure_actor(self, channel_id: Snowflake, mailbox: Mailbox[Delivery]) -> None:
         """Start the channel's actor unless it is running."""
         name = f"channel-{channel_id}"
         if self._channels.get(name) is None:
-            actor = self._new_actor(channel_id, mailbox)
-            self._actors[channel_id] = actor
+            actor = self._new_actor(
+                channel_id, mailbox, functools.partial(self._windows.__setitem__, channel_id)
+            )
             spec = ChildSpec(name, actor.run, restart=RestartPolicy.TRANSIENT, mailbox=mailbox)
             try:
                 await self._channels.start_child(spec)

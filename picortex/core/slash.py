@@ -243,6 +243,19 @@ class NotOurs:
 SlashAction = Ask | NotOurs | cmds.Command
 
 
+def answer_is_private(name: str, *, trusted: bool, ok: bool, target: str) -> bool:
+    """Whether a slash command's answer is for the requester's eyes only (ephemeral).
+
+    A stranger's, a refusal or mistake (`ok` False), a sensitive command, and what the
+    response policy sends to DMs (`target`) are private; an `ask` answer stays where it
+    was asked. The one rule for the deferral (judged before the command runs, `ok` True)
+    and for the answer.
+    """
+    if not trusted or not ok or name in PRIVATE_SUBCOMMANDS:
+        return True
+    return name != Ask.NAME and target == "dm"
+
+
 def name_of(action: SlashAction) -> str | None:
     """The command an action is for, as the log names it (`ask`, `whitelist`...); None for a
     command that is not ours."""

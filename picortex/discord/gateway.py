@@ -195,7 +195,7 @@ class GatewayActor:
         token: str,
         rest: GatewayBotSource,
         events: EventSink,
-        on_dispatch: Callable[[str, Any], None],
+        on_dispatch: Callable[[str, Any, int | None], None],
         *,
         shard: tuple[int, int] = (0, 1),
         compress: Compression | Literal["auto"] | None = "auto",
@@ -528,7 +528,7 @@ class GatewayActor:
                     # Fast path: one plain event, nothing else to do.
                     self.dispatched += 1
                     try:
-                        on_dispatch(action.name, action.data)
+                        on_dispatch(action.name, action.data, action.seq)
                     except Exception:
                         self._dispatch_failed(action.name)
                     continue
@@ -570,7 +570,7 @@ class GatewayActor:
         if isinstance(action, Dispatch):
             self.dispatched += 1
             try:
-                self._on_dispatch(action.name, action.data)
+                self._on_dispatch(action.name, action.data, action.seq)
             except Exception:
                 self._dispatch_failed(action.name)
         elif isinstance(action, Notify):

@@ -61,7 +61,7 @@ def replies(rest: TypingRest) -> Replies:
         rest,  # type: ignore[arg-type]
         None,  # type: ignore[arg-type]
         RecordingSink(),
-        fatal=lambda: None,
+        fatal=lambda exc: None,
     )
 
 

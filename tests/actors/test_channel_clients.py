@@ -7,15 +7,26 @@ from pathlib import Path
 
 import attrs
 import trio
+import trio.testing
 
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.channel import ChannelActor
 from picortex.actors.command_changes import Applied
+from picortex.actors.delivery import ChannelReply, Delivery
+from picortex.actors.interactions import REFUSAL
 from picortex.actors.pipeline import ChannelRegistry, TriggerBook
 from picortex.config import load_settings
 from picortex.core import commands as cmds
 from picortex.core import policy
-from picortex.types import BotIdentity, Interaction, Message, User
+from picortex.core import slash as sl
+from picortex.types import (
+    BotIdentity,
+    Interaction,
+    InteractionOption,
+    InteractionType,
+    Message,
+    User,
+)
 from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 
@@ -35,6 +46,9 @@ class FakeReplies:
 
     def __init__(self) -> None:
         self.posted: list[tuple[str, str | None, int | None]] = []
+
+    def reply_target(self, command: str | None) -> policy.Target:
+        return "channel"
 
     def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
         return policy.plan_post(
@@ -90,17 +104,21 @@ class FakeClients:
 
 
 class FakeInbox:
-    def __init__(self, messages: list[Message]) -> None:
+    def __init__(self, messages: list[Message | Delivery], replies: FakeReplies) -> None:
         self.messages = messages
+        self.replies = replies
         self.handled = 0
 
-    async def receive(self) -> Message:
+    async def receive(self) -> Delivery:
         if not self.messages:
             await trio.sleep_forever()
-        return self.messages.pop(0)
+        return self.receive_nowait()
 
-    def receive_nowait(self) -> Message:
-        return self.messages.pop(0)
+    def receive_nowait(self) -> Delivery:
+        message = self.messages.pop(0)
+        if isinstance(message, Delivery):
+            return message
+        return Delivery(message, None, trio.current_time(), ChannelReply(self.replies, message))
 
     def done(self) -> None:
         self.handled += 1
@@ -126,8 +144,8 @@ def clients(tmp_path: Path) -> FakeClients:
     return FakeClients(settings=FakeSettings(load_settings(env)), home=tmp_path)
 
 
-async def run_until_handled(fake: FakeClients, messages: list[Message]) -> None:
-    inbox = FakeInbox(list(messages))
+async def run_until_handled(fake: FakeClients, messages: list[Message | Delivery]) -> None:
+    inbox = FakeInbox(list(messages), fake.replies)
     actor = ChannelActor(CHANNEL, inbox, fake)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)
@@ -162,3 +180,113 @@ async def test_the_owners_command_is_kept_logged_and_answered_through_the_poster
     assert (name, trigger_id) == ("help", 6)
     assert "!s" in text
     assert fake.finished == [6]
+
+
+class FakeSlashSink:
+    """An interaction's sink that records what the channel answered through it."""
+
+    command = "ask"
+
+    def __init__(self) -> None:
+        self.responses: list[tuple[str, bool, str | None, bool]] = []
+        self.acknowledged = 0
+
+    async def acknowledge(self) -> None:
+        self.acknowledged += 1
+
+    async def post(self, text: str) -> None:
+        raise AssertionError("no model answer in these tests")
+
+    def surface(self) -> None:
+        return None
+
+    async def fail(self, sentence: str) -> None:
+        raise AssertionError("no model answer in these tests")
+
+    async def respond(
+        self, text: str, *, ephemeral: bool, command: str | None, refused: bool = False
+    ) -> bool:
+        self.responses.append((text, ephemeral, command, refused))
+        return True
+
+    async def autocomplete(self, choices: list[dict[str, str]]) -> None:
+        raise AssertionError("not an autocomplete")
+
+    async def original_message_id(self) -> int | None:
+        return None
+
+
+def slash(i: int, user: User, subcommand: str) -> Interaction:
+    return Interaction(
+        id=i,
+        application_id=3,
+        type=InteractionType.APPLICATION_COMMAND,
+        token="secret-token",
+        channel_id=CHANNEL,
+        user=user,
+        guild_id=20,
+        command_name="picortex",
+        options=(InteractionOption(subcommand, sl.SUB_COMMAND),),
+    )
+
+
+async def test_a_slash_command_is_answered_through_its_deliverys_sink(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    fake = clients(tmp_path)
+    sink = FakeSlashSink()
+    delivery = Delivery(slash(7, OWNER, "help"), 1234, 0.0, sink)
+    await run_until_handled(fake, [delivery])
+    await trio.testing.wait_all_tasks_blocked()
+    [(text, ephemeral, command, refused)] = sink.responses
+    assert (ephemeral, command, refused) == (False, "help", False)
+    assert text.startswith("Commands")
+    assert fake.replies.posted == []  # nothing went to the channel beside the sink
+    assert fake.finished == [7]
+
+
+async def test_a_strangers_slash_command_is_refused_privately_through_its_sink(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    fake = clients(tmp_path)
+    sink = FakeSlashSink()
+    await run_until_handled(fake, [Delivery(slash(8, STRANGER, "help"), None, 0.0, sink)])
+    await trio.testing.wait_all_tasks_blocked()
+    assert sink.responses == [(REFUSAL, True, "help", True)]
+    [decision] = fake.events.of("decision")
+    assert decision["reason"] == "slash command from an untrusted user: refused privately"
+
+
+class RecordingAnswers:
+    """A message's answer sink that records what was posted through it."""
+
+    command = None
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, str | None]] = []
+
+    async def acknowledge(self) -> None:
+        return None
+
+    async def post(self, text: str, *, command: str | None = None) -> None:
+        self.posted.append((text, command))
+
+    def surface(self) -> None:
+        return None
+
+    async def fail(self, sentence: str) -> None:
+        return None
+
+
+async def test_a_typed_commands_reply_leaves_through_its_deliverys_sink(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    fake = clients(tmp_path)
+    sink = RecordingAnswers()
+    trigger = message(9, OWNER, f"<@{BOT_ID}> !s help")
+    await run_until_handled(fake, [Delivery(trigger, 77, 0.0, sink)])
+    [(text, command)] = sink.posted
+    assert command == "help"
+    assert "!s" in text
+    assert fake.replies.posted == []  # the channel posts no other way
+    assert fake.finished == [9]

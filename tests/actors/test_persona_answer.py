@@ -166,6 +166,8 @@ def make_pipe(
         triggers=TriggerBook(),
         home=tmp_path,
         personas=loader,
+        spawn=lambda *args: None,
+        fatal=lambda exc: None,
     )
     return pipe, sink
 

@@ -7,17 +7,22 @@ from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 import trio
 import trio.testing
 
+from picortex.actors import router as router_mod
 from picortex.actors.answers_seen import AnswersSeen
+from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.pipeline import ChannelRegistry
 from picortex.actors.router import Router
 from picortex.config import load_settings
+from picortex.core.continuation import ContinuationState, on_trigger
+from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec
 from picortex.store.store import ChatConfig
-from picortex.types import BotIdentity, Channel, Interaction, Message
+from picortex.types import BotIdentity, Channel, Message
 from tests.actors.fakes import FakeSettings, FakeStore
 from tests.helpers import RecordingSink
 
@@ -29,6 +34,7 @@ GUILD = 20
 CHANNEL = 10
 THREAD = 11  # a public thread of CHANNEL
 PUBLIC_THREAD = 11  # Discord's channel type
+FIRST_SEQ = 100  # the gateway seq of the first dispatch handed over
 
 
 class FakeCache:
@@ -78,7 +84,6 @@ class FakeClients:
     bot: BotIdentity = attrs.Factory(lambda: BotIdentity(user_id=BOT_ID))
     registry: ChannelRegistry = attrs.Factory(ChannelRegistry)
     answers_seen: AnswersSeen = attrs.Factory(AnswersSeen)
-    acks: dict[int, Any] = attrs.Factory(dict)
     personas: None = None
     faults: None = None
     spawn: None = None
@@ -102,14 +107,14 @@ class FakeChannels:
 
 
 class FakeActor:
-    def __init__(self, mailbox: Mailbox[Message | Interaction]) -> None:
+    def __init__(
+        self, mailbox: Mailbox[Delivery], windows: Callable[[ContinuationState], None]
+    ) -> None:
         self.mailbox = mailbox
+        self.windows = windows  # tells the router the channel's open requests
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
-
-    def may_continue(self, author_id: int, sent_at: float) -> bool:
-        return False
 
 
 def payload(i: int, author_id: int, content: str, *, channel: int = CHANNEL) -> dict[str, Any]:
@@ -154,8 +159,10 @@ async def routing(
     channels = FakeChannels()
     actors: dict[int, FakeActor] = {}
 
-    def new_actor(channel_id: int, mailbox: Mailbox[Message | Interaction]) -> FakeActor:
-        actors[channel_id] = FakeActor(mailbox)
+    def new_actor(
+        channel_id: int, mailbox: Mailbox[Delivery], windows: Callable[[ContinuationState], None]
+    ) -> FakeActor:
+        actors[channel_id] = FakeActor(mailbox, windows)
         return actors[channel_id]
 
     router = Router(clients, channels, new_actor)
@@ -163,8 +170,8 @@ async def routing(
     async with trio.open_nursery() as nursery:
         await nursery.start(router.run)
         await trio.testing.wait_all_tasks_blocked()
-        for data in dispatches:
-            router.on_dispatch("MESSAGE_CREATE", data)
+        for i, data in enumerate(dispatches):
+            router.on_dispatch("MESSAGE_CREATE", data, FIRST_SEQ + i)
             chatter_at_dispatch.append(router.chatter)
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
@@ -198,7 +205,13 @@ async def test_an_addressed_message_goes_to_its_channels_mailbox(
     # One actor started for the channel, around the mailbox holding the message.
     assert run.channels.started == [f"channel-{CHANNEL}"]
     mailbox = run.actors[CHANNEL].mailbox
-    assert mailbox.receive_nowait().id == 6
+    delivery = mailbox.receive_nowait()
+    # One value carries the request, the seq it came with and where its answer goes.
+    assert delivery.id == 6
+    assert delivery.seq == FIRST_SEQ
+    assert isinstance(delivery.sink, ChannelReply)
+    assert delivery.sink.trigger is delivery.request
+    assert run.clients.handled.routed_seqs == [FIRST_SEQ]
     # In hand (not final yet: its channel decides), fed to the context.
     assert run.clients.handled.in_hand == {6}
     assert run.clients.handled.finished == []
@@ -295,3 +308,58 @@ async def test_an_unreadable_trust_list_settles_chatter_as_a_strangers(
     assert (run.router.chatter, run.router.trusted_chatter) == (1, 0)
     assert run.clients.store.kept == []
     assert run.clients.store.noted == [7]
+
+
+async def test_a_trusted_authors_chatter_that_may_continue_a_request_goes_to_its_channel(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The channel tells the router its open requests; the router asks no actor."""
+    env = {"PICORTEX_HOME": str(tmp_path), "PICORTEX_OWNER_ID": str(OWNER_ID)}
+    clients = FakeClients(settings=FakeSettings(load_settings(env)))
+    clients.store.tiers[TRUSTED_ID] = "user"
+    channels = FakeChannels()
+    actors: dict[int, FakeActor] = {}
+
+    def new_actor(
+        channel_id: int, mailbox: Mailbox[Delivery], windows: Callable[[ContinuationState], None]
+    ) -> FakeActor:
+        actors[channel_id] = FakeActor(mailbox, windows)
+        return actors[channel_id]
+
+    router = Router(clients, channels, new_actor)
+    trigger = payload(30, TRUSTED_ID, f"<@{BOT_ID}> what is the plan")
+    async with trio.open_nursery() as nursery:
+        await nursery.start(router.run)
+        router.on_dispatch("MESSAGE_CREATE", trigger, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        actor = actors[CHANNEL]
+        actor.mailbox.receive_nowait()  # the channel takes the trigger ...
+        actor.mailbox.done()
+        message = normalize("MESSAGE_CREATE", trigger)
+        assert isinstance(message, Message)
+        actor.windows(on_trigger(ContinuationState(10.0), message)[0])  # ... and opens a window
+        router.on_dispatch("MESSAGE_CREATE", payload(31, TRUSTED_ID, "and for lunch"), 2)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (router.delivered, router.chatter) == (2, 0)
+        assert actor.mailbox.receive_nowait().id == 31
+        actor.mailbox.done()
+        actor.windows(ContinuationState(10.0))  # answered and closed: chatter again
+        router.on_dispatch("MESSAGE_CREATE", payload(32, TRUSTED_ID, "never mind"), 3)
+        await trio.testing.wait_all_tasks_blocked()
+        assert (router.delivered, router.chatter) == (2, 1)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_message_for_its_channel_is_normalized_once(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+
+    def counting(name: str, data: Any) -> object:
+        calls.append(name)
+        return normalize(name, data)
+
+    monkeypatch.setattr(router_mod, "normalize", counting)
+    run = await routing(tmp_path, [payload(40, OWNER_ID, f"<@{BOT_ID}> hello")])
+    assert run.router.delivered == 1
+    assert calls == ["MESSAGE_CREATE"]  # on the reader's inline path; the task takes it as is

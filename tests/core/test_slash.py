@@ -131,6 +131,16 @@ def test_interaction_tokens_are_redacted() -> None:
     assert token.encode() not in redact_json_bytes(f'{{"u": "{token}"}}'.encode())
 
 
+def test_one_rule_says_which_slash_answers_only_the_requester_sees() -> None:
+    private = sl.answer_is_private
+    assert not private("whitelist", trusted=True, ok=True, target="channel")
+    assert private("whitelist", trusted=False, ok=True, target="channel")  # a stranger's
+    assert private("whitelist", trusted=True, ok=False, target="channel")  # a refusal
+    assert private("forget", trusted=True, ok=True, target="channel")  # sensitive
+    assert private("config", trusted=True, ok=True, target="dm")  # the policy says DM
+    assert not private("ask", trusted=True, ok=True, target="dm")  # stays where asked
+
+
 def test_attention_user_and_access_read_as_the_typed_commands() -> None:
     bob = _s("user", "7", sl.USER)
     own = _run(_sub("attention", _s("mode", "always"), bob))

@@ -105,7 +105,7 @@ async def running_bot(
         sink = RecordingSink()
         got: list[tuple[str, Any]] = []
 
-        def record(name: str, data: Any) -> None:
+        def record(name: str, data: Any, seq: int | None) -> None:
             got.append((name, data))
             if on_dispatch is not None:
                 on_dispatch(name, data)
@@ -162,7 +162,7 @@ async def test_the_gateway_url_comes_from_the_rest_client(autojump_clock: Any) -
         urls = await nursery.start(sim.serve)
         sink = RecordingSink()
         async with RestClient(urls.api_base, TOKEN) as rest:
-            actor = GatewayActor(TOKEN, rest, sink, lambda n, d: None)
+            actor = GatewayActor(TOKEN, rest, sink, lambda n, d, s: None)
             await nursery.start(actor.run)
             connect = sink.of("gateway")[0]
             assert connect["url"].startswith(urls.gateway_url)
@@ -175,7 +175,7 @@ async def test_a_401_from_rest_is_fatal(autojump_clock: Any) -> None:
     async with trio.open_nursery() as nursery:
         urls = await nursery.start(sim.serve)
         async with RestClient(urls.api_base, "not-the-token") as rest:
-            actor = GatewayActor("not-the-token", rest, RecordingSink(), lambda n, d: None)
+            actor = GatewayActor("not-the-token", rest, RecordingSink(), lambda n, d, s: None)
             with pytest.raises(FatalDiscordError):
                 await actor.run()
         assert sim.gateway_stats.connections == 0
@@ -355,7 +355,7 @@ async def test_discord_refusing_identify_stops_before_ready(
     sim = Simulator(TOKEN, **sim_kwargs)
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.serve)
-        actor = GatewayActor(token, SimRest(sim), RecordingSink(), lambda n, d: None)
+        actor = GatewayActor(token, SimRest(sim), RecordingSink(), lambda n, d, s: None)
         with pytest.raises(FatalDiscordError) as info:
             await actor.run()
         assert info.value.close_code == code
@@ -471,7 +471,7 @@ async def test_identify_waits_when_no_session_starts_remain(autojump_clock: Any)
         await nursery.start(sim.serve)
         sink = RecordingSink()
         rest = SimRest(sim, remaining=0, reset_after=3_600_000)
-        actor = GatewayActor(TOKEN, rest, sink, lambda n, d: None)
+        actor = GatewayActor(TOKEN, rest, sink, lambda n, d, s: None)
         start = trio.current_time()
         await nursery.start(actor.run)
         waited = [e for e in sink.of("gateway") if e["action"] == "identify_wait"]
@@ -489,7 +489,7 @@ async def test_a_crashed_actor_keeps_its_session_and_resumes_on_restart(
         await nursery.start(sim.serve)
         world = sim.add_default_world()
         got: list[str] = []
-        actor = GatewayActor(TOKEN, SimRest(sim), RecordingSink(), lambda n, d: got.append(n))
+        actor = GatewayActor(TOKEN, SimRest(sim), RecordingSink(), lambda n, d, s: got.append(n))
         proto = actor._proto
         real_received = proto.received
 
@@ -529,7 +529,7 @@ async def fake_bot(**actor_kwargs: Any) -> AsyncIterator[tuple[GatewayActor, Fak
         sink = RecordingSink()
         got: list[tuple[str, Any]] = []
         actor = GatewayActor(
-            TOKEN, FakeRest(url), sink, lambda n, d: got.append((n, d)), **actor_kwargs
+            TOKEN, FakeRest(url), sink, lambda n, d, s: got.append((n, d)), **actor_kwargs
         )
         await nursery.start(actor.run)
         yield actor, gw, (sink, got)
@@ -589,7 +589,7 @@ async def test_startup_outage_is_waited_out_with_backoff(autojump_clock: Any) ->
     async with trio.open_nursery() as nursery:
         await nursery.start(sim.serve)
         rest = FlakyRest(sim, failures=8)
-        actor = GatewayActor(TOKEN, rest, sink, lambda name, data: None)
+        actor = GatewayActor(TOKEN, rest, sink, lambda name, data, seq: None)
         await nursery.start(actor.run)
         failed = [e for e in sink.of("gateway") if e["action"] == "fetch_failed"]
         assert [e["attempt"] for e in failed] == list(range(1, 9))
@@ -637,7 +637,7 @@ async def test_a_new_process_resumes_the_persisted_session_and_gets_the_replay(
             TOKEN,
             SimRest(sim),
             RecordingSink(),
-            lambda n, d: first.append((n, d)),
+            lambda n, d, s: first.append((n, d)),
             sessions=sessions,
             safe_seq=lambda: handled_up_to[0],
         )
@@ -665,7 +665,7 @@ async def test_a_new_process_resumes_the_persisted_session_and_gets_the_replay(
             TOKEN,
             SimRest(sim),
             RecordingSink(),
-            lambda n, d: second.append((n, d)),
+            lambda n, d, s: second.append((n, d)),
             sessions=sessions,
         )
         await nursery.start(restarted.run)
@@ -692,7 +692,7 @@ async def test_a_clean_stop_ends_the_persisted_session(autojump_clock: Any) -> N
         sim.add_default_world()
         got: list[str] = []
         actor = GatewayActor(
-            TOKEN, SimRest(sim), RecordingSink(), lambda n, d: got.append(n), sessions=sessions
+            TOKEN, SimRest(sim), RecordingSink(), lambda n, d, s: got.append(n), sessions=sessions
         )
         stop = trio.CancelScope()
         nursery.start_soon(_run_in, actor, stop)

@@ -1,0 +1,101 @@
+"""One request on its way through a channel: the `Delivery` and its `AnswerSink`.
+
+The router builds one `Delivery` per request it hands to a channel, from the normalized
+event: the request, the gateway `seq` it came with, when it arrived, and where its answer
+goes. Nothing about the request travels beside it, and the channel actor answers every
+request one way, through the sink: a message's reply is posted in its channel; a slash
+command's goes to its interaction (picortex.actors.interactions.InteractionSink).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+
+from picortex.actors.clients import Poster
+from picortex.core import policy
+from picortex.types import Interaction, Message, Snowflake
+
+if TYPE_CHECKING:
+    from picortex.actors.stream_reply import AnswerSurface
+
+
+class ChannelPoster(Poster, Protocol):
+    """Posting a reply under the response policy (SPEC 10)."""
+
+    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
+        """How to post the reply to `message`."""
+        ...
+
+
+class AnswerSink(Protocol):
+    """How an answer reaches the person who asked."""
+
+    @property
+    def command(self) -> str | None:
+        """The command the answer is logged under (None: a free-chat answer)."""
+        ...
+
+    async def acknowledge(self) -> None:
+        """Tell the person the answer is coming (a slash command's deferral; a message: nothing)."""
+        ...
+
+    async def post(self, text: str, *, command: str | None = None) -> None:
+        """Post the answer, or `command`'s reply; raises when Discord refused it."""
+        ...
+
+    def surface(self) -> AnswerSurface | None:
+        """Where a streamed answer grows (None: the reply policy's channel or DM)."""
+        ...
+
+    async def fail(self, sentence: str) -> None:
+        """No answer came: say why in one sentence where the person waits for one."""
+        ...
+
+
+@attrs.frozen
+class ChannelReply:
+    """A message's answer: a reply under the response policy; its failure is logged, not told
+    (the decision log and the failure record say why)."""
+
+    replies: ChannelPoster
+    trigger: Message
+    command: str | None = None
+
+    async def acknowledge(self) -> None:
+        return None
+
+    async def post(self, text: str, *, command: str | None = None) -> None:
+        name = command or self.command
+        plan = self.replies.reply_plan(self.trigger, name)
+        await self.replies.post(plan, text, command=name, trigger_id=self.trigger.id)
+
+    def surface(self) -> AnswerSurface | None:
+        return None
+
+    async def fail(self, sentence: str) -> None:
+        return None
+
+
+@attrs.frozen
+class Delivery:
+    """One request handed to its channel's mailbox, built once by the router.
+
+    Attributes:
+        request: the message, or the slash command (or autocomplete) interaction.
+        seq: the gateway `seq` of the dispatch it came in (None: found by catch-up), kept
+            with it while in hand, so a resumed session never skips it.
+        arrived: when the router took it (`trio.current_time()`).
+        sink: where its answer goes.
+    """
+
+    request: Message | Interaction
+    seq: int | None
+    arrived: float
+    sink: AnswerSink
+
+    @property
+    def id(self) -> Snowflake:
+        """The request's id (a message's or an interaction's)."""
+        return self.request.id
