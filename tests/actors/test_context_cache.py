@@ -17,6 +17,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from picortex.actors import cache_state as state
 from picortex.actors import context_cache as cc
 from picortex.actors.context_cache import ContextCache, ContextUnavailable
 from picortex.discord.normalize import message_from_payload
@@ -330,13 +331,13 @@ async def test_a_burst_of_changes_to_a_channel_is_written_once_per_delay(
 ) -> None:
     rest = FakeHistory()
     writes: list[int] = []  # messages in each write of the file
-    real_write = cc.write_atomic
+    real_write = state.write_atomic
 
     def counting(path: Path, data: bytes) -> None:
         writes.append(len(orjson.loads(data)["messages"]))
         real_write(path, data)
 
-    monkeypatch.setattr(cc, "write_atomic", counting)
+    monkeypatch.setattr(state, "write_atomic", counting)
     other = CH + 1
     async with trio.open_nursery() as nursery:
         cache = make_cache(tmp_path, rest)
@@ -347,12 +348,12 @@ async def test_a_burst_of_changes_to_a_channel_is_written_once_per_delay(
             cache.on_message(rest.post("m"))
             await trio.sleep(0.1)
         assert cache.statistics().pending_writes == 1
-        await trio.sleep(cc.WRITE_DELAY - 0.8)  # just past WRITE_DELAY after the first
+        await trio.sleep(state.WRITE_DELAY - 0.8)  # just past WRITE_DELAY after the first
         assert cache.statistics().pending_writes == 0  # due: taken without a flush
         cache.on_message(rest.post("late", channel_id=other))
-        await trio.sleep(cc.WRITE_DELAY / 2)
+        await trio.sleep(state.WRITE_DELAY / 2)
         assert cache.statistics().pending_writes == 1  # not due yet
-        await trio.sleep(cc.WRITE_DELAY)
+        await trio.sleep(state.WRITE_DELAY)
         assert cache.statistics().pending_writes == 0
         await cache.flush()
         nursery.cancel_scope.cancel()
@@ -369,7 +370,7 @@ async def test_flush_writes_pending_changes_at_once(
         start = trio.current_time()
         cache.on_message(rest.post("m"))
         await cache.flush()
-        assert trio.current_time() - start < cc.WRITE_DELAY
+        assert trio.current_time() - start < state.WRITE_DELAY
         assert [r["text"] for r in file_doc(tmp_path)["messages"]] == ["m"]
         nursery.cancel_scope.cancel()
 
@@ -563,7 +564,7 @@ async def test_a_failing_write_is_logged_not_fatal(
         raise OSError("no space left on device")
 
     async with running(make_cache(tmp_path, rest, sink)) as cache:
-        monkeypatch.setattr(cc, "write_atomic", failing)
+        monkeypatch.setattr(state, "write_atomic", failing)
         cache.on_message(rest.post("m"))
         await cache.flush()
         lines = await ctx(cache, rest.post("q"))
@@ -664,7 +665,7 @@ async def test_a_fault_crashes_the_actor_and_queued_requests_survive(tmp_path: P
 async def test_parsed_channels_in_memory_are_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cc, "LOADED_CHANNELS", 4)
+    monkeypatch.setattr(state, "LOADED_CHANNELS", 4)
     rest = FakeHistory()
     async with running(make_cache(tmp_path, rest)) as cache:
         for c in range(12):
@@ -681,7 +682,7 @@ async def test_parsed_channels_in_memory_are_bounded(
 async def test_a_burst_across_more_channels_than_memory_holds_keeps_only_their_tails(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cc, "LOADED_CHANNELS", 4)
+    monkeypatch.setattr(state, "LOADED_CHANNELS", 4)
     rest = FakeHistory()
     channels = [CH + c for c in range(12)]
     async with running(make_cache(tmp_path, rest)) as cache:
@@ -707,7 +708,7 @@ async def test_a_burst_across_more_channels_than_memory_holds_keeps_only_their_t
 async def test_a_tail_replaces_a_corrupt_file_and_the_rest_is_fetched_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    monkeypatch.setattr(state, "LOADED_CHANNELS", 1)
     rest = FakeHistory()
     sink = RecordingSink()
     folder = tmp_path / "cache"
@@ -728,10 +729,10 @@ async def test_a_tail_replaces_a_corrupt_file_and_the_rest_is_fetched_again(
 async def test_a_tail_that_could_not_be_written_is_fetched_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
+    monkeypatch.setattr(state, "LOADED_CHANNELS", 1)
     rest = FakeHistory()
     sink = RecordingSink()
-    real_write = cc.write_atomic
+    real_write = state.write_atomic
 
     def failing(path: Path, data: bytes) -> None:
         raise OSError("no space left on device")
@@ -739,11 +740,11 @@ async def test_a_tail_that_could_not_be_written_is_fetched_again(
     async with running(make_cache(tmp_path, rest, sink)) as cache:
         cache.on_message(rest.post("fills memory"))
         await cache.flush()
-        monkeypatch.setattr(cc, "write_atomic", failing)
+        monkeypatch.setattr(state, "write_atomic", failing)
         cache.on_message(rest.post("lost", channel_id=CH + 1))
         await cache.flush()
         assert any("no space left" in e["message"] for e in sink.of("error"))
-        monkeypatch.setattr(cc, "write_atomic", real_write)
+        monkeypatch.setattr(state, "write_atomic", real_write)
         lines = await ctx(cache, rest.post("q", channel_id=CH + 1))
     assert [c["channel"] for c in rest.calls] == [CH + 1]
     assert texts(lines) == ["lost"]
@@ -752,8 +753,8 @@ async def test_a_tail_that_could_not_be_written_is_fetched_again(
 async def test_many_waiting_tail_messages_are_written_before_their_delay(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
-    monkeypatch.setattr(cc, "TAIL_MESSAGES", 5)
+    monkeypatch.setattr(state, "LOADED_CHANNELS", 1)
+    monkeypatch.setattr(state, "TAIL_MESSAGES", 5)
     rest = FakeHistory()
     async with trio.open_nursery() as nursery:
         cache = make_cache(tmp_path, rest)
@@ -761,7 +762,7 @@ async def test_many_waiting_tail_messages_are_written_before_their_delay(
         cache.on_message(rest.post("fills memory"))
         for c in range(1, 4):  # 3 tails: under the limit, written WRITE_DELAY later
             cache.on_message(rest.post("m", channel_id=CH + c))
-        await trio.sleep(cc.WRITE_DELAY / 10)
+        await trio.sleep(state.WRITE_DELAY / 10)
         assert cache.statistics().pending_writes == 4
         start = trio.current_time()
         for c in range(4, 8):  # over the limit: every waiting change is due now
@@ -779,9 +780,9 @@ async def test_many_waiting_tail_messages_are_written_before_their_delay(
 async def test_tails_beyond_their_limit_keep_no_more_and_the_channel_fetches_what_it_lacks(
     tmp_path: Path, autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cc, "LOADED_CHANNELS", 1)
-    monkeypatch.setattr(cc, "TAIL_MESSAGES", 100)
-    monkeypatch.setattr(cc, "TAIL_MESSAGES_MAX", 3)
+    monkeypatch.setattr(state, "LOADED_CHANNELS", 1)
+    monkeypatch.setattr(state, "TAIL_MESSAGES", 100)
+    monkeypatch.setattr(state, "TAIL_MESSAGES_MAX", 3)
     rest = FakeHistory()
     async with trio.open_nursery() as nursery:
         cache = make_cache(tmp_path, rest)
