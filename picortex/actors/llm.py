@@ -10,7 +10,6 @@ out or cancelled (SPEC 9).
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import logging
 import os
@@ -30,7 +29,7 @@ from picortex.core import budget as budget_core
 from picortex.core.budget import Refusal, Reservation
 from picortex.core.llm import CallOutcome, ChatTurn, ContentPart, LLMRequest, LLMResult, TextPart
 from picortex.core.money import usd
-from picortex.discord.http import Once, sent_trace
+from picortex.discord.http import Once, sent_trace, task_watch, when_sent
 from picortex.errors import FaultInjected, StreamCut
 from picortex.tls import tls_context
 from picortex.types import EventSink
@@ -127,10 +126,14 @@ class CallUsage:
     input at `message_start`).
     """
 
-    on_sent: Callable[[], None] | None = None
     sent: bool = False
     input_tokens: int = 0
     output_tokens: int = 0
+
+    def started(self) -> None:
+        """The HTTP request towards the model endpoint started (the client's request hook):
+        the call is paid for from here on."""
+        self.sent = True
 
     @property
     def reported(self) -> bool:
@@ -143,21 +146,17 @@ TextSink = Callable[[str], None]
 # the call reads its response out and is settled and logged.
 EndSink = Callable[[str], Awaitable[None] | None]
 
-# The model call being made in this task; read by the HTTP client's request hook.
-_CALL: contextvars.ContextVar[CallUsage | None] = contextvars.ContextVar(
-    "picortex_model_call", default=None
-)
-
 
 async def _trace_sent(request: Any) -> None:
-    """The model client's request hook: the call is sent (and paid for) from here on; one
-    that asked for `on_sent` gets it traced."""
-    call = _CALL.get()
-    if call is None:
+    """The model client's request hook: tell the task's `when_sent` watch (the model call
+    being made, see `LLMActor.complete`) that its request starts, and have `on_sent` traced."""
+    watch = task_watch()
+    if watch is None:
         return
-    call.sent = True
-    if call.on_sent is not None:
-        request.extensions = {**request.extensions, **sent_trace(call.on_sent)}
+    if watch.on_start is not None:
+        watch.on_start()
+    if watch.on_sent is not None:
+        request.extensions = {**request.extensions, **sent_trace(watch.on_sent)}
 
 
 def message_text(message: Any) -> str:
@@ -318,12 +317,11 @@ class LLMActor:
         (outcome "cancelled", before its cancellation goes on).
         """
         once = None if on_sent is None else Once(on_sent)
-        call = CallUsage(on_sent=once)
-        token = _CALL.set(call)
+        call = CallUsage()
         try:
-            return await self._complete(request, call, on_text, on_end)
+            with when_sent(once, on_start=call.started):
+                return await self._complete(request, call, on_text, on_end)
         finally:
-            _CALL.reset(token)
             if once is not None:
                 once()
 

@@ -68,27 +68,55 @@ class Once:
             callback()
 
 
-# What the task making a Discord request wants called once the request is written (`when_sent`).
-_ON_SENT: ContextVar[Callable[[], None] | None] = ContextVar("picortex_request_sent", default=None)
+class RequestWatch:
+    """What a task wants told about the HTTP requests it makes: `on_start` when one starts
+    (only a client whose request hook asks for it calls it: the model client's), `on_sent`
+    once one is written to the socket."""
+
+    __slots__ = ("on_sent", "on_start")
+
+    def __init__(
+        self, on_sent: Callable[[], None] | None, on_start: Callable[[], None] | None = None
+    ) -> None:
+        self.on_sent = on_sent
+        self.on_start = on_start
+
+
+# The task's `RequestWatch` (`when_sent`). It exists because the code that must know a request
+# went out (the typing indicator waits behind the model request and the answer's first post)
+# sits a few layers above the code making it (a streamed reply's surface, the model SDK's
+# client): the wish travels with the task rather than through every layer between. One
+# variable for the Discord and the model clients alike, so that order has one path.
+_WATCH: ContextVar[RequestWatch | None] = ContextVar("picortex_request_watch", default=None)
 
 
 @contextmanager
-def when_sent(on_sent: Callable[[], None]) -> Iterator[None]:
-    """Within the block, each Discord request this task makes calls `on_sent` once written.
+def when_sent(
+    on_sent: Callable[[], None] | None, *, on_start: Callable[[], None] | None = None
+) -> Iterator[None]:
+    """Within the block, each request this task makes calls `on_sent` once written (and
+    `on_start`, for a client that reports it, as it starts).
 
-    For a caller whose request is made a few layers down (a streamed reply's surface), where
-    passing a callback through every layer would widen each of them for one signal.
+    For a caller whose request is made a few layers down (a streamed reply's surface, a model
+    call), where passing a callback through every layer would widen each of them for one
+    signal.
     """
-    token = _ON_SENT.set(on_sent)
+    token = _WATCH.set(RequestWatch(on_sent, on_start))
     try:
         yield
     finally:
-        _ON_SENT.reset(token)
+        _WATCH.reset(token)
+
+
+def task_watch() -> RequestWatch | None:
+    """What `when_sent` set for this task, if anything."""
+    return _WATCH.get()
 
 
 def task_on_sent() -> Callable[[], None] | None:
-    """The callback `when_sent` set for this task, if any."""
-    return _ON_SENT.get()
+    """The `on_sent` callback `when_sent` set for this task, if any."""
+    watch = _WATCH.get()
+    return None if watch is None else watch.on_sent
 
 
 def sent_trace(

@@ -1,0 +1,42 @@
+"""The package's shape: actor modules stay small, and what a task wants told of its HTTP
+requests travels in one context variable."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import picortex
+
+PACKAGE = Path(picortex.__file__).parent
+# The most lines an actor module may have: past it, a module does more than one job.
+ACTOR_MODULE_LINES = 700
+
+
+def test_every_actor_module_is_under_the_size_limit() -> None:
+    sizes = {
+        path.name: len(path.read_text(encoding="utf-8").splitlines())
+        for path in (PACKAGE / "actors").glob("*.py")
+    }
+    assert sizes
+    assert {name: n for name, n in sizes.items() if n >= ACTOR_MODULE_LINES} == {}
+
+
+def _context_variables(path: Path) -> list[str]:
+    """The ContextVar constructions in a module, as `module:line`."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if name == "ContextVar":
+                found.append(f"{path.relative_to(PACKAGE.parent).as_posix()}:{node.lineno}")
+    return found
+
+
+def test_the_request_watch_is_the_one_context_variable() -> None:
+    # The Discord and the model clients read the same variable (`discord.http.when_sent`), so
+    # the typing indicator's order behind a model request has one path, not two.
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _context_variables(path)]
+    assert [hit.split(":")[0] for hit in found] == ["picortex/discord/http.py"]
