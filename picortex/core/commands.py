@@ -40,6 +40,7 @@ _ADD_USAGE: Final = "whitelist add @user.. [user|trusted|admin]"
 _POLLS_OFF: Final = "Polls are turned off here (`poll_enabled` is false)."
 # Config sections that move money or change who hears what: the owner's alone (SPEC 6).
 OWNER_CONFIG_PREFIXES: Final[tuple[str, ...]] = (
+    "agent.",
     "budget.",
     "models.",
     "prices.",

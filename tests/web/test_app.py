@@ -911,6 +911,19 @@ async def test_saving_settings_sets_only_what_changed_through_the_executor(env: 
     assert "Nothing to save: every setting already has that value." in page
 
 
+async def test_the_owner_prompt_is_a_text_area_that_keeps_its_lines(env: Env) -> None:
+    await env.login()
+    page = (await env.client.get("/settings")).text
+    assert '<textarea id="set-agent.system_prompt"' in page
+    fields = settings_form(page) | {"agent.system_prompt": "You are {{bot_name}}.\nBe brief."}
+    r = await env.client.post("/settings", data=fields)
+    assert r.status_code == 303
+    assert env.store.runtime_config() == {"agent.system_prompt": "You are {{bot_name}}.\nBe brief."}
+    assert env.panel.settings().agent.system_prompt == "You are {{bot_name}}.\nBe brief."
+    page = (await env.client.get("/settings")).text
+    assert "You are {{bot_name}}.\nBe brief.</textarea>" in page
+
+
 async def test_a_value_out_of_bounds_is_one_sentence_and_nothing_is_saved(env: Env) -> None:
     await env.login()
     fields = settings_form((await env.client.get("/settings")).text)
