@@ -660,10 +660,12 @@ class ChannelActor:
         )
         if decision.outcome == "discriminate":
             decision = await self._discriminate(msg, mode, decision)
+        # The discriminator's confidence, when it gave one, goes into the event (SPEC 7).
+        sure = {} if decision.confidence is None else {"confidence": decision.confidence}
         if decision.outcome != "respond":
-            self._decision(msg, decision.outcome, decision.reason, mode=mode)
+            self._decision(msg, decision.outcome, decision.reason, mode=mode, **sure)
             return
-        self._decision(msg, "respond", decision.reason, mode=mode)
+        self._decision(msg, "respond", decision.reason, mode=mode, **sure)
         self._deferred = True  # final once the answer is posted (or fails)
         self._cont, new = cont.on_trigger(self._cont, msg, text=text)
         self._trigger(msg, tier, mode=mode, command=None)
@@ -738,7 +740,10 @@ class ChannelActor:
                 stack_trace=result.stack_trace,
             )
         return discriminate.interpret(
-            result, is_dm=msg.is_dm, timeout_seconds=settings.discriminator.timeout_seconds
+            result,
+            is_dm=msg.is_dm,
+            timeout_seconds=settings.discriminator.timeout_seconds,
+            threshold=own.discriminator_threshold if own is not None else None,
         )
 
     # ----- continuation and generation ---------------------------------------------------------
