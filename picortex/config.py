@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar, cast
 import attrs
 import orjson
 
+from picortex.core.agent_prompt import PROMPT_MAX_CHARS
 from picortex.core.discriminate import Classifier
 from picortex.core.llm import DEFAULT_MAX_TOKENS
 from picortex.core.redact import remember_secrets
@@ -64,8 +65,7 @@ USD_MAX: Final = 10_000.0  # per workspace, per user; a ceiling above this is no
 GLOBAL_USD_MAX: Final = 100_000.0
 REQUESTS_PER_MINUTE_MAX: Final = 600
 PRICE_MAX: Final = 1_000.0  # USD per million tokens; list prices are a few dollars
-# The owner's system prompt: a page of instructions, not a book (it is sent with every answer).
-AGENT_PROMPT_MAX_CHARS: Final = 8_000
+AGENT_PROMPT_MAX_CHARS: Final = PROMPT_MAX_CHARS
 # An answer's output ceiling: the budget reserves the whole of it before each call.
 AGENT_MAX_TOKENS_MAX: Final = 32_000
 

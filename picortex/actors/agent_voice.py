@@ -10,8 +10,9 @@ from typing import Protocol
 
 import trio
 
-from picortex.actors.clients import ChannelDirectory
+from picortex.actors.clients import ChannelDirectory, ChatConfigReader
 from picortex.core.agent_prompt import PromptFacts, system_prompt
+from picortex.core.chat_settings import ChatSettings
 from picortex.store.chathome import ChatHome
 from picortex.types import Message
 
@@ -60,3 +61,16 @@ async def answer_system_prompt(
         date=time.strftime("%Y-%m-%d", time.gmtime()),
     )
     return system_prompt(await chat_prompt(home, trigger.channel_id), owner_prompt, facts)
+
+
+async def chat_settings(
+    home: Path, store: ChatConfigReader, chat_id: int, default_model: str
+) -> ChatSettings:
+    """The chat's own prompt, discriminator model and threshold, for `attention ...`."""
+    own = store.get_chat_config(chat_id)
+    return ChatSettings(
+        prompt=await chat_prompt(home, chat_id),
+        model=own.discriminator_model if own is not None else None,
+        threshold=own.discriminator_threshold if own is not None else None,
+        default_model=default_model,
+    )

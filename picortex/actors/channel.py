@@ -479,6 +479,9 @@ class ChannelActor:
             parse_config_value=config_mod.parse_runtime_value,
             format_config_value=config_mod.format_value,
             requester_id=msg.author.id,
+            chat=await agent_voice.chat_settings(
+                clients.home, clients.store, chat_id, settings.discriminator.model
+            ),
         )
         result = cmds.execute(command, tier, state)
         applied = await clients.apply_command_changes(

@@ -11,6 +11,7 @@ from typing import ClassVar, Final
 
 import attrs
 
+from picortex.core import chat_settings as cs
 from picortex.core import poll as polls
 from picortex.core.trust import Tier, may_run, required_tier
 from picortex.errors import ConfigError
@@ -191,6 +192,7 @@ Command = (
     | WhitelistHelp
     | AttentionSet
     | AttentionShow
+    | cs.ChatSettingSet
     | ConfigGet
     | ConfigSet
     | PollStart
@@ -405,10 +407,14 @@ def _parse_forget(rest: str) -> Command:
 
 
 def _parse_attention(rest: str) -> Command:
-    mode, _ = _take_word(rest)
+    mode, value = _take_word(rest)
     mode = mode.lower()
     if mode in ("", "show"):
         return AttentionShow()
+    for field in cs.FIELDS:  # prompt, model, threshold: the chat's own settings
+        if mode == field:
+            parsed = cs.parse(field, value)
+            return parsed if isinstance(parsed, cs.ChatSettingSet) else Invalid("attention", parsed)
     if mode in ATTENTION_MODES:
         return AttentionSet(mode)
     return Invalid(
@@ -454,6 +460,8 @@ def render_command(command: Command) -> str:
         return f"attention {command.mode}"
     if isinstance(command, AttentionShow):
         return "attention show"
+    if isinstance(command, cs.ChatSettingSet):
+        return cs.render(command)
     if isinstance(command, ConfigGet):
         return "config get" + (f" {command.key}" if command.key else "")
     if isinstance(command, ConfigSet):
@@ -527,7 +535,9 @@ class Forgotten:
     observations: int
 
 
-Change = TrustChange | ConfigChange | AttentionChange | StartPoll | ForgetUser
+Change = (
+    TrustChange | ConfigChange | AttentionChange | cs.ChatSettingChange | StartPoll | ForgetUser
+)
 
 
 @attrs.frozen
@@ -561,7 +571,10 @@ def help_text(wakeword: str, topic: str | None = None) -> str:
         modes = "|".join(ATTENTION_MODES)
         return (
             f"`{wakeword} attention {modes}` sets this chat's mode; "
-            f"`{wakeword} attention show` shows it."
+            f"`{wakeword} attention prompt TEXT|reset`, `{wakeword} attention model ID|default` "
+            f"and `{wakeword} attention threshold 0-1|default` set its own agent prompt, "
+            f"discriminator model and confidence threshold; `{wakeword} attention show` shows "
+            "them."
         )
     if topic == "config":
         return (
@@ -803,6 +816,8 @@ class CommandState:
     parse_config_value: Callable[[str, str], object]
     format_config_value: Callable[[object], str]
     requester_id: Snowflake | None = None  # who asked; None is never the owner
+    # The chat's own prompt, discriminator model and threshold.
+    chat: cs.ChatSettings = attrs.field(factory=cs.ChatSettings)
 
     @property
     def by_owner(self) -> bool:
@@ -869,9 +884,15 @@ def execute(command: Command, tier: Tier | None, state: CommandState) -> Command
             command, trust=state.trust, owner_id=state.owner_id, wakeword=wakeword
         )
     if isinstance(command, AttentionSet | AttentionShow):
-        return execute_attention(
+        result = execute_attention(
             command, current_mode=state.attention_mode, prompt_path=state.prompt_path
         )
+        if isinstance(command, AttentionShow):
+            return CommandResult(f"{result.reply} {cs.describe(state.chat)}")
+        return result
+    if isinstance(command, cs.ChatSettingSet):
+        reply, change = cs.execute(command, state.chat)
+        return CommandResult(reply, (change,) if change is not None else ())
     if isinstance(command, ConfigGet | ConfigSet):
         return execute_config(
             command,
