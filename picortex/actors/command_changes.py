@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final
 
 import attrs
 import trio
@@ -17,7 +16,7 @@ import trio
 from picortex.actors.clients import CurrentSettings
 from picortex.core import commands as cmds
 from picortex.core.chat_settings import ChatSettingChange
-from picortex.store.chathome import ChatHome
+from picortex.store.chathome import AGENT_PROMPT_RESET, AGENT_PROMPT_SET, ChatHome
 from picortex.store.queries import AdminQueries, ChatConfigQueries
 from picortex.types import Snowflake
 
@@ -93,10 +92,6 @@ async def apply_changes(
         except Exception as exc:
             logger.error("a command's change may not be saved: %s", exc)
     return Applied(poll, tuple(forgotten), failure)
-
-
-AGENT_PROMPT_SET: Final = "Agent prompt set"
-AGENT_PROMPT_RESET: Final = "Agent prompt reset: the owner's prompt applies"
 
 
 async def apply_chat_setting(

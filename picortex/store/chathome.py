@@ -34,6 +34,8 @@ GIT_USER_NAME: Final = "picortex"
 GIT_USER_EMAIL: Final = "picortex@localhost"
 SEED_MESSAGE: Final = "Seed discriminator prompt from the default template"
 HAND_EDIT_MESSAGE: Final = "Hand edit picked up"
+AGENT_PROMPT_SET: Final = "Agent prompt set"
+AGENT_PROMPT_RESET: Final = "Agent prompt reset: the owner's prompt applies"
 RESTORE_MESSAGE: Final = "Prompt file was missing: restored the default template"
 # Chat ids become directory names: Discord ids are digits; keep to a safe alphabet.
 _CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -7,20 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from picortex.actors.command_changes import (
-    AGENT_PROMPT_RESET,
-    AGENT_PROMPT_SET,
-    FORGET_FAILED,
-    PROMPT_FAILED,
-    apply_changes,
-)
+from picortex.actors.command_changes import FORGET_FAILED, PROMPT_FAILED, apply_changes
 from picortex.actors.pipeline import SettingsSource
 from picortex.config import Settings
 from picortex.core import commands as cmds
 from picortex.core.chat_settings import ChatSettingChange
 from picortex.core.trust import Tier
 from picortex.store import AdminStore, Store
-from picortex.store.chathome import AGENT_PROMPT_RELPATH, ChatHome
+from picortex.store.chathome import (
+    AGENT_PROMPT_RELPATH,
+    AGENT_PROMPT_RESET,
+    AGENT_PROMPT_SET,
+    ChatHome,
+)
 
 BOB = 2
 CHAT = 1_234_567_890_123_456_789

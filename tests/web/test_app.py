@@ -504,6 +504,68 @@ async def test_attention_radio_form_goes_through_the_executor(env: Env) -> None:
     assert ChatHome(env.home, str(GENERAL)).exists()
 
 
+async def test_the_chats_own_agent_prompt_is_edited_with_history_and_diffs(env: Env) -> None:
+    csrf = await env.login()
+    url = f"/chats/{GENERAL}/own"
+    r = await env.client.post(url, data={"prompt": "Speak like a pirate.", "csrf": csrf})
+    assert r.status_code == 303
+    r = await env.client.post(url, data={"prompt": "Answer in French.\r\n", "csrf": csrf})
+    home = ChatHome(env.home, str(GENERAL))
+    assert home.read_agent_prompt() == "Answer in French."
+    page = (await env.client.get(f"/chats/{GENERAL}")).text
+    assert "This chat&#39;s agent prompt is set." in page
+    assert 'aria-label="Agent prompt"' in page and ">Answer in French.</textarea>" in page
+    agent = page[page.index('id="agent-versions"') :]
+    assert "<del>-Speak like a pirate.</del>" in agent
+    assert "<ins>+Answer in French.</ins>" in agent
+    assert [e["text"] for e in env.sink.of("command")] == [
+        "attention prompt Speak like a pirate.",
+        "attention prompt Answer in French.",
+    ]
+    # An empty prompt: the owner's applies again (a commit too).
+    await env.client.post(url, data={"prompt": "", "csrf": csrf})
+    assert home.read_agent_prompt() is None
+    assert "the owner&#39;s prompt again" in (await env.client.get(f"/chats/{GENERAL}")).text
+
+
+async def test_the_chats_discriminator_model_and_threshold_through_the_form_and_api(
+    env: Env,
+) -> None:
+    csrf = await env.login()
+    r = await env.client.post(
+        f"/chats/{GENERAL}/own", data={"model": "claude-haiku-9", "threshold": "0.7", "csrf": csrf}
+    )
+    assert r.status_code == 303
+    own = env.store.get_chat_config(GENERAL)
+    assert own is not None
+    assert (own.attention_mode, own.discriminator_model, own.discriminator_threshold) == (
+        None,
+        "claude-haiku-9",
+        0.7,
+    )
+    page = (await env.client.get(f"/chats/{GENERAL}")).text
+    assert 'name="threshold" value="0.7"' in page
+    url = f"/api/chats/{GENERAL}/settings"
+    r = await env.client.post(
+        url, json={"threshold": "default", "prompt": "Be brief."}, headers=env.bearer()
+    )
+    assert r.status_code == 200
+    assert r.json() == {
+        "chat_id": str(GENERAL),
+        "agent_prompt": "Be brief.",
+        "discriminator_model": "claude-haiku-9",
+        "discriminator_threshold": None,
+        "default_discriminator_model": "claude-haiku-5-5",
+    }
+    assert (await env.client.get(url, headers=env.bearer())).json()["agent_prompt"] == "Be brief."
+    for body in [{"threshold": "1.5"}, {"model": "two words"}, {"colour": "red"}, {"model": ""}]:
+        r = await env.client.post(url, json=body, headers=env.bearer())
+        assert r.status_code == 400
+        assert r.json()["error"].endswith(".")
+    own = env.store.get_chat_config(GENERAL)
+    assert own is not None and own.discriminator_threshold is None
+
+
 async def test_thread_follows_its_parent_until_set(env: Env) -> None:
     env.store.set_attention_mode(GENERAL, "always", 0)
     r = await env.client.get("/api/chats", headers=env.bearer())
@@ -1024,6 +1086,7 @@ CHANGE_FIELDS = {
     "content": "hello",
     "back": "list",
     "wakeword": "!p",
+    "threshold": "0.5",
 }
 
 
