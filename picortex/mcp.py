@@ -449,7 +449,7 @@ class Tools:
         [field] = given
         try:
             value = cs.parse_value(field, _required_text(args, field))
-        except cs.BadValue as exc:
+        except ConfigError as exc:
             raise _BadArgument(str(exc)) from None
         message, change = cs.execute(cs.ChatSettingSet(field, value), current)
         if change is not None:

@@ -12,6 +12,7 @@ from typing import ClassVar, Final, Literal
 import attrs
 
 from picortex.core.agent_prompt import PROMPT_MAX_CHARS
+from picortex.errors import ConfigError
 
 DEFAULT_WORD: Final = "default"  # `attention model default`: the chat follows the default
 RESET_WORD: Final = "reset"  # `attention prompt reset`: the owner's prompt applies again
@@ -48,10 +49,6 @@ class ChatSettings:
     default_model: str = ""
 
 
-class BadValue(ValueError):
-    """A value the setting does not accept; the message is one sentence for the user."""
-
-
 def _has_invisible(text: str, allowed: str = "") -> bool:
     return any(unicodedata.category(c) in ("Cc", "Cf") and c not in allowed for c in text)
 
@@ -60,15 +57,15 @@ def parse_model(text: str) -> str | None:
     """A discriminator model id, or None for `default`.
 
     Raises:
-        BadValue: not one word of at most 100 characters.
+        ConfigError: not one word of at most 100 characters.
     """
     word = text.strip()
     if word.lower() == DEFAULT_WORD:
         return None
     if not word or len(word) > MODEL_MAX_CHARS or any(c.isspace() for c in word):
-        raise BadValue("Give one model id such as `claude-haiku-5-5`, or `default`.")
+        raise ConfigError("Give one model id such as `claude-haiku-5-5`, or `default`.")
     if _has_invisible(word):
-        raise BadValue("A model id cannot hold control or format characters.")
+        raise ConfigError("A model id cannot hold control or format characters.")
     return word
 
 
@@ -76,7 +73,7 @@ def parse_threshold(text: str) -> float | None:
     """A confidence threshold from 0 to 1, or None for `default` (no threshold).
 
     Raises:
-        BadValue: not a number from 0 to 1.
+        ConfigError: not a number from 0 to 1.
     """
     word = text.strip()
     if word.lower() in (DEFAULT_WORD, "none", "off"):
@@ -86,7 +83,7 @@ def parse_threshold(text: str) -> float | None:
     except ValueError:
         number = math.nan
     if not 0 <= number <= 1:  # nan compares false
-        raise BadValue("The threshold is a number from 0 to 1, or `default`.")
+        raise ConfigError("The threshold is a number from 0 to 1, or `default`.")
     return number
 
 
@@ -94,17 +91,17 @@ def parse_prompt(text: str) -> str | None:
     """The chat's own agent prompt, or None for `reset` (the owner's applies again).
 
     Raises:
-        BadValue: empty, too long or holding control characters other than line breaks.
+        ConfigError: empty, too long or holding control characters other than line breaks.
     """
     body = text.strip()
     if body.lower() in (RESET_WORD, DEFAULT_WORD):
         return None
     if not body:
-        raise BadValue("Give the prompt's text, or `reset` to use the owner's prompt again.")
+        raise ConfigError("Give the prompt's text, or `reset` to use the owner's prompt again.")
     if len(body) > PROMPT_MAX_CHARS:
-        raise BadValue(f"The prompt is at most {PROMPT_MAX_CHARS} characters.")
+        raise ConfigError(f"The prompt is at most {PROMPT_MAX_CHARS} characters.")
     if _has_invisible(body, allowed="\n\t"):
-        raise BadValue("The prompt cannot hold control or format characters.")
+        raise ConfigError("The prompt cannot hold control or format characters.")
     return body.replace("\r\n", "\n")
 
 
@@ -112,7 +109,7 @@ def parse_value(field: Field, text: str) -> str | float | None:
     """One setting's value from text (see the `parse_*` functions).
 
     Raises:
-        BadValue: one sentence.
+        ConfigError: one sentence.
     """
     if field == "prompt":
         return parse_prompt(text)
@@ -125,7 +122,7 @@ def parse(field: Field, text: str) -> ChatSettingSet | str:
     """`attention <field> <text>`: the command, or one sentence saying what is wrong."""
     try:
         return ChatSettingSet(field, parse_value(field, text))
-    except BadValue as exc:
+    except ConfigError as exc:
         return str(exc)
 
 
