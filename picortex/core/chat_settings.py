@@ -93,7 +93,7 @@ def parse_prompt(text: str) -> str | None:
     Raises:
         ConfigError: empty, too long or holding control characters other than line breaks.
     """
-    body = text.strip()
+    body = text.replace("\r\n", "\n").strip()  # a browser's form sends CRLF line breaks
     if body.lower() in (RESET_WORD, DEFAULT_WORD):
         return None
     if not body:
@@ -102,7 +102,7 @@ def parse_prompt(text: str) -> str | None:
         raise ConfigError(f"The prompt is at most {PROMPT_MAX_CHARS} characters.")
     if _has_invisible(body, allowed="\n\t"):
         raise ConfigError("The prompt cannot hold control or format characters.")
-    return body.replace("\r\n", "\n")
+    return body
 
 
 def parse_value(field: Field, text: str) -> str | float | None:

@@ -10,7 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from picortex.core.chat_settings import ChatSettingChange, ChatSettings, ChatSettingSet
+from picortex.core.chat_settings import (
+    ChatSettingChange,
+    ChatSettings,
+    ChatSettingSet,
+    parse_prompt,
+)
 from picortex.core.commands import (
     ATTENTION_MODES,
     AttentionChange,
@@ -836,3 +841,9 @@ def test_chat_settings_render_back_to_themselves(field: str, text: str) -> None:
     command = parse_command(f"attention {field} {text}")
     if isinstance(command, ChatSettingSet):
         assert parse_command(render_command(command)) == command
+
+
+def test_a_prompt_from_a_browser_form_keeps_its_lines() -> None:
+    assert (
+        parse_prompt("Speak like a pirate.\r\nBe brief.\r\n") == "Speak like a pirate.\nBe brief."
+    )
