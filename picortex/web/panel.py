@@ -547,7 +547,10 @@ class Panel:
                 raise PanelInputError("The model actor is not running.")
             result = await self.llm.complete(request)
             decision = interpret_result(
-                result, is_dm=is_dm, timeout_seconds=settings.discriminator.timeout_seconds
+                result,
+                is_dm=is_dm,
+                timeout_seconds=settings.discriminator.timeout_seconds,
+                threshold=own.discriminator_threshold if own is not None else None,
             )
             lines.append(
                 TestLine(

@@ -93,13 +93,20 @@ class FakeModel:
     """Answers "respond" for messages that mention cake, "skip" otherwise."""
 
     requests: list[LLMRequest] = attrs.field(factory=list)
+    confidence: float | None = None  # given with each verdict when set
 
     async def complete(self, request: LLMRequest) -> LLMResult:
         self.requests.append(request)
         prompt = request.messages[-1].content
         new = prompt.rsplit("cake", 1)
         verdict = len(new) > 1 and "cake" in prompt.split("New message")[-1]
-        text = orjson.dumps({"should_respond": verdict, "reason": "cake" if verdict else "no cake"})
+        answer: dict[str, object] = {
+            "should_respond": verdict,
+            "reason": "cake" if verdict else "no cake",
+        }
+        if self.confidence is not None:
+            answer["confidence"] = self.confidence
+        text = orjson.dumps(answer)
         return LLMResult(text.decode(), request.model or "m", 10, 5, 0.00002, 3, "ok")
 
 
@@ -781,6 +788,12 @@ async def test_discriminator_test_shows_decision_reason_and_cost(env: Env) -> No
     r = await env.client.post(f"/chats/{GENERAL}/test", data={"n": "99", "csrf": csrf})
     assert r.status_code == 303
     assert len(env.model.requests) == 2
+    # Below the chat's confidence threshold, the test run stays quiet as the bot would.
+    env.store.set_discriminator(GENERAL, None, 0.7, 0.0)
+    env.model.confidence = 0.5
+    r = await env.client.post(f"/chats/{GENERAL}/test", data={"n": "2", "csrf": csrf})
+    assert re.findall(r'<td class="decision (\w+)">', r.text) == ["skip", "skip"]
+    assert "below the chat&#39;s threshold 0.7" in r.text
 
 
 # ----- activity and the log API ------------------------------------------------------------
