@@ -22,7 +22,9 @@ from typing import Any, Final, TypeVar, cast
 import attrs
 import orjson
 
+from picortex.core.agent_prompt import PROMPT_MAX_CHARS
 from picortex.core.discriminate import Classifier
+from picortex.core.llm import DEFAULT_MAX_TOKENS
 from picortex.core.redact import remember_secrets, url_secrets
 from picortex.errors import ConfigError, PicortexError
 
@@ -66,6 +68,9 @@ REQUESTS_PER_MINUTE_MAX: Final = 600
 PRICE_MAX: Final = 1_000.0  # USD per million tokens; list prices are a few dollars
 COMPOST_THRESHOLD_MAX: Final = 1_000  # more errors an hour than this is no pattern, a fire
 PAUSE_SECONDS_MAX: Final = 24 * 3600.0  # a day: past that, fix the cause rather than wait
+AGENT_PROMPT_MAX_CHARS: Final = PROMPT_MAX_CHARS
+# An answer's output ceiling: the budget reserves the whole of it before each call.
+AGENT_MAX_TOKENS_MAX: Final = 32_000
 
 
 @attrs.frozen
@@ -127,6 +132,19 @@ class DiscriminatorSettings:
     model: str = "claude-haiku-5-5"
     timeout_seconds: float = 5.0
     history: int = 6
+
+
+@attrs.frozen
+class AgentSettings:
+    """The default agent's voice (SPEC 18): the owner's system prompt and answer length.
+
+    An empty `system_prompt` is the built-in one; `system_prompt_file` (relative to
+    `PICORTEX_HOME`) is read at start into `system_prompt`.
+    """
+
+    system_prompt: str = ""
+    system_prompt_file: str = ""
+    max_tokens: int = DEFAULT_MAX_TOKENS
 
 
 @attrs.frozen
@@ -231,6 +249,7 @@ class Settings:
     replies: ReplySettings = ReplySettings()
     attention: AttentionSettings = AttentionSettings()
     discriminator: DiscriminatorSettings = DiscriminatorSettings()
+    agent: AgentSettings = AgentSettings()
     models: ModelTiers = ModelTiers()
     composting: CompostSettings = CompostSettings()
     budget: BudgetSettings = BudgetSettings()
@@ -480,6 +499,28 @@ def _check_commands(key: str, value: object) -> tuple[str, ...]:
     raise _Invalid(f"{key} must be a list of lowercase command names, got {_show(value)}")
 
 
+def _check_prompt(key: str, value: object) -> str:
+    if isinstance(value, str) and len(value) <= AGENT_PROMPT_MAX_CHARS:
+        return value.replace("\r\n", "\n")  # a browser's form sends CRLF line breaks
+    raise _Invalid(
+        f"{key} must be text of at most {AGENT_PROMPT_MAX_CHARS} characters, got {_show(value)}"
+    )
+
+
+def _check_prompt_file(key: str, value: object) -> str:
+    if isinstance(value, str) and not Path(value).is_absolute() and ".." not in Path(value).parts:
+        return value.strip()
+    raise _Invalid(f"{key} must be a file path inside PICORTEX_HOME, got {_show(value)}")
+
+
+def _check_max_tokens(key: str, value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        if value > AGENT_MAX_TOKENS_MAX:
+            raise _too_big(key, AGENT_MAX_TOKENS_MAX, value)
+        return value
+    raise _Invalid(f"{key} must be a whole number of tokens, 1 or more, got {_show(value)}")
+
+
 _check_reply_mode = _check_choice(REPLY_MODES)
 _BOUNDS.update(
     {
@@ -493,6 +534,16 @@ _BOUNDS.update(
         _check_model: Bounds("text", 1, rule="a model id such as claude-haiku-5-5"),
         _check_port: Bounds("count", 0, PORT_MAX),
         _check_commands: Bounds("list", rule="lowercase command names, comma-separated"),
+        _check_prompt: Bounds(
+            "text",
+            0,
+            AGENT_PROMPT_MAX_CHARS,
+            rule=f"text, up to {AGENT_PROMPT_MAX_CHARS} characters (empty: the built-in prompt);"
+            " {{bot_name}}, {{chat_name}}, {{chat_kind}}, {{server_name}} and {{date}}"
+            " are filled in",
+        ),
+        _check_prompt_file: Bounds("text", rule="a file path relative to PICORTEX_HOME"),
+        _check_max_tokens: Bounds("count", 1, AGENT_MAX_TOKENS_MAX),
     }
 )
 
@@ -556,10 +607,14 @@ class _Key:
     check: Callable[[str, object], object]
     from_text: Callable[[str], object]
     runtime: bool
+    multiline: bool = False  # line breaks and tabs allowed (a prompt), other controls not
 
     def validate(self, key: str, value: object) -> object:
         """The checked value; every source (file, environment, runtime) comes through here."""
-        _refuse_invisible(key, value)
+        shown = value
+        if self.multiline and isinstance(value, str):
+            shown = value.replace("\n", "").replace("\t", "").replace("\r", "")
+        _refuse_invisible(key, shown)
         return self.check(key, value)
 
 
@@ -655,6 +710,9 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "discriminator.history": _Key(
             _check_count("a whole number", HISTORY_MAX), _text_int, runtime=True
         ),
+        "agent.system_prompt": _Key(_check_prompt, _text_raw, runtime=True, multiline=True),
+        "agent.system_prompt_file": _Key(_check_prompt_file, _text_stripped, runtime=False),
+        "agent.max_tokens": _Key(_check_max_tokens, _text_int, runtime=True),
         "models.triage": _Key(_check_model, _text_stripped, runtime=True),
         "models.general": _Key(_check_model, _text_stripped, runtime=True),
         "models.complex": _Key(_check_model, _text_stripped, runtime=True),
@@ -893,6 +951,32 @@ def _file_prices(path: Path, raw: object) -> Mapping[str, Price]:
     return prices
 
 
+def _with_prompt_file(settings: Settings, config_path: Path) -> Settings:
+    """Settings with `[agent] system_prompt_file` read into `system_prompt`.
+
+    Raises:
+        ConfigError: both are set, or the file cannot be read or is too long.
+    """
+    agent = settings.agent
+    if not agent.system_prompt_file:
+        return settings
+    if agent.system_prompt:
+        raise ConfigError(
+            f"{config_path}: set agent.system_prompt or agent.system_prompt_file, not both"
+        )
+    path = settings.home / agent.system_prompt_file
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ConfigError(f"{path} (agent.system_prompt_file): cannot be read ({reason})") from None
+    try:
+        text = str(_KEYS["agent.system_prompt"].validate("agent.system_prompt_file", text))
+    except _Invalid as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    return attrs.evolve(settings, agent=attrs.evolve(agent, system_prompt=text))
+
+
 def _env(env: Mapping[str, str], name: str) -> str | None:
     """An environment variable, with an empty value counting as unset."""
     value = env.get(name, "").strip()
@@ -920,6 +1004,7 @@ def load_settings(
             settings = _set_key(settings, key, value)
     except _Invalid as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    settings = _with_prompt_file(settings, path)
 
     owner = _env(env, "PICORTEX_OWNER_ID")
     if owner is not None:

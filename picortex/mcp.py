@@ -37,10 +37,17 @@ from picortex.config import (
     parse_runtime_value,
     runtime_key,
 )
+from picortex.core import chat_settings as cs
 from picortex.core.commands import ATTENTION_MODES, USER_MODE_DEFAULT, parse_user_ids
 from picortex.errors import ConfigError, PicortexError
 from picortex.store import RESOLUTIONS, AdminStore
 from picortex.store.backends import open_admin
+from picortex.store.chathome import (
+    AGENT_PROMPT_RESET,
+    AGENT_PROMPT_SET,
+    ChatHome,
+    ChatHomeError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +149,28 @@ TOOLS: Final = (
             "value": {"type": "string", "description": "The new value as text, e.g. 30."},
         },
         required=("key", "value"),
+    ),
+    _tool(
+        "get_chat",
+        "One chat's own settings beside the defaults: attention mode, discriminator model and "
+        "confidence threshold (null: the default applies), and its own agent prompt (null: "
+        "the owner's [agent] system_prompt applies).",
+        {"chat_id": {**_ID_SCHEMA, "description": "The channel, thread or DM channel id."}},
+        required=("chat_id",),
+    ),
+    _tool(
+        "set_chat",
+        "Change one of a chat's own settings, as `attention prompt|model|threshold` does in "
+        "chat: its agent prompt (a commit in the chat home; `reset`: the owner's again), its "
+        "discriminator model (`default`: the configured one) or its confidence threshold "
+        "from 0 to 1 (below it the bot stays quiet; `default`: none). Give exactly one.",
+        {
+            "chat_id": {**_ID_SCHEMA, "description": "The channel, thread or DM channel id."},
+            "prompt": {"type": "string", "description": "The chat's agent prompt, or reset."},
+            "model": {"type": "string", "description": "A model id, or default."},
+            "threshold": {"type": "string", "description": "A number from 0 to 1, or default."},
+        },
+        required=("chat_id",),
     ),
     _tool(
         "list_errors",
@@ -506,6 +535,81 @@ class Tools:
         finally:
             store.close()
         return {"chat_id": chat, "user_id": user, "mode": mode}
+
+    def _chat(
+        self, raw: Mapping[str, Any] | None, allowed: tuple[str, ...]
+    ) -> tuple[dict[str, Any], int, cs.ChatSettings, str | None]:
+        """The arguments, the chat id, its own settings and its own attention mode."""
+        args = _args(raw, ("chat_id", *allowed))
+        chat_id = _optional_id(args, "chat_id")
+        if chat_id is None or int(chat_id) == 0:
+            raise _BadArgument("`chat_id` must be the Discord id of the chat.")
+        store = self._store()
+        try:
+            own = store.get_chat_config(int(chat_id))
+        finally:
+            store.close()
+        try:
+            prompt = ChatHome(self.settings.home, chat_id).read_agent_prompt()
+        except ChatHomeError as exc:
+            raise _BadArgument(_sentence(exc)) from None
+        settings = cs.ChatSettings(
+            prompt=prompt,
+            model=own.discriminator_model if own is not None else None,
+            threshold=own.discriminator_threshold if own is not None else None,
+            default_model=self.settings.discriminator.model,
+        )
+        return args, int(chat_id), settings, own.attention_mode if own is not None else None
+
+    def _tool_get_chat(self, raw: Mapping[str, Any] | None) -> Any:
+        _, chat_id, own, mode = self._chat(raw, ())
+        return {
+            "chat_id": str(chat_id),
+            "attention_mode": mode,
+            "discriminator_model": own.model,
+            "discriminator_threshold": own.threshold,
+            "agent_prompt": own.prompt,
+            "default_discriminator_model": own.default_model,
+        }
+
+    def _tool_set_chat(self, raw: Mapping[str, Any] | None) -> Any:
+        args, chat_id, current, _ = self._chat(raw, cs.FIELDS)
+        given = [f for f in cs.FIELDS if args.get(f) is not None]
+        if len(given) != 1:
+            raise _BadArgument("Give exactly one of `prompt`, `model` or `threshold`.")
+        [field] = given
+        try:
+            value = cs.parse_value(field, _required_text(args, field))
+        except ConfigError as exc:
+            raise _BadArgument(str(exc)) from None
+        message, change = cs.execute(cs.ChatSettingSet(field, value), current)
+        if change is not None:
+            self._store_chat_setting(chat_id, change, current)
+        return {"chat_id": str(chat_id), "changed": change is not None, "message": message}
+
+    def _store_chat_setting(
+        self, chat_id: int, change: cs.ChatSettingChange, current: cs.ChatSettings
+    ) -> None:
+        if change.field == "prompt":
+            home = ChatHome(self.settings.home, str(chat_id))
+            try:
+                if change.value is None:
+                    home.reset_agent_prompt(AGENT_PROMPT_RESET)
+                else:
+                    home.write_agent_prompt(str(change.value), AGENT_PROMPT_SET)
+            except ChatHomeError as exc:
+                raise _BadArgument(_sentence(exc)) from None
+            return
+        model, threshold = current.model, current.threshold
+        if change.field == "model":
+            model = None if change.value is None else str(change.value)
+        else:
+            threshold = None if change.value is None else float(change.value)
+        store = self._store()
+        try:
+            store.set_discriminator(chat_id, model, threshold, time.time())
+        finally:
+            store.close()
 
     def _tool_get_trust_list(self, raw: Mapping[str, Any] | None) -> Any:
         _args(raw, ())

@@ -413,6 +413,8 @@ def test_runtime_keys_are_the_documented_set() -> None:
         "discriminator.model",
         "discriminator.timeout_seconds",
         "discriminator.history",
+        "agent.system_prompt",
+        "agent.max_tokens",
         "models.triage",
         "models.general",
         "models.complex",
@@ -644,11 +646,12 @@ def test_every_runtime_key_has_bounds_that_validation_keeps(key: str) -> None:
     bounds = key_bounds(key)
     assert bounds.describe(), key  # every key says what it accepts
     if bounds.kind in ("number", "count"):
-        assert bounds.maximum is not None and bounds.minimum == 0
+        assert bounds.maximum is not None and bounds.minimum is not None
         top = format_value(bounds.maximum)
         assert parse_runtime_value(key, top) == bounds.maximum
-        assert parse_runtime_value(key, "0") == 0
-        for outside in (format_value(bounds.maximum + 1), "-1"):
+        low = format_value(bounds.minimum)
+        assert parse_runtime_value(key, low) == bounds.minimum
+        for outside in (format_value(bounds.maximum + 1), format_value(bounds.minimum - 1)):
             with pytest.raises(ConfigError):
                 parse_runtime_value(key, outside)
     elif bounds.kind in ("choice", "bool"):
@@ -673,3 +676,47 @@ def test_bounds_in_words() -> None:
     assert key_bounds("web.port").maximum == 65535
     with pytest.raises(ConfigError, match="unknown config key"):
         key_bounds("no_such_key")
+
+
+# ----- [agent]: the owner's voice (SPEC 18) --------------------------------------------------
+
+
+def test_agent_prompt_and_max_tokens_from_the_file(tmp_path: Path) -> None:
+    toml = '[agent]\nsystem_prompt = """You are {{bot_name}}.\n\tBe brief."""\nmax_tokens = 300\n'
+    settings = load_settings(_home(tmp_path, toml))
+    assert settings.agent.system_prompt == "You are {{bot_name}}.\n\tBe brief."
+    assert settings.agent.max_tokens == 300
+
+
+def test_agent_prompt_from_a_file_in_the_home(tmp_path: Path) -> None:
+    (tmp_path / "voice.md").write_text("Speak like a pirate.\n", encoding="utf-8")
+    settings = load_settings(_home(tmp_path, '[agent]\nsystem_prompt_file = "voice.md"\n'))
+    assert settings.agent.system_prompt == "Speak like a pirate.\n"
+
+
+@pytest.mark.parametrize(
+    ("toml", "error"),
+    [
+        ('[agent]\nsystem_prompt_file = "missing.md"\n', "missing.md.*cannot be read"),
+        ('[agent]\nsystem_prompt_file = "../x.md"\n', "inside PICORTEX_HOME"),
+        ('[agent]\nsystem_prompt = "a"\nsystem_prompt_file = "v.md"\n', "not both"),
+        ("[agent]\nmax_tokens = 0\n", "1 or more"),
+        ("[agent]\nmax_tokens = 40000\n", "at most 32000"),
+        ('[agent]\nsystem_prompt = "a\\u0000b"\n', "control or format"),
+    ],
+)
+def test_bad_agent_settings_are_one_sentence(tmp_path: Path, toml: str, error: str) -> None:
+    (tmp_path / "v.md").write_text("v", encoding="utf-8")
+    with pytest.raises(ConfigError, match=error):
+        load_settings(_home(tmp_path, toml))
+
+
+def test_agent_settings_change_at_runtime_but_the_file_path_does_not() -> None:
+    assert parse_runtime_value("agent.system_prompt", "Line one\nline two") == (
+        "Line one\nline two"
+    )
+    assert parse_runtime_value("agent.max_tokens", "512") == 512
+    with pytest.raises(ConfigError, match="at most 8000"):
+        parse_runtime_value("agent.system_prompt", "x" * 8001)
+    with pytest.raises(ConfigError, match=r"can only be set in picortex\.toml"):
+        runtime_key("agent.system_prompt_file")

@@ -326,10 +326,14 @@ class ChannelActor:
             decision = attrs.evolve(decision, reason=f"{decision.reason} ({choice.why})")
         if decision.outcome == "discriminate":
             decision = await classify(clients, msg, decision, self._spawn_background)
+        # The discriminator's confidence, when it gave one, goes into the event (SPEC 7).
+        sure = {} if decision.confidence is None else {"confidence": decision.confidence}
         if decision.outcome != "respond":
-            decision_event(self._clients.events, msg, decision.outcome, decision.reason, mode=mode)
+            decision_event(
+                self._clients.events, msg, decision.outcome, decision.reason, mode=mode, **sure
+            )
             return
-        decision_event(self._clients.events, msg, "respond", decision.reason, mode=mode)
+        decision_event(self._clients.events, msg, "respond", decision.reason, mode=mode, **sure)
         self._deferred = True  # final once the answer is posted (or fails)
         self._cont, new = cont.on_trigger(self._cont, msg, text=text)
         trigger_event(self._clients.events, msg, tier, mode=mode, command=None)

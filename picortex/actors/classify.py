@@ -82,7 +82,10 @@ async def classify(
             stack_trace=result.stack_trace,
         )
     return discriminate.interpret(
-        result, is_dm=msg.is_dm, timeout_seconds=settings.discriminator.timeout_seconds
+        result,
+        is_dm=msg.is_dm,
+        timeout_seconds=settings.discriminator.timeout_seconds,
+        threshold=own.discriminator_threshold if own is not None else None,
     )
 
 

@@ -239,12 +239,20 @@ class ChannelDirectory(ThreadParents, Protocol):
         """True when the channel is a known group DM."""
         ...
 
+    def guild_name(self, guild_id: Snowflake) -> str | None:
+        """The guild's name, if seen."""
+        ...
+
 
 class ChannelBook(ChannelDirectory, Protocol):
     """The channel registry as the router keeps it (deletes included)."""
 
     def remove(self, channel_id: Snowflake) -> list[Snowflake]:
         """Forget a deleted channel and its threads; every id forgotten."""
+        ...
+
+    def name_guild(self, guild_id: Snowflake, name: str) -> None:
+        """Remember a guild's name."""
         ...
 
 

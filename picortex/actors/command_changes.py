@@ -16,13 +16,15 @@ import trio
 
 from picortex.actors.clients import CurrentSettings
 from picortex.core import commands as cmds
-from picortex.store.chathome import ChatHome
-from picortex.store.queries import AdminQueries
+from picortex.core.chat_settings import ChatSettingChange
+from picortex.store.chathome import AGENT_PROMPT_RESET, AGENT_PROMPT_SET, ChatHome
+from picortex.store.queries import AdminQueries, ChatConfigQueries
 from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
 
 FORGET_FAILED = "My memory could not be reached, so nothing was forgotten; please try again."
+PROMPT_FAILED = "This chat's prompt could not be saved; please try again."
 
 
 @attrs.frozen
@@ -32,9 +34,12 @@ class Applied:
 
     poll: cmds.StartPoll | None = None
     forgotten: tuple[cmds.Forgotten, ...] = ()
+    failure: str = ""  # a change that could not be made, in one sentence
 
     def reply(self, result: cmds.CommandResult, requester_id: Snowflake | None) -> str:
         """The command's reply: for `forget`, how much went; else the executor's text."""
+        if self.failure:
+            return self.failure
         if self.forgotten:
             return cmds.forgotten_reply(self.forgotten, requester_id)
         if any(isinstance(c, cmds.ForgetUser) for c in result.changes):
@@ -55,6 +60,7 @@ async def apply_changes(
     forgot."""
     poll: cmds.StartPoll | None = None
     forgotten: list[cmds.Forgotten] = []
+    failure = ""
     for change in changes:
         if isinstance(change, cmds.TrustChange):
             if change.tier is None:
@@ -72,6 +78,12 @@ async def apply_changes(
                 store.delete_user_attention(chat_id, change.user_id)
             else:
                 store.set_user_attention(chat_id, change.user_id, change.mode, now)
+        elif isinstance(change, ChatSettingChange) and chat_id is not None:
+            try:
+                await apply_chat_setting(change, store=store, home=home, chat_id=chat_id, now=now)
+            except Exception as exc:
+                logger.error("chat %s: its %s could not be saved: %s", chat_id, change.field, exc)
+                failure = PROMPT_FAILED
         elif isinstance(change, cmds.StartPoll):
             poll = change
         elif isinstance(change, cmds.ForgetUser):
@@ -85,7 +97,39 @@ async def apply_changes(
             await store.flush()
         except Exception as exc:
             logger.error("a command's change may not be saved: %s", exc)
-    return Applied(poll, tuple(forgotten))
+    return Applied(poll, tuple(forgotten), failure)
+
+
+async def apply_chat_setting(
+    change: ChatSettingChange,
+    *,
+    store: ChatConfigQueries,
+    home: Path,
+    chat_id: Snowflake,
+    now: float,
+) -> None:
+    """Store one of the chat's own settings: the agent prompt as a commit in its chat home,
+    the discriminator model and threshold in `chat_config`.
+
+    Raises:
+        ChatHomeError: the prompt could not be written (the caller says so).
+    """
+    if change.field == "prompt":
+        chat_home = ChatHome(home, str(chat_id))
+        if change.value is None:
+            await trio.to_thread.run_sync(chat_home.reset_agent_prompt, AGENT_PROMPT_RESET)
+        else:
+            text = str(change.value)
+            await trio.to_thread.run_sync(chat_home.write_agent_prompt, text, AGENT_PROMPT_SET)
+        return
+    own = store.get_chat_config(chat_id)
+    model = own.discriminator_model if own is not None else None
+    threshold = own.discriminator_threshold if own is not None else None
+    if change.field == "model":
+        model = None if change.value is None else str(change.value)
+    else:
+        threshold = None if change.value is None else float(change.value)
+    store.set_discriminator(chat_id, model, threshold, now)
 
 
 async def forget_user(store: AdminQueries, user_id: Snowflake) -> cmds.Forgotten:

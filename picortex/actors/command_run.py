@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 
 from picortex import config as config_mod
-from picortex.actors import chats
+from picortex.actors import agent_voice, chats
 from picortex.actors.channel_clients import ChannelClients
 from picortex.core import commands as cmds
 from picortex.core.access import with_roles
@@ -103,6 +103,9 @@ async def execute(
         access_note=chats.mode_choice(
             clients.store, clients.registry, msg, settings.attention, settings.access
         ).blocked,
+        chat=await agent_voice.chat_settings(
+            clients.home, clients.store, chat_id, settings.discriminator.model
+        ),
     )
     result = cmds.execute(command, tier, state)
     applied = await clients.apply_command_changes(result.changes, chat_id=chat_id, now=time.time())

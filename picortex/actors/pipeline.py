@@ -60,6 +60,15 @@ class ChannelRegistry:
     """Channels and threads seen in GUILD_CREATE / CHANNEL_CREATE / THREAD_CREATE."""
 
     channels: dict[Snowflake, Channel] = attrs.field(factory=dict)
+    guilds: dict[Snowflake, str] = attrs.field(factory=dict)  # guild id -> name
+
+    def name_guild(self, guild_id: Snowflake, name: str) -> None:
+        """Remember a guild's name (GUILD_CREATE), for the agent prompt's `{{server_name}}`."""
+        self.guilds[guild_id] = name
+
+    def guild_name(self, guild_id: Snowflake) -> str | None:
+        """The guild's name, if seen."""
+        return self.guilds.get(guild_id)
 
     def add(self, channel: Channel) -> None:
         """Remember (or update) a channel."""

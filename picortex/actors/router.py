@@ -423,6 +423,7 @@ class Router:
             if event.application_id is not None:
                 clients.spawn(register_commands, clients, event.application_id)
         elif isinstance(event, GuildCreate):
+            clients.registry.name_guild(event.id, event.name)
             for channel in (*event.channels, *event.threads):
                 clients.registry.add(channel)
         elif isinstance(event, ChannelCreate):

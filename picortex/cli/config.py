@@ -89,7 +89,7 @@ def run_config_get(
     chat_id = _chat_id(key)
     if chat_id is not None:
         chat = store.get_chat_config(chat_id)
-        if chat is None:
+        if chat is None or chat.attention_mode is None:
             _print(out, f"attention.{chat_id} = (not set: attention.dm or attention.group applies)")
         else:
             _print(out, f"attention.{chat_id} = {chat.attention_mode}")

@@ -478,6 +478,21 @@ async def _play(demo: _Demo, speed: float) -> None:
     await demo.answered()
     demo.report()
 
+    demo.scene("The owner's voice: this chat's own agent prompt shapes the answer")
+    m = demo.say(
+        general,
+        w.alice_id,
+        f"{at} !s attention prompt You are the office parrot of {{{{server_name}}}}.\n"
+        "Sign off: -- Captain Pico",
+    )
+    await demo.decided(m)
+    await demo.answered()
+    demo.report()
+    m = demo.say(general, w.bob_id, f"{at} what should we call the meeting room?")
+    await demo.decided(m)
+    await demo.replied(m)
+    demo.report()
+
     demo.scene(
         "A model failure (injected on purpose) becomes an error row; the bot carries on",
         failure_expected=True,

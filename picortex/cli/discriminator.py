@@ -104,6 +104,7 @@ def run_discriminator_test(
             chat_id=chat_id,
             own_mode=own.attention_mode if own is not None else None,
             own_model=own.discriminator_model if own is not None else None,
+            own_threshold=own.discriminator_threshold if own is not None else None,
             prompt_path=str(home.prompt_path),
             out=out,
             llm_http_client_factory=llm_http_client_factory,
@@ -122,6 +123,7 @@ def _classify_all(
     chat_id: int,
     own_mode: str | None,
     own_model: str | None,
+    own_threshold: float | None,
     prompt_path: str,
     out: TextIO,
     llm_http_client_factory: Callable[[], Any] | None,
@@ -180,7 +182,10 @@ def _classify_all(
                 # The owner's test run: charged to the workspace, not to the authors.
                 result = await llm.complete(attrs.evolve(request, user_id=None))
                 decision = interpret(
-                    result, is_dm=is_dm, timeout_seconds=settings.discriminator.timeout_seconds
+                    result,
+                    is_dm=is_dm,
+                    timeout_seconds=settings.discriminator.timeout_seconds,
+                    threshold=own_threshold,
                 )
                 total += result.cost_usd
                 calls += result.ok or result.failed

@@ -31,6 +31,7 @@ class AttentionDecision:
     outcome: AttentionOutcome
     reason: str
     show_typing: bool = False
+    confidence: float | None = None  # the discriminator's, when it gave one (0-1)
 
 
 class AttentionDefaults(Protocol):

@@ -11,6 +11,7 @@ from typing import ClassVar, Final
 
 import attrs
 
+from picortex.core import chat_settings as cs
 from picortex.core import poll as polls
 from picortex.core.trust import Tier, may_run, required_tier
 from picortex.errors import ConfigError
@@ -40,6 +41,7 @@ _ADD_USAGE: Final = "whitelist add @user.. [user|trusted|admin]"
 _POLLS_OFF: Final = "Polls are turned off here (`poll_enabled` is false)."
 # Config sections that move money or change who hears what: the owner's alone (SPEC 6).
 OWNER_CONFIG_PREFIXES: Final[tuple[str, ...]] = (
+    "agent.",
     "budget.",
     "models.",
     "prices.",
@@ -233,6 +235,7 @@ Command = (
     | AttentionUser
     | AccessShow
     | AccessEdit
+    | cs.ChatSettingSet
     | ConfigGet
     | ConfigSet
     | PollStart
@@ -449,17 +452,22 @@ def _parse_forget(rest: str) -> Command:
 
 
 def _parse_attention(rest: str) -> Command:
-    mode, args = _take_word(rest)
+    mode, value = _take_word(rest)
     mode = mode.lower()
     if mode == "user":
-        return _parse_attention_user(args)
+        return _parse_attention_user(value)
     if mode in ("", "show"):
         return AttentionShow()
+    for field in cs.FIELDS:  # prompt, model, threshold: the chat's own settings
+        if mode == field:
+            parsed = cs.parse(field, value)
+            return parsed if isinstance(parsed, cs.ChatSettingSet) else Invalid("attention", parsed)
     if mode in ATTENTION_MODES:
         return AttentionSet(mode)
     return Invalid(
         "attention",
-        f"Unknown attention mode `{_echo(mode)}`: use {', '.join(ATTENTION_MODES)} or show.",
+        f"Unknown attention mode `{_echo(mode)}`: use {', '.join(ATTENTION_MODES)}, show, user, "
+        f"{', '.join(cs.FIELDS)}.",
     )
 
 
@@ -545,6 +553,8 @@ def render_command(command: Command) -> str:
         return "access show"
     if isinstance(command, AccessEdit):
         return f"access {command.action} " + " ".join(str(i) for i in command.ids)
+    if isinstance(command, cs.ChatSettingSet):
+        return cs.render(command)
     if isinstance(command, ConfigGet):
         return "config get" + (f" {command.key}" if command.key else "")
     if isinstance(command, ConfigSet):
@@ -626,7 +636,15 @@ class Forgotten:
     observations: int
 
 
-Change = TrustChange | ConfigChange | AttentionChange | UserAttentionChange | StartPoll | ForgetUser
+Change = (
+    TrustChange
+    | ConfigChange
+    | AttentionChange
+    | UserAttentionChange
+    | cs.ChatSettingChange
+    | StartPoll
+    | ForgetUser
+)
 
 
 @attrs.frozen
@@ -660,9 +678,12 @@ def help_text(wakeword: str, topic: str | None = None) -> str:
         modes = "|".join(ATTENTION_MODES)
         return (
             f"`{wakeword} attention {modes}` sets this chat's mode; "
-            f"`{wakeword} attention show` shows it; "
+            f"`{wakeword} attention show` shows it all; "
             f"`{wakeword} attention user @user.. {modes}|{USER_MODE_DEFAULT}` sets a user's "
-            "own mode here."
+            "own mode here; "
+            f"`{wakeword} attention prompt TEXT|reset`, `{wakeword} attention model ID|default` "
+            f"and `{wakeword} attention threshold 0-1|default` set its own agent prompt, "
+            "discriminator model and confidence threshold."
         )
     if topic == "access":
         return (
@@ -684,7 +705,8 @@ def help_text(wakeword: str, topic: str | None = None) -> str:
         )
     return (
         f"Commands (start with `{wakeword} `): whitelist list|add|remove|help, "
-        "attention MODE|show|user, access show|allow-role|allow-channel|deny-channel|remove, "
+        "attention MODE|show|user|prompt|model|threshold, "
+        "access show|allow-role|allow-channel|deny-channel|remove, "
         "config get|set, poll, forget me|@user, speak, stay, help."
     )
 
@@ -800,15 +822,18 @@ def execute_attention(
     prompt_path: str,
     user_modes: Mapping[int, str] | None = None,
     access_note: str | None = None,
+    chat_note: str = "",
 ) -> CommandResult:
     """Show or change the chat's attention mode.
 
     Args:
         user_modes: users' own modes in this chat (user id -> mode), shown by `show`.
         access_note: why `[access]` silences this chat, if it does, shown by `show`.
+        chat_note: the chat's own prompt, discriminator model and threshold, shown by `show`.
     """
     if isinstance(command, AttentionShow):
-        lines = [f"Attention mode: `{current_mode}`. Discriminator prompt: `{prompt_path}`."]
+        first = f"Attention mode: `{current_mode}`. Discriminator prompt: `{prompt_path}`."
+        lines = [f"{first} {chat_note}".rstrip()]
         if access_note:
             lines.append(f"Silent here whatever the mode: the {access_note}.")
         if user_modes:
@@ -1012,6 +1037,8 @@ class CommandState:
     # Users' own attention modes in this chat (SPEC 18), and why [access] silences it.
     user_modes: Mapping[int, str] = attrs.field(factory=dict)
     access_note: str | None = None
+    # The chat's own prompt, discriminator model and threshold.
+    chat: cs.ChatSettings = attrs.field(factory=cs.ChatSettings)
 
     @property
     def by_owner(self) -> bool:
@@ -1084,6 +1111,7 @@ def execute(command: Command, tier: Tier | None, state: CommandState) -> Command
             prompt_path=state.prompt_path,
             user_modes=state.user_modes,
             access_note=state.access_note,
+            chat_note=cs.describe(state.chat),
         )
     if isinstance(command, AttentionUser):
         return execute_attention_user(command, user_modes=state.user_modes)
@@ -1091,6 +1119,9 @@ def execute(command: Command, tier: Tier | None, state: CommandState) -> Command
         return execute_access(
             command, values=state.config_values, format_value=state.format_config_value
         )
+    if isinstance(command, cs.ChatSettingSet):
+        reply, change = cs.execute(command, state.chat)
+        return CommandResult(reply, (change,) if change is not None else ())
     if isinstance(command, ConfigGet | ConfigSet):
         return execute_config(
             command,

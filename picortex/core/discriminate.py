@@ -126,10 +126,13 @@ def trial_request(
         return disc.fail_decision(is_dm, f"discriminator prompt too large: {exc}")
 
 
-def interpret(result: LLMResult, *, is_dm: bool, timeout_seconds: float) -> AttentionDecision:
-    """The decision for a classification's result; no verdict fails open in a DM, closed else."""
+def interpret(
+    result: LLMResult, *, is_dm: bool, timeout_seconds: float, threshold: float | None = None
+) -> AttentionDecision:
+    """The decision for a classification's result (below the chat's confidence `threshold`
+    the bot stays quiet); no verdict fails open in a DM, closed else."""
     if result.ok:
-        return disc.decide_from_text(result.text, is_dm=is_dm)
+        return disc.decide_from_text(result.text, is_dm=is_dm, threshold=threshold)
     why = {
         "timeout": f"no answer within {timeout_seconds:g} s",
         "budget": "budget ceiling reached",

@@ -75,6 +75,7 @@ class DiscriminatorAnswer:
 
     should_respond: bool
     reason: str
+    confidence: float | None = None  # 0-1, when the model gave one
 
 
 @attrs.frozen
@@ -228,8 +229,8 @@ def _excerpt(text: str) -> str:
 def parse_answer(text: str) -> DiscriminatorAnswer | ParseFailure:
     """Read the model's verdict: one JSON object, bare or alone in one fenced code block.
 
-    The object must have a boolean `should_respond` and a string `reason`; other keys are
-    ignored. Prose around the JSON is not accepted.
+    The object must have a boolean `should_respond` and a string `reason`, and may have a
+    `confidence` from 0 to 1; other keys are ignored. Prose around the JSON is not accepted.
     """
     body = text.strip()
     if not body:
@@ -253,15 +254,39 @@ def parse_answer(text: str) -> DiscriminatorAnswer | ParseFailure:
         return ParseFailure("the discriminator's answer has no boolean should_respond")
     if not isinstance(reason, str):
         return ParseFailure("the discriminator's answer has no string reason")
-    return DiscriminatorAnswer(should, reason)
+    confidence = data.get("confidence")
+    if confidence is None:
+        return DiscriminatorAnswer(should, reason)
+    if (
+        not isinstance(confidence, int | float)
+        or isinstance(confidence, bool)
+        or not 0 <= confidence <= 1
+    ):
+        return ParseFailure("the discriminator's confidence is not a number from 0 to 1")
+    return DiscriminatorAnswer(should, reason, float(confidence))
 
 
-def decision_from_answer(answer: DiscriminatorAnswer) -> AttentionDecision:
-    """The attention decision for a well-formed verdict."""
+def decision_from_answer(
+    answer: DiscriminatorAnswer, threshold: float | None = None
+) -> AttentionDecision:
+    """The attention decision for a well-formed verdict.
+
+    With the chat's `threshold`, a verdict to respond whose `confidence` is below it stays
+    quiet; a verdict without a confidence stands as given.
+    """
     why = _clip(_one_line(answer.reason), REASON_MAX_CHARS) or "no reason given"
-    if answer.should_respond:
-        return AttentionDecision("respond", f"discriminator: {why}", True)
-    return AttentionDecision("skip", f"discriminator: {why}", False)
+    confidence = answer.confidence
+    if not answer.should_respond:
+        return AttentionDecision("skip", f"discriminator: {why}", False, confidence)
+    if threshold is not None and confidence is not None and confidence < threshold:
+        return AttentionDecision(
+            "skip",
+            f"discriminator: confidence {confidence:g} is below the chat's threshold"
+            f" {threshold:g}: {why}",
+            False,
+            confidence,
+        )
+    return AttentionDecision("respond", f"discriminator: {why}", True, confidence)
 
 
 def fail_decision(is_dm: bool, reason: str) -> AttentionDecision:
@@ -274,9 +299,12 @@ def fail_decision(is_dm: bool, reason: str) -> AttentionDecision:
     return AttentionDecision("skip", f"{reason}; failing closed in a group", False)
 
 
-def decide_from_text(text: str, *, is_dm: bool) -> AttentionDecision:
-    """Parse the model's answer and decide, failing open or closed when it is not a verdict."""
+def decide_from_text(
+    text: str, *, is_dm: bool, threshold: float | None = None
+) -> AttentionDecision:
+    """Parse the model's answer and decide (with the chat's confidence `threshold`), failing
+    open or closed when it is not a verdict."""
     parsed = parse_answer(text)
     if isinstance(parsed, ParseFailure):
         return fail_decision(is_dm, parsed.reason)
-    return decision_from_answer(parsed)
+    return decision_from_answer(parsed, threshold)

@@ -14,6 +14,7 @@ from typing import Any, Final
 import attrs
 import orjson
 
+from picortex.core import chat_settings as cs
 from picortex.core import commands as cmds
 from picortex.core import poll as polls
 from picortex.core.trust import Tier
@@ -46,6 +47,8 @@ MAX_CHOICES: Final = 25
 MAX_CHOICE_NAME: Final = 100
 # `ask` text and a config value: long enough for a real question, within Discord's 6000.
 MAX_TEXT: Final = 4000
+# Discord's longest string option: a chat's agent prompt set by slash is at most this.
+MAX_STRING_OPTION: Final = 6000
 # Extra users `whitelist add|remove` take besides the required one.
 EXTRA_USERS: Final = 4
 HELP_TOPICS: Final = ("whitelist", "attention", "access", "config", "poll", "forget")
@@ -94,15 +97,33 @@ def command_tree(*, global_scope: bool) -> list[dict[str, Any]]:
         _option(
             sub,
             "attention",
-            "Show or change when picortex answers in this chat",
+            "Show or change when and how picortex answers in this chat",
             options=[
                 _option(
                     STRING,
                     "mode",
-                    "The new attention mode (leave empty to show the current one)",
+                    "The new attention mode (leave all empty to show the current settings)",
                     choices=_choices(modes),
                 ),
                 _option(USER, "user", "Set this user's own mode here (default: drop it)"),
+                _option(
+                    STRING,
+                    "prompt",
+                    "This chat's own agent prompt (reset: the owner's again)",
+                    max_length=MAX_STRING_OPTION,
+                ),
+                _option(
+                    STRING,
+                    "model",
+                    "This chat's discriminator model id (default: the configured one)",
+                    max_length=cs.MODEL_MAX_CHARS,
+                ),
+                _option(
+                    STRING,
+                    "threshold",
+                    "Confidence from 0 to 1 below which picortex stays quiet (default: none)",
+                    max_length=20,
+                ),
             ],
         ),
         _option(
@@ -305,15 +326,7 @@ def action_for(interaction: Interaction) -> SlashAction:
             return cmds.Invalid("ask", "Ask something: `/picortex ask text:...`.")
         return Ask(text)
     if name == "attention":
-        mode = _value(args, "mode")
-        users = _user_ids(args)
-        if users:
-            if mode is None or mode == SHOW:
-                return cmds.Invalid("attention", "Choose the user's mode, or default.")
-            return cmds.AttentionUser(users, None if mode == cmds.USER_MODE_DEFAULT else mode)
-        if mode is None or mode == SHOW:
-            return cmds.AttentionShow()
-        return cmds.parse_command(f"attention {mode}")
+        return _attention(args)
     if name == "access":
         return _access(args)
     if name == "whitelist":
@@ -329,6 +342,27 @@ def action_for(interaction: Interaction) -> SlashAction:
         topic = _value(args, "topic")
         return cmds.Help(topic if topic in HELP_TOPICS else None)
     return cmds.Unknown(name)
+
+
+def _attention(args: Sequence[InteractionOption]) -> cmds.Command:
+    users = _user_ids(args)
+    if users:
+        mode = _value(args, "mode")
+        if any(_value(args, n) is not None for n in cs.FIELDS):
+            return cmds.Invalid("attention", "Set a user's own mode alone, without the others.")
+        if mode is None or mode == SHOW:
+            return cmds.Invalid("attention", "Choose the user's mode, or default.")
+        return cmds.AttentionUser(users, None if mode == cmds.USER_MODE_DEFAULT else mode)
+    given = [(n, v) for n in ("mode", *cs.FIELDS) if (v := _value(args, n)) is not None]
+    if len(given) > 1:
+        return cmds.Invalid("attention", "Give one of mode, prompt, model or threshold at a time.")
+    if not given or given[0] == ("mode", SHOW):
+        return cmds.AttentionShow()
+    name, text = given[0]
+    if name == "mode":
+        return cmds.parse_command(f"attention {text}")
+    parsed = cs.parse(cs.FIELDS[cs.FIELDS.index(name)], text)
+    return parsed if isinstance(parsed, cs.ChatSettingSet) else cmds.Invalid("attention", parsed)
 
 
 def _whitelist(sub: InteractionOption | None) -> cmds.Command:

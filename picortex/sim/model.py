@@ -14,7 +14,8 @@ Answers with the Messages API's JSON shapes: a `message` object on success and A
 - a prompt that asks for a `"tier"` gets `{"tier": ..., "reason": ...}`: `complex` when the
   last user turn has the word "steps" or "complex" (any case), else `general`;
 - anything else gets `(offline model) You said: <the last non-empty line of the last user
-  turn>`.
+  turn>`, followed by the rest of the system prompt's `Sign off:` line when it has one (so
+  an owner's prompt shows in the answer).
 
 A request with `"stream": true` is answered with Server-Sent Events in the order Anthropic's
 streaming docs give (message_start, content_block_start, ping, content_block_delta...,
@@ -50,6 +51,8 @@ from picortex.sim.httpserver import HttpRequest, HttpResponse
 CHARS_PER_TOKEN: Final = 4
 # The longest line the default answer quotes back.
 QUOTE_MAX_CHARS: Final = 300
+# A system prompt line the default answer ends with (`Sign off: -- Captain Pico`).
+_SIGN_OFF: Final = re.compile(r"^[ \t]*Sign off:(.*)$", re.MULTILINE | re.IGNORECASE)
 # Streamed answers: characters per text delta, and seconds between deltas by default.
 STREAM_CHUNK_CHARS: Final = 24
 STREAM_PACE_SECONDS: Final = 0.0
@@ -365,6 +368,9 @@ def default_answer(system: Any, messages: list[Any]) -> str:
         if candidate:
             return candidate
     said = f"You said: {_last_line(last_user)[:QUOTE_MAX_CHARS]}"
+    sign = _SIGN_OFF.search(_text_of(system))
+    if sign is not None and sign.group(1).strip():
+        said = f"{said} {sign.group(1).strip()[:QUOTE_MAX_CHARS]}"
     images = image_count(messages)
     if images:
         return f"(offline model) I see {images} image{'s' if images != 1 else ''}. {said}"

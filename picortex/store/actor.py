@@ -502,6 +502,29 @@ class StoreActor:
 
         self._model_write(lambda db: db.set_attention_mode(chat_id, mode, now), change)
 
+    def set_discriminator(
+        self, chat_id: int, model: str | None, threshold: float | None, now: float
+    ) -> None:
+        """Set the chat's own discriminator model and confidence threshold (None: the
+        default), keeping its mode."""
+        if threshold is not None and not 0 <= threshold <= 1:
+            raise ValueError("discriminator_threshold must be from 0 to 1")
+
+        def change() -> None:
+            old = self._chats.get(chat_id)
+            self._chats[chat_id] = (
+                ChatConfig(chat_id, None, model, threshold, now)
+                if old is None
+                else attrs.evolve(
+                    old,
+                    discriminator_model=model,
+                    discriminator_threshold=threshold,
+                    updated_at=now,
+                )
+            )
+
+        self._model_write(lambda db: db.set_discriminator(chat_id, model, threshold, now), change)
+
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
         if chat_id not in self._chats:

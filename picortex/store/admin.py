@@ -99,6 +99,13 @@ class AdminStore:
         """Set the chat's attention mode, keeping its other settings."""
         self._db.set_attention_mode(chat_id, mode, now)
 
+    def set_discriminator(
+        self, chat_id: int, model: str | None, threshold: float | None, now: float
+    ) -> None:
+        """Set the chat's own discriminator model and confidence threshold (None: the
+        default), keeping its mode."""
+        self._db.set_discriminator(chat_id, model, threshold, now)
+
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
         return self._db.delete_chat_config(chat_id)

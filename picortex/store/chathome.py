@@ -1,4 +1,5 @@
-"""Chat homes: `chats/<chat_id>/`, a git repository holding the chat's discriminator prompt.
+"""Chat homes: `chats/<chat_id>/`, a git repository holding the chat's discriminator prompt
+and, when the chat has one, its own agent prompt (the default agent's system prompt).
 
 Every change to the prompt is a commit, so the repository's log is the prompt's history
 (SPEC 7). Git runs synchronously with a timeout; callers in trio run this in a thread.
@@ -27,11 +28,14 @@ from picortex.errors import ChatHomeError as ChatHomeError
 logger = logging.getLogger(__name__)
 
 PROMPT_RELPATH: Final = ".picortex/prompts/discriminator.md"
+AGENT_PROMPT_RELPATH: Final = ".picortex/prompts/agent.md"
 GIT_TIMEOUT_SECONDS: Final = 15.0  # a local commit takes milliseconds; a hung git must not
 GIT_USER_NAME: Final = "picortex"
 GIT_USER_EMAIL: Final = "picortex@localhost"
 SEED_MESSAGE: Final = "Seed discriminator prompt from the default template"
 HAND_EDIT_MESSAGE: Final = "Hand edit picked up"
+AGENT_PROMPT_SET: Final = "Agent prompt set"
+AGENT_PROMPT_RESET: Final = "Agent prompt reset: the owner's prompt applies"
 RESTORE_MESSAGE: Final = "Prompt file was missing: restored the default template"
 # Chat ids become directory names: Discord ids are digits; keep to a safe alphabet.
 _CHAT_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -167,15 +171,16 @@ class ChatHome:
             raise ChatHomeError(f"git {args[0]} failed in {self.root}: {last}")
         return done.stdout
 
-    def _prompt_changed(self) -> bool:
-        return bool(self._git("status", "--porcelain", "--", PROMPT_RELPATH).strip())
+    def _prompt_changed(self, relpath: str) -> bool:
+        return bool(self._git("status", "--porcelain", "--", relpath).strip())
 
-    def _commit_prompt(self, message: str) -> bool:
-        """Commit the prompt file if it differs from the last commit; True if it did."""
-        if not self._prompt_changed():
+    def _commit_prompt(self, message: str, relpath: str = PROMPT_RELPATH) -> bool:
+        """Commit a prompt file (or its removal) if it differs from the last commit; True if
+        it did."""
+        if not self._prompt_changed(relpath):
             return False
-        self._git("add", "--", PROMPT_RELPATH)
-        self._git("commit", "-q", "-m", message, "--", PROMPT_RELPATH)
+        self._git("add", "-A", "--", relpath)
+        self._git("commit", "-q", "-m", message, "--", relpath)
         return True
 
     def _has_commits(self) -> bool:
@@ -183,23 +188,25 @@ class ChatHome:
 
     # -- files ----------------------------------------------------------------------------
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, path: Path | None = None) -> None:
+        path = self.prompt_path if path is None else path
         # Write beside and rename, so a crash never leaves half a prompt.
-        tmp = self.prompt_path.with_name(self.prompt_path.name + ".tmp")
+        tmp = path.with_name(path.name + ".tmp")
         try:
-            self.prompt_path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, self.prompt_path)
+            os.replace(tmp, path)
         except OSError as exc:
-            raise ChatHomeError(f"cannot write {self.prompt_path}: {exc.strerror or exc}") from None
+            raise ChatHomeError(f"cannot write {path}: {exc.strerror or exc}") from None
 
-    def _read(self) -> str:
+    def _read(self, path: Path | None = None) -> str:
+        path = self.prompt_path if path is None else path
         try:
-            return self.prompt_path.read_text(encoding="utf-8")
+            return path.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            raise ChatHomeError(f"{self.prompt_path} is not UTF-8 text") from None
+            raise ChatHomeError(f"{path} is not UTF-8 text") from None
         except OSError as exc:
-            raise ChatHomeError(f"cannot read {self.prompt_path}: {exc.strerror or exc}") from None
+            raise ChatHomeError(f"cannot read {path}: {exc.strerror or exc}") from None
 
     # -- public ---------------------------------------------------------------------------
 
@@ -238,8 +245,25 @@ class ChatHome:
             with contextlib.suppress(OSError):  # harmless where it stays
                 sample.unlink()
 
-    def _pick_up_hand_edit(self) -> None:
-        self._commit_prompt(HAND_EDIT_MESSAGE)
+    def _pick_up_hand_edit(self, relpath: str = PROMPT_RELPATH) -> None:
+        self._commit_prompt(HAND_EDIT_MESSAGE, relpath)
+
+    def _read_committed(self, path: Path, relpath: str) -> str:
+        """A prompt file's text, a hand edit committed first; from memory when unchanged."""
+        stamp = _stamp(path)
+        if stamp is not None:
+            cached = _PROMPTS.get(path, stamp)
+            if cached is not None and self.exists():
+                return cached
+        self.ensure()
+        self._pick_up_hand_edit(relpath)
+        before = _stamp(path)
+        text = self._read(path)
+        after = _stamp(path)
+        # Remembered only when nothing wrote the file meanwhile, and not just now.
+        if after is not None and after == before and time.time_ns() - after[3] > RACY_SECONDS * 1e9:
+            _PROMPTS.put(path, after, text)
+        return text
 
     def read_prompt(self) -> str:
         """The chat's prompt; a hand edit since the last commit is committed first.
@@ -249,21 +273,54 @@ class ChatHome:
         Raises:
             ChatHomeError: git failed or the file cannot be read.
         """
-        path = self.prompt_path
-        stamp = _stamp(path)
-        if stamp is not None:
-            cached = _PROMPTS.get(path, stamp)
-            if cached is not None and self.exists():
-                return cached
+        return self._read_committed(self.prompt_path, PROMPT_RELPATH)
+
+    @property
+    def agent_prompt_path(self) -> Path:
+        """Where the chat's own agent prompt lives (absent: the owner's applies)."""
+        return self.root / AGENT_PROMPT_RELPATH
+
+    def read_agent_prompt(self) -> str | None:
+        """The chat's own agent prompt, or None when it has none (no subprocess then).
+
+        Raises:
+            ChatHomeError: git failed or the file cannot be read.
+        """
+        if _stamp(self.agent_prompt_path) is None:
+            return None
+        return self._read_committed(self.agent_prompt_path, AGENT_PROMPT_RELPATH)
+
+    def write_agent_prompt(self, text: str, message: str) -> bool:
+        """Set the chat's own agent prompt and commit it; False when nothing changed.
+
+        Raises:
+            ChatHomeError: git failed or the file cannot be written.
+        """
         self.ensure()
-        self._pick_up_hand_edit()
-        before = _stamp(path)
-        text = self._read()
-        after = _stamp(path)
-        # Remembered only when nothing wrote the file meanwhile, and not just now.
-        if after is not None and after == before and time.time_ns() - after[3] > RACY_SECONDS * 1e9:
-            _PROMPTS.put(path, after, text)
-        return text
+        self._pick_up_hand_edit(AGENT_PROMPT_RELPATH)
+        path = self.agent_prompt_path
+        if _stamp(path) is not None and self._read(path) == text:
+            return False
+        _PROMPTS.forget(path)
+        self._write(text, path)
+        return self._commit_prompt(message, AGENT_PROMPT_RELPATH)
+
+    def reset_agent_prompt(self, message: str) -> bool:
+        """Drop the chat's own agent prompt (a commit), so the owner's applies again; False
+        when it had none.
+
+        Raises:
+            ChatHomeError: git failed or the file cannot be removed.
+        """
+        path = self.agent_prompt_path
+        if not self.exists() or _stamp(path) is None:
+            return False
+        _PROMPTS.forget(path)
+        try:
+            path.unlink()
+        except OSError as exc:
+            raise ChatHomeError(f"cannot remove {path}: {exc.strerror or exc}") from None
+        return self._commit_prompt(message, AGENT_PROMPT_RELPATH)
 
     def write_prompt(self, text: str, message: str) -> bool:
         """Replace the prompt and commit it with `message`; False when nothing changed.
@@ -287,6 +344,7 @@ class ChatHome:
         Never raises: a home that cannot be removed is logged and left.
         """
         _PROMPTS.forget(self.prompt_path)
+        _PROMPTS.forget(self.agent_prompt_path)
         if not self.root.exists():
             return False
         try:
@@ -314,8 +372,11 @@ class ChatHome:
             versions.append(PromptVersion(commit, date, subject))
         return versions
 
-    def history_with_diffs(self, limit: int) -> list[tuple[PromptVersion, str]]:
-        """The newest `limit` versions, newest first, each with its change as a unified diff.
+    def history_with_diffs(
+        self, limit: int, relpath: str = PROMPT_RELPATH
+    ) -> list[tuple[PromptVersion, str]]:
+        """The newest `limit` versions of a prompt (the discriminator's unless `relpath` says
+        another), newest first, each with its change as a unified diff.
 
         One git call (the first version's diff adds the whole file); a pending hand edit is
         committed first. Empty when the chat has no home yet.
@@ -325,11 +386,9 @@ class ChatHome:
         """
         if not self.exists():
             return []
-        self._pick_up_hand_edit()
+        self._pick_up_hand_edit(relpath)
         fmt = _RECORD_SEP + _FIELD_SEP.join(("%H", "%aI", "%s"))
-        out = self._git(
-            "log", "-p", "--no-color", f"-n{limit}", f"--format={fmt}", "--", PROMPT_RELPATH
-        )
+        out = self._git("log", "-p", "--no-color", f"-n{limit}", f"--format={fmt}", "--", relpath)
         versions = []
         for record in out.split(_RECORD_SEP)[1:]:
             header, _, patch = record.partition("\n")

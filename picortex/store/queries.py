@@ -83,6 +83,13 @@ class ChatConfigQueries(Protocol):
         """Set the chat's attention mode, keeping its other settings."""
         ...
 
+    def set_discriminator(
+        self, chat_id: int, model: str | None, threshold: float | None, now: float
+    ) -> None:
+        """Set the chat's own discriminator model and confidence threshold (None: the
+        default), keeping its mode."""
+        ...
+
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
         ...

@@ -1,7 +1,8 @@
 """The database schema as ordered migrations; `schema_version` records which have run.
 
 Append new migrations at the end; never edit one that has shipped. Times are Unix seconds
-(REAL, UTC); Discord ids are INTEGER.
+(REAL, UTC); Discord ids are INTEGER, except a chat's id in `chat_config`, kept as the text
+Discord sends (migration 8).
 """
 
 from __future__ import annotations
@@ -206,6 +207,29 @@ CREATE TABLE chat_user_attention (
 """
 
 
+# A chat's settings are keyed by its id as the text Discord sends, and a chat may have a
+# discriminator model or threshold of its own without a mode of its own (NULL: the default).
+# Rebuilds chat_config only; chat_user_attention (migration 8) is left as it is.
+_V9_CHAT_CONFIG_TEXT_IDS: Final = """
+CREATE TABLE chat_config_v9 (
+    chat_id                 TEXT PRIMARY KEY,
+    attention_mode          TEXT CHECK (attention_mode IS NULL OR attention_mode IN
+        ('always', 'mentions-only', 'discriminate', 'discriminate-quiet', 'silent')),
+    discriminator_model     TEXT,
+    discriminator_threshold REAL CHECK (discriminator_threshold IS NULL OR
+        discriminator_threshold BETWEEN 0 AND 1),
+    updated_at              REAL NOT NULL
+) STRICT;
+INSERT INTO chat_config_v9
+    SELECT CAST(chat_id AS TEXT), attention_mode, discriminator_model,
+        CASE WHEN discriminator_threshold BETWEEN 0 AND 1 THEN discriminator_threshold END,
+        updated_at
+    FROM chat_config;
+DROP TABLE chat_config;
+ALTER TABLE chat_config_v9 RENAME TO chat_config;
+"""
+
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_MEMORY,
@@ -215,6 +239,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     _V6_OBSERVATION_AUTHOR,
     _V7_LEDGER_AT,
     _V8_CHAT_USER_ATTENTION,
+    _V9_CHAT_CONFIG_TEXT_IDS,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

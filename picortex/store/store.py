@@ -45,10 +45,10 @@ _PRAGMA_NAME: Final = re.compile(r"[a-z_]+")
 
 @attrs.frozen
 class ChatConfig:
-    """One row of `chat_config`: a chat's own attention settings."""
+    """One row of `chat_config`: a chat's own attention settings (None: the default)."""
 
     chat_id: int
-    attention_mode: str
+    attention_mode: str | None
     discriminator_model: str | None
     discriminator_threshold: float | None
     updated_at: float
@@ -357,7 +357,7 @@ class Store:
         rows = self._all(
             "SELECT chat_id, attention_mode, discriminator_model, discriminator_threshold,"
             " updated_at FROM chat_config WHERE chat_id = ?",
-            (chat_id,),
+            (str(chat_id),),
         )
         return _chat_config(rows[0]) if rows else None
 
@@ -365,7 +365,8 @@ class Store:
         """Every chat with its own settings, by chat id."""
         rows = self._all(
             "SELECT chat_id, attention_mode, discriminator_model, discriminator_threshold,"
-            " updated_at FROM chat_config ORDER BY chat_id"
+            # Ids are digits: shorter is smaller, so this is numeric order.
+            " updated_at FROM chat_config ORDER BY length(chat_id), chat_id"
         )
         return [_chat_config(row) for row in rows]
 
@@ -377,12 +378,27 @@ class Store:
             "INSERT INTO chat_config (chat_id, attention_mode, updated_at) VALUES (?, ?, ?)"
             " ON CONFLICT (chat_id) DO UPDATE"
             " SET attention_mode = excluded.attention_mode, updated_at = excluded.updated_at",
-            (chat_id, mode, now),
+            (str(chat_id), mode, now),
+        )
+
+    def set_discriminator(
+        self, chat_id: int, model: str | None, threshold: float | None, now: float
+    ) -> None:
+        """Set the chat's own discriminator model and confidence threshold (None: the
+        default), keeping its mode."""
+        check_threshold(threshold)
+        self._write(
+            "INSERT INTO chat_config (chat_id, discriminator_model, discriminator_threshold,"
+            " updated_at) VALUES (?, ?, ?, ?) ON CONFLICT (chat_id) DO UPDATE"
+            " SET discriminator_model = excluded.discriminator_model,"
+            " discriminator_threshold = excluded.discriminator_threshold,"
+            " updated_at = excluded.updated_at",
+            (str(chat_id), model, threshold, now),
         )
 
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
-        return self._write("DELETE FROM chat_config WHERE chat_id = ?", (chat_id,)) > 0
+        return self._write("DELETE FROM chat_config WHERE chat_id = ?", (str(chat_id),)) > 0
 
     def user_attentions(self) -> list[UserAttention]:
         """Every per-user attention override, by chat then user."""
@@ -915,11 +931,17 @@ def _make_private(path: Path) -> None:
         os.close(open_private(path, os.O_RDWR))
 
 
+def check_threshold(threshold: float | None) -> None:
+    """Refuse a discriminator confidence threshold outside 0..1 (None: the default)."""
+    if threshold is not None and not 0 <= threshold <= 1:
+        raise ValueError("discriminator_threshold must be from 0 to 1")
+
+
 def _chat_config(row: tuple[object, ...]) -> ChatConfig:
     chat_id, mode, model, threshold, updated_at = row
     return ChatConfig(
-        chat_id=cast(int, chat_id),
-        attention_mode=cast(str, mode),
+        chat_id=int(cast(str, chat_id)),
+        attention_mode=cast("str | None", mode),
         discriminator_model=cast("str | None", model),
         discriminator_threshold=cast("float | None", threshold),
         updated_at=cast(float, updated_at),

@@ -359,6 +359,8 @@ class PanelApp:
             chat = self.panel.chat(chat_id)
             prompt = await self.panel.prompt(chat_id)
             versions = await self.panel.history(chat_id)
+            own = await self.panel.chat_settings(chat_id)
+            agent_versions = await self.panel.agent_history(chat_id)
         except PanelInputError as exc:
             return self.render(request, session, "missing.html", status=404, message=str(exc))
         return self.render(
@@ -371,6 +373,9 @@ class PanelApp:
             user_choices=(*ATTENTION_MODES, USER_MODE_DEFAULT),
             prompt=prompt,
             versions=versions,
+            own=own,
+            owner_prompt=self.panel.settings().agent.system_prompt,
+            agent_versions=agent_versions,
             tested=tested,
             test_n=n,
             test_max=TEST_MAX_MESSAGES,
@@ -407,6 +412,21 @@ class PanelApp:
             text = form.get("prompt")
             outcome = await self.panel.save_prompt(chat_id, text if isinstance(text, str) else "")
             session.flash.append((outcome.ok, outcome.message))
+        except PanelInputError as exc:
+            session.flash.append((False, str(exc)))
+        return self._back(request.url.path.rsplit("/", 1)[0])
+
+    async def chat_own(self, request: Request, session: Session) -> Response:
+        """The chat's own agent prompt, or its discriminator model and threshold: each field
+        the form sends, through the executor."""
+        form = await self._form(request)
+        try:
+            chat_id = self._chat_id(request)
+            for field in ("prompt", "model", "threshold"):
+                text = form.get(field)
+                if isinstance(text, str):
+                    outcome = await self.panel.set_chat_setting(chat_id, field, text)
+                    session.flash.append((outcome.ok, outcome.message))
         except PanelInputError as exc:
             session.flash.append((False, str(exc)))
         return self._back(request.url.path.rsplit("/", 1)[0])
@@ -601,6 +621,31 @@ class PanelApp:
                 raise PanelInputError(outcome.message)
         return _Json(self.panel.access())
 
+    async def api_chat_settings(self, request: Request) -> Response:
+        """GET: the chat's own settings (null: the default applies). POST a JSON object with
+        `prompt`, `model` and/or `threshold` (text; `reset`/`default` go back)."""
+        chat_id = self._chat_id(request)
+        if request.method == "POST":
+            body = await self._body(request)
+            given = [(f, body[f]) for f in ("prompt", "model", "threshold") if f in body]
+            if not given:
+                raise PanelInputError("Give a prompt, model or threshold.")
+            for field, text in given:
+                outcome = await self.panel.set_chat_setting(chat_id, field, text)
+                if not outcome.ok:
+                    raise PanelInputError(outcome.message)
+        self.panel.chat(chat_id)
+        own = await self.panel.chat_settings(chat_id)
+        return _Json(
+            {
+                "chat_id": str(chat_id),
+                "agent_prompt": own.prompt,
+                "discriminator_model": own.model,
+                "discriminator_threshold": own.threshold,
+                "default_discriminator_model": own.default_model,
+            }
+        )
+
     async def api_log(self, request: Request) -> Response:
         n, where = self._log_filter(request.query_params)
         result = self.panel.log(n, where)
@@ -684,6 +729,7 @@ class PanelApp:
             Route("/chats/{chat_id}/prompt", page(self.chat_prompt), methods=["POST"]),
             Route("/chats/{chat_id}/users", page(self.chat_user_attention), methods=["POST"]),
             Route("/chats/{chat_id}/test", page(self.chat_test), methods=["POST"]),
+            Route("/chats/{chat_id}/own", page(self.chat_own), methods=["POST"]),
             Route("/activity", page(self.activity)),
             Route("/trust", page(self.trust_page), methods=["GET"]),
             Route("/trust", page(self.trust_add), methods=["POST"]),
@@ -706,6 +752,11 @@ class PanelApp:
                 methods=["POST"],
             ),
             Route("/api/access", api(self.api_access), methods=["GET", "POST"]),
+            Route(
+                "/api/chats/{chat_id}/settings",
+                api(self.api_chat_settings),
+                methods=["GET", "POST"],
+            ),
             Route("/api/log", api(self.api_log)),
             Route("/api/trust", api(self.api_trust), methods=["GET", "POST"]),
             Route("/api/trust/{user_id}", api(self.api_trust_delete), methods=["DELETE"]),

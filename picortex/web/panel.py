@@ -19,9 +19,11 @@ import attrs
 import trio
 
 from picortex import config as config_mod
+from picortex.actors import agent_voice
 from picortex.actors.command_changes import Applied, apply_changes
 from picortex.actors.pipeline import ChannelRegistry, SettingsSource
 from picortex.cli.errors import current_pauses, pause_record
+from picortex.core import chat_settings as cs
 from picortex.core import commands as cmds
 from picortex.core.attention import mode_for_chat
 from picortex.core.discriminate import interpret as interpret_result
@@ -32,7 +34,12 @@ from picortex.core.triggerlog import TriggerEntry
 from picortex.core.trust import Tier, is_trusted
 from picortex.errors import ConfigError, PanelInputError, StoreError
 from picortex.store import RESOLUTIONS, AdminQueries, InvocationError
-from picortex.store.chathome import ChatHome, ChatHomeError
+from picortex.store.chathome import (
+    AGENT_PROMPT_RELPATH,
+    PROMPT_RELPATH,
+    ChatHome,
+    ChatHomeError,
+)
 from picortex.store.personas import load_personas
 from picortex.types import ChannelType, EventSink, Message, Snowflake
 from picortex.web.logtail import LogFilter, TailResult, tail
@@ -439,11 +446,12 @@ class Panel:
         except (ChatHomeError, OSError, UnicodeDecodeError) as exc:
             raise PanelInputError(str(exc)) from None
 
-    async def history(self, chat_id: int) -> list[Version]:
-        """The prompt's newest versions, newest first, each with its diff."""
+    async def history(self, chat_id: int, relpath: str = PROMPT_RELPATH) -> list[Version]:
+        """A prompt's newest versions (the discriminator's unless `relpath` names another),
+        newest first, each with its diff."""
         home = self._home(chat_id)
         try:
-            found = await trio.to_thread.run_sync(home.history_with_diffs, HISTORY_SHOWN)
+            found = await trio.to_thread.run_sync(home.history_with_diffs, HISTORY_SHOWN, relpath)
         except ChatHomeError as exc:
             raise PanelInputError(str(exc)) from None
         return [Version(v.commit, v.date, v.message, _hunks(diff)) for v, diff in found]
@@ -470,6 +478,34 @@ class Panel:
         if not changed:
             return ChangeResult(False, "The prompt is unchanged: nothing to save.")
         return ChangeResult(True, "Saved the discriminator prompt as a new version.")
+
+    # ----- the chat's own agent prompt, discriminator model and threshold ---------------
+
+    async def chat_settings(self, chat_id: int) -> cs.ChatSettings:
+        """The chat's own agent prompt, discriminator model and threshold."""
+        return await agent_voice.chat_settings(
+            self.home, self.store, chat_id, self.settings().discriminator.model
+        )
+
+    async def agent_history(self, chat_id: int) -> list[Version]:
+        """The chat's agent prompt versions, newest first, each with its diff."""
+        return await self.history(chat_id, AGENT_PROMPT_RELPATH)
+
+    async def set_chat_setting(self, chat_id: int, field: str, text: object) -> ChangeResult:
+        """`attention prompt|model|threshold TEXT` in a chat: a commit in its chat home for
+        the prompt (an empty prompt resets it), `chat_config` for the others."""
+        if field not in cs.FIELDS:
+            raise PanelInputError(f"The setting must be one of {', '.join(cs.FIELDS)}.")
+        if not isinstance(text, str | int | float) or isinstance(text, bool):
+            raise PanelInputError(f"The {field} must be text.")
+        value = str(text)
+        if field == "prompt" and not value.strip():
+            value = cs.RESET_WORD
+        parsed = cs.parse(cs.FIELDS[cs.FIELDS.index(field)], value)
+        if isinstance(parsed, str):
+            raise PanelInputError(parsed)
+        self.chat(chat_id)  # an unknown chat is refused before anything changes
+        return await self.run_command(parsed, chat_id)
 
     async def test_discriminator(self, chat_id: int, n: int) -> list[TestLine]:
         """Classify the chat's last `n` cached messages from people, as the bot would."""
@@ -518,7 +554,10 @@ class Panel:
                 raise PanelInputError("The model actor is not running.")
             result = await self.llm.complete(request)
             decision = interpret_result(
-                result, is_dm=is_dm, timeout_seconds=settings.discriminator.timeout_seconds
+                result,
+                is_dm=is_dm,
+                timeout_seconds=settings.discriminator.timeout_seconds,
+                threshold=own.discriminator_threshold if own is not None else None,
             )
             lines.append(
                 TestLine(
@@ -581,6 +620,8 @@ class Panel:
         self, command: cmds.Command, chat_id: int | None = None
     ) -> tuple[ChangeResult, Applied]:
         state = self._state(chat_id)
+        if chat_id is not None:
+            state = attrs.evolve(state, chat=await self.chat_settings(chat_id))
         result = cmds.execute(command, Tier.ADMIN, state)
         applied = await apply_changes(
             result.changes,

@@ -7,14 +7,22 @@ from pathlib import Path
 
 import pytest
 
-from picortex.actors.command_changes import FORGET_FAILED, apply_changes
+from picortex.actors.command_changes import FORGET_FAILED, PROMPT_FAILED, apply_changes
 from picortex.actors.pipeline import SettingsSource
 from picortex.config import Settings
 from picortex.core import commands as cmds
+from picortex.core.chat_settings import ChatSettingChange
 from picortex.core.trust import Tier
 from picortex.store import AdminStore, Store
+from picortex.store.chathome import (
+    AGENT_PROMPT_RELPATH,
+    AGENT_PROMPT_RESET,
+    AGENT_PROMPT_SET,
+    ChatHome,
+)
 
 BOB = 2
+CHAT = 1_234_567_890_123_456_789
 
 
 @pytest.fixture
@@ -73,3 +81,52 @@ async def test_a_store_that_fails_is_one_sentence_not_a_crash(
     result, reply = await _forget(store, tmp_path)
     assert result.changes == (cmds.ForgetUser(BOB),)
     assert reply == FORGET_FAILED
+
+
+# ----- the chat's own settings -----------------------------------------------------------------
+
+
+async def _apply(store: AdminStore, home: Path, *changes: ChatSettingChange) -> str:
+    applied = await apply_changes(
+        changes,
+        store=store,
+        settings=SettingsSource(Settings(home=home, owner_id=1), store),
+        home=home,
+        chat_id=CHAT,
+        now=5.0,
+    )
+    return applied.reply(cmds.CommandResult("done", changes), 1)
+
+
+async def test_the_chats_own_settings_are_stored(store: AdminStore, tmp_path: Path) -> None:
+    reply = await _apply(
+        store,
+        tmp_path,
+        ChatSettingChange("prompt", "Speak like a pirate."),
+        ChatSettingChange("model", "claude-haiku-9"),
+        ChatSettingChange("threshold", 0.7),
+    )
+    assert reply == "done"
+    home = ChatHome(tmp_path, str(CHAT))
+    assert home.read_agent_prompt() == "Speak like a pirate."
+    own = store.get_chat_config(CHAT)
+    assert own is not None
+    assert (own.discriminator_model, own.discriminator_threshold) == ("claude-haiku-9", 0.7)
+    await _apply(store, tmp_path, ChatSettingChange("model", None))
+    own = store.get_chat_config(CHAT)
+    assert own is not None
+    assert (own.discriminator_model, own.discriminator_threshold) == (None, 0.7)
+    await _apply(store, tmp_path, ChatSettingChange("prompt", None))
+    assert home.read_agent_prompt() is None
+    assert [v.message for v, _ in home.history_with_diffs(5, AGENT_PROMPT_RELPATH)] == [
+        AGENT_PROMPT_RESET,
+        AGENT_PROMPT_SET,
+    ]
+
+
+async def test_a_prompt_that_cannot_be_saved_is_one_sentence(
+    store: AdminStore, tmp_path: Path
+) -> None:
+    (tmp_path / "chats").write_text("not a directory", encoding="utf-8")
+    reply = await _apply(store, tmp_path, ChatSettingChange("prompt", "Be brief."))
+    assert reply == PROMPT_FAILED

@@ -71,6 +71,21 @@ def test_edit_and_save_the_prompt_then_see_it_in_history(page: Page, live: LiveB
     screenshot(page, "panel-chat")
 
 
+def test_give_a_chat_its_own_agent_prompt_and_hear_it(page: Page, live: LiveBot) -> None:
+    run = live.running
+    general = run.world.general_id
+    log_in(page, live)
+    page.goto(f"/chats/{general}")
+    page.get_by_label("Agent prompt").fill("You are {{bot_name}}.\nSign off: -- Panel Pico")
+    page.get_by_role("button", name="Save the agent prompt").click()
+    expect(page.get_by_role("status")).to_have_text("This chat's agent prompt is set.")
+    expect(page.locator("#agent-versions > li").first).to_contain_text("Agent prompt set")
+    asked = live.say(general, run.world.alice_id, f"{run.mention()} hello")
+    live.wait_until(lambda r: bool(r.replies_to(int(asked))))
+    [reply] = live.call(run.replies_to, int(asked))
+    assert reply["content"].endswith("-- Panel Pico")
+
+
 def test_run_the_discriminator_test(page: Page, live: LiveBot) -> None:
     run = live.running
     general = run.world.general_id

@@ -188,6 +188,21 @@ def test_runtime_config_applies(tmp_path: Path) -> None:
     assert '"Alice": "a2"' in model.prompt(0) and '"Alice": "a1"' not in model.prompt(0)
 
 
+def test_the_chats_threshold_applies(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path / "home")
+    with Store.open(settings.db_path) as store:
+        store.set_discriminator(CHAT, None, 0.7, 0.0)
+    write_cache(settings, [(1, "b?")])
+    unsure = '{"should_respond": true, "reason": "asks", "confidence": 0.5}'
+    out = io.StringIO()
+    run_discriminator_test(
+        settings, str(CHAT), 1, out=out, llm_http_client_factory=Model(unsure).factory()
+    )
+    assert "  -> skip: discriminator: confidence 0.5 is below the chat's threshold 0.7" in (
+        out.getvalue()
+    )
+
+
 def test_without_a_key_no_call_and_the_fallback_shows(tmp_path: Path) -> None:
     settings = settings_for(tmp_path / "home", key=False)
     write_cache(settings, [(1, "hello?")])

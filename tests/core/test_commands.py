@@ -10,6 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from picortex.core.chat_settings import (
+    ChatSettingChange,
+    ChatSettings,
+    ChatSettingSet,
+    parse_prompt,
+)
 from picortex.core.commands import (
     ACCESS_ACTIONS,
     ATTENTION_MODES,
@@ -533,7 +539,9 @@ def test_attention() -> None:
     reply, changes, _ = run("attention")
     assert reply == (
         "Attention mode: `mentions-only`. "
-        "Discriminator prompt: `chats/9/.picortex/prompts/discriminator.md`."
+        "Discriminator prompt: `chats/9/.picortex/prompts/discriminator.md`. "
+        "Discriminator model: the default. Confidence threshold: none (the default). "
+        "Agent prompt: the owner's."
     )
     assert changes == ()
     reply, changes, _ = run("attention always")
@@ -776,3 +784,104 @@ def test_untrusted_requesters_may_run_nothing_but_forget_me() -> None:
     for text in ("help", "whitelist list", "poll a | b | c", "speak"):
         result = execute(parse_command(text), None, state(requester_id=STRANGER))
         assert (result.outcome, result.changes) == ("denied", ())
+
+
+# ----- the chat's own prompt, discriminator model and threshold (SPEC 7, 18) ------------------
+
+
+def test_attention_prompt_model_and_threshold_set_the_chats_own_settings() -> None:
+    reply, changes, outcome = run("attention prompt Speak like a pirate.\nBe brief.")
+    assert (outcome, changes) == (
+        "ok",
+        (ChatSettingChange("prompt", "Speak like a pirate.\nBe brief."),),
+    )
+    assert reply == "This chat's agent prompt is set."
+    reply, changes, _ = run("attention model claude-haiku-9")
+    assert changes == (ChatSettingChange("model", "claude-haiku-9"),)
+    assert reply == "This chat's discriminator model is now `claude-haiku-9`."
+    reply, changes, _ = run("attention threshold 0.7")
+    assert changes == (ChatSettingChange("threshold", 0.7),)
+    assert reply == "This chat's confidence threshold is now `0.7`."
+
+
+def test_attention_settings_return_to_the_default() -> None:
+    own = ChatSettings(prompt="p", model="m", threshold=0.5, default_model="claude-haiku-5-5")
+    assert run("attention prompt reset", chat=own)[1] == (ChatSettingChange("prompt", None),)
+    assert run("attention model default", chat=own)[1] == (ChatSettingChange("model", None),)
+    assert run("attention threshold default", chat=own)[1] == (
+        ChatSettingChange("threshold", None),
+    )
+    # Nothing to change: said so, nothing stored.
+    reply, changes, outcome = run("attention prompt reset")
+    assert (reply, changes, outcome) == ("This chat already uses the owner's prompt.", (), "ok")
+    assert run("attention threshold 0.5", chat=own)[1] == ()
+
+
+def test_attention_show_shows_the_chats_own_settings() -> None:
+    own = ChatSettings(prompt="abc", model=None, threshold=0.7, default_model="claude-haiku-5-5")
+    reply = run("attention show", chat=own)[0]
+    assert reply.endswith(
+        "Discriminator model: `claude-haiku-5-5` (the default). Confidence threshold: `0.7`. "
+        "Agent prompt: this chat's own (3 characters)."
+    )
+
+
+def test_attention_show_shows_users_own_modes_access_and_the_chats_own_settings() -> None:
+    own = ChatSettings(prompt=None, model="claude-haiku-9", threshold=0.4)
+    reply = run(
+        "attention show", chat=own, user_modes={7: "always"}, access_note="channel is denied"
+    )[0]
+    first, *rest = reply.splitlines()
+    assert first.endswith(
+        "Discriminator model: `claude-haiku-9` (this chat's own). Confidence threshold: `0.4`. "
+        "Agent prompt: the owner's."
+    )
+    assert rest == [
+        "Silent here whatever the mode: the channel is denied.",
+        "Users' own modes here: <@7>: `always`.",
+    ]
+
+
+def test_attention_help_and_errors_name_every_subcommand() -> None:
+    words = ("show", "user", "prompt", "model", "threshold")
+    assert all(f"attention {w}" in run("help attention")[0] for w in words)
+    assert all(w in run("attention sometimes")[0] for w in words)
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("attention threshold 1.5", "a number from 0 to 1"),
+        ("attention threshold nan", "a number from 0 to 1"),
+        ("attention threshold high", "a number from 0 to 1"),
+        ("attention model", "one model id"),
+        ("attention model two words", "one model id"),
+        ("attention prompt", "Give the prompt's text"),
+        ("attention prompt " + "x" * 8001, "at most 8000 characters"),
+        ("attention prompt a\u200bb", "control or format"),
+    ],
+)
+def test_bad_attention_values_are_one_sentence(text: str, error: str) -> None:
+    reply, changes, outcome = run(text)
+    assert (changes, outcome) == ((), "error")
+    assert error in reply
+
+
+@pytest.mark.parametrize("tier", [Tier.USER, Tier.TRUSTED])
+def test_the_chats_own_settings_need_an_admin(tier: Tier) -> None:
+    reply, changes, outcome = run("attention threshold 0.7", tier, requester_id=2)
+    assert (changes, outcome) == ((), "denied")
+    assert "needs an admin" in reply
+
+
+@given(st.sampled_from(["prompt", "model", "threshold"]), st.text(min_size=1, max_size=30))
+def test_chat_settings_render_back_to_themselves(field: str, text: str) -> None:
+    command = parse_command(f"attention {field} {text}")
+    if isinstance(command, ChatSettingSet):
+        assert parse_command(render_command(command)) == command
+
+
+def test_a_prompt_from_a_browser_form_keeps_its_lines() -> None:
+    assert (
+        parse_prompt("Speak like a pirate.\r\nBe brief.\r\n") == "Speak like a pirate.\nBe brief."
+    )

@@ -39,7 +39,10 @@ CHAT = ChatMeta("6001", "group", "general", "picortex")
 def test_template_has_every_placeholder_and_the_answer_format() -> None:
     for name in ("bot_name", "chat_kind", "chat_name", "chat_id", "history", "message"):
         assert "{{" + name + "}}" in TEMPLATE
-    assert '{"should_respond": true or false, "reason": "one short sentence"}' in TEMPLATE
+    assert (
+        '{"should_respond": true or false, "reason": "one short sentence", "confidence": 0 to 1}'
+        in TEMPLATE
+    )
 
 
 def test_render_fills_placeholders_in_order() -> None:
@@ -227,7 +230,7 @@ def test_token_estimate_counts_non_ascii_conservatively() -> None:
         ('```JSON\n{"should_respond": true, "reason": "r"}\n```', (True, "r")),
         ('```\n{"should_respond": false, "reason": "r"}\n```', (False, "r")),
         ('```json {"should_respond": false, "reason": "r"}```', (False, "r")),
-        ('{"should_respond": true, "reason": "r", "confidence": 0.9}', (True, "r")),
+        ('{"should_respond": true, "reason": "r", "extra": 0.9}', (True, "r")),
     ],
 )
 def test_parse_answer_accepts(text: str, expected: tuple[bool, str]) -> None:
@@ -295,3 +298,40 @@ def test_decide_from_text_fails_by_chat_kind_on_bad_json() -> None:
     assert decide_from_text('{"should_respond": true, "reason": "q"}', is_dm=False).outcome == (
         "respond"
     )
+
+
+# ----- confidence and the chat's threshold (SPEC 7) -------------------------------------------
+
+
+def test_an_answer_may_carry_a_confidence() -> None:
+    parsed = parse_answer('{"should_respond": true, "reason": "asked", "confidence": 0.8}')
+    assert parsed == DiscriminatorAnswer(True, "asked", 0.8)
+    assert parse_answer('{"should_respond": true, "reason": "r", "confidence": 1}') == (
+        DiscriminatorAnswer(True, "r", 1.0)
+    )
+    assert parse_answer('{"should_respond": true, "reason": "r"}') == DiscriminatorAnswer(True, "r")
+
+
+@pytest.mark.parametrize("bad", ['"high"', "1.5", "-0.1", "true", "[0.5]"])
+def test_a_confidence_outside_0_to_1_is_no_verdict(bad: str) -> None:
+    parsed = parse_answer(f'{{"should_respond": true, "reason": "r", "confidence": {bad}}}')
+    assert parsed == ParseFailure("the discriminator's confidence is not a number from 0 to 1")
+
+
+def test_below_the_threshold_the_bot_stays_quiet() -> None:
+    sure = '{"should_respond": true, "reason": "asked", "confidence": 0.9}'
+    unsure = '{"should_respond": true, "reason": "asked", "confidence": 0.4}'
+    bare = '{"should_respond": true, "reason": "asked"}'
+    quiet = decide_from_text(unsure, is_dm=False, threshold=0.7)
+    assert quiet.outcome == "skip"
+    assert quiet.confidence == 0.4
+    assert quiet.reason == "discriminator: confidence 0.4 is below the chat's threshold 0.7: asked"
+    loud = decide_from_text(sure, is_dm=False, threshold=0.7)
+    assert (loud.outcome, loud.confidence) == ("respond", 0.9)
+    # At the threshold, without one, or without a confidence, the verdict stands.
+    assert decide_from_text(unsure, is_dm=False, threshold=0.4).outcome == "respond"
+    assert decide_from_text(unsure, is_dm=False).outcome == "respond"
+    bare_decision = decide_from_text(bare, is_dm=False, threshold=0.7)
+    assert (bare_decision.outcome, bare_decision.confidence) == ("respond", None)
+    no = '{"should_respond": false, "reason": "chatter", "confidence": 0.95}'
+    assert decide_from_text(no, is_dm=False, threshold=0.1).outcome == "skip"

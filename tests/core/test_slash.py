@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from picortex.core import commands as cmds
 from picortex.core import slash as sl
+from picortex.core.chat_settings import ChatSettingSet
 from picortex.core.trust import Tier
 from picortex.types import Interaction, InteractionOption, User
 
@@ -42,6 +43,7 @@ def test_the_tree_keeps_discords_rules() -> None:
             assert len(option.get("choices", [])) <= 25  # type: ignore[arg-type]
             assert len(option.get("options", [])) <= 25  # type: ignore[arg-type]
             assert not (option.get("choices") and option.get("autocomplete"))
+            assert 1 <= int(option.get("max_length", 1)) <= 6000  # type: ignore[call-overload]
             values = option.get("options", [])
             required = [bool(o.get("required")) for o in values]  # type: ignore[union-attr]
             assert required == sorted(required, reverse=True)  # required options come first
@@ -157,3 +159,31 @@ def test_attention_user_and_access_read_as_the_typed_commands() -> None:
     (command,) = sl.command_tree(global_scope=True)
     (access,) = [o for o in command["options"] if o["name"] == "access"]
     assert [o["type"] for o in access["options"]] == [sl.STRING, sl.ROLE, sl.CHANNEL]
+
+
+def test_attention_sets_the_chats_own_prompt_model_and_threshold() -> None:
+    def act(*args: InteractionOption) -> object:
+        return sl.action_for(_run(_sub("attention", *args)))
+
+    assert act(_s("prompt", "Speak like a pirate.")) == ChatSettingSet(
+        "prompt", "Speak like a pirate."
+    )
+    assert act(_s("prompt", "reset")) == ChatSettingSet("prompt", None)
+    assert act(_s("model", "claude-haiku-9")) == ChatSettingSet("model", "claude-haiku-9")
+    assert act(_s("threshold", "0.7")) == ChatSettingSet("threshold", 0.7)
+    assert act(_s("threshold", "default")) == ChatSettingSet("threshold", None)
+    assert act(_s("threshold", "2")) == cmds.Invalid(
+        "attention", "The threshold is a number from 0 to 1, or `default`."
+    )
+    assert act(_s("mode", "always"), _s("threshold", "0.5")) == cmds.Invalid(
+        "attention", "Give one of mode, prompt, model or threshold at a time."
+    )
+    [attention] = [
+        o for o in sl.command_tree(global_scope=False)[0]["options"] if o["name"] == "attention"
+    ]
+    names = [o["name"] for o in attention["options"]]
+    assert names == ["mode", "user", "prompt", "model", "threshold"]
+    # A user's own mode is set alone: the chat's own settings are not set on the way.
+    assert act(_s("mode", "always"), _s("user", "7", sl.USER), _s("model", "m")) == cmds.Invalid(
+        "attention", "Set a user's own mode alone, without the others."
+    )

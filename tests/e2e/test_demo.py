@@ -39,8 +39,10 @@ def test_demo_transcript_and_log(
     assert "OFFLINE model endpoint (--offline)" in out
     assert "the model failed" not in out
     assert BAD_KEY not in out + done.err
-    for n in range(1, 15):
+    for n in range(1, 16):
         assert f"[{n}] " in out
+    assert "picortex in #general: This chat's agent prompt is set." in out
+    assert re.search(r"picortex in #general: .*meeting room\? -- Captain Pico", out)
     assert "swatch.png" in out
     assert "I see 1 image" in out
     assert re.search(r"reply: streamed into 2 messages, edited \d+ times? as it grew", out)

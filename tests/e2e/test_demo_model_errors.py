@@ -69,7 +69,7 @@ def test_a_refused_key_ends_each_scene_at_once_and_suggests_offline(
     assert "within 30 s" not in text
     # Scenes are printed in order, each header once.
     numbers = [int(n) for n in re.findall(r"^\[(\d+)\] ", text, flags=re.MULTILINE)]
-    assert numbers == list(range(1, 15))
+    assert numbers == list(range(1, 16))
     # The staged failure of scene 9 is reported under scene 9, not after it.
     scene9 = text.split("[9] ")[1].split("[10] ")[0]
     assert "invocation failed at stage" in scene9

@@ -33,6 +33,8 @@ TOOLS = {
     "set_access",
     "get_user_attention",
     "set_user_attention",
+    "get_chat",
+    "set_chat",
 }
 
 
@@ -126,6 +128,16 @@ async def test_every_tool_over_stdio(tmp_path: Path) -> None:
                 return mode is not None and mode.attention_mode == "silent"
 
             await run.wait_until(silent)
+
+            chat_id = str(w.general_id)
+            _, own = await _call(session, "set_chat", chat_id=chat_id, threshold="0.6")
+            assert own == {"chat_id": chat_id, "changed": True, "message": own["message"]}
+            _, seen = await _call(session, "get_chat", chat_id=chat_id)
+            assert (seen["attention_mode"], seen["discriminator_threshold"]) == ("silent", 0.6)
+            bad, why = await _call(session, "set_chat", chat_id=chat_id, threshold="2")
+            assert bad and why == "The threshold is a number from 0 to 1, or `default`."
+            bad, why = await _call(session, "set_chat", chat_id=chat_id, model="a", threshold="1")
+            assert bad and why == "Give exactly one of `prompt`, `model` or `threshold`."
 
             _, errors = await _call(session, "list_errors", unresolved=True)
             assert [e["id"] for e in errors] == [error_id]

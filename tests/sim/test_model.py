@@ -277,3 +277,12 @@ async def test_an_unpaced_stream_is_one_part_and_a_paced_one_a_part_per_delta(
     assert tail.count(b"event: ") == 3  # content_block_stop, message_delta, message_stop
     texts = re.compile(rb'"text_delta","text":"([^"]*)"')
     assert texts.findall(whole) == texts.findall(b"".join(deltas)) == [b"abc", b"def", b"gh"]
+
+
+def test_the_default_answer_signs_off_as_the_system_prompt_says() -> None:
+    turn = [{"role": "user", "content": "hello there"}]
+    system = "You are Captain Pico.\nSign off: -- Captain Pico, at sea\nBe brief."
+    assert default_answer(system, turn) == (
+        "(offline model) You said: hello there -- Captain Pico, at sea"
+    )
+    assert default_answer("Be brief.", turn) == "(offline model) You said: hello there"

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from picortex.store.chathome import (
+    AGENT_PROMPT_RELPATH,
     HAND_EDIT_MESSAGE,
     PROMPT_RELPATH,
     RESTORE_MESSAGE,
@@ -246,3 +247,49 @@ def test_remove_deletes_the_home(tmp_path: Path) -> None:
     assert not home.root.exists()
     assert not home.remove()
     assert ChatHome(tmp_path, "15").read_prompt() == default_prompt_template()
+
+
+# ----- the chat's own agent prompt (SPEC 18) --------------------------------------------------
+
+
+def _agent_log(home: ChatHome) -> list[str]:
+    return [v.message for v, _ in home.history_with_diffs(10, AGENT_PROMPT_RELPATH)]
+
+
+def test_a_chat_without_its_own_agent_prompt_reads_none_without_git(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    commands = _git_commands(monkeypatch)
+    assert ChatHome(tmp_path, "20").read_agent_prompt() is None
+    assert commands == []
+    assert not (tmp_path / "chats" / "20").exists()  # reading makes no home
+
+
+def test_the_agent_prompt_is_written_reset_and_kept_in_history(tmp_path: Path) -> None:
+    home = ChatHome(tmp_path, "21")
+    assert home.write_agent_prompt("Speak like a pirate.", "agent prompt set in chat")
+    assert home.agent_prompt_path == home.root / ".picortex/prompts/agent.md"
+    assert home.read_agent_prompt() == "Speak like a pirate."
+    assert not home.write_agent_prompt("Speak like a pirate.", "again")  # nothing changed
+    assert home.write_agent_prompt("Answer in French.", "changed in the panel")
+    assert home.reset_agent_prompt("agent prompt reset")
+    assert home.read_agent_prompt() is None
+    assert not home.reset_agent_prompt("twice")
+    history = home.history_with_diffs(10, AGENT_PROMPT_RELPATH)
+    assert [v.message for v, _ in history] == [
+        "agent prompt reset",
+        "changed in the panel",
+        "agent prompt set in chat",
+    ]
+    assert "-Answer in French." in history[0][1]
+    assert "+Answer in French." in history[1][1] and "-Speak like a pirate." in history[1][1]
+    # The discriminator prompt's history is its own.
+    assert messages(home) == [SEED_MESSAGE]
+
+
+def test_a_hand_edit_of_the_agent_prompt_is_committed(tmp_path: Path) -> None:
+    home = ChatHome(tmp_path, "22")
+    home.write_agent_prompt("v1", "set")
+    home.agent_prompt_path.write_text("by hand", encoding="utf-8")
+    assert home.read_agent_prompt() == "by hand"
+    assert _agent_log(home) == [HAND_EDIT_MESSAGE, "set"]

@@ -242,6 +242,31 @@ async def test_the_bot_reads_stored_user_attention_from_memory_at_start(backend:
         assert running.get_user_attention(5, 8) is None
 
 
+async def test_a_chat_keeps_its_own_discriminator_model_and_threshold(
+    admin: AdminQueries, reopen: Callable[[], AdminQueries]
+) -> None:
+    admin.set_discriminator(5, "claude-haiku-9", 0.7, NOW)  # a chat with no mode of its own
+    own = admin.get_chat_config(5)
+    assert own is not None
+    assert (own.attention_mode, own.discriminator_model, own.discriminator_threshold) == (
+        None,
+        "claude-haiku-9",
+        0.7,
+    )
+    admin.set_attention_mode(5, "discriminate", NOW + 1)
+    admin.set_discriminator(5, None, 0.25, NOW + 2)
+    with pytest.raises(ValueError, match="from 0 to 1"):
+        admin.set_discriminator(5, None, 1.5, NOW)
+    await admin.flush()
+    again = reopen().get_chat_config(5)
+    assert again is not None
+    assert (again.attention_mode, again.discriminator_model, again.discriminator_threshold) == (
+        "discriminate",
+        None,
+        0.25,
+    )
+
+
 async def test_spend_adds_up_per_workspace_user_and_day(
     admin: AdminQueries, reopen: Callable[[], AdminQueries]
 ) -> None:

@@ -59,6 +59,46 @@ def test_cluster_init_without_a_database_url_says_what_is_missing(
     assert "PICORTEX_DATABASE_URL" in capsys.readouterr().err
 
 
+def test_a_chat_may_keep_a_threshold_without_a_mode_after_the_schema_moves_on(
+    pg_server: Server,
+) -> None:
+    import psycopg
+
+    from picortex.store.pg.schema import MIGRATIONS, SCHEMA_VERSION_TABLE
+
+    url = pg_server.database(schema=False)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(SCHEMA_VERSION_TABLE)
+        for version, migration in enumerate(MIGRATIONS[:2], start=1):
+            conn.execute(migration)
+            conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+        conn.execute("INSERT INTO chat_config VALUES ('5', 'silent', 'claude-haiku-9', 0.5, 1)")
+        conn.execute("INSERT INTO chat_config VALUES ('6', 'always', NULL, 7.0, 1)")
+    db = connect_postgres(url)
+    try:
+        assert [
+            (c.chat_id, c.attention_mode, c.discriminator_threshold) for c in db.chat_configs()
+        ] == [
+            (5, "silent", 0.5),
+            (6, "always", None),  # never valid: the default again
+        ]
+        version = db._one("SELECT version FROM config_changes")
+        db.set_discriminator(8, "claude-haiku-9", 0.3, NOW)
+        own = db.get_chat_config(8)
+        assert own is not None
+        assert (own.attention_mode, own.discriminator_model, own.discriminator_threshold) == (
+            None,
+            "claude-haiku-9",
+            0.3,
+        )
+        # The change still tells every process to reload.
+        assert db._one("SELECT version FROM config_changes") != version
+        with pytest.raises(StoreError, match="chat_config_threshold_range"):
+            db._write("UPDATE chat_config SET discriminator_threshold = 2 WHERE chat_id = '8'")
+    finally:
+        db.close()
+
+
 def test_a_database_a_newer_picortex_migrated_is_refused(pg_url: str) -> None:
     db = connect_postgres(pg_url)
     try:

@@ -96,6 +96,60 @@ def test_observations_made_before_authors_were_kept_take_their_message_author(
         assert authors == {("message", 1, 3), ("observation", 1, 3), ("observation", 9, None)}
 
 
+def test_chat_ids_become_the_text_discord_sends_keeping_each_chat(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    conn = apsw.Connection(str(db_path))
+    conn.execute(SCHEMA_VERSION_TABLE)
+    for version, migration in enumerate(MIGRATIONS[:7], start=1):
+        conn.execute(migration)
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+    big = 1_234_567_890_123_456_789
+    conn.execute(
+        "INSERT INTO chat_config VALUES (?, 'always', 'm', NULL, 1.0), (9, 'silent', NULL, 3.0,"
+        " 2.0)",
+        (big,),
+    )
+    conn.close()
+    with Store.open(db_path) as store:
+        assert [
+            (c.chat_id, c.attention_mode, c.discriminator_model) for c in store.chat_configs()
+        ] == [
+            (9, "silent", None),
+            (big, "always", "m"),
+        ]
+        own = store.get_chat_config(9)
+        assert own is not None and own.discriminator_threshold is None  # 3.0 was never 0-1
+    conn = apsw.Connection(str(db_path))
+    assert conn.execute("SELECT typeof(chat_id) FROM chat_config").fetchall() == [("text",)] * 2
+    conn.close()
+
+
+def test_chat_settings_and_users_own_modes_survive_the_chat_config_rebuild(
+    db_path: Path,
+) -> None:
+    db_path.parent.mkdir(parents=True)
+    conn = apsw.Connection(str(db_path))
+    conn.execute(SCHEMA_VERSION_TABLE)
+    for version, migration in enumerate(MIGRATIONS[:8], start=1):
+        conn.execute(migration)
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+    conn.execute("INSERT INTO chat_config VALUES (5, 'silent', 'claude-haiku-9', 0.5, 10.0)")
+    conn.execute("INSERT INTO chat_config VALUES (6, 'always', NULL, 7.0, 10.0)")  # never valid
+    conn.execute("INSERT INTO chat_user_attention VALUES (5, 7, 'always', 11.0)")
+    conn.close()
+    with Store.open(db_path) as store:
+        assert store.schema_version() == LATEST_VERSION
+        assert store.chat_configs() == [
+            ChatConfig(5, "silent", "claude-haiku-9", 0.5, 10.0),
+            ChatConfig(6, "always", None, None, 10.0),
+        ]
+        assert [(u.chat_id, u.user_id, u.mode) for u in store.user_attentions()] == [
+            (5, 7, "always")
+        ]
+        store.set_discriminator(8, None, 0.3, 12.0)  # no mode of its own
+        assert store.get_chat_config(8) == ChatConfig(8, None, None, 0.3, 12.0)
+
+
 def test_a_newer_database_is_refused(db_path: Path) -> None:
     Store.open(db_path).close()
     conn = apsw.Connection(str(db_path))

@@ -93,13 +93,20 @@ class FakeModel:
     """Answers "respond" for messages that mention cake, "skip" otherwise."""
 
     requests: list[LLMRequest] = attrs.field(factory=list)
+    confidence: float | None = None  # given with each verdict when set
 
     async def complete(self, request: LLMRequest) -> LLMResult:
         self.requests.append(request)
         prompt = request.messages[-1].content
         new = prompt.rsplit("cake", 1)
         verdict = len(new) > 1 and "cake" in prompt.split("New message")[-1]
-        text = orjson.dumps({"should_respond": verdict, "reason": "cake" if verdict else "no cake"})
+        answer: dict[str, object] = {
+            "should_respond": verdict,
+            "reason": "cake" if verdict else "no cake",
+        }
+        if self.confidence is not None:
+            answer["confidence"] = self.confidence
+        text = orjson.dumps(answer)
         return LLMResult(text.decode(), request.model or "m", 10, 5, 0.00002, 3, "ok")
 
 
@@ -513,6 +520,68 @@ async def test_attention_radio_form_goes_through_the_executor(env: Env) -> None:
     assert ChatHome(env.home, str(GENERAL)).exists()
 
 
+async def test_the_chats_own_agent_prompt_is_edited_with_history_and_diffs(env: Env) -> None:
+    csrf = await env.login()
+    url = f"/chats/{GENERAL}/own"
+    r = await env.client.post(url, data={"prompt": "Speak like a pirate.", "csrf": csrf})
+    assert r.status_code == 303
+    r = await env.client.post(url, data={"prompt": "Answer in French.\r\n", "csrf": csrf})
+    home = ChatHome(env.home, str(GENERAL))
+    assert home.read_agent_prompt() == "Answer in French."
+    page = (await env.client.get(f"/chats/{GENERAL}")).text
+    assert "This chat&#39;s agent prompt is set." in page
+    assert 'aria-label="Agent prompt"' in page and ">Answer in French.</textarea>" in page
+    agent = page[page.index('id="agent-versions"') :]
+    assert "<del>-Speak like a pirate.</del>" in agent
+    assert "<ins>+Answer in French.</ins>" in agent
+    assert [e["text"] for e in env.sink.of("command")] == [
+        "attention prompt Speak like a pirate.",
+        "attention prompt Answer in French.",
+    ]
+    # An empty prompt: the owner's applies again (a commit too).
+    await env.client.post(url, data={"prompt": "", "csrf": csrf})
+    assert home.read_agent_prompt() is None
+    assert "the owner&#39;s prompt again" in (await env.client.get(f"/chats/{GENERAL}")).text
+
+
+async def test_the_chats_discriminator_model_and_threshold_through_the_form_and_api(
+    env: Env,
+) -> None:
+    csrf = await env.login()
+    r = await env.client.post(
+        f"/chats/{GENERAL}/own", data={"model": "claude-haiku-9", "threshold": "0.7", "csrf": csrf}
+    )
+    assert r.status_code == 303
+    own = env.store.get_chat_config(GENERAL)
+    assert own is not None
+    assert (own.attention_mode, own.discriminator_model, own.discriminator_threshold) == (
+        None,
+        "claude-haiku-9",
+        0.7,
+    )
+    page = (await env.client.get(f"/chats/{GENERAL}")).text
+    assert 'name="threshold" value="0.7"' in page
+    url = f"/api/chats/{GENERAL}/settings"
+    r = await env.client.post(
+        url, json={"threshold": "default", "prompt": "Be brief."}, headers=env.bearer()
+    )
+    assert r.status_code == 200
+    assert r.json() == {
+        "chat_id": str(GENERAL),
+        "agent_prompt": "Be brief.",
+        "discriminator_model": "claude-haiku-9",
+        "discriminator_threshold": None,
+        "default_discriminator_model": "claude-haiku-5-5",
+    }
+    assert (await env.client.get(url, headers=env.bearer())).json()["agent_prompt"] == "Be brief."
+    for body in [{"threshold": "1.5"}, {"model": "two words"}, {"colour": "red"}, {"model": ""}]:
+        r = await env.client.post(url, json=body, headers=env.bearer())
+        assert r.status_code == 400
+        assert r.json()["error"].endswith(".")
+    own = env.store.get_chat_config(GENERAL)
+    assert own is not None and own.discriminator_threshold is None
+
+
 async def test_thread_follows_its_parent_until_set(env: Env) -> None:
     env.store.set_attention_mode(GENERAL, "always", 0)
     r = await env.client.get("/api/chats", headers=env.bearer())
@@ -820,6 +889,12 @@ async def test_discriminator_test_shows_decision_reason_and_cost(env: Env) -> No
     r = await env.client.post(f"/chats/{GENERAL}/test", data={"n": "99", "csrf": csrf})
     assert r.status_code == 303
     assert len(env.model.requests) == 2
+    # Below the chat's confidence threshold, the test run stays quiet as the bot would.
+    env.store.set_discriminator(GENERAL, None, 0.7, 0.0)
+    env.model.confidence = 0.5
+    r = await env.client.post(f"/chats/{GENERAL}/test", data={"n": "2", "csrf": csrf})
+    assert re.findall(r'<td class="decision (\w+)">', r.text) == ["skip", "skip"]
+    assert "below the chat&#39;s threshold 0.7" in r.text
 
 
 # ----- activity and the log API ------------------------------------------------------------
@@ -1035,6 +1110,19 @@ async def test_saving_settings_sets_only_what_changed_through_the_executor(env: 
     assert "Nothing to save: every setting already has that value." in page
 
 
+async def test_the_owner_prompt_is_a_text_area_that_keeps_its_lines(env: Env) -> None:
+    await env.login()
+    page = (await env.client.get("/settings")).text
+    assert '<textarea id="set-agent.system_prompt"' in page
+    fields = settings_form(page) | {"agent.system_prompt": "You are {{bot_name}}.\nBe brief."}
+    r = await env.client.post("/settings", data=fields)
+    assert r.status_code == 303
+    assert env.store.runtime_config() == {"agent.system_prompt": "You are {{bot_name}}.\nBe brief."}
+    assert env.panel.settings().agent.system_prompt == "You are {{bot_name}}.\nBe brief."
+    page = (await env.client.get("/settings")).text
+    assert "You are {{bot_name}}.\nBe brief.</textarea>" in page
+
+
 async def test_a_value_out_of_bounds_is_one_sentence_and_nothing_is_saved(env: Env) -> None:
     await env.login()
     fields = settings_form((await env.client.get("/settings")).text)
@@ -1136,6 +1224,7 @@ CHANGE_FIELDS = {
     "back": "list",
     "wakeword": "!p",
     "deny_channels": [str(GENERAL)],
+    "threshold": "0.5",
 }
 
 

@@ -29,6 +29,7 @@ from picortex.store.store import (
     InvocationError,
     MemoryHit,
     UserAttention,
+    check_threshold,
     query_terms,
     trim_stack_trace,
 )
@@ -271,6 +272,21 @@ class PgDatabase:
             " ON CONFLICT (chat_id) DO UPDATE"
             " SET attention_mode = excluded.attention_mode, updated_at = excluded.updated_at",
             (str(chat_id), mode, now),
+        )
+
+    def set_discriminator(
+        self, chat_id: int, model: str | None, threshold: float | None, now: float
+    ) -> None:
+        """Set the chat's own discriminator model and confidence threshold (None: the
+        default), keeping its mode."""
+        check_threshold(threshold)
+        self._write(
+            "INSERT INTO chat_config (chat_id, discriminator_model, discriminator_threshold,"
+            " updated_at) VALUES (%s, %s, %s, %s) ON CONFLICT (chat_id) DO UPDATE"
+            " SET discriminator_model = excluded.discriminator_model,"
+            " discriminator_threshold = excluded.discriminator_threshold,"
+            " updated_at = excluded.updated_at",
+            (str(chat_id), model, threshold, now),
         )
 
     def user_attentions(self) -> list[UserAttention]:
@@ -750,7 +766,7 @@ def _chat_config(row: Row) -> ChatConfig:
     chat_id, mode, model, threshold, updated_at = row
     return ChatConfig(
         chat_id=int(cast(str, chat_id)),
-        attention_mode=cast(str, mode),
+        attention_mode=cast("str | None", mode),
         discriminator_model=cast("str | None", model),
         discriminator_threshold=cast("float | None", threshold),
         updated_at=cast(float, updated_at),

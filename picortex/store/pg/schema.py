@@ -186,7 +186,22 @@ CREATE INDEX invocation_errors_unresolved_at ON invocation_errors (created_at)
     WHERE resolved_at IS NULL;
 """
 
-MIGRATIONS: Final[tuple[str, ...]] = (_V1_CORE, _V2_CHAT_USER_ATTENTION)
+# A chat may have a discriminator model or threshold of its own without a mode of its own
+# (NULL: the default); a threshold outside 0..1 was never valid and becomes the default.
+# Altered in place, so the config-changed trigger stays on the table.
+_V3_CHAT_CONFIG_OPTIONAL_MODE: Final = """
+ALTER TABLE chat_config ALTER COLUMN attention_mode DROP NOT NULL;
+UPDATE chat_config SET discriminator_threshold = NULL
+    WHERE NOT discriminator_threshold BETWEEN 0 AND 1;
+ALTER TABLE chat_config ADD CONSTRAINT chat_config_threshold_range
+    CHECK (discriminator_threshold IS NULL OR discriminator_threshold BETWEEN 0 AND 1);
+"""
+
+MIGRATIONS: Final[tuple[str, ...]] = (
+    _V1_CORE,
+    _V2_CHAT_USER_ATTENTION,
+    _V3_CHAT_CONFIG_OPTIONAL_MODE,
+)
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
 LATEST_VERSION: Final = len(MIGRATIONS)
