@@ -255,6 +255,10 @@ class ChannelBook(ChannelDirectory, Protocol):
         """Remember a guild's name."""
         ...
 
+    def note_roles(self, user_id: Snowflake, roles: tuple[Snowflake, ...]) -> None:
+        """Remember the roles a member's server message carried."""
+        ...
+
 
 class ContextFeed(Protocol):
     """The context cache, as the router feeds it with gateway events."""

@@ -27,6 +27,7 @@ from picortex.actors.replies import PostingRest, Replies
 from picortex.config import Settings
 from picortex.core import commands as cmds
 from picortex.core import trust
+from picortex.core.access import role_tier
 from picortex.core.context import format_line
 from picortex.core.triggerlog import TriggerEntry, TriggerLog
 from picortex.errors import FatalDiscordError
@@ -49,6 +50,8 @@ ANSWER_TIMEOUT_SECONDS: Final = 60.0
 # A crashing channel actor lets answers already in flight finish for up to this long (one
 # model call's deadline plus a post) before it restarts; what is left is logged as abandoned.
 CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
+# Members whose roles are remembered: a busy server's active people, a few hundred KiB.
+MEMBER_ROLES_KEPT: Final = 10_000
 
 
 class Rest(ChannelRest, PostingRest, IdentityRest, CatchUpRest, Protocol):
@@ -61,6 +64,21 @@ class ChannelRegistry:
 
     channels: dict[Snowflake, Channel] = attrs.field(factory=dict)
     guilds: dict[Snowflake, str] = attrs.field(factory=dict)  # guild id -> name
+    # Each member's roles as their newest server message carried them, newest last: what an
+    # allowed role (SPEC 18) is judged by where only an id is at hand (context, recall).
+    roles: dict[Snowflake, tuple[Snowflake, ...]] = attrs.field(factory=dict)
+
+    def note_roles(self, user_id: Snowflake, roles: tuple[Snowflake, ...]) -> None:
+        """Remember the roles a member's server message carried (the newest wins)."""
+        held = self.roles
+        held.pop(user_id, None)
+        held[user_id] = roles
+        if len(held) > MEMBER_ROLES_KEPT:
+            del held[next(iter(held))]
+
+    def roles_of(self, user_id: Snowflake) -> tuple[Snowflake, ...]:
+        """The member's roles as last seen; none when never seen in a server."""
+        return self.roles.get(user_id, ())
 
     def name_guild(self, guild_id: Snowflake, name: str) -> None:
         """Remember a guild's name (GUILD_CREATE), for the agent prompt's `{{server_name}}`."""
@@ -281,8 +299,13 @@ class Pipeline:
 
     def is_trusted(self, user_id: Snowflake) -> bool:
         """Whether someone's words may be repeated to the model unmarked (context lines,
-        recall): the owner, anyone on the trust list, and the bot itself, whose own answers
-        are part of the conversation."""
-        return trust.is_trusted(
-            user_id, self.settings().owner_id, self.store.get_tier, bot_user_id=self.bot.user_id
-        )
+        recall): the owner, anyone on the trust list or holding an allowed role (as their
+        newest server message showed), and the bot itself, whose own answers are part of the
+        conversation."""
+        settings = self.settings()
+        if trust.is_trusted(
+            user_id, settings.owner_id, self.store.get_tier, bot_user_id=self.bot.user_id
+        ):
+            return True
+        allowed = settings.access.allow_roles
+        return bool(allowed) and role_tier(self.registry.roles_of(user_id), allowed) is not None

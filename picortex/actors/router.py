@@ -449,6 +449,8 @@ class Router:
     def _decide_chatter(self, event: Message, seen: bool) -> bool:
         """Decide a MESSAGE_CREATE here if it is chatter (a replay of it included)."""
         clients = self._clients
+        if event.guild_id is not None:
+            clients.registry.note_roles(event.author.id, event.member_roles)
         chatter = self._chatter(event)
         if chatter is _STRANGER_CHATTER:
             # Decided here: counted, fed to the context, never logged one by one and never

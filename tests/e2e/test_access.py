@@ -49,6 +49,10 @@ async def test_members_with_an_allowed_role_count_as_user_tier(tmp_path: Path) -
         await trio.sleep(30)
         plain = run.say(w.general_id, carol, "green tea is nice")
         await chatter(run, plain, "green")
+        # Where only her id is at hand (context lines, recall, the discriminator's history),
+        # her role counts too, as her newest server message showed it; not dave's.
+        assert run.bot.pipe.is_trusted(carol)
+        assert not run.bot.pipe.is_trusted(dave)
 
 
 async def test_a_denied_channel_is_silent_but_still_takes_commands(tmp_path: Path) -> None:
