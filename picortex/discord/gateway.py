@@ -303,20 +303,6 @@ class GatewayActor:
         """Connection state, session, last seq, heartbeat latency, resume URL, reconnects."""
         return self._proto.status()
 
-    async def send_command(self, op: int, data: object) -> None:
-        """Send an app command (e.g. op 3 presence) within the gateway send limit.
-
-        Commands wait in the protocol's bounded queue while the session is not ready or the
-        limit is reached, and go out as soon as they may.
-        """
-        actions = self._proto.send(op, data, trio.current_time())
-        conn = self._conn
-        if conn is None:
-            self._perform_now_all([a for a in actions if not isinstance(a, Send | Close)])
-            return
-        await self._perform(conn, actions)
-        self._reschedule()
-
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, stay connected, reconnect; `started()` once the first READY/RESUMED arrives.
 

@@ -424,23 +424,6 @@ def test_zlib_stream_buffers_until_the_sync_flush_suffix() -> None:
 # -- send limit, callbacks, shutdown, pacing, restarts ----------------------------------------
 
 
-async def test_commands_respect_the_send_limit(autojump_clock: Any) -> None:
-    # The simulator closes a connection with 4008 past 120 payloads in 60 s.
-    async with running_bot() as bot:
-        presence: dict[str, Any] = {"since": None, "activities": [], "status": "online"}
-        presence["afk"] = False
-        for _ in range(250):
-            await bot.actor.send_command(3, presence)
-        assert bot.actor._proto.queued_commands > 100  # the rest waits for room
-        await trio.sleep(200)
-        assert bot.actor._proto.queued_commands == 0
-        stats = bot.sim.gateway_stats
-        assert 4008 not in [e["code"] for e in bot.events("close")]
-        assert stats.connections == 1
-        assert stats.heartbeat_timeouts == 0
-        assert bot.actor.status().state == "ready"
-
-
 async def test_a_failing_dispatch_callback_does_not_stop_the_reader(
     autojump_clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
