@@ -227,7 +227,6 @@ class GatewayActor:
         self._timer_scope: trio.CancelScope | None = None
         self._task_status: trio.TaskStatus[None] | None = None
         self._conn: _Connection | None = None
-        self.dispatched = 0
         self._sessions = sessions
         # The seq below which every dispatch is handled for good (None: the live seq).
         self._safe_seq = safe_seq
@@ -293,11 +292,6 @@ class GatewayActor:
             log.exception("could not clear the persisted gateway session")
             return
         self._saved = None
-
-    @property
-    def compression(self) -> Compression | None:
-        """The transport compression asked of Discord."""
-        return self._compress
 
     def status(self) -> GatewayStatus:
         """Connection state, session, last seq, heartbeat latency, resume URL, reconnects."""
@@ -512,7 +506,6 @@ class GatewayActor:
                 action = actions[0]
                 if type(action) is Dispatch:
                     # Fast path: one plain event, nothing else to do.
-                    self.dispatched += 1
                     try:
                         on_dispatch(action.name, action.data, action.seq)
                     except Exception:
@@ -554,7 +547,6 @@ class GatewayActor:
     def _perform_now(self, action: Action) -> None:
         """Actions that need no socket."""
         if isinstance(action, Dispatch):
-            self.dispatched += 1
             try:
                 self._on_dispatch(action.name, action.data, action.seq)
             except Exception:
