@@ -176,12 +176,6 @@ class Message:
         return snowflake_seconds(self.id)
 
     @property
-    def is_forward(self) -> bool:
-        """True for a forwarded message (a FORWARD reference with its snapshot)."""
-        ref = self.message_reference
-        return ref is not None and ref.type == REFERENCE_FORWARD
-
-    @property
     def is_dm(self) -> bool:
         """True when the message was sent outside a guild."""
         return self.guild_id is None

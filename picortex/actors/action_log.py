@@ -110,7 +110,6 @@ class ActionLog:
         # `{"ts":"<this millisecond>","event":"<name>"` per event name, as ready-made JSON.
         self._prefixes: dict[str, bytes] = {}
         self._floods: dict[tuple[str, ...], _Flood] = {}
-        self.repeated_total = 0
 
     # -- flood control --------------------------------------------------------------------
 
@@ -137,7 +136,6 @@ class ActionLog:
             flood.written += 1
             return False
         flood.repeated += 1
-        self.repeated_total += 1
         return True
 
     def _write_repeated(self, kind: tuple[str, ...], flood: _Flood) -> None:

@@ -22,7 +22,6 @@ from picortex.errors import PicortexError, SupervisorExhausted
 
 EXIT_OK: int = 0
 EXIT_USAGE: int = 2
-EXIT_DISCORD_REFUSED: int = 3
 EXIT_SUPERVISOR_GAVE_UP: int = 70
 
 

@@ -227,7 +227,6 @@ class GatewayActor:
         self._timer_scope: trio.CancelScope | None = None
         self._task_status: trio.TaskStatus[None] | None = None
         self._conn: _Connection | None = None
-        self.dispatched = 0
         self._sessions = sessions
         # The seq below which every dispatch is handled for good (None: the live seq).
         self._safe_seq = safe_seq
@@ -294,28 +293,9 @@ class GatewayActor:
             return
         self._saved = None
 
-    @property
-    def compression(self) -> Compression | None:
-        """The transport compression asked of Discord."""
-        return self._compress
-
     def status(self) -> GatewayStatus:
         """Connection state, session, last seq, heartbeat latency, resume URL, reconnects."""
         return self._proto.status()
-
-    async def send_command(self, op: int, data: object) -> None:
-        """Send an app command (e.g. op 3 presence) within the gateway send limit.
-
-        Commands wait in the protocol's bounded queue while the session is not ready or the
-        limit is reached, and go out as soon as they may.
-        """
-        actions = self._proto.send(op, data, trio.current_time())
-        conn = self._conn
-        if conn is None:
-            self._perform_now_all([a for a in actions if not isinstance(a, Send | Close)])
-            return
-        await self._perform(conn, actions)
-        self._reschedule()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, stay connected, reconnect; `started()` once the first READY/RESUMED arrives.
@@ -526,7 +506,6 @@ class GatewayActor:
                 action = actions[0]
                 if type(action) is Dispatch:
                     # Fast path: one plain event, nothing else to do.
-                    self.dispatched += 1
                     try:
                         on_dispatch(action.name, action.data, action.seq)
                     except Exception:
@@ -568,7 +547,6 @@ class GatewayActor:
     def _perform_now(self, action: Action) -> None:
         """Actions that need no socket."""
         if isinstance(action, Dispatch):
-            self.dispatched += 1
             try:
                 self._on_dispatch(action.name, action.data, action.seq)
             except Exception:

@@ -49,8 +49,6 @@ DEFAULT_INTENTS: Final = (
 RESUME_CLOSE_CODE: Final = 4900
 # Code we close with on a clean shutdown: it ends the session and shows the bot offline.
 SHUTDOWN_CLOSE_CODE: Final = 1000
-# Discord closes a connection that sends a payload larger than this.
-MAX_PAYLOAD_BYTES: Final = 4096
 # Longest junk excerpt kept in a report, so a huge frame cannot flood the log.
 EXCERPT_CHARS: Final = 200
 
@@ -143,10 +141,6 @@ class GatewayTimings:
     # one second longer, so a slot is never reused at the very edge the server counts by.
     send_limit: int = 120
     send_window: float = 61.0
-    # Slots kept free for heartbeats so commands can never starve them.
-    heartbeat_reserve: int = 6
-    # Commands waiting for the send limit or for the session; beyond this they are dropped.
-    command_queue_max: int = 256
     # Discord allows `max_concurrency` identifies per this many seconds.
     identify_window: float = 5.0
 
@@ -374,7 +368,6 @@ class GatewayProtocol:
         # Set when we close a socket ourselves: (resume, reason, delay or None for backoff).
         self._plan: tuple[bool, str, float | None] | None = None
         self._stopping = False
-        self._commands: deque[tuple[dict[str, Any], str]] = deque()
 
         # Connection state: reset by `connected()`.
         self.heartbeat_interval: float | None = None
@@ -407,11 +400,6 @@ class GatewayProtocol:
         """True when the next connection will RESUME (so should go to the resume URL)."""
         return self._intent_resume and self._can_resume()
 
-    @property
-    def queued_commands(self) -> int:
-        """App commands waiting for the session or for room in the send limit."""
-        return len(self._commands)
-
     def status(self) -> GatewayStatus:
         """A snapshot for `picortex status`."""
         latency = self.heartbeat_latency
@@ -433,12 +421,7 @@ class GatewayProtocol:
             return self._hello_deadline
         if state not in _LIVE_STATES:
             return None
-        deadline = self._next_beat
-        if self._commands and state is GatewayState.READY:
-            free_at = self._free_at(heartbeat=False)
-            if deadline is None or free_at < deadline:
-                deadline = free_at
-        return deadline
+        return self._next_beat
 
     def identify_delay(self, now: float) -> float:
         """Seconds to wait before connecting when the next connection will IDENTIFY."""
@@ -565,7 +548,7 @@ class GatewayProtocol:
         return out
 
     def tick(self, now: float) -> list[Action]:
-        """Time passed: send due heartbeats, spot zombies, flush queued commands."""
+        """Time passed: send due heartbeats, spot zombies."""
         state = self.state
         if state is GatewayState.WAITING_HELLO:
             if self._hello_deadline is not None and now >= self._hello_deadline:
@@ -588,33 +571,7 @@ class GatewayProtocol:
             self._next_beat += self.heartbeat_interval
             if self._next_beat <= now:
                 self._next_beat = now + self.heartbeat_interval
-        if state is GatewayState.READY:
-            out.extend(self._flush_commands(now))
         return out
-
-    def send(self, op: int, data: object, now: float) -> list[Action]:
-        """Send an app command (presence, voice state...) within the send limit.
-
-        Commands wait in a bounded queue while the session is not ready or the limit is
-        reached; `tick()` sends them when they may go.
-        """
-        if self.state is GatewayState.FATAL:
-            return []
-        if op in (OP_HEARTBEAT, OP_IDENTIFY, OP_RESUME) or not _is_int(op):
-            return [Report(f"opcode {op!r} is managed by the protocol, not sent as a command")]
-        payload = {"op": op, "d": data}
-        try:
-            size = len(orjson.dumps(payload))
-        except TypeError as exc:
-            return [Report(f"command op {op} is not JSON-serializable: {exc}")]
-        if size > MAX_PAYLOAD_BYTES:
-            return [Report(f"command op {op} is {size} bytes, over Discord's {MAX_PAYLOAD_BYTES}")]
-        if len(self._commands) >= self._t.command_queue_max:
-            return [Report(f"command queue full ({self._t.command_queue_max}); op {op} dropped")]
-        self._commands.append((payload, f"op{op}"))
-        if self.state is GatewayState.READY:
-            return self._flush_commands(now)
-        return []
 
     def transport_error(self, problem: str, now: float) -> list[Action]:
         """The byte stream broke (e.g. corrupt compressed data): drop the socket and resume."""
@@ -629,7 +586,6 @@ class GatewayProtocol:
         self._stopping = True
         self._forget_session()
         self._intent_resume = False
-        self._commands.clear()
         if self.state is GatewayState.DISCONNECTED:
             return []
         self.state = GatewayState.CLOSING
@@ -681,8 +637,6 @@ class GatewayProtocol:
             )
         )
         out.append(Dispatch("READY", data, seq))
-        if self._commands:
-            out.extend(self._flush_commands(now))
         return out
 
     def _on_resumed(self, data: Any, seq: int | None, now: float) -> list[Action]:
@@ -693,8 +647,6 @@ class GatewayProtocol:
             Notify("resumed", {"session_id": self.session_id, "replayed": self._replayed}),
             Dispatch("RESUMED", data, seq),
         ]
-        if self._commands:
-            out.extend(self._flush_commands(now))
         return out
 
     def _on_hello(self, data: Any, now: float) -> list[Action]:
@@ -811,39 +763,18 @@ class GatewayProtocol:
         self._sent.append(now)
 
     def _prune(self, now: float) -> None:
-        # `sent + window <= now`, never `sent <= now - window`: the same float expression as
-        # `_free_at`, so a wake-up at exactly that deadline always frees the slot.
+        # `sent + window <= now`, never `sent <= now - window`: a slot frees exactly when its
+        # window has passed, whatever the float rounding of `now - window`.
         window = self._t.send_window
         sent = self._sent
         while sent and sent[0] + window <= now:
             sent.popleft()
 
-    def _room(self, heartbeat: bool) -> int:
-        return self._t.send_limit - (0 if heartbeat else self._t.heartbeat_reserve)
-
-    def _free_at(self, *, heartbeat: bool) -> float:
-        """When one more payload of this kind fits in the send window."""
-        room = self._room(heartbeat)
-        excess = len(self._sent) - room
-        if excess < 0:
-            return float("-inf")
-        return self._sent[excess] + self._t.send_window
-
     def _beat(self, now: float) -> list[Action]:
         self._prune(now)
-        if len(self._sent) >= self._room(heartbeat=True):
+        if len(self._sent) >= self._t.send_limit:
             return [Report("heartbeat skipped: the gateway send limit is reached")]
         self._note_sent(now)
         self._awaiting_ack = True
         self._beat_sent_at = now
         return [Send({"op": OP_HEARTBEAT, "d": self.seq}, "heartbeat")]
-
-    def _flush_commands(self, now: float) -> list[Action]:
-        self._prune(now)
-        out: list[Action] = []
-        room = self._room(heartbeat=False)
-        while self._commands and len(self._sent) < room:
-            payload, kind = self._commands.popleft()
-            self._note_sent(now)
-            out.append(Send(payload, kind))
-        return out

@@ -337,11 +337,6 @@ class RestClient:
         """The bot's own user object."""
         return _as_object(await self._request("GET", "/users/@me", "/users/@me"))
 
-    async def get_channel(self, channel_id: int) -> dict[str, Any]:
-        """A channel or thread object."""
-        result = await self._request("GET", "/channels/{channel_id}", f"/channels/{channel_id}")
-        return _as_object(result)
-
     # ---- application commands and interactions (SPEC 15) ----------------------------------
 
     async def bulk_overwrite_global_commands(

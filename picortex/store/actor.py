@@ -130,7 +130,6 @@ class StoreActor:
         # with them (-n), results already on their way: for a test clock that must not jump
         # while the thread works. None in a running bot: no extra hand-back per group.
         self.on_worker_ops: Callable[[int], None] | None = None
-        self.write_errors = 0
 
     @classmethod
     def open(cls, path: Path) -> StoreActor:
@@ -348,7 +347,6 @@ class StoreActor:
                         db.mark_seen_many(seen)
                 self.commits += 1
             except Exception as exc:
-                self.write_errors += 1
                 logger.error("a group of %d writes was not committed: %s", len(writes), exc)
                 failed = StoreError(f"not committed: {exc}")
                 results = [(False, failed)] * len(writes)

@@ -228,11 +228,6 @@ class Store:
             raise ValueError(f"not a pragma name: {name!r}")
         return self._one(f"PRAGMA {name}")
 
-    def integrity_check(self) -> str:
-        """SQLite's `PRAGMA integrity_check` result: "ok" when the file is sound."""
-        rows = self._all("PRAGMA integrity_check")
-        return "\n".join(str(row[0]) for row in rows)
-
     # ---- transactions --------------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -750,15 +745,6 @@ class Store:
         ]
 
     # ---- seen events ---------------------------------------------------------------------
-
-    def mark_seen(self, message_id: int, at: float) -> bool:
-        """Remember a handled message id; True when it was new."""
-        changed = self._write(
-            "INSERT INTO seen_events (message_id, seen_at) VALUES (?, ?)"
-            " ON CONFLICT (message_id) DO NOTHING",
-            (message_id, at),
-        )
-        return changed > 0
 
     def note_channel_activity(
         self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float

@@ -158,6 +158,84 @@ def test_attachment_with_mention_is_a_mention() -> None:
     assert decision.outcome == "respond"
 
 
+@pytest.mark.parametrize(
+    ("message", "mode", "is_dm", "replied", "outcome", "reason"),
+    [
+        (
+            msg(mentions=(BOT,)),
+            "discriminate",
+            False,
+            False,
+            "respond",
+            "the message mentions the bot",
+        ),
+        (
+            msg(mentions=(BOT,)),
+            "silent",
+            False,
+            False,
+            "record",
+            "silent mode: a mention of the bot is recorded, never answered",
+        ),
+        (
+            msg(reply_author=BOT),
+            "mentions-only",
+            False,
+            True,
+            "respond",
+            "reply to a message from the bot",
+        ),
+        (
+            msg(author=OWNER_ID, guild=None),
+            "silent",
+            True,
+            False,
+            "respond",
+            "direct message from the owner: answered in every mode",
+        ),
+        (msg(guild=None), "silent", True, False, "record", "silent mode: recorded, never answered"),
+        (
+            msg(author=OWNER_ID, mentions=(BOT,)),
+            "silent",
+            False,
+            False,
+            "record",
+            "silent mode: a mention of the bot is recorded, never answered",
+        ),
+        (
+            msg("", attachments=1),
+            "always",
+            False,
+            False,
+            "respond",
+            "message with attachments only: always mode answers",
+        ),
+        (
+            msg("", attachments=1),
+            "mentions-only",
+            False,
+            False,
+            "skip",
+            "message with attachments only: only always mode answers, this chat is mentions-only",
+        ),
+        (
+            msg("", attachments=1),
+            "discriminate",
+            False,
+            False,
+            "skip",
+            "message with attachments only: only always mode answers, this chat is discriminate",
+        ),
+    ],
+)
+def test_each_hard_rule_gives_its_outcome_and_reason(
+    message: Message, mode: str, is_dm: bool, replied: bool, outcome: str, reason: str
+) -> None:
+    # The words the `decision` event carries for each rule, which the owner reads in the log.
+    decision = decide(message, mode, is_dm=is_dm, replied=replied)
+    assert (decision.outcome, decision.reason) == (outcome, reason)
+
+
 def test_unknown_mode_falls_back_and_says_so() -> None:
     decision = decide(msg(), "loud")
     assert decision.outcome == "skip"

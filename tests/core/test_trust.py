@@ -124,6 +124,12 @@ def test_ignore_other_bots() -> None:
     assert should_ignore(msg(User(55, "otherbot", bot=True)), BOT) == "bot author"
 
 
+def test_ignore_the_discord_system_user() -> None:
+    # Discord's own account (official notices) speaks for no one who could be answered.
+    system = User(643945264868098049, "Discord", system=True)
+    assert should_ignore(msg(system), BOT) == "Discord system user"
+
+
 def test_ignore_webhooks_and_system_messages() -> None:
     assert should_ignore(msg(User(56, "hook"), webhook_id=56), BOT) == "webhook"
     assert should_ignore(msg(User(57, "alice"), type_=7), BOT) == "system message"

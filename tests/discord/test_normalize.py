@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from picortex.discord.normalize import HANDLED_EVENTS, message_from_payload, normalize
 from picortex.types import (
+    REFERENCE_FORWARD,
     Attachment,
     ChannelCreate,
     ChannelDelete,
@@ -524,7 +525,8 @@ def test_a_forward_carries_its_snapshot_text_and_files_marked_as_forwarded() -> 
     )
     msg = normalize("MESSAGE_CREATE", payload)
     assert isinstance(msg, Message)
-    assert msg.is_forward
+    assert msg.message_reference is not None
+    assert msg.message_reference.type == REFERENCE_FORWARD
     assert msg.content == ""
     assert msg.text == (
         "[forwarded message] the release is on friday [attachments: notes.txt] [sticker: Party]"

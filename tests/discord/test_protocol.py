@@ -516,40 +516,6 @@ def _max_in_window(times: list[float], window: float) -> int:
     return best
 
 
-def test_commands_beyond_the_limit_wait_and_heartbeats_keep_their_room() -> None:
-    timings = GatewayTimings(heartbeat_reserve=6)
-    h = ready_harness(timings=timings, rng=FixedRandom(0.5))
-    for i in range(300):
-        h.feed(h.proto.send(3, {"status": "online", "n": i}, h.now))
-    sent_now = [s for t, s in h.sends if t == h.now and s.kind == "op3"]
-    assert len(sent_now) == 120 - 6 - 1  # IDENTIFY used one slot
-    h.advance(INTERVAL * 5)
-    beats = [t for t, s in h.sends if s.kind == "heartbeat"]
-    assert len(beats) == 5  # never starved
-    commands = [s for _, s in h.sends if s.kind == "op3"]
-    assert [c.payload["d"]["n"] for c in commands] == list(range(300))
-    times = [t for t, _ in h.sends]
-    assert _max_in_window(times, 60.0) <= 120
-    assert h.of(Close) == []
-
-
-@pytest.mark.parametrize("start", [0.1, 1 / 3, 0.7, 12345.678, 98765.4321])
-def test_waking_exactly_at_the_deadline_always_makes_progress(start: float) -> None:
-    h = ready_harness()
-    h.advance(start)
-    for i in range(350):  # over the send limit, within the command queue
-        h.feed(h.proto.send(3, {"n": i}, h.now))
-    for _ in range(2000):
-        deadline = h.proto.next_deadline()
-        assert deadline is not None
-        assert deadline > h.now, "the deadline did not move: a driver would spin"
-        h.now = deadline
-        h.feed(h.proto.tick(h.now))
-        if sum(1 for _, s in h.sends if s.kind == "op3") == 350:
-            break
-    assert [s.payload["d"]["n"] for _, s in h.sends if s.kind == "op3"] == list(range(350))
-
-
 def test_server_heartbeat_requests_cannot_push_us_over_the_limit() -> None:
     h = ready_harness()
     for _ in range(300):
@@ -557,24 +523,6 @@ def test_server_heartbeat_requests_cannot_push_us_over_the_limit() -> None:
     times = [t for t, _ in h.sends]
     assert _max_in_window(times, 60.0) <= 120
     assert any("send limit" in r.problem for r in h.of(Report))
-
-
-def test_commands_wait_for_the_session_and_oversize_ones_are_refused() -> None:
-    h = Harness()
-    assert h.proto.send(3, {"status": "idle"}, 0.0) == []
-    h.connect()
-    assert [s.kind for _, s in h.sends][-1] == "op3"
-    big = h.proto.send(3, {"x": "y" * 5000}, h.now)
-    assert isinstance(big[0], Report) and "4096" in big[0].problem
-    assert isinstance(h.proto.send(2, {}, h.now)[0], Report)
-    assert isinstance(h.proto.send(3, object(), h.now)[0], Report)
-
-
-def test_command_queue_is_bounded() -> None:
-    h = Harness(timings=GatewayTimings(command_queue_max=3))
-    for _ in range(3):
-        assert h.proto.send(3, {}, 0.0) == []
-    assert isinstance(h.proto.send(3, {}, 0.0)[0], Report)
 
 
 # -- identify pacing ------------------------------------------------------------------------
@@ -744,8 +692,6 @@ events = st.lists(
             st.none() | st.sampled_from(sorted(CLOSE_RULES)) | st.integers(1000, 4999),
         ),
         st.tuples(st.just("tick"), st.floats(0, 200)),
-        st.tuples(st.just("send"), st.integers(0, 12)),
-        st.tuples(st.just("burst"), st.integers(1, 300), st.floats(0.001, 0.9)),
         st.tuples(st.just("hello"), st.integers(1, 60_000)),
     ),
     max_size=60,
@@ -788,21 +734,6 @@ def test_any_event_sequence_never_raises_and_keeps_the_invariants(
             actions = proto.tick(now)
             deadline = proto.next_deadline()
             assert deadline is None or deadline > now, "a tick must move the deadline on"
-        elif kind == "send":
-            actions = proto.send(event[1], {"n": 1}, now)
-        elif kind == "burst":
-            # Many commands at odd float times, then wake-ups exactly at each deadline.
-            actions = []
-            for _ in range(event[1]):
-                actions += proto.send(3, {}, now)
-            for _ in range(400):
-                deadline = proto.next_deadline()
-                if deadline is None:
-                    break
-                now = max(now + event[2] * 1e-3, deadline)
-                actions += proto.tick(now)
-                after = proto.next_deadline()
-                assert after is None or after > now, "a tick must move the deadline on"
         else:
             hello = {"op": 10, "d": {"heartbeat_interval": event[1]}}
             actions = proto.received(orjson.dumps(hello), now)

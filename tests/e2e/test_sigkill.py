@@ -210,7 +210,7 @@ async def test_sigkill_mid_traffic_then_restart(tmp_path: Path) -> None:
     with Store.open(home / "picortex.db") as store:
         assert store.trust_list() == [(w.bob_id, "trusted")]
         assert store.runtime_config() == {"wakeword": "!k"}
-        assert store.integrity_check() == "ok"
+        assert store.pragma("integrity_check") == "ok"
     shown = await run_cli(home, "config", "get", "wakeword")
     assert shown.stdout.strip() == "wakeword = !k  (runtime)"
     # The log is readable end to end: `picortex log --json` prints only whole JSON lines.

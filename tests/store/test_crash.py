@@ -111,5 +111,5 @@ def test_sigkill_while_opening_or_writing_loses_no_committed_row(tmp_path: Path)
     # Every kill counted from "ready" landed inside the write loop, after commits.
     assert runs_with_commits >= RUNS - (RUNS + 2) // 3
     with Store.open(db) as store:
-        assert store.integrity_check() == "ok"
+        assert store.pragma("integrity_check") == "ok"
         assert {e.id for e in store.invocation_errors()} >= committed

@@ -663,15 +663,6 @@ class PgDatabase:
 
     # ---- handled ids and channel activity ------------------------------------------------
 
-    def mark_seen(self, message_id: int, at: float) -> bool:
-        """Remember a handled message id; True when it was new."""
-        changed = self._write(
-            "INSERT INTO seen_events (message_id, seen_at) VALUES (%s, %s)"
-            " ON CONFLICT (message_id) DO NOTHING",
-            (message_id, at),
-        )
-        return changed > 0
-
     def mark_seen_many(self, rows: list[tuple[int, float]]) -> None:
         """Remember many handled message ids (id, seen_at) in one round of statements."""
         with self.transaction(), self._conn.cursor() as cur:
