@@ -29,6 +29,7 @@ from picortex.actors.command_run import (
 from picortex.actors.delivery import AnswerSink, Delivery
 from picortex.actors.failures import error_line, failure_text
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
+from picortex.actors.slash_request import SlashRequest
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import personas as pcore
@@ -39,7 +40,7 @@ from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore
 from picortex.runtime.groups import lone_error
-from picortex.types import Interaction, Message, Snowflake
+from picortex.types import Message, Snowflake
 
 logger = logging.getLogger(__name__)
 
@@ -112,12 +113,12 @@ class ChannelActor:
                             # Only the message in hand is lost (SPEC 12): it is not retried,
                             # even after a restart; answers to earlier messages finish first,
                             # or are logged as abandoned.
-                            self._clients.finish(delivery.request)
+                            self._clients.finish(delivery.message)
                             await self._drain()
                             raise
                         if not self._deferred:
                             # Decided here and now (skipped, refused, context): final.
-                            self._clients.finish(delivery.request)
+                            self._clients.finish(delivery.message)
                         self._inbox.done()
                         if not self._inbox.depth:
                             break
@@ -196,7 +197,7 @@ class ChannelActor:
 
     async def _handle(self, delivery: Delivery, nursery: trio.Nursery) -> None:
         msg = delivery.request
-        if isinstance(msg, Interaction):
+        if isinstance(msg, SlashRequest):
             assert isinstance(delivery.sink, slash_dispatch.SlashSink), "an interaction's sink"
             await slash_dispatch.dispatch(self._clients, self, msg, delivery.sink)
             return

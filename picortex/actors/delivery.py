@@ -15,9 +15,10 @@ import attrs
 
 from picortex.actors.clients import Poster
 from picortex.core import policy
-from picortex.types import Interaction, Message, Snowflake
+from picortex.types import Message, Snowflake
 
 if TYPE_CHECKING:
+    from picortex.actors.slash_request import SlashRequest
     from picortex.actors.stream_reply import AnswerSurface
 
 
@@ -83,14 +84,15 @@ class Delivery:
     """One request handed to its channel's mailbox, built once by the router.
 
     Attributes:
-        request: the message, or the slash command (or autocomplete) interaction.
+        request: the message, or the slash command (or its autocomplete), made a request
+            by the router (`picortex.actors.slash_request.slash_request`).
         seq: the gateway `seq` of the dispatch it came in (None: found by catch-up), kept
             with it while in hand, so a resumed session never skips it.
         arrived: when the router took it (`trio.current_time()`).
         sink: where its answer goes.
     """
 
-    request: Message | Interaction
+    request: Message | SlashRequest
     seq: int | None
     arrived: float
     sink: AnswerSink
@@ -99,3 +101,9 @@ class Delivery:
     def id(self) -> Snowflake:
         """The request's id (a message's or an interaction's)."""
         return self.request.id
+
+    @property
+    def message(self) -> Message:
+        """The request as a message (a slash command as the message a typed one would be)."""
+        request = self.request
+        return request if isinstance(request, Message) else request.message

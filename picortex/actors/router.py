@@ -36,6 +36,7 @@ from picortex.actors.delivery import ChannelPoster, ChannelReply, Delivery
 from picortex.actors.interaction_sink import InteractionSink
 from picortex.actors.interactions import InteractionClients, register_commands
 from picortex.actors.persona_answer import PersonaIndex
+from picortex.actors.slash_request import slash_request
 from picortex.core import continuation as cont
 from picortex.core.access import role_tier
 from picortex.core.chatter import QUIET_MODES, is_chatter
@@ -513,7 +514,7 @@ class Router:
         sink = InteractionSink(clients, interaction, ephemeral=ephemeral)
         if command:
             clients.spawn(sink.defer_at, arrived + interactions.DEFER_AFTER_SECONDS)
-        return Delivery(interaction, seq, arrived, sink)
+        return Delivery(slash_request(interaction), seq, arrived, sink)
 
     def _channel_deleted(self, event: ChannelDelete) -> None:
         """A channel or thread is gone: forget it (and its threads) in registry, cache, memory."""

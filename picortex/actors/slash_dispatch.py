@@ -12,59 +12,19 @@ import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
-import attrs
-
 from picortex import config as config_mod
 from picortex.actors import interactions
 from picortex.actors.channel_clients import ChannelClients
 from picortex.actors.command_run import chat_mode, decision_event, execute, trigger_event
 from picortex.actors.command_run import requester_tier as tier_of_requester
 from picortex.actors.delivery import AnswerSink
+from picortex.actors.slash_request import SlashRequest
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import slash as sl
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import may_run
-from picortex.types import Interaction, InteractionType, Message, Snowflake
-
-
-@attrs.frozen
-class SlashRequest:
-    """A slash command as its channel handles it.
-
-    Attributes:
-        action: what the command asks for.
-        text: the command as typed text would say it (`set mode quiet`).
-        message: the command as the message a typed command would have been (the log and
-            the executor take it).
-    """
-
-    action: sl.SlashAction
-    text: str
-    message: Message
-
-    def ask(self) -> tuple[cont.Request, Message]:
-        """An `ask` as a request to answer, and its trigger (the question alone)."""
-        assert isinstance(self.action, sl.Ask)
-        question = self.action.text
-        msg = self.message
-        request = cont.Request(
-            parent_id=msg.id,
-            channel_id=msg.channel_id,
-            author_id=msg.author.id,
-            message_ids=(msg.id,),
-            texts=(question,),
-        )
-        return request, attrs.evolve(msg, content=question)
-
-
-def slash_request(interaction: Interaction) -> SlashRequest:
-    """The one place an application command interaction becomes a request."""
-    action = sl.action_for(interaction)
-    text = sl.render_action(action)
-    return SlashRequest(
-        action, text, interactions.as_message(interaction, f"{cmds.SLASH_PREFIX} {text}")
-    )
+from picortex.types import InteractionType, Message, Snowflake
 
 
 @runtime_checkable
@@ -100,9 +60,10 @@ class ChannelSide(Protocol):
 
 
 async def dispatch(
-    clients: ChannelClients, side: ChannelSide, inter: Interaction, sink: SlashSink
+    clients: ChannelClients, side: ChannelSide, slash: SlashRequest, sink: SlashSink
 ) -> None:
     """Handle one slash command or autocomplete interaction."""
+    inter = slash.interaction
     clients.settings.refresh()
     if inter.user.bot or inter.user.id == clients.bot.user_id:
         return
@@ -116,7 +77,6 @@ async def dispatch(
         return
     if inter.type != InteractionType.APPLICATION_COMMAND:
         return
-    slash = slash_request(inter)
     action, msg = slash.action, slash.message
     events = clients.events
 

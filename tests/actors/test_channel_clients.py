@@ -15,6 +15,7 @@ from picortex.actors.command_changes import Applied
 from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.interactions import REFUSAL
 from picortex.actors.pipeline import ChannelRegistry, TriggerBook
+from picortex.actors.slash_request import slash_request
 from picortex.config import load_settings
 from picortex.core import commands as cmds
 from picortex.core import policy
@@ -235,7 +236,7 @@ async def test_a_slash_command_is_answered_through_its_deliverys_sink(
 ) -> None:
     fake = clients(tmp_path)
     sink = FakeSlashSink()
-    delivery = Delivery(slash(7, OWNER, "help"), 1234, 0.0, sink)
+    delivery = Delivery(slash_request(slash(7, OWNER, "help")), 1234, 0.0, sink)
     await run_until_handled(fake, [delivery])
     await trio.testing.wait_all_tasks_blocked()
     [(text, ephemeral, command, refused)] = sink.responses
@@ -250,7 +251,9 @@ async def test_a_strangers_slash_command_is_refused_privately_through_its_sink(
 ) -> None:
     fake = clients(tmp_path)
     sink = FakeSlashSink()
-    await run_until_handled(fake, [Delivery(slash(8, STRANGER, "help"), None, 0.0, sink)])
+    await run_until_handled(
+        fake, [Delivery(slash_request(slash(8, STRANGER, "help")), None, 0.0, sink)]
+    )
     await trio.testing.wait_all_tasks_blocked()
     assert sink.responses == [(REFUSAL, True, "help", True)]
     [decision] = fake.events.of("decision")

@@ -16,7 +16,11 @@ from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.pipeline import ChannelRegistry
 from picortex.actors.router import Router
+from picortex.actors.slash_request import SlashRequest
 from picortex.config import load_settings
+from picortex.core import commands as cmds
+from picortex.core import policy
+from picortex.core import slash as sl
 from picortex.core.continuation import ContinuationState, on_trigger
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
@@ -86,10 +90,15 @@ class FakeClients:
     answers_seen: AnswersSeen = attrs.Factory(AnswersSeen)
     personas: None = None
     faults: None = None
-    spawn: None = None
+    spawn: Callable[..., None] | None = None
     fatal: None = None
     rest: None = None
-    replies: None = None
+    replies: FakeReplies | None = None
+
+
+class FakeReplies:
+    def reply_target(self, command: str | None) -> policy.Target:
+        return "channel"
 
 
 class FakeChannels:
@@ -147,6 +156,7 @@ async def routing(
     *,
     owner: int | None = OWNER_ID,
     setup: Callable[[FakeClients], None] | None = None,
+    event: str = "MESSAGE_CREATE",
 ) -> Routed:
     """Run a router on fakes (`setup` fills them first), hand it `dispatches` and wait until
     it is idle again."""
@@ -171,7 +181,7 @@ async def routing(
         await nursery.start(router.run)
         await trio.testing.wait_all_tasks_blocked()
         for i, data in enumerate(dispatches):
-            router.on_dispatch("MESSAGE_CREATE", data, FIRST_SEQ + i)
+            router.on_dispatch(event, data, FIRST_SEQ + i)
             chatter_at_dispatch.append(router.chatter)
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
@@ -363,3 +373,35 @@ async def test_a_message_for_its_channel_is_normalized_once(
     run = await routing(tmp_path, [payload(40, OWNER_ID, f"<@{BOT_ID}> hello")])
     assert run.router.delivered == 1
     assert calls == ["MESSAGE_CREATE"]  # on the reader's inline path; the task takes it as is
+
+
+async def test_a_slash_command_reaches_its_channel_as_a_request_built_by_the_router(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    spawned: list[object] = []
+
+    def setup(clients: FakeClients) -> None:
+        clients.spawn = lambda fn, *args: spawned.append(fn)
+        clients.replies = FakeReplies()
+
+    interaction = {
+        "id": "41",
+        "application_id": "3",
+        "type": 2,
+        "token": "secret-token",
+        "channel_id": str(CHANNEL),
+        "guild_id": str(GUILD),
+        "member": {"user": {"id": str(OWNER_ID), "username": "owner"}},
+        "data": {"name": "picortex", "options": [{"name": "help", "type": sl.SUB_COMMAND}]},
+    }
+    run = await routing(tmp_path, [interaction], setup=setup, event="INTERACTION_CREATE")
+    assert run.router.delivered == 1
+    delivery = run.actors[CHANNEL].mailbox.receive_nowait()
+    request = delivery.request
+    # The channel is handed the command as parsed once, by the router: nothing is left to
+    # turn into a request on the channel's side.
+    assert isinstance(request, SlashRequest)
+    assert (request.id, request.channel_id, request.text) == (41, CHANNEL, "help")
+    assert isinstance(request.action, cmds.Help)
+    assert delivery.message.content == "/picortex help"
+    assert len(spawned) == 1  # the deferral timer, in case the channel is late
