@@ -40,3 +40,31 @@ def test_the_request_watch_is_the_one_context_variable() -> None:
     # the typing indicator's order behind a model request has one path, not two.
     found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in _context_variables(path)]
     assert [hit.split(":")[0] for hit in found] == ["picortex/discord/http.py"]
+
+
+# The most members a client protocol of an actor declares itself: a wider one is a bag of
+# everything the app holds, where each actor should take the few roles it uses.
+ROLE_MEMBERS = 8
+
+
+def _protocol_members(path: Path) -> dict[str, int]:
+    """Each Protocol class in a module, with how many members it declares itself."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {
+        f"{path.name}:{node.name}": sum(
+            isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) for item in node.body
+        )
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        and any(getattr(base, "id", None) == "Protocol" for base in node.bases)
+    }
+
+
+def test_actors_take_their_clients_by_role() -> None:
+    members = {
+        name: n
+        for path in sorted((PACKAGE / "actors").glob("*.py"))
+        for name, n in _protocol_members(path).items()
+    }
+    assert "channel_clients.py:ChannelClients" in members
+    assert {name: n for name, n in members.items() if n > ROLE_MEMBERS} == {}

@@ -9,7 +9,7 @@ from typing import Final
 import trio
 
 from picortex.actors import agent_voice, attachment_parts, model_route
-from picortex.actors.channel_clients import ChannelClients
+from picortex.actors.channel_clients import ChannelClients, ChannelRecords
 from picortex.actors.command_run import decision_event
 from picortex.actors.failures import error_line, skip_reason
 from picortex.core import continuation as cont
@@ -136,7 +136,7 @@ async def answer_request(
     )
 
 
-def log_no_answer(clients: ChannelClients, trigger: Message, result: LLMResult) -> str | None:
+def log_no_answer(clients: ChannelRecords, trigger: Message, result: LLMResult) -> str | None:
     """Log why a model call gave no answer: a failure (an event and an error row), or a skip
     (a `decision` line), whose reason is returned."""
     if result.outcome in FAILED_OUTCOMES:

@@ -1,5 +1,6 @@
-"""What a channel actor reads and uses: its mailbox, and its clients (the app passes its
-`Pipeline`; a test, fakes)."""
+"""What a channel actor reads and uses: its mailbox, and its clients by role: what it reads
+about trust and config (`ChatReads`), asks the model (`ModelCalls`), posts (`AnswerPosting`)
+and records (`ChannelRecords`)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ from typing import Protocol
 
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.clients import (
+    ChannelDirectory,
     ChannelRest,
     ChannelStore,
     ContextReader,
+    CurrentSettings,
+    FailureRecorder,
+    FatalReporter,
     FaultCheck,
     HandledMarks,
+    ModelClient,
     ReplyPoster,
+    Spawner,
 )
 from picortex.actors.command_changes import Applied
 from picortex.actors.delivery import Delivery
@@ -23,7 +30,8 @@ from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import TriggerBook
 from picortex.actors.polls import PollClients
 from picortex.core import commands as cmds
-from picortex.types import Interaction, Message, Snowflake
+from picortex.store.personas import PersonaLoader
+from picortex.types import BotIdentity, EventSink, Interaction, Message, Snowflake
 
 
 class Inbox(Protocol):
@@ -39,8 +47,13 @@ class Inbox(Protocol):
     def depth(self) -> int: ...
 
 
-class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
-    """What a channel actor uses (the app passes its `Pipeline`; a test, a fake)."""
+class ChatReads(Protocol):
+    """What a channel actor reads about trust and config."""
+
+    @property
+    def settings(self) -> CurrentSettings:
+        """The settings in force (refreshed per message)."""
+        ...
 
     @property
     def store(self) -> ChannelStore:
@@ -48,33 +61,18 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
         ...
 
     @property
-    def replies(self) -> ReplyPoster:
-        """Posting, typing and streaming answers."""
+    def registry(self) -> ChannelDirectory:
+        """Channels and threads seen."""
         ...
 
     @property
-    def rest(self) -> ChannelRest:
-        """Discord calls besides posting replies."""
+    def bot(self) -> BotIdentity:
+        """Who the bot is."""
         ...
 
     @property
-    def cache(self) -> ContextReader:
-        """The context cache."""
-        ...
-
-    @property
-    def handled(self) -> HandledMarks:
-        """Handled marks (SPEC 12)."""
-        ...
-
-    @property
-    def triggers(self) -> TriggerBook:
-        """The trigger log shown by `picortex status`."""
-        ...
-
-    @property
-    def answers_seen(self) -> AnswersSeen:
-        """The bot's replies seen on the gateway (noted by the router, asked here)."""
+    def personas(self) -> PersonaLoader | None:
+        """The personas in force (None: none configured)."""
         ...
 
     @property
@@ -87,6 +85,25 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
         """Fault points (tests only)."""
         ...
 
+    def is_trusted(self, user_id: Snowflake) -> bool:
+        """Whether someone's words may be repeated to the model unmarked."""
+        ...
+
+
+class ModelCalls(Protocol):
+    """What a channel actor asks the model, with the conversation it gives it and the
+    deadlines of its answers."""
+
+    @property
+    def llm(self) -> ModelClient:
+        """The model."""
+        ...
+
+    @property
+    def cache(self) -> ContextReader:
+        """The context cache."""
+        ...
+
     @property
     def answer_timeout(self) -> float:
         """The deadline of one answer's model call."""
@@ -95,6 +112,50 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
     @property
     def crash_drain_seconds(self) -> float:
         """How long answers in flight may finish after a crash."""
+        ...
+
+
+class AnswerPosting(FatalReporter, Spawner, Protocol):
+    """What a channel actor posts, and the background tasks (polls) it starts."""
+
+    @property
+    def replies(self) -> ReplyPoster:
+        """Posting, typing and streaming answers."""
+        ...
+
+    @property
+    def rest(self) -> ChannelRest:
+        """Discord calls besides posting replies."""
+        ...
+
+
+class ChannelRecords(Protocol):
+    """What a channel actor records: events, failures, triggers, handled marks, and what a
+    command changed."""
+
+    @property
+    def events(self) -> EventSink:
+        """The action log."""
+        ...
+
+    @property
+    def failures(self) -> FailureRecorder:
+        """Failed invocations (SPEC 9)."""
+        ...
+
+    @property
+    def triggers(self) -> TriggerBook:
+        """The trigger log shown by `picortex status`."""
+        ...
+
+    @property
+    def handled(self) -> HandledMarks:
+        """Handled marks (SPEC 12)."""
+        ...
+
+    @property
+    def answers_seen(self) -> AnswersSeen:
+        """The bot's replies seen on the gateway (noted by the router, asked here)."""
         ...
 
     def finish(self, message: Message | Interaction) -> None:
@@ -106,3 +167,17 @@ class ChannelClients(PersonaClients, InteractionClients, PollClients, Protocol):
     ) -> Applied:
         """Store what a command changed: the poll it starts, what it forgot."""
         ...
+
+
+class ChannelClients(
+    ChatReads,
+    ModelCalls,
+    AnswerPosting,
+    ChannelRecords,
+    PersonaClients,
+    InteractionClients,
+    PollClients,
+    Protocol,
+):
+    """Everything a channel actor uses, by role (the app passes its `Pipeline`; a test, a
+    fake); a helper that needs one role takes that role alone."""

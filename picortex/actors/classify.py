@@ -18,7 +18,7 @@ from picortex.store.chathome import ChatHome, default_prompt_template
 from picortex.types import Message, Snowflake
 
 if TYPE_CHECKING:
-    from picortex.actors.channel_clients import ChannelClients
+    from picortex.actors.channel_clients import ChannelClients, ChatReads
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,6 @@ async def classify(
     )
 
 
-def _channel_name(clients: ChannelClients, channel_id: Snowflake) -> str:
+def _channel_name(clients: ChatReads, channel_id: Snowflake) -> str:
     ch = clients.registry.get(channel_id)
     return ch.name if ch is not None and ch.name else str(channel_id)

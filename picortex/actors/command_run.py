@@ -7,7 +7,7 @@ import time
 
 from picortex import config as config_mod
 from picortex.actors import agent_voice, chats
-from picortex.actors.channel_clients import ChannelClients
+from picortex.actors.channel_clients import ChannelClients, ChatReads
 from picortex.core import commands as cmds
 from picortex.core.access import with_roles
 from picortex.core.triggerlog import entry_from_message
@@ -22,7 +22,7 @@ def tier_label(tier: Tier | None) -> str:
 
 
 def requester_tier(
-    clients: ChannelClients, author: Snowflake, roles: tuple[Snowflake, ...] = ()
+    clients: ChatReads, author: Snowflake, roles: tuple[Snowflake, ...] = ()
 ) -> Tier | None:
     """The author's trust tier (SPEC 3); an allowed role counts as `user` (SPEC 18); None
     when not trusted."""
@@ -33,7 +33,7 @@ def requester_tier(
     return with_roles(listed, roles, settings.access.allow_roles)
 
 
-def chat_mode(clients: ChannelClients, msg: Message) -> str:
+def chat_mode(clients: ChatReads, msg: Message) -> str:
     """The attention mode in force where `msg` was sent."""
     return chats.attention_mode(clients.store, clients.registry, msg, clients.settings().attention)
 

@@ -22,20 +22,10 @@ import attrs
 import trio
 
 from picortex.actors import chats, interactions, persona_answer
-from picortex.actors.answers_seen import AnswersSeen
-from picortex.actors.clients import (
-    ChannelBook,
-    ContextFeed,
-    FaultCheck,
-    HandledBook,
-    ReplyTarget,
-    RouterRest,
-    RouterStore,
-)
-from picortex.actors.delivery import ChannelPoster, ChannelReply, Delivery
+from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.interaction_sink import InteractionSink
-from picortex.actors.interactions import InteractionClients, register_commands
-from picortex.actors.persona_answer import PersonaIndex
+from picortex.actors.interactions import register_commands
+from picortex.actors.router_clients import RouterClients
 from picortex.actors.slash_request import slash_request
 from picortex.core import continuation as cont
 from picortex.core.access import role_tier
@@ -63,8 +53,7 @@ from picortex.types import (
 )
 
 if TYPE_CHECKING:
-    from picortex.actors.pipeline import TriggerBook
-    from picortex.types import BotIdentity
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -84,65 +73,6 @@ INGEST_EVERY_SECONDS: Final = 60.0
 # Cached messages searched for a deleted one's context line in the trigger log: the context
 # a trigger shows is made of a channel's most recent messages.
 TRIGGER_CONTEXT_SCAN: Final = 500
-
-
-class RouterClients(InteractionClients, PersonaIndex, Protocol):
-    """What the router uses: what slash-command answers and persona bookkeeping use (it
-    starts both), and the cache, handled marks, registry and recall it feeds."""
-
-    @property
-    def store(self) -> RouterStore:
-        """Handled ids, trust list, chat config and recall."""
-        ...
-
-    @property
-    def rest(self) -> RouterRest:
-        """Who the bot is; registering slash commands, deferring their answers."""
-        ...
-
-    @property
-    def cache(self) -> ContextFeed:
-        """The context cache, fed with live events."""
-        ...
-
-    @property
-    def handled(self) -> HandledBook:
-        """Messages in hand and handled (SPEC 12)."""
-        ...
-
-    @property
-    def bot(self) -> BotIdentity:
-        """Who the bot is (set from READY)."""
-        ...
-
-    @property
-    def registry(self) -> ChannelBook:
-        """Channels and threads seen."""
-        ...
-
-    @property
-    def answers_seen(self) -> AnswersSeen:
-        """The bot's replies seen on the gateway (noted here, asked by the channel actors)."""
-        ...
-
-    @property
-    def faults(self) -> FaultCheck | None:
-        """Fault points (tests only): with any, every message takes the mailbox's way."""
-        ...
-
-    @property
-    def triggers(self) -> TriggerBook:
-        """The trigger log (a deleted message's text leaves it)."""
-        ...
-
-    @property
-    def replies(self) -> RouterReplies:
-        """Where replies go: a message's answer sink posts through it."""
-        ...
-
-
-class RouterReplies(ReplyTarget, ChannelPoster, Protocol):
-    """What the router's answer sinks use of the reply poster."""
 
 
 class ChannelWorker(Protocol):
