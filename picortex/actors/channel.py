@@ -26,7 +26,7 @@ from picortex.actors.command_run import (
     requester_tier,
     trigger_event,
 )
-from picortex.actors.delivery import AnswerSink, Delivery
+from picortex.actors.delivery import AnswerSink, ChannelReply, Delivery
 from picortex.actors.failures import error_line, failure_text
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.actors.slash_request import SlashRequest
@@ -472,8 +472,10 @@ class ChannelActor:
                 sent.set()  # a persona answer makes calls of its own
                 # A persona answer posts itself: it is generated in its turn to keep the order.
                 await gen.slot.turn()
+                assert isinstance(gen.sink, ChannelReply), "a message's sink"
                 handled = await persona_answer.maybe_answer(
                     clients,
+                    gen.sink,
                     asked,
                     trigger,
                     lines,

@@ -9,25 +9,19 @@ command's goes to its interaction (picortex.actors.interactions.InteractionSink)
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
-from picortex.actors.clients import Poster
+from picortex.actors.clients import ReplyPoster
 from picortex.core import policy
+from picortex.core.llm import LLMRequest
 from picortex.types import Message, Snowflake
 
 if TYPE_CHECKING:
     from picortex.actors.slash_request import SlashRequest
-    from picortex.actors.stream_reply import AnswerSurface
-
-
-class ChannelPoster(Poster, Protocol):
-    """Posting a reply under the response policy (SPEC 10)."""
-
-    def reply_plan(self, message: Message, command: str | None) -> policy.PostPlan:
-        """How to post the reply to `message`."""
-        ...
+    from picortex.actors.stream_reply import AnswerSurface, Streamed
 
 
 class AnswerSink(Protocol):
@@ -57,10 +51,11 @@ class AnswerSink(Protocol):
 
 @attrs.frozen
 class ChannelReply:
-    """A message's answer: a reply under the response policy; its failure is logged, not told
-    (the decision log and the failure record say why)."""
+    """A message's answer: a reply under the response policy, or where a persona's placement
+    puts it (`post_at`, `stream_at`); its failure is logged, not told (the decision log and
+    the failure record say why)."""
 
-    replies: ChannelPoster
+    replies: ReplyPoster
     trigger: Message
     command: str | None = None
 
@@ -71,6 +66,16 @@ class ChannelReply:
         name = command or self.command
         plan = self.replies.reply_plan(self.trigger, name)
         await self.replies.post(plan, text, command=name, trigger_id=self.trigger.id)
+
+    async def post_at(self, plan: policy.PostPlan, text: str) -> list[Snowflake]:
+        """Post the answer where `plan` says (a persona's thread); the posted messages' ids."""
+        return await self.replies.post(plan, text, command=None, trigger_id=self.trigger.id)
+
+    async def stream_at(
+        self, request: LLMRequest, plan: Callable[[], Awaitable[policy.PostPlan]]
+    ) -> Streamed:
+        """Stream the answer to `request` where `plan` says, once its first words come."""
+        return await self.replies.stream_answer(request, plan, trigger_id=self.trigger.id)
 
     def surface(self) -> AnswerSurface | None:
         return None

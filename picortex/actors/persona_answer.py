@@ -22,6 +22,7 @@ from picortex.actors.clients import (
     ReplyPoster,
     ThreadStarter,
 )
+from picortex.actors.delivery import ChannelReply
 from picortex.actors.failures import error_line, failure_text, skip_reason
 from picortex.core import personas as pcore
 from picortex.core import policy
@@ -334,13 +335,15 @@ def placement(clients: PersonaClients, request: Request, trigger: Message) -> Pl
 
 async def maybe_answer(
     clients: PersonaClients,
+    sink: ChannelReply,
     request: Request,
     trigger: Message,
     lines: Sequence[str],
     files: Callable[[], Awaitable[RequestFiles]] | None = None,
     matches: Sequence[PersonaMatch] | None = None,
 ) -> bool:
-    """Answer as a persona when one matches; False lets the default agent answer.
+    """Answer as a persona when one matches, through the request's `sink`; False lets the
+    default agent answer.
 
     `files` gives the request's attachments as model content (SPEC 16), fetched only once
     a persona is chosen. `matches` are the request's matches when the caller has them
@@ -395,18 +398,22 @@ async def maybe_answer(
         user_id=trigger.author.id,
     )
     if clients.settings().replies.stream:
-        await _stream(clients, call, trigger, persona, where)
+        await _stream(clients, sink, call, trigger, persona, where)
         return True
     result = await clients.llm.complete(call)
     if not result.ok:
-        await _not_answered(clients, trigger, persona, result)
+        await _not_answered(clients, sink, trigger, persona, result)
         return True
-    await _post(clients, trigger, persona, result.text, where)
+    await _post(clients, sink, trigger, persona, result.text, where)
     return True
 
 
 async def _not_answered(
-    clients: PersonaClients, trigger: Message, persona: pcore.Persona, result: LLMResult
+    clients: PersonaClients,
+    sink: ChannelReply,
+    trigger: Message,
+    persona: pcore.Persona,
+    result: LLMResult,
 ) -> None:
     """Record a persona call that gave no answer: an error row, or a skip decision."""
     if result.failed:
@@ -431,11 +438,12 @@ async def _not_answered(
     )
     if result.notice:
         # A user over their own limit is told once per period, politely.
-        await _post_notice(clients, trigger, result.notice)
+        await _post_notice(sink, trigger, result.notice)
 
 
 async def _stream(
     clients: PersonaClients,
+    sink: ChannelReply,
     request: LLMRequest,
     trigger: Message,
     persona: pcore.Persona,
@@ -449,7 +457,7 @@ async def _stream(
         thread.append(thread_id)
         return await clients.replies.resolve_plan(resolved)
 
-    streamed = await clients.replies.stream_answer(request, plan, trigger_id=trigger.id)
+    streamed = await sink.stream_at(request, plan)
     failure = streamed.reply.failure
     if failure is not None:
         message, trace = failure_text(failure)
@@ -464,7 +472,7 @@ async def _stream(
         return
     result = streamed.result
     if result is not None and not result.ok:
-        await _not_answered(clients, trigger, persona, result)
+        await _not_answered(clients, sink, trigger, persona, result)
     if streamed.reply.started:
         clients.events.emit(
             "persona.responded",
@@ -494,11 +502,9 @@ async def _plan_for(
     return policy.PostPlan("channel", where.channel_id, None, where.reply_to), thread_id
 
 
-async def _post_notice(clients: PersonaClients, trigger: Message, text: str) -> None:
+async def _post_notice(sink: ChannelReply, trigger: Message, text: str) -> None:
     try:
-        await clients.replies.post(
-            clients.replies.reply_plan(trigger, None), text, command=None, trigger_id=trigger.id
-        )
+        await sink.post(text)
     except Exception as exc:
         logger.warning("could not tell %s about their limit: %s", trigger.author.id, exc)
 
@@ -530,14 +536,19 @@ async def _open_thread(clients: PersonaClients, trigger: Message, name: str) -> 
 
 
 async def _post(
-    clients: PersonaClients, trigger: Message, persona: pcore.Persona, text: str, where: Placement
+    clients: PersonaClients,
+    sink: ChannelReply,
+    trigger: Message,
+    persona: pcore.Persona,
+    text: str,
+    where: Placement,
 ) -> None:
     thread_id: Snowflake | None = None
     # Shielded: an answer that is paid for is posted even if a follow-up arrives now.
     with trio.CancelScope(shield=True):
         try:
             plan, thread_id = await _plan_for(clients, trigger, persona, where)
-            posted = await clients.replies.post(plan, text, command=None, trigger_id=trigger.id)
+            posted = await sink.post_at(plan, text)
         except Exception as exc:
             if isinstance(exc, FatalDiscordError):
                 clients.fatal(exc)

@@ -12,21 +12,16 @@ from picortex.actors.clients import (
     ContextFeed,
     FaultCheck,
     HandledBook,
-    ReplyTarget,
+    ReplyPoster,
     RouterRest,
     RouterStore,
 )
-from picortex.actors.delivery import ChannelPoster
 from picortex.actors.interactions import InteractionClients
 from picortex.actors.persona_answer import PersonaIndex
 
 if TYPE_CHECKING:
     from picortex.actors.pipeline import TriggerBook
     from picortex.types import BotIdentity
-
-
-class RouterReplies(ReplyTarget, ChannelPoster, Protocol):
-    """What the router's answer sinks use of the reply poster."""
 
 
 class RouterReads(Protocol):
@@ -86,7 +81,7 @@ class RouterPosting(Protocol):
         ...
 
     @property
-    def replies(self) -> RouterReplies:
+    def replies(self) -> ReplyPoster:
         """Where replies go: a message's answer sink posts through it."""
         ...
 

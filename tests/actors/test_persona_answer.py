@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from picortex.actors import persona_answer
+from picortex.actors.delivery import ChannelReply
 from picortex.actors.pipeline import (
     BotIdentity,
     ChannelRegistry,
@@ -20,6 +21,7 @@ from picortex.actors.pipeline import (
     SettingsSource,
     TriggerBook,
 )
+from picortex.actors.replies import Replies
 from picortex.config import ResponsePolicySettings, load_settings
 from picortex.core.continuation import Request
 from picortex.core.llm import LLMRequest, LLMResult
@@ -349,7 +351,9 @@ async def test_single_match_opens_a_thread_and_posts_there(tmp_path: Path, store
     llm, rest = FakeLLM(), FakeRest()
     pipe, sink = make_pipe(tmp_path, store, llm, rest)
     trigger = message(50, "I slept terribly last night")
-    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, ["10:00 Bob: hi"])
+    assert await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, ["10:00 Bob: hi"]
+    )
     assert [r.stage for r in llm.requests] == ["generate"]
     assert llm.requests[0].tier == "general"
     assert llm.requests[0].persona == "sleep"
@@ -370,7 +374,9 @@ async def test_an_answer_sees_a_persona_file_edited_since_the_last_observation(
     assert persona_answer.observe(pipe, chatter, chatter.content) == []  # looks at the files
     (tmp_path / "agents.yaml").write_text(AGENTS.replace("insomnia", "insomnia, snoring"))
     trigger = message(50, "my snoring woke everyone")
-    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     assert [r.persona for r in llm.requests] == ["sleep"]
     assert rest.threads == [(GENERAL, 50, "Sleep Coach responding")]
 
@@ -379,7 +385,9 @@ async def test_no_match_leaves_it_to_the_default_agent(tmp_path: Path, store: St
     llm = FakeLLM()
     pipe, sink = make_pipe(tmp_path, store, llm)
     trigger = message(50, "what is the capital of Peru")
-    assert not await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert not await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     assert llm.requests == [] and sink.of("persona") == []
 
 
@@ -389,7 +397,9 @@ async def test_failed_tiebreak_falls_back_and_records_the_strongest(
     llm = FakeLLM(failed())
     pipe, sink = make_pipe(tmp_path, store, llm)
     trigger = message(50, "so tired after my workout")
-    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     assert [(r.stage, r.tier) for r in llm.requests] == [
         ("tiebreak", "triage"),
         ("generate", "general"),
@@ -405,7 +415,9 @@ async def test_tiebreak_picks_a_candidate_in_quotes(tmp_path: Path, store: Store
     llm = FakeLLM(ok('"Sleep".'))
     pipe, sink = make_pipe(tmp_path, store, llm)
     trigger = message(50, "so tired after my workout")
-    await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     assert sink.of("persona")[0]["selected"] == "sleep"
     assert sink.of("persona")[0]["tiebreak"] == "model picked"
 
@@ -418,7 +430,9 @@ async def test_existing_thread_error_reuses_the_message_thread(
     )
     pipe, _ = make_pipe(tmp_path, store, rest=rest)
     trigger = message(50, "slept badly")
-    await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     assert rest.posts == [(50, "a fine answer", None)]
     await pipe.store.flush()
     assert store.invocation_errors() == []
@@ -428,7 +442,9 @@ async def test_server_error_on_the_thread_is_a_post_failure(tmp_path: Path, stor
     rest = FakeRest(DiscordHTTPError(503, None, "unavailable"))
     pipe, sink = make_pipe(tmp_path, store, rest=rest)
     trigger = message(50, "slept badly")
-    await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     assert rest.posts == []
     await pipe.store.flush()
     assert [(r.stage, r.persona) for r in store.invocation_errors()] == [("post", "sleep")]
@@ -443,7 +459,9 @@ async def test_refused_answer_is_a_skip_not_an_error(
 ) -> None:
     pipe, sink = make_pipe(tmp_path, store, FakeLLM(failed(outcome)))
     trigger = message(50, "slept badly")
-    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     await pipe.store.flush()
     assert store.invocation_errors() == []
     skip = sink.of("decision")[0]
@@ -457,7 +475,9 @@ async def test_persona_model_tier_is_used(tmp_path: Path, store: Store) -> None:
         AGENTS.replace("Helps people who sleep badly.", "Deep.\n    model: complex")
     )
     trigger = message(50, "slept badly")
-    await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     assert llm.requests[0].tier == "complex"
 
 
@@ -480,8 +500,30 @@ async def test_response_policy_dm_posts_the_persona_answer_by_dm(
     rest = FakeRest()
     pipe, sink = make_pipe(tmp_path, store, rest=rest, default_mode="dm")
     trigger = message(50, "I slept terribly")
-    assert await persona_answer.maybe_answer(pipe, request_for(trigger), trigger, [])
+    assert await persona_answer.maybe_answer(
+        pipe, ChannelReply(pipe.replies, trigger), request_for(trigger), trigger, []
+    )
     assert rest.threads == []
     assert rest.posts == [(DM + ALICE.id, "a fine answer", None)]
     assert sink.of("persona")[0]["thread"] == "dm"
     assert sink.of("persona.responded")[0]["thread_id"] is None
+
+
+@pytest.mark.parametrize("stream", ["true", "false"])
+async def test_a_persona_answer_leaves_through_its_requests_sink(
+    tmp_path: Path, store: Store, stream: str
+) -> None:
+    rest, elsewhere = FakeRest(), FakeRest()
+    pipe, _ = make_pipe(tmp_path, store, rest=rest)
+    pipe.store.set_runtime_config("replies.stream", stream)
+    pipe.settings.refresh(force=True)
+    trigger = message(50, "I slept terribly")
+    # The request's sink posts through a poster of its own: only it may carry the answer.
+    sink = ChannelReply(
+        Replies(pipe.settings, cast(Any, elsewhere), pipe.llm, pipe.events, fatal=pipe.fatal),
+        trigger,
+    )
+    assert await persona_answer.maybe_answer(pipe, sink, request_for(trigger), trigger, [])
+    assert rest.threads == [(GENERAL, 50, "Sleep Coach responding")]  # the placement
+    assert rest.posts == []
+    assert [text for _, text, _ in elsewhere.posts] == ["a fine answer"]
