@@ -54,26 +54,25 @@ def _ranges(ids: tuple[int, ...]) -> str:
 
 def _number(text: str, what: str, whole: str) -> int:
     if not _NUMBER.fullmatch(text):
-        raise ConfigError(f"shards {whole!r}: {what} must be a whole number, got {text!r}")
+        raise ConfigError(f"{whole}: {what} must be a whole number, got {text!r}")
     return int(text)
 
 
-def parse_shards(text: str) -> ShardSpec:
-    """`IDS/COUNT` where IDS is `auto` or comma-separated ids and ranges (`0-3,8`).
+def parse_shards(text: str, name: str = "shards") -> ShardSpec:
+    """`IDS/COUNT` where IDS is `auto` or comma-separated ids and ranges (`0-3,8`); `name`
+    (the flag or key) starts any error.
 
     Raises:
         ConfigError: one sentence naming what is wrong.
     """
-    whole = text.strip()
-    ids_text, slash, count_text = whole.rpartition("/")
+    ids_text, slash, count_text = text.strip().rpartition("/")
+    whole = f"{name} {text.strip()!r}"  # how every error starts
     if not slash or not ids_text.strip():
-        raise ConfigError(
-            f"shards {whole!r} must look like IDS/COUNT (such as 2/8, 0-3,8-11/16 or auto/16)"
-        )
+        raise ConfigError(f"{whole} must look like IDS/COUNT (such as 2/8, 0-3,8-11/16 or auto/16)")
     count = _number(count_text.strip(), "the shard count", whole)
     if not 1 <= count <= SHARD_COUNT_MAX:
         raise ConfigError(
-            f"shards {whole!r}: the shard count must be from 1 to {SHARD_COUNT_MAX}, got {count}"
+            f"{whole}: the shard count must be from 1 to {SHARD_COUNT_MAX}, got {count}"
         )
     if ids_text.strip().lower() == "auto":
         return ShardSpec(ids=(), count=count, auto=True)
@@ -81,20 +80,20 @@ def parse_shards(text: str) -> ShardSpec:
     for part in ids_text.split(","):
         part = part.strip()
         if not part:
-            raise ConfigError(f"shards {whole!r} has an empty entry between commas")
+            raise ConfigError(f"{whole} has an empty entry between commas")
         low_text, dash, high_text = part.partition("-")
         low = _number(low_text.strip(), "a shard id", whole)
         high = _number(high_text.strip(), "a shard id", whole) if dash else low
         if high < low:
-            raise ConfigError(f"shards {whole!r}: the range {part} runs backwards")
+            raise ConfigError(f"{whole}: the range {part} runs backwards")
         if high >= count:
             raise ConfigError(
-                f"shards {whole!r}: shard {high} is out of range (ids go from 0 to {count - 1})"
+                f"{whole}: shard {high} is out of range (ids go from 0 to {count - 1})"
             )
         ids.extend(range(low, high + 1))
     seen: set[int] = set()
     for shard_id in ids:
         if shard_id in seen:
-            raise ConfigError(f"shards {whole!r} names shard {shard_id} twice")
+            raise ConfigError(f"{whole} names shard {shard_id} twice")
         seen.add(shard_id)
     return ShardSpec(ids=tuple(sorted(ids)), count=count)
