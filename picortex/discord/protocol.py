@@ -627,6 +627,7 @@ class GatewayProtocol:
         out: list[Action] = []
         session_id = data.get("session_id") if isinstance(data, dict) else None
         url = data.get("resume_gateway_url") if isinstance(data, dict) else None
+        guilds = data.get("guilds") if isinstance(data, dict) else None
         if type(session_id) is str and session_id:
             self.session_id = session_id
         else:
@@ -644,7 +645,13 @@ class GatewayProtocol:
         out.append(
             Notify(
                 "ready",
-                {"session_id": self.session_id, "shard": list(self._shard), "seq": seq},
+                {
+                    "session_id": self.session_id,
+                    "shard": list(self._shard),
+                    "seq": seq,
+                    # The guilds Discord routes to this shard (each comes as a GUILD_CREATE).
+                    "guilds": len(guilds) if isinstance(guilds, list) else 0,
+                },
             )
         )
         out.append(Dispatch("READY", data, seq))
