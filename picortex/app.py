@@ -21,6 +21,7 @@ SQLite call (or busy wait) ever runs on the event loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -198,17 +199,19 @@ class Bot:
         # One gateway actor per shard, all handing dispatches to the one router (a message's
         # channel decides its mailbox) and sharing the session start limit.
         turns = IdentifyTurns((gateway_timings or GatewayTimings()).identify_window)
+        handled = self.pipe.handled
+        handled.shard_count = held[0][1]
         self.gateways = [
             GatewayActor(
                 settings.discord_token,
                 self.rest,
                 self.events,
-                self.router.on_dispatch,
+                _shard_dispatch(self.router.on_dispatch, *held_shard),
                 shard=held_shard,
                 timings=gateway_timings,
                 # Persisted so a restarted process RESUMEs and Discord replays what it missed.
                 sessions=sessions,
-                safe_seq=self.pipe.handled.safe_seq,
+                safe_seq=functools.partial(handled.safe_seq, held_shard[0]),
                 turns=turns,
             )
             for held_shard in held
@@ -369,6 +372,20 @@ class Bot:
                 return await run_root(self.root, task_status=task_status)
         finally:
             self.store.close()
+
+
+def _shard_dispatch(
+    on_dispatch: Callable[[str, Any, int | None], None], shard_id: int, count: int
+) -> Callable[[str, Any, int | None], None]:
+    """A shard's dispatches with `seq * count + shard_id`: the handled ledger keeps each
+    shard's session seq apart (the same number in two sessions means different events)."""
+    if count == 1:
+        return on_dispatch
+
+    def dispatch(name: str, data: Any, seq: int | None) -> None:
+        on_dispatch(name, data, None if seq is None else seq * count + shard_id)
+
+    return dispatch
 
 
 def _gateway_status(gateway: GatewayActor) -> dict[str, Any]:
