@@ -5,7 +5,7 @@
       store (the database's owner: its own thread, group commit, read models)
       services (one_for_one): context_cache, llm, polls, control, loop_lag, pruner,
         web (when [web] enabled)
-      gateway
+      gateway (one shard), or gateways (one_for_one: gateway-<id> per shard held)
       channels (dynamic one_for_one, one transient actor per channel)
       router
       watchdog (turns a REST 401 into exit code 3)
@@ -21,6 +21,7 @@ SQLite call (or busy wait) ever runs on the event loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -51,7 +52,7 @@ from picortex.config import Settings
 from picortex.core.personas import PersonaSet
 from picortex.core.redact import remember_secrets
 from picortex.core.triggerlog import TriggerEntry
-from picortex.discord.gateway import GatewayActor
+from picortex.discord.gateway import GatewayActor, IdentifyTurns
 from picortex.discord.protocol import GatewayTimings
 from picortex.discord.rest import RestClient
 from picortex.errors import ConfigError, FatalDiscordError, PicortexError
@@ -81,15 +82,17 @@ STATUS_TRIGGERS: Final = 10  # last triggers shown by `picortex status`
 
 
 class _PersistedSessions:
-    """The gateway session in `picortex.db`: read once at start, written through the store
-    actor's queue (never a wait on the event loop)."""
+    """Each shard's gateway session in `picortex.db`: read once at start, written through
+    the store actor's queue (never a wait on the event loop)."""
 
-    def __init__(self, loaded: tuple[str, str, int] | None, store: SessionQueries) -> None:
+    def __init__(
+        self, loaded: dict[tuple[int, int], tuple[str, str, int] | None], store: SessionQueries
+    ) -> None:
         self._loaded = loaded
         self._store = store
 
     def gateway_session(self, shard: tuple[int, int]) -> tuple[str, str, int] | None:
-        return self._loaded
+        return self._loaded.get(shard)
 
     def save_gateway_session(
         self, shard: tuple[int, int], session_id: str, url: str, seq: int, at: float
@@ -108,10 +111,12 @@ class Bot:
         settings: Settings,
         *,
         shard: tuple[int, int] = (0, 1),
+        shards: Sequence[tuple[int, int]] = (),
         gateway_timings: GatewayTimings | None = None,
         llm_http_client_factory: Any = None,
         rest_client: httpx.AsyncClient | None = None,
     ) -> None:
+        """`shards`: every (id, count) this process serves; empty: just `shard`."""
         if not settings.discord_token:
             raise ConfigError("DISCORD_BOT_TOKEN is not set")
         remember_secrets(settings.discord_token, settings.anthropic_api_key)
@@ -119,8 +124,9 @@ class Bot:
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
         self.store = open_store(settings)
-        # Read once, before anything is queued: the session a killed process left.
-        sessions = _PersistedSessions(self.store.gateway_session(shard), self.store)
+        held = tuple(shards) or (shard,)
+        # Read once, before anything is queued: the sessions a killed process left.
+        sessions = _PersistedSessions({s: self.store.gateway_session(s) for s in held}, self.store)
         self.source = SettingsSource(settings, self.store)
         live = self.source()
         self.events = ActionLog(
@@ -190,17 +196,27 @@ class Bot:
             ),
             catch_up=self._catch_up,
         )
-        self.gateway = GatewayActor(
-            settings.discord_token,
-            self.rest,
-            self.events,
-            self.router.on_dispatch,
-            shard=shard,
-            timings=gateway_timings,
-            # Persisted so a restarted process RESUMEs and Discord replays what it missed.
-            sessions=sessions,
-            safe_seq=self.pipe.handled.safe_seq,
-        )
+        # One gateway actor per shard, all handing dispatches to the one router (a message's
+        # channel decides its mailbox) and sharing the session start limit.
+        turns = IdentifyTurns((gateway_timings or GatewayTimings()).identify_window)
+        handled = self.pipe.handled
+        handled.shard_count = held[0][1]
+        self.gateways = [
+            GatewayActor(
+                settings.discord_token,
+                self.rest,
+                self.events,
+                _shard_dispatch(self.router.on_dispatch, *held_shard),
+                shard=held_shard,
+                timings=gateway_timings,
+                # Persisted so a restarted process RESUMEs and Discord replays what it missed.
+                sessions=sessions,
+                safe_seq=functools.partial(handled.safe_seq, held_shard[0]),
+                turns=turns,
+            )
+            for held_shard in held
+        ]
+        self.gateway = self.gateways[0]
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         # Wall-clock seconds: catch-up compares message times (from their ids) with it.
         self.wall_clock: Callable[[], float] = time.time
@@ -226,6 +242,21 @@ class Bot:
             ],
             events=self.events,
         )
+        # One shard: the gateway itself; many: a one_for_one supervisor over them, so one
+        # shard's reconnect never drops another's session.
+        self.gateway_group: Supervisor | None = None
+        gateway_child = ChildSpec("gateway", self.gateway.run)
+        if len(self.gateways) > 1:
+            self.gateway_group = Supervisor(
+                "gateways",
+                Strategy.ONE_FOR_ONE,
+                [
+                    ChildSpec(f"gateway-{s[0]}", gw.run)
+                    for s, gw in zip(held, self.gateways, strict=True)
+                ],
+                events=self.events,
+            )
+            gateway_child = ChildSpec("gateways", self.gateway_group.run)
         self.root = Supervisor(
             "root",
             Strategy.REST_FOR_ONE,
@@ -236,7 +267,7 @@ class Bot:
                 # The gateway comes before the pipeline: it only needs the router's mailbox,
                 # which outlives the router, so a crash loop in the channels never drops the
                 # Discord session; dispatches wait in that mailbox while they restart.
-                ChildSpec("gateway", self.gateway.run),
+                gateway_child,
                 ChildSpec("channels", self.channels.run),
                 ChildSpec("router", self.router.run, mailbox=self.router.inbox),
                 ChildSpec("watchdog", self._watchdog),
@@ -268,22 +299,15 @@ class Bot:
 
     def snapshot(self) -> dict[str, Any]:
         """What `picortex status` shows."""
-        gw = self.gateway.status()
         restarts = {k: v for k, v in self.root.restart_counts().items() if v}
         restarts.update({k: v for k, v in self.services.restart_counts().items() if v})
         restarts.update({k: v for k, v in self.channels.restart_counts().items() if v})
+        if self.gateway_group is not None:
+            restarts.update({k: v for k, v in self.gateway_group.restart_counts().items() if v})
         return {
-            "gateway": {
-                "state": str(getattr(gw.state, "value", gw.state)),
-                "session_id": gw.session_id,
-                "seq": gw.seq,
-                "heartbeat_latency_ms": (
-                    None if gw.heartbeat_latency_ms is None else round(gw.heartbeat_latency_ms, 1)
-                ),
-                "reconnects": gw.reconnects,
-                "last_close_code": gw.last_close_code,
-                "shard": list(gw.shard),
-            },
+            "gateway": _gateway_status(self.gateway),
+            # Every shard this process holds (the first is "gateway" above).
+            "shards": [_gateway_status(gw) for gw in self.gateways],
             "pid": os.getpid(),
             "uptime_s": round(trio.current_time() - self._started_at, 1),
             "channel_actors": len(self.channels.children()),
@@ -350,9 +374,39 @@ class Bot:
             self.store.close()
 
 
-def run_forever(settings: Settings, *, shard: tuple[int, int] = (0, 1)) -> int:
+def _shard_dispatch(
+    on_dispatch: Callable[[str, Any, int | None], None], shard_id: int, count: int
+) -> Callable[[str, Any, int | None], None]:
+    """A shard's dispatches with `seq * count + shard_id`: the handled ledger keeps each
+    shard's session seq apart (the same number in two sessions means different events)."""
+    if count == 1:
+        return on_dispatch
+
+    def dispatch(name: str, data: Any, seq: int | None) -> None:
+        on_dispatch(name, data, None if seq is None else seq * count + shard_id)
+
+    return dispatch
+
+
+def _gateway_status(gateway: GatewayActor) -> dict[str, Any]:
+    """One shard's connection as `picortex status` and the panel show it."""
+    gw = gateway.status()
+    return {
+        "state": str(getattr(gw.state, "value", gw.state)),
+        "session_id": gw.session_id,
+        "seq": gw.seq,
+        "heartbeat_latency_ms": (
+            None if gw.heartbeat_latency_ms is None else round(gw.heartbeat_latency_ms, 1)
+        ),
+        "reconnects": gw.reconnects,
+        "last_close_code": gw.last_close_code,
+        "shard": list(gw.shard),
+    }
+
+
+def run_forever(settings: Settings, *, shards: Sequence[tuple[int, int]] = ((0, 1),)) -> int:
     """`picortex run`: until SIGINT/SIGTERM (exit 0), a fatal refusal (3) or give-up (70)."""
-    bot = Bot(settings, shard=shard)
+    bot = Bot(settings, shards=shards)
     # Everything is imported and wired: keep full collections off these objects for good.
     frozen = freeze_startup_heap()
     logger.debug("%d start-up objects frozen out of garbage collection", frozen)

@@ -26,6 +26,7 @@ from picortex.core.agent_prompt import PROMPT_MAX_CHARS
 from picortex.core.discriminate import Classifier
 from picortex.core.llm import DEFAULT_MAX_TOKENS
 from picortex.core.redact import remember_secrets, url_secrets
+from picortex.core.shards import SHARD_COUNT_MAX, ShardSpec, parse_shards
 from picortex.errors import ConfigError, PicortexError
 
 logger = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ GLOBAL_USD_MAX: Final = 100_000.0
 REQUESTS_PER_MINUTE_MAX: Final = 600
 PRICE_MAX: Final = 1_000.0  # USD per million tokens; list prices are a few dollars
 COMPOST_THRESHOLD_MAX: Final = 1_000  # more errors an hour than this is no pattern, a fire
+LEASE_SECONDS_MAX: Final = 600.0  # a dead process's shards wait this long for a new holder
 PAUSE_SECONDS_MAX: Final = 24 * 3600.0  # a day: past that, fix the cause rather than wait
 AGENT_PROMPT_MAX_CHARS: Final = PROMPT_MAX_CHARS
 # An answer's output ceiling: the budget reserves the whole of it before each call.
@@ -223,6 +225,16 @@ class AccessSettings:
     deny_channels: tuple[int, ...] = ()
 
 
+@attrs.frozen
+class ClusterSettings:
+    """Which shards this process serves (SPEC 17): `shards` (None: `--shard`, else 0/1),
+    at most `capacity` of them (None: all it names), leases of `lease_seconds`."""
+
+    shards: ShardSpec | None = None
+    capacity: int | None = None
+    lease_seconds: float = 10.0
+
+
 def _secret_repr(value: str | None) -> str:
     return "None" if value is None else "'[hidden]'"
 
@@ -256,6 +268,7 @@ class Settings:
     web: WebSettings = WebSettings()
     slash: SlashSettings = SlashSettings()
     access: AccessSettings = AccessSettings()
+    cluster: ClusterSettings = ClusterSettings()
     prices: Mapping[str, Price] = attrs.field(factory=lambda: BUILTIN_PRICES, converter=_proxy)
     discord_token: str | None = attrs.field(default=None, repr=_secret_repr)
     api_base: str = DEFAULT_API_BASE
@@ -548,6 +561,31 @@ _BOUNDS.update(
 )
 
 
+def _check_shards(key: str, value: object) -> ShardSpec:
+    if not isinstance(value, str):
+        raise _Invalid(f'{key} must be text such as "0-3/8" or "auto/8", got {_show(value)}')
+    try:
+        return parse_shards(value, key)
+    except ConfigError as exc:
+        raise _Invalid(str(exc)) from None
+
+
+def _check_capacity(key: str, value: object) -> int:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        if value > SHARD_COUNT_MAX:
+            raise _too_big(key, SHARD_COUNT_MAX, value)
+        return value
+    raise _Invalid(f"{key} must be a whole number of shards, 1 or more, got {_show(value)}")
+
+
+def _check_lease(key: str, value: object) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+        if value > LEASE_SECONDS_MAX:
+            raise _too_big(key, LEASE_SECONDS_MAX, value)
+        return float(value)
+    raise _Invalid(f"{key} must be a number of seconds, 1 or more, got {_show(value)}")
+
+
 def _check_ids(what: str) -> Callable[[str, object], tuple[int, ...]]:
     def check(key: str, value: object) -> tuple[int, ...]:
         if isinstance(value, list | tuple):
@@ -743,6 +781,10 @@ _KEYS: Final[Mapping[str, _Key]] = MappingProxyType(
         "access.allow_roles": _Key(_check_ids("role"), _text_ids, runtime=True),
         "access.allow_channels": _Key(_check_ids("channel"), _text_ids, runtime=True),
         "access.deny_channels": _Key(_check_ids("channel"), _text_ids, runtime=True),
+        # Shards are taken at start: `--shards` and `--capacity` override these.
+        "cluster.shards": _Key(_check_shards, _text_stripped, runtime=False),
+        "cluster.capacity": _Key(_check_capacity, _text_int, runtime=False),
+        "cluster.lease_seconds": _Key(_check_lease, _text_number, runtime=False),
     }
 )
 _SECTIONS: Final = frozenset(key.partition(".")[0] for key in _KEYS if "." in key)

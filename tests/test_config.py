@@ -23,6 +23,7 @@ from picortex.config import (
     runtime_key,
     runtime_values,
 )
+from picortex.core.shards import ShardSpec
 from picortex.errors import ConfigError
 
 
@@ -67,6 +68,9 @@ DEFAULTS: dict[str, object] = {
     "budget.period": "day",
     "slash.enabled": True,
     "slash.guild_ids": (),
+    "cluster.shards": None,
+    "cluster.capacity": None,
+    "cluster.lease_seconds": 10.0,
 }
 
 
@@ -117,6 +121,9 @@ FROM_FILE = [
     ('[budget]\nperiod = "month"', "budget.period", "month"),
     ("[slash]\nenabled = false", "slash.enabled", False),
     ('[slash]\nguild_ids = ["81384788765712384", 42]', "slash.guild_ids", (81384788765712384, 42)),
+    ('[cluster]\nshards = "0-1,4/8"', "cluster.shards", ShardSpec(ids=(0, 1, 4), count=8)),
+    ("[cluster]\ncapacity = 3", "cluster.capacity", 3),
+    ("[cluster]\nlease_seconds = 30", "cluster.lease_seconds", 30.0),
 ]
 
 
@@ -169,6 +176,10 @@ BAD = [
     ('[slash]\nenabled = "no"', "slash.enabled", '"no"'),
     ('[slash]\nguild_ids = ["general"]', "slash.guild_ids", '["general"]'),
     ("[slash]\nguild_ids = 5", "slash.guild_ids", "5"),
+    ('[cluster]\nshards = "8/8"', "cluster.shards", "shard 8 is out of range"),
+    ("[cluster]\nshards = 3", "cluster.shards", "3"),
+    ("[cluster]\ncapacity = 0", "cluster.capacity", "0"),
+    ("[cluster]\nlease_seconds = 0.5", "cluster.lease_seconds", "0.5"),
 ]
 
 

@@ -368,8 +368,8 @@ class HandledBook(HandledMarks, HandledLookup, Protocol):
         """Messages in hand that will not be handled now (a full mailbox)."""
         ...
 
-    def new_session(self) -> None:
-        """A fresh IDENTIFY: sequence numbers start again."""
+    def new_session(self, seq: int | None = None) -> None:
+        """A fresh IDENTIFY (its READY's `seq` names the shard): sequence numbers start again."""
         ...
 
 

@@ -41,7 +41,11 @@ class HandledLedger:
         self._clock = clock
         # Message id -> the gateway seq it came with (None: from another session, or fetched).
         self._in_hand: dict[Snowflake, int | None] = {}
-        self._routed_seq: int | None = None
+        # Shard id -> the last seq routed in its session.
+        self._routed: dict[int, int] = {}
+        # With many shards in one process, each gateway hands on `seq * shard_count +
+        # shard_id`: one number says both the shard and its session's seq.
+        self.shard_count = 1
 
     @property
     def in_hand(self) -> int:
@@ -64,22 +68,34 @@ class HandledLedger:
         return True
 
     def routed(self, seq: int | None) -> None:
-        """The router has taken every dispatch up to `seq` of the current session."""
+        """The router has taken every dispatch up to `seq` of its shard's current session."""
         if seq is not None:
-            self._routed_seq = seq
+            self._routed[seq % self.shard_count] = seq
 
-    def new_session(self) -> None:
-        """A new gateway session (READY): sequence numbers start again; old ones mean nothing."""
-        for message_id in self._in_hand:
-            self._in_hand[message_id] = None
-        self._routed_seq = None
+    def new_session(self, seq: int | None = None) -> None:
+        """A new gateway session (READY, with its `seq`) of one shard (None: of every shard):
+        its sequence numbers start again; old ones mean nothing."""
+        count = self.shard_count
+        shard = None if seq is None else seq % count
+        for message_id, held in self._in_hand.items():
+            if held is not None and (shard is None or held % count == shard):
+                self._in_hand[message_id] = None
+        if shard is None:
+            self._routed.clear()
+        else:
+            self._routed.pop(shard, None)
 
-    def safe_seq(self) -> int | None:
-        """The seq to persist: a RESUME from it replays every message not yet final."""
-        pending = [seq for seq in self._in_hand.values() if seq is not None]
+    def safe_seq(self, shard_id: int = 0) -> int | None:
+        """The seq of shard `shard_id`'s session to persist: a RESUME from it replays every
+        message of that shard not yet final."""
+        count = self.shard_count
+        pending = [
+            seq for seq in self._in_hand.values() if seq is not None and seq % count == shard_id
+        ]
         if pending:
-            return min(pending) - 1
-        return self._routed_seq
+            return min(pending) // count - 1
+        routed = self._routed.get(shard_id)
+        return None if routed is None else routed // count
 
     def finish(
         self, message_ids: Sequence[Snowflake], channel_id: Snowflake, guild_id: Snowflake | None

@@ -347,7 +347,7 @@ class Router:
             clients.bot.user_id = event.user.id
             clients.bot.username = event.user.username
             # A new session (not a RESUME): events may have been missed since the last one.
-            clients.handled.new_session()
+            clients.handled.new_session(seq)
             clients.cache.on_session_start()
             if self._catch_up is not None:
                 clients.spawn(self._catch_up)

@@ -18,7 +18,8 @@ from typing import Final, NoReturn
 
 from picortex import __version__
 from picortex.core.events import EVENT_TYPES
-from picortex.errors import PicortexError, SupervisorExhausted
+from picortex.core.shards import ShardSpec, parse_shards
+from picortex.errors import ConfigError, PicortexError, SupervisorExhausted
 
 EXIT_OK: int = 0
 EXIT_USAGE: int = 2
@@ -40,6 +41,13 @@ def _shard(text: str) -> tuple[int, int]:
     if count < 1 or not 0 <= sid < count:
         raise argparse.ArgumentTypeError(f"--shard {text}: need 0 <= ID < COUNT")
     return sid, count
+
+
+def _shards(text: str) -> ShardSpec:
+    try:
+        return parse_shards(text, "--shards")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _count(text: str) -> int:
@@ -83,11 +91,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the bot until SIGINT/SIGTERM")
     run.add_argument(
+        "--shards",
+        type=_shards,
+        metavar="IDS/COUNT",
+        help="serve these shards of COUNT: 2/8, 0-3,8-11/16 or auto/16 (all that are free); "
+        "default: [cluster] shards, else 0/1",
+    )
+    run.add_argument(
+        "--capacity",
+        type=_count,
+        metavar="N",
+        help="serve at most N of those shards (default: [cluster] capacity, else all)",
+    )
+    run.add_argument(
         "--shard",
         type=_shard,
-        default=(0, 1),
         metavar="ID/COUNT",
-        help="connect as shard ID of COUNT (default 0/1: one shard)",
+        help="serve the one shard ID of COUNT (the same as --shards ID/COUNT)",
     )
 
     demo = sub.add_parser("demo", help="zero-setup showcase against the built-in simulator")

@@ -5,7 +5,25 @@ from __future__ import annotations
 import argparse
 
 from picortex.cli import common
+from picortex.config import ClusterSettings
+from picortex.core.shards import ShardSpec
 from picortex.errors import ConfigError
+
+
+def held_shards(args: argparse.Namespace, cluster: ClusterSettings) -> list[tuple[int, int]]:
+    """The (id, count) shards this process serves: `--shards` (or `--shard`), else
+    `[cluster] shards`, else 0/1; at most `--capacity` (else `[cluster] capacity`) of them.
+
+    Without a shared database nobody else can hold a shard, so `auto/N` means all N.
+    """
+    spec: ShardSpec | None = args.shards
+    if args.shard is not None:
+        if spec is not None:
+            raise ConfigError("give --shards or --shard, not both")
+        spec = ShardSpec(ids=(args.shard[0],), count=args.shard[1])
+    spec = spec or cluster.shards or ShardSpec(ids=(0,), count=1)
+    capacity = args.capacity if args.capacity is not None else cluster.capacity
+    return [(shard_id, spec.count) for shard_id in spec.held(capacity)]
 
 
 def command(args: argparse.Namespace) -> int:
@@ -14,6 +32,7 @@ def command(args: argparse.Namespace) -> int:
     from picortex.store.personas import load_personas
 
     settings = common.settings()
+    shards = held_shards(args, settings.cluster)
     if not settings.discord_token:
         raise ConfigError("DISCORD_BOT_TOKEN is not set")
     # Bad persona files stop the start (exit 2): say so before loading the whole bot (its
@@ -23,4 +42,4 @@ def command(args: argparse.Namespace) -> int:
 
     # One bot per home: a second one would answer every message twice.
     with hold_home(common.home(settings)):
-        return run_forever(settings, shard=args.shard)
+        return run_forever(settings, shards=shards)

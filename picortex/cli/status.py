@@ -101,6 +101,18 @@ def format_status(data: dict[str, Any]) -> list[str]:
     latency = gw.get("heartbeat_latency_ms")
     lines.append(f"heartbeat latency: {'-' if latency is None else f'{latency} ms'}")
     lines.append(f"reconnects:        {gw.get('reconnects', 0)}")
+    shards = data.get("shards") or []
+    if len(shards) > 1:
+        # Many shards in this process: one line each (the connection above is the first).
+        for held in shards:
+            sid, count = held.get("shard") or ["?", "?"]
+            ms = held.get("heartbeat_latency_ms")
+            lines.append(
+                f"shard {sid}/{count}:".ljust(19)
+                + f"{held.get('state', '?')}, session {held.get('session_id') or '-'}, "
+                + f"latency {'-' if ms is None else f'{ms} ms'}, "
+                + f"reconnects {held.get('reconnects', 0)}"
+            )
     mailboxes = data.get("mailboxes", [])
     queued = sum(int(m.get("depth", 0)) for m in mailboxes)
     lines.append(

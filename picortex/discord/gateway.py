@@ -39,6 +39,7 @@ from picortex.discord.protocol import (
     GatewayState,
     GatewayStatus,
     GatewayTimings,
+    IdentifyPacer,
     Notify,
     Reconnect,
     Report,
@@ -187,6 +188,24 @@ class _Connection:
     close_done: trio.Event = attrs.Factory(trio.Event)
 
 
+class IdentifyTurns:
+    """The session start limit shared by the shards of one process.
+
+    Holds the one pacer they all count their IDENTIFYs in, and one turn per rate-limit
+    bucket: a shard takes its bucket's turn before waiting out the pacer and gives it back
+    once its IDENTIFY is sent (or the connection failed first), so two shards of a bucket
+    never identify within one window (Discord would answer op 9).
+    """
+
+    def __init__(self, window: float = 5.0) -> None:
+        self.pacer = IdentifyPacer(window=window)
+        self._turns: dict[int, trio.Semaphore] = {}
+
+    def turn(self, shard_id: int) -> trio.Semaphore:
+        """The turn of shard `shard_id`'s bucket (a semaphore: any task may give it back)."""
+        return self._turns.setdefault(self.pacer.bucket(shard_id), trio.Semaphore(1))
+
+
 class GatewayActor:
     """Holds the bot's gateway session and keeps it alive until cancelled or refused."""
 
@@ -206,6 +225,7 @@ class GatewayActor:
         close_timeout: float = CLOSE_TIMEOUT,
         sessions: SessionStore | None = None,
         safe_seq: Callable[[], int | None] | None = None,
+        turns: IdentifyTurns | None = None,
     ) -> None:
         shard_id, shard_count = shard
         if not 0 <= shard_id < shard_count:
@@ -222,7 +242,13 @@ class GatewayActor:
         self._send_timeout = send_timeout
         self._close_timeout = close_timeout
         self._rng = rng or random.Random()
-        self._proto = GatewayProtocol(token, shard=shard, timings=timings, rng=self._rng)
+        window = (timings or GatewayTimings()).identify_window
+        self._turns = turns or IdentifyTurns(window)
+        self._proto = GatewayProtocol(
+            token, shard=shard, timings=timings, rng=self._rng, pacer=self._turns.pacer
+        )
+        # The bucket turn this shard holds until its IDENTIFY is sent, if any.
+        self._turn: trio.Semaphore | None = None
         self._base_url: str | None = None
         self._timer_scope: trio.CancelScope | None = None
         self._task_status: trio.TaskStatus[None] | None = None
@@ -311,23 +337,19 @@ class GatewayActor:
             if not fetched or not proto.will_resume:
                 # Discord: fetch the URL first, and again when a fresh session is needed.
                 fetched = await self._fetch_gateway(required=not fetched) or fetched
-            wait = proto.identify_delay(trio.current_time())
-            if wait > 0:
-                self._events.emit(
-                    "gateway",
-                    action="identify_wait",
-                    seconds=round(wait, 3),
-                    remaining=proto.pacer.remaining,
-                )
-                await trio.sleep(wait)
             resume = proto.will_resume
-            assert self._base_url is not None
-            target = proto.resume_gateway_url if resume and proto.resume_gateway_url else None
-            url = build_gateway_url(target or self._base_url, self._compress)
-            self._events.emit(
-                "gateway", action="connect", url=url, resume=resume, shard=list(proto.shard)
-            )
-            decision = await self._attempt(url)
+            try:
+                if not resume:
+                    await self._take_turn()
+                assert self._base_url is not None
+                target = proto.resume_gateway_url if resume and proto.resume_gateway_url else None
+                url = build_gateway_url(target or self._base_url, self._compress)
+                self._events.emit(
+                    "gateway", action="connect", url=url, resume=resume, shard=list(proto.shard)
+                )
+                decision = await self._attempt(url)
+            finally:
+                self._give_turn()
             for action in decision:
                 if isinstance(action, Fatal):
                     self._events.emit(
@@ -345,6 +367,27 @@ class GatewayActor:
                     await trio.sleep(action.delay)
                 else:
                     self._perform_now(action)
+
+    async def _take_turn(self) -> None:
+        """Wait for this shard's bucket to be free and its pacing to allow an IDENTIFY."""
+        proto = self._proto
+        turn = self._turns.turn(proto.shard[0])
+        await turn.acquire()
+        self._turn = turn
+        while (wait := proto.identify_delay(trio.current_time())) > 0:
+            self._events.emit(
+                "gateway",
+                action="identify_wait",
+                seconds=round(wait, 3),
+                remaining=proto.pacer.remaining,
+                shard=list(proto.shard),
+            )
+            await trio.sleep(wait)
+
+    def _give_turn(self) -> None:
+        if self._turn is not None:
+            self._turn.release()
+            self._turn = None
 
     # -- one connection --------------------------------------------------------------------
 
@@ -582,6 +625,10 @@ class GatewayActor:
         except trio.TooSlowError:
             problem = f"{action.kind} send stalled for {self._send_timeout:g} s"
             await self._perform(conn, self._proto.transport_error(problem, trio.current_time()))
+        finally:
+            if action.kind == "identify":
+                # Counted by the pacer: the next shard of the bucket may wait its window.
+                self._give_turn()
 
     async def _close(self, conn: _Connection, action: Close, timeout: float | None = None) -> None:
         """Send our close frame and wait for the peer's answer, `timeout` at most.

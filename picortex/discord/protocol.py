@@ -247,10 +247,11 @@ class GatewayStatus:
 
 
 class IdentifyPacer:
-    """Keeps IDENTIFY within Discord's session start limit.
+    """Keeps IDENTIFY within Discord's session start limit, for every shard of this process.
 
-    At most `max_concurrency` identifies per `window` seconds, and none once the daily
-    `remaining` budget is spent until `reset_after` has passed.
+    One IDENTIFY per `window` seconds in each rate-limit bucket (`shard_id % max_concurrency`:
+    shards in different buckets may identify at once), and none once the daily `remaining`
+    budget is spent until `reset_after` has passed.
     """
 
     def __init__(self, *, window: float = 5.0) -> None:
@@ -259,12 +260,17 @@ class IdentifyPacer:
         self._total: int | None = None
         self._remaining: int | None = None
         self._reset_at: float | None = None
-        self._recent: deque[float] = deque()
+        # Bucket -> when its last IDENTIFY was sent (or is booked to be).
+        self._starts: dict[int, float] = {}
 
     @property
     def remaining(self) -> int | None:
         """Identifies left in the current day, as far as we know."""
         return self._remaining
+
+    def bucket(self, shard_id: int) -> int:
+        """The rate-limit bucket of a shard (Discord's `rate_limit_key`)."""
+        return shard_id % self._max_concurrency
 
     def update(self, limit: object, now: float) -> Report | None:
         """Take `session_start_limit` from GET /gateway/bot; a Report if it is malformed."""
@@ -274,8 +280,11 @@ class IdentifyPacer:
         total = limit.get("total")
         remaining = limit.get("remaining")
         reset_after = limit.get("reset_after")
-        if _is_int(concurrency) and concurrency > 0:
+        if _is_int(concurrency) and concurrency > 0 and concurrency != self._max_concurrency:
             self._max_concurrency = concurrency
+            # Buckets are numbered anew: every bucket waits as long as the latest start.
+            latest = max(self._starts.values(), default=None)
+            self._starts = {} if latest is None else dict.fromkeys(range(concurrency), latest)
         if _is_int(total) and total >= 0:
             self._total = total
         if _is_int(remaining) and remaining >= 0:
@@ -284,20 +293,20 @@ class IdentifyPacer:
             self._reset_at = now + reset_after / 1000.0
         return None
 
-    def delay(self, now: float) -> float:
-        """Seconds to wait before the next IDENTIFY may be sent."""
+    def delay(self, now: float, shard_id: int = 0) -> float:
+        """Seconds to wait before shard `shard_id` may send its next IDENTIFY."""
         wait = 0.0
         if self._remaining is not None and self._remaining <= 0 and self._reset_at is not None:
             wait = max(wait, self._reset_at - now)
-        while self._recent and self._recent[0] <= now - self._window:
-            self._recent.popleft()
-        if len(self._recent) >= self._max_concurrency:
-            wait = max(wait, self._recent[0] + self._window - now)
+        last = self._starts.get(self.bucket(shard_id))
+        if last is not None:
+            wait = max(wait, last + self._window - now)
         return wait
 
-    def record(self, now: float) -> None:
-        """Count one IDENTIFY sent at `now`."""
-        self._recent.append(now)
+    def record(self, now: float, shard_id: int = 0) -> None:
+        """Count one IDENTIFY sent at `now` by shard `shard_id`."""
+        key = self.bucket(shard_id)
+        self._starts[key] = max(now, self._starts.get(key, now))
         if self._reset_at is not None and now >= self._reset_at:
             # The daily window rolled over: the budget is full again.
             self._remaining = self._total
@@ -345,6 +354,7 @@ class GatewayProtocol:
         rng: random.Random | None = None,
         os_name: str = sys.platform,
         library: str = "picortex",
+        pacer: IdentifyPacer | None = None,
     ) -> None:
         self._token = token
         self._shard = shard
@@ -352,7 +362,8 @@ class GatewayProtocol:
         self._t = timings or GatewayTimings()
         self._rng = rng or random.Random()
         self._properties = {"os": os_name, "browser": library, "device": library}
-        self.pacer = IdentifyPacer(window=self._t.identify_window)
+        # Shared by the shards of one process: they draw on the same session start limit.
+        self.pacer = pacer or IdentifyPacer(window=self._t.identify_window)
 
         # Session state: survives connections.
         self.state = GatewayState.DISCONNECTED
@@ -425,7 +436,7 @@ class GatewayProtocol:
 
     def identify_delay(self, now: float) -> float:
         """Seconds to wait before connecting when the next connection will IDENTIFY."""
-        return 0.0 if self.will_resume else self.pacer.delay(now)
+        return 0.0 if self.will_resume else self.pacer.delay(now, self._shard[0])
 
     def set_session_start_limit(self, limit: object, now: float) -> list[Action]:
         """Take `session_start_limit` from GET /gateway/bot."""
@@ -616,6 +627,7 @@ class GatewayProtocol:
         out: list[Action] = []
         session_id = data.get("session_id") if isinstance(data, dict) else None
         url = data.get("resume_gateway_url") if isinstance(data, dict) else None
+        guilds = data.get("guilds") if isinstance(data, dict) else None
         if type(session_id) is str and session_id:
             self.session_id = session_id
         else:
@@ -633,7 +645,13 @@ class GatewayProtocol:
         out.append(
             Notify(
                 "ready",
-                {"session_id": self.session_id, "shard": list(self._shard), "seq": seq},
+                {
+                    "session_id": self.session_id,
+                    "shard": list(self._shard),
+                    "seq": seq,
+                    # The guilds Discord routes to this shard (each comes as a GUILD_CREATE).
+                    "guilds": len(guilds) if isinstance(guilds, list) else 0,
+                },
             )
         )
         out.append(Dispatch("READY", data, seq))
@@ -685,7 +703,7 @@ class GatewayProtocol:
             },
         }
         self._note_sent(now)
-        self.pacer.record(now)
+        self.pacer.record(now, self._shard[0])
         return [
             Notify("identify", {"shard": list(self._shard), "intents": self._intents}),
             Send(identify, "identify"),

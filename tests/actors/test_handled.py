@@ -83,3 +83,24 @@ def test_safe_seq_stops_before_the_oldest_message_in_hand() -> None:
     ledger.routed(2)
     assert ledger.safe_seq() == 2
     assert ledger.in_hand == 1
+
+
+def test_each_shard_keeps_its_own_safe_seq() -> None:
+    """Two shards in one process: seqs come as `seq * 2 + shard`; each shard's RESUME point
+    only looks at its own messages, and one shard's new session leaves the other's alone."""
+    ledger = HandledLedger(FakeStore())
+    ledger.shard_count = 2
+    ledger.routed(5 * 2 + 0)  # shard 0 at seq 5
+    ledger.take(40, seq=9 * 2 + 1)  # shard 1: seq 9 in hand
+    ledger.routed(9 * 2 + 1)
+    ledger.routed(30 * 2 + 1)  # shard 1 routed on to 30
+    assert ledger.safe_seq(0) == 5
+    assert ledger.safe_seq(1) == 8  # a RESUME of shard 1 from 8 replays message 40
+    ledger.take(41, seq=6 * 2 + 0)
+    assert ledger.safe_seq(0) == 5
+    # Shard 0 identifies afresh (its READY is seq 1): shard 1's messages keep their seqs.
+    ledger.new_session(1 * 2 + 0)
+    assert ledger.safe_seq(0) is None
+    assert ledger.safe_seq(1) == 8
+    ledger.finish([40], channel_id=1, guild_id=None)
+    assert ledger.safe_seq(1) == 30

@@ -123,3 +123,19 @@ async def test_a_long_home_path_still_gets_a_socket(tmp_path: Path) -> None:
     home.mkdir()
     assert len(str(socket_path(home))) > UNIX_PATH_MAX
     assert await _serve_and_ask(home) == ids_as_strings(SNAPSHOT)  # ids as strings (SPEC 11)
+
+
+def test_format_status_lists_each_shard_this_process_holds() -> None:
+    shard = {"state": "ready", "heartbeat_latency_ms": 2.0, "reconnects": 0}
+    snapshot = {
+        **SNAPSHOT,
+        "shards": [
+            {**shard, "shard": [0, 2], "session_id": "s0"},
+            {**shard, "shard": [1, 2], "session_id": "s1", "heartbeat_latency_ms": None},
+        ],
+    }
+    lines = format_status(snapshot)
+    assert "shard 0/2:         ready, session s0, latency 2.0 ms, reconnects 0" in lines
+    assert "shard 1/2:         ready, session s1, latency -, reconnects 0" in lines
+    # One shard: no per-shard lines beside the connection's.
+    assert not any(line.startswith("shard ") for line in format_status(SNAPSHOT))

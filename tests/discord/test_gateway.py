@@ -18,7 +18,7 @@ import pytest
 import trio
 
 from picortex.discord import gateway as gateway_module
-from picortex.discord.gateway import GatewayActor, ZlibStream, build_gateway_url
+from picortex.discord.gateway import GatewayActor, IdentifyTurns, ZlibStream, build_gateway_url
 from picortex.discord.protocol import DEFAULT_INTENTS, FATAL_CLOSE_CODES, RESUME_CLOSE_CODE
 from picortex.discord.rest import RestClient
 from picortex.errors import FatalDiscordError
@@ -683,4 +683,30 @@ async def test_a_clean_stop_ends_the_persisted_session(autojump_clock: Any) -> N
         stop.cancel()
         await wait_until(lambda: sessions.saved == {})
         assert sim.gateway_stats.client_close_codes == (1000,)
+        nursery.cancel_scope.cancel()
+
+
+async def test_shards_starting_together_take_turns_in_their_bucket(autojump_clock: Any) -> None:
+    """Two shards of one bucket connect at the same moment: the second waits until the
+    first's IDENTIFY is sent and its 5 s have passed, so Discord never answers op 9."""
+    sim = Simulator(TOKEN, limit_identify_concurrency=True, max_concurrency=1)
+    turns = IdentifyTurns()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.serve)
+        sim.add_default_world()
+        sink = RecordingSink()
+        rest = SimRest(sim)
+        actors = [
+            GatewayActor(TOKEN, rest, sink, lambda *_: None, shard=(i, 2), turns=turns)
+            for i in (0, 1)
+        ]
+        for actor in actors:
+            nursery.start_soon(actor.run)
+        await wait_until(lambda: sim.gateway_stats.identifies == 2)
+        stats = sim.gateway_stats
+        assert stats.identify_rate_limited == 0
+        first, second = stats.identify_times
+        assert second - first >= 5.0
+        waits = [e for e in sink.of("gateway") if e["action"] == "identify_wait"]
+        assert [w["shard"] for w in waits] == [[1, 2]]
         nursery.cancel_scope.cancel()

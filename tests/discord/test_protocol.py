@@ -528,16 +528,27 @@ def test_server_heartbeat_requests_cannot_push_us_over_the_limit() -> None:
 # -- identify pacing ------------------------------------------------------------------------
 
 
-def test_pacer_spaces_identifies_by_max_concurrency() -> None:
+def test_pacer_spaces_identifies_per_max_concurrency_bucket() -> None:
     pacer = IdentifyPacer(window=5.0)
     pacer.update({"total": 1000, "remaining": 999, "reset_after": 10**7, "max_concurrency": 2}, 0)
-    assert pacer.delay(0.0) == 0.0
-    pacer.record(0.0)
-    assert pacer.delay(0.0) == 0.0
-    pacer.record(1.0)
-    assert pacer.delay(1.0) == 4.0
-    assert pacer.delay(5.0) == 0.0
+    assert pacer.delay(0.0, 0) == 0.0
+    pacer.record(0.0, 0)
+    # Shard 1 is in the other bucket: it identifies at once.
+    assert pacer.delay(0.0, 1) == 0.0
+    pacer.record(1.0, 1)
+    # Shard 2 shares bucket 0 with shard 0; shard 0 itself waits too.
+    assert pacer.delay(1.0, 2) == 4.0
+    assert pacer.delay(1.0, 0) == 4.0
+    assert pacer.delay(2.0, 3) == 4.0
+    assert pacer.delay(5.0, 2) == 0.0
     assert pacer.remaining == 997
+
+
+def test_a_new_max_concurrency_keeps_every_bucket_waiting() -> None:
+    pacer = IdentifyPacer(window=5.0)
+    pacer.record(0.0, 0)
+    pacer.update({"max_concurrency": 4}, 1.0)
+    assert [pacer.delay(1.0, s) for s in range(4)] == [4.0, 4.0, 4.0, 4.0]
 
 
 def test_pacer_waits_for_reset_when_no_session_starts_remain() -> None:

@@ -425,11 +425,13 @@ async def running_bot(
     sim: Simulator | None = None,
     files: Mapping[str, str] | None = None,
     relaxed_limits: bool = False,
+    shards: tuple[tuple[int, int], ...] = (),
 ) -> AsyncIterator[Running]:
     """Start a simulator with its default world and a bot owned by alice; stop both after.
 
     `relaxed_limits` raises the per-channel write limits (5 per 5 s on Discord), so a test
     that posts many replies in one channel does not spend its time waiting them out.
+    `shards`: the (id, count) shards the bot serves (default: 0/1).
     """
     sim = sim or Simulator(heartbeat_interval_ms=5000)
     if relaxed_limits:
@@ -457,7 +459,11 @@ async def running_bot(
             base_env["ANTHROPIC_BASE_URL"] = urls.anthropic_base_url
         base_env.update(env or {})
         settings = load_settings(base_env)
-        bot = Bot(settings, gateway_timings=GatewayTimings(backoff_base=0.05, backoff_cap=0.5))
+        bot = Bot(
+            settings,
+            shards=shards,
+            gateway_timings=GatewayTimings(backoff_base=0.05, backoff_cap=0.5),
+        )
         if isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock):
             # On virtual time the loop is never late, and a probe every 10 ms would hold the
             # clock back to wall speed (it jumps only when every task waits).

@@ -472,6 +472,21 @@ async def test_overview_draws_spend_per_workspace(env: Env) -> None:
     assert "e-0" not in page.text
 
 
+async def test_overview_lists_the_shards_this_process_holds(env: Env) -> None:
+    await env.login()
+    page = await env.client.get("/")
+    assert 'id="shards"' not in page.text  # one shard: the connection card says it all
+    shards = [
+        {"shard": [0, 2], "state": "ready", "session_id": "s-zero", "heartbeat_latency_ms": 4.5},
+        {"shard": [1, 2], "state": "resuming", "session_id": None, "heartbeat_latency_ms": None},
+    ]
+    snapshot = env.panel.snapshot
+    env.panel.snapshot = lambda: {**snapshot(), "shards": shards}
+    page = await env.client.get("/")
+    assert "<td>0/2</td><td>ready</td><td>s-zero</td><td>4.5 ms</td>" in page.text
+    assert "<td>1/2</td><td>resuming</td><td>\u2013</td><td>\u2013</td>" in page.text
+
+
 async def test_pages_show_writes_the_store_actor_has_not_committed_yet(env: Env) -> None:
     await env.login()
     actor = StoreActor(Store.open(env.home / "picortex.db"))
