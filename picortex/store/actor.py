@@ -7,7 +7,8 @@ happen there, never on the event loop. A caller that must know its write is dura
 change, a handled mark) awaits `flush()`. What the decision path reads (trust tiers, chat
 config, runtime config, handled message ids) is served from memory: this process's writes
 change it at once, and another process's commits (`picortex config set`) are seen through
-SQLite's `data_version`, polled on the worker thread, and reloaded.
+SQLite's `data_version` (PostgreSQL: a notification per change, heard by a listener thread,
+with a slow poll as backstop), looked at on the worker thread, and reloaded.
 
 Every query stays behind `Store` (the one place that speaks SQL; `PgDatabase` speaks the
 same methods to PostgreSQL, whose other processes' commits show as a changed counter);
@@ -183,6 +184,7 @@ class StoreActor:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._work, name="picortex-store", daemon=True)
             self._thread.start()
+            self.db.listen()  # PostgreSQL: other processes' changes heard as they commit
 
     # ---- queueing ------------------------------------------------------------------------
 

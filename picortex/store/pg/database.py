@@ -19,6 +19,7 @@ from psycopg import conninfo
 from picortex.config import ATTENTION_MODES
 from picortex.core.redact import redact, remember_secrets, url_secrets
 from picortex.errors import StoreError
+from picortex.store.pg.listener import ConfigListener
 from picortex.store.pg.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
 from picortex.store.store import (
     DM_WORKSPACE,
@@ -38,6 +39,9 @@ CONNECT_TIMEOUT_SECONDS: Final = 10
 # How often another process's change to trust or config is looked for: one indexed read
 # of one row, well inside the second the SPEC allows for a change to reach every process.
 COHERENCE_SECONDS: Final = 0.2
+# ... while a listener hears each change as it commits: the poll is only the backstop for a
+# listener that hangs without noticing.
+BACKSTOP_SECONDS: Final = 1.5
 # Taken while migrating, so that processes starting together migrate one after another.
 _MIGRATION_LOCK: Final = 0x70C0_27E5
 _DAY_SECONDS: Final = 86_400
@@ -67,8 +71,15 @@ class PgDatabase:
         self.closed = False
         # psycopg serialises single statements, but a transaction spans several; keep whole.
         self._lock = threading.RLock()
-        self._version: object = None
+        # The config counter as last read or heard, and how many times the listener asked
+        # for everything to be reloaded (a reconnect, a missed notification): together the
+        # `data_version` that tells the store actor to reload.
+        self._version_lock = threading.Lock()
+        self._version: int | None = None
+        self._reloads = 0
         self._version_at = -COHERENCE_SECONDS
+        self._clock = time.monotonic
+        self._listener: ConfigListener | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -98,8 +109,24 @@ class PgDatabase:
         """A second connection to the same database (already migrated)."""
         return PgDatabase.open(self._url, migrate=False)
 
+    def listen(self) -> None:
+        """Hear other processes' config changes as they commit (a thread of its own)."""
+        if self._listener is None:
+            self._listener = ConfigListener(self._url, self.path, self._heard)
+        self._listener.start()
+
+    def _heard(self, version: int, reload_all: bool) -> None:
+        """The listener's news (its thread): the counter moved, or reload everything."""
+        with self._version_lock:
+            if self._version is None or version > self._version:
+                self._version = version
+            if reload_all:
+                self._reloads += 1
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
+        if self._listener is not None:
+            self._listener.stop()
         with self._lock:
             self.closed = True
             self._conn.close()
@@ -143,13 +170,22 @@ class PgDatabase:
         return cast(int, self._one("SELECT coalesce(max(version), 0) FROM schema_version"))
 
     def data_version(self) -> object:
-        """Changes when trust, runtime config or chat config changed (any process's commit);
-        read from the database at most once per COHERENCE_SECONDS."""
-        now = time.monotonic()
-        if now - self._version_at >= COHERENCE_SECONDS:
-            self._version = self._one("SELECT version FROM config_changes")
+        """Changes when trust, runtime config or chat config changed (any process's commit).
+
+        Heard at once while listening (`listen`); else read from the database at most once
+        per COHERENCE_SECONDS, and once per BACKSTOP_SECONDS while a listener is up.
+        """
+        now = self._clock()
+        listening = self._listener is not None and self._listener.listening
+        every = BACKSTOP_SECONDS if listening else COHERENCE_SECONDS
+        if now - self._version_at >= every:
+            version = cast(int, self._one("SELECT version FROM config_changes"))
             self._version_at = now
-        return self._version
+            with self._version_lock:  # never back: the listener may have heard a newer one
+                if self._version is None or version > self._version:
+                    self._version = version
+        with self._version_lock:
+            return (self._version, self._reloads)
 
     # ---- transactions --------------------------------------------------------------------
 
