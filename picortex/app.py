@@ -119,6 +119,7 @@ class Bot:
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
         self.store = open_store(settings)
+        self.store.shards = (shard,)
         # Read once, before anything is queued: the session a killed process left.
         sessions = _PersistedSessions(self.store.gateway_session(shard), self.store)
         self.source = SettingsSource(settings, self.store)

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
 import attrs
 import trio
@@ -45,6 +45,8 @@ from picortex.store.store import (
 
 if TYPE_CHECKING:
     from picortex.store.database import Database
+    from picortex.store.pg.cluster import ClusterNode
+    from picortex.store.pg.database import PgDatabase
 
 logger = logging.getLogger(__name__)
 
@@ -131,6 +133,8 @@ class StoreActor:
         # with them (-n), results already on their way: for a test clock that must not jump
         # while the thread works. None in a running bot: no extra hand-back per group.
         self.on_worker_ops: Callable[[int], None] | None = None
+        # The shards this process serves, as its cluster heartbeat tells (PostgreSQL only).
+        self.shards: tuple[tuple[int, int], ...] = ((0, 1),)
 
     @classmethod
     def open(cls, path: Path) -> StoreActor:
@@ -154,6 +158,8 @@ class StoreActor:
         self._start()
         task_status.started()
         try:
+            if self.db.clustered:
+                await self._heartbeat()
             await trio.sleep_forever()
         finally:
             with trio.move_on_after(FLUSH_GRACE_SECONDS, shield=True):
@@ -161,6 +167,23 @@ class StoreActor:
                     await self.flush()
                 except StoreError as exc:
                     logger.error("queued writes lost at shutdown: %s", exc)
+
+    async def _heartbeat(self) -> NoReturn:
+        """Tell the cluster every few seconds that this process runs, and its shards."""
+        from picortex.store.pg.cluster import FORGET_SECONDS, HEARTBEAT_SECONDS, this_node
+
+        started_at = time.time()
+        while True:
+            now = time.time()
+            node = this_node(self.shards, started_at, now)
+
+            def beat(db: Database, node: ClusterNode = node, now: float = now) -> None:
+                pg = cast("PgDatabase", db)
+                pg.note_node(node)
+                pg.forget_nodes(now - FORGET_SECONDS)
+
+            self._submit(beat)
+            await trio.sleep(HEARTBEAT_SECONDS)
 
     def close(self) -> None:
         """Commit what is queued, stop the worker and close the connection (idempotent)."""

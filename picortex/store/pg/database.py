@@ -19,6 +19,7 @@ from psycopg import conninfo
 from picortex.config import ATTENTION_MODES
 from picortex.core.redact import redact, remember_secrets, url_secrets
 from picortex.errors import StoreError
+from picortex.store.pg.cluster import ClusterNode, SavedSession
 from picortex.store.pg.listener import ConfigListener
 from picortex.store.pg.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
 from picortex.store.store import (
@@ -108,6 +109,8 @@ class PgDatabase:
     def reopen(self) -> PgDatabase:
         """A second connection to the same database (already migrated)."""
         return PgDatabase.open(self._url, migrate=False)
+
+    clustered = True  # many processes share it (SPEC 17): each tells a heartbeat
 
     def listen(self) -> None:
         """Hear other processes' config changes as they commit (a thread of its own)."""
@@ -781,6 +784,37 @@ class PgDatabase:
     def clear_gateway_session(self, shard: tuple[int, int]) -> None:
         """The session ended (a clean shutdown, or Discord invalidated it)."""
         self._write("DELETE FROM gateway_session WHERE shard_id = %s", (shard[0],))
+
+    def gateway_sessions(self) -> list[SavedSession]:
+        """Every shard's saved session, by shard id."""
+        rows = self._all(
+            "SELECT shard_id, shard_count, session_id, seq, updated_at FROM gateway_session"
+            " ORDER BY shard_id"
+        )
+        return [SavedSession(*cast("tuple[int, int, str, int, float]", row)) for row in rows]
+
+    # ---- cluster processes (SPEC 17) -----------------------------------------------------
+
+    def note_node(self, node: ClusterNode) -> None:
+        """A process's heartbeat: who it is, what it serves, when it last said so."""
+        self._write(
+            "INSERT INTO cluster_node (node, host, pid, shards, started_at, last_seen)"
+            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (node) DO UPDATE"
+            " SET host = excluded.host, pid = excluded.pid, shards = excluded.shards,"
+            " started_at = excluded.started_at, last_seen = excluded.last_seen",
+            (node.node, node.host, node.pid, node.shards, node.started_at, node.last_seen),
+        )
+
+    def forget_nodes(self, before: float) -> int:
+        """Drop processes silent since `before` (gone for good); how many."""
+        return self._write("DELETE FROM cluster_node WHERE last_seen < %s", (before,))
+
+    def cluster_nodes(self) -> list[ClusterNode]:
+        """Every process that told its heartbeat, by node name."""
+        rows = self._all(
+            "SELECT node, host, pid, shards, started_at, last_seen FROM cluster_node ORDER BY node"
+        )
+        return [ClusterNode(*cast("tuple[str, str, int, str, float, float]", row)) for row in rows]
 
 
 def _reason(exc: psycopg.Error) -> str:
