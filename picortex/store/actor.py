@@ -70,6 +70,9 @@ SPEND_PERIODS: Final = 2
 # At shutdown, queued writes get this long to be committed.
 FLUSH_GRACE_SECONDS: Final = 10.0
 
+# A database that stays unreachable is complained about once per this long, per complaint.
+COMPLAINT_SECONDS: Final = 60.0
+
 _WRITE: Final = 0
 _READ: Final = 1
 _SEEN: Final = 2
@@ -86,6 +89,22 @@ class _Op:
     finish: Finish | None = None
     seq: int = 0
     told: bool = False  # counted in an `on_worker_ops(+n)`: the worker counts it back
+
+
+class _Complaints:
+    """When a repeated complaint is due again: once per `every` seconds for each kind."""
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+        self._last: dict[str, float] = {}
+
+    def due(self, kind: str) -> bool:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._every:
+            return False
+        self._last[kind] = now
+        return True
 
 
 @attrs.frozen
@@ -133,6 +152,7 @@ class StoreActor:
         # with them (-n), results already on their way: for a test clock that must not jump
         # while the thread works. None in a running bot: no extra hand-back per group.
         self.on_worker_ops: Callable[[int], None] | None = None
+        self._complaints = _Complaints(COMPLAINT_SECONDS)
         # The shards this process serves, as its cluster heartbeat tells (PostgreSQL only).
         self.shards: tuple[tuple[int, int], ...] = ((0, 1),)
 
@@ -182,8 +202,14 @@ class StoreActor:
                 pg.note_node(node)
                 pg.forget_nodes(now - FORGET_SECONDS)
 
-            self._submit(beat)
+            self._put(_Op(_WRITE, fn=beat, finish=self._heartbeat_done))
             await trio.sleep(HEARTBEAT_SECONDS)
+
+    def _heartbeat_done(self, ok: bool, value: object) -> None:
+        """(worker thread) A heartbeat that failed: the database is unreachable, said once
+        a minute however often it beats meanwhile."""
+        if not ok and self._complaints.due("heartbeat"):
+            logger.error("could not tell the cluster this process runs: %s", value)
 
     def close(self) -> None:
         """Commit what is queued, stop the worker and close the connection (idempotent)."""
@@ -372,7 +398,10 @@ class StoreActor:
                         db.mark_seen_many(seen)
                 self.commits += 1
             except Exception as exc:
-                logger.error("a group of %d writes was not committed: %s", len(writes), exc)
+                # A shared database that is unreachable fails every group until it is back:
+                # said once a minute (SPEC 17); a local file's failure is said each time.
+                if not db.clustered or self._complaints.due("commit"):
+                    logger.error("a group of %d writes was not committed: %s", len(writes), exc)
                 failed = StoreError(f"not committed: {exc}")
                 results = [(False, failed)] * len(writes)
             self._done_seq = max(self._done_seq, *(op.seq for op in writes))
@@ -409,7 +438,8 @@ class StoreActor:
         except StoreError as exc:
             if self.db.closed:
                 return False
-            logger.warning("could not look for changes by other processes: %s", exc)
+            if self._complaints.due("foreign"):
+                logger.warning("could not look for changes by other processes: %s", exc)
             return True
         token = self._token
         if token is not None:
