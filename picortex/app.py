@@ -125,6 +125,7 @@ class Bot:
         self.faults = FaultPoints.parse(settings.fault_inject)
         self.store = open_store(settings)
         held = tuple(shards) or (shard,)
+        self.store.shards = held
         # Read once, before anything is queued: the sessions a killed process left.
         sessions = _PersistedSessions({s: self.store.gateway_session(s) for s in held}, self.store)
         self.source = SettingsSource(settings, self.store)

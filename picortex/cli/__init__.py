@@ -239,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster = sub.add_parser("cluster", help="the PostgreSQL a cluster of processes shares")
     clsub = cluster.add_subparsers(dest="cluster_command", required=True, parser_class=_Parser)
     clsub.add_parser("init", help="create or migrate the schema; print its version")
+    clstatus = clsub.add_parser("status", help="the processes, the shards each holds, sessions")
+    clstatus.add_argument("--json", action="store_true", help="print it as JSON")
     return p
 
 

@@ -7,7 +7,8 @@ happen there, never on the event loop. A caller that must know its write is dura
 change, a handled mark) awaits `flush()`. What the decision path reads (trust tiers, chat
 config, runtime config, handled message ids) is served from memory: this process's writes
 change it at once, and another process's commits (`picortex config set`) are seen through
-SQLite's `data_version`, polled on the worker thread, and reloaded.
+SQLite's `data_version` (PostgreSQL: a notification per change, heard by a listener thread,
+with a slow poll as backstop), looked at on the worker thread, and reloaded.
 
 Every query stays behind `Store` (the one place that speaks SQL; `PgDatabase` speaks the
 same methods to PostgreSQL, whose other processes' commits show as a changed counter);
@@ -25,7 +26,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
 import attrs
 import trio
@@ -44,6 +45,8 @@ from picortex.store.store import (
 
 if TYPE_CHECKING:
     from picortex.store.database import Database
+    from picortex.store.pg.cluster import ClusterNode
+    from picortex.store.pg.database import PgDatabase
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +70,9 @@ SPEND_PERIODS: Final = 2
 # At shutdown, queued writes get this long to be committed.
 FLUSH_GRACE_SECONDS: Final = 10.0
 
+# A database that stays unreachable is complained about once per this long, per complaint.
+COMPLAINT_SECONDS: Final = 60.0
+
 _WRITE: Final = 0
 _READ: Final = 1
 _SEEN: Final = 2
@@ -83,6 +89,22 @@ class _Op:
     finish: Finish | None = None
     seq: int = 0
     told: bool = False  # counted in an `on_worker_ops(+n)`: the worker counts it back
+
+
+class _Complaints:
+    """When a repeated complaint is due again: once per `every` seconds for each kind."""
+
+    def __init__(self, every: float) -> None:
+        self._every = every
+        self._last: dict[str, float] = {}
+
+    def due(self, kind: str) -> bool:
+        now = time.monotonic()
+        last = self._last.get(kind)
+        if last is not None and now - last < self._every:
+            return False
+        self._last[kind] = now
+        return True
 
 
 @attrs.frozen
@@ -130,6 +152,9 @@ class StoreActor:
         # with them (-n), results already on their way: for a test clock that must not jump
         # while the thread works. None in a running bot: no extra hand-back per group.
         self.on_worker_ops: Callable[[int], None] | None = None
+        self._complaints = _Complaints(COMPLAINT_SECONDS)
+        # The shards this process serves, as its cluster heartbeat tells (PostgreSQL only).
+        self.shards: tuple[tuple[int, int], ...] = ((0, 1),)
 
     @classmethod
     def open(cls, path: Path) -> StoreActor:
@@ -153,6 +178,8 @@ class StoreActor:
         self._start()
         task_status.started()
         try:
+            if self.db.clustered:
+                await self._heartbeat()
             await trio.sleep_forever()
         finally:
             with trio.move_on_after(FLUSH_GRACE_SECONDS, shield=True):
@@ -160,6 +187,29 @@ class StoreActor:
                     await self.flush()
                 except StoreError as exc:
                     logger.error("queued writes lost at shutdown: %s", exc)
+
+    async def _heartbeat(self) -> NoReturn:
+        """Tell the cluster every few seconds that this process runs, and its shards."""
+        from picortex.store.pg.cluster import FORGET_SECONDS, HEARTBEAT_SECONDS, this_node
+
+        started_at = time.time()
+        while True:
+            now = time.time()
+            node = this_node(self.shards, started_at, now)
+
+            def beat(db: Database, node: ClusterNode = node, now: float = now) -> None:
+                pg = cast("PgDatabase", db)
+                pg.note_node(node)
+                pg.forget_nodes(now - FORGET_SECONDS)
+
+            self._put(_Op(_WRITE, fn=beat, finish=self._heartbeat_done))
+            await trio.sleep(HEARTBEAT_SECONDS)
+
+    def _heartbeat_done(self, ok: bool, value: object) -> None:
+        """(worker thread) A heartbeat that failed: the database is unreachable, said once
+        a minute however often it beats meanwhile."""
+        if not ok and self._complaints.due("heartbeat"):
+            logger.error("could not tell the cluster this process runs: %s", value)
 
     def close(self) -> None:
         """Commit what is queued, stop the worker and close the connection (idempotent)."""
@@ -183,6 +233,7 @@ class StoreActor:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._work, name="picortex-store", daemon=True)
             self._thread.start()
+            self.db.listen()  # PostgreSQL: other processes' changes heard as they commit
 
     # ---- queueing ------------------------------------------------------------------------
 
@@ -347,7 +398,10 @@ class StoreActor:
                         db.mark_seen_many(seen)
                 self.commits += 1
             except Exception as exc:
-                logger.error("a group of %d writes was not committed: %s", len(writes), exc)
+                # A shared database that is unreachable fails every group until it is back:
+                # said once a minute (SPEC 17); a local file's failure is said each time.
+                if not db.clustered or self._complaints.due("commit"):
+                    logger.error("a group of %d writes was not committed: %s", len(writes), exc)
                 failed = StoreError(f"not committed: {exc}")
                 results = [(False, failed)] * len(writes)
             self._done_seq = max(self._done_seq, *(op.seq for op in writes))
@@ -384,7 +438,8 @@ class StoreActor:
         except StoreError as exc:
             if self.db.closed:
                 return False
-            logger.warning("could not look for changes by other processes: %s", exc)
+            if self._complaints.due("foreign"):
+                logger.warning("could not look for changes by other processes: %s", exc)
             return True
         token = self._token
         if token is not None:

@@ -218,6 +218,11 @@ class Store:
         value = self._one("SELECT coalesce(max(version), 0) FROM schema_version")
         return cast(int, value)
 
+    clustered = False  # one process, one file: no cluster to tell a heartbeat to
+
+    def listen(self) -> None:
+        """Nothing to do: SQLite's `data_version` is polled, cheaply, on the store thread."""
+
     def data_version(self) -> object:
         """Changes when another connection committed (SQLite's `data_version`)."""
         return self.pragma("data_version")

@@ -194,7 +194,12 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
         home=home,
         action_log_path=home / "actions.jsonl",
         snapshot=lambda: {
-            "gateway": {"state": "connected", "heartbeat_latency_ms": 41.5, "reconnects": 2},
+            "gateway": {
+                "state": "connected",
+                "heartbeat_latency_ms": 41.5,
+                "reconnects": 2,
+                "shard": [2, 8],
+            },
             "mailboxes": [{"channel_id": str(GENERAL), "name": "general", "depth": 3}],
             "restarts": {"llm": 1},
             "budget": {},
@@ -454,6 +459,12 @@ async def test_every_page_renders(env: Env) -> None:
         assert r.status_code == 200, path
         assert "<main>" in r.text
         assert "https://" not in r.text  # nothing from a CDN
+
+
+async def test_overview_shows_the_shard_this_process_serves(env: Env) -> None:
+    await env.login()
+    page = await env.client.get("/")
+    assert '<dd id="gateway-shard">2/8</dd>' in page.text
 
 
 async def test_overview_draws_spend_per_workspace(env: Env) -> None:

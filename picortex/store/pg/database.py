@@ -19,6 +19,8 @@ from psycopg import conninfo
 from picortex.config import ATTENTION_MODES
 from picortex.core.redact import redact, remember_secrets, url_secrets
 from picortex.errors import StoreError
+from picortex.store.pg.cluster import ClusterNode, SavedSession
+from picortex.store.pg.listener import ConfigListener
 from picortex.store.pg.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
 from picortex.store.store import (
     DM_WORKSPACE,
@@ -38,6 +40,9 @@ CONNECT_TIMEOUT_SECONDS: Final = 10
 # How often another process's change to trust or config is looked for: one indexed read
 # of one row, well inside the second the SPEC allows for a change to reach every process.
 COHERENCE_SECONDS: Final = 0.2
+# ... while a listener hears each change as it commits: the poll is only the backstop for a
+# listener that hangs without noticing.
+BACKSTOP_SECONDS: Final = 1.5
 # Taken while migrating, so that processes starting together migrate one after another.
 _MIGRATION_LOCK: Final = 0x70C0_27E5
 _DAY_SECONDS: Final = 86_400
@@ -67,8 +72,15 @@ class PgDatabase:
         self.closed = False
         # psycopg serialises single statements, but a transaction spans several; keep whole.
         self._lock = threading.RLock()
-        self._version: object = None
+        # The config counter as last read or heard, and how many times the listener asked
+        # for everything to be reloaded (a reconnect, a missed notification): together the
+        # `data_version` that tells the store actor to reload.
+        self._version_lock = threading.Lock()
+        self._version: int | None = None
+        self._reloads = 0
         self._version_at = -COHERENCE_SECONDS
+        self._clock = time.monotonic
+        self._listener: ConfigListener | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -98,8 +110,26 @@ class PgDatabase:
         """A second connection to the same database (already migrated)."""
         return PgDatabase.open(self._url, migrate=False)
 
+    clustered = True  # many processes share it (SPEC 17): each tells a heartbeat
+
+    def listen(self) -> None:
+        """Hear other processes' config changes as they commit (a thread of its own)."""
+        if self._listener is None:
+            self._listener = ConfigListener(self._url, self.path, self._heard)
+        self._listener.start()
+
+    def _heard(self, version: int, reload_all: bool) -> None:
+        """The listener's news (its thread): the counter moved, or reload everything."""
+        with self._version_lock:
+            if self._version is None or version > self._version:
+                self._version = version
+            if reload_all:
+                self._reloads += 1
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
+        if self._listener is not None:
+            self._listener.stop()
         with self._lock:
             self.closed = True
             self._conn.close()
@@ -143,13 +173,22 @@ class PgDatabase:
         return cast(int, self._one("SELECT coalesce(max(version), 0) FROM schema_version"))
 
     def data_version(self) -> object:
-        """Changes when trust, runtime config or chat config changed (any process's commit);
-        read from the database at most once per COHERENCE_SECONDS."""
-        now = time.monotonic()
-        if now - self._version_at >= COHERENCE_SECONDS:
-            self._version = self._one("SELECT version FROM config_changes")
+        """Changes when trust, runtime config or chat config changed (any process's commit).
+
+        Heard at once while listening (`listen`); else read from the database at most once
+        per COHERENCE_SECONDS, and once per BACKSTOP_SECONDS while a listener is up.
+        """
+        now = self._clock()
+        listening = self._listener is not None and self._listener.listening
+        every = BACKSTOP_SECONDS if listening else COHERENCE_SECONDS
+        if now - self._version_at >= every:
+            version = cast(int, self._one("SELECT version FROM config_changes"))
             self._version_at = now
-        return self._version
+            with self._version_lock:  # never back: the listener may have heard a newer one
+                if self._version is None or version > self._version:
+                    self._version = version
+        with self._version_lock:
+            return (self._version, self._reloads)
 
     # ---- transactions --------------------------------------------------------------------
 
@@ -745,6 +784,37 @@ class PgDatabase:
     def clear_gateway_session(self, shard: tuple[int, int]) -> None:
         """The session ended (a clean shutdown, or Discord invalidated it)."""
         self._write("DELETE FROM gateway_session WHERE shard_id = %s", (shard[0],))
+
+    def gateway_sessions(self) -> list[SavedSession]:
+        """Every shard's saved session, by shard id."""
+        rows = self._all(
+            "SELECT shard_id, shard_count, session_id, seq, updated_at FROM gateway_session"
+            " ORDER BY shard_id"
+        )
+        return [SavedSession(*cast("tuple[int, int, str, int, float]", row)) for row in rows]
+
+    # ---- cluster processes (SPEC 17) -----------------------------------------------------
+
+    def note_node(self, node: ClusterNode) -> None:
+        """A process's heartbeat: who it is, what it serves, when it last said so."""
+        self._write(
+            "INSERT INTO cluster_node (node, host, pid, shards, started_at, last_seen)"
+            " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (node) DO UPDATE"
+            " SET host = excluded.host, pid = excluded.pid, shards = excluded.shards,"
+            " started_at = excluded.started_at, last_seen = excluded.last_seen",
+            (node.node, node.host, node.pid, node.shards, node.started_at, node.last_seen),
+        )
+
+    def forget_nodes(self, before: float) -> int:
+        """Drop processes silent since `before` (gone for good); how many."""
+        return self._write("DELETE FROM cluster_node WHERE last_seen < %s", (before,))
+
+    def cluster_nodes(self) -> list[ClusterNode]:
+        """Every process that told its heartbeat, by node name."""
+        rows = self._all(
+            "SELECT node, host, pid, shards, started_at, last_seen FROM cluster_node ORDER BY node"
+        )
+        return [ClusterNode(*cast("tuple[str, str, int, str, float, float]", row)) for row in rows]
 
 
 def _reason(exc: psycopg.Error) -> str:

@@ -197,10 +197,38 @@ ALTER TABLE chat_config ADD CONSTRAINT chat_config_threshold_range
     CHECK (discriminator_threshold IS NULL OR discriminator_threshold BETWEEN 0 AND 1);
 """
 
+# Every config change also notifies (in the writing transaction, so listeners hear it at
+# commit) with the counter's new value: a listener that sees a gap missed one and reloads.
+_V4_CONFIG_NOTIFY: Final = """
+CREATE OR REPLACE FUNCTION picortex_config_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    new_version bigint;
+BEGIN
+    UPDATE config_changes SET version = version + 1 RETURNING version INTO new_version;
+    PERFORM pg_notify('picortex_config', new_version::text);
+    RETURN NULL;
+END $$;
+"""
+
+# The processes of the cluster, as each last told (a heartbeat every few seconds), for
+# `picortex cluster status`: node name, host, pid and the shards it serves.
+_V5_CLUSTER_NODE: Final = """
+CREATE TABLE cluster_node (
+    node       text PRIMARY KEY,
+    host       text NOT NULL,
+    pid        integer NOT NULL,
+    shards     text NOT NULL,
+    started_at double precision NOT NULL,
+    last_seen  double precision NOT NULL
+);
+"""
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_CHAT_USER_ATTENTION,
     _V3_CHAT_CONFIG_OPTIONAL_MODE,
+    _V4_CONFIG_NOTIFY,
+    _V5_CLUSTER_NODE,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
