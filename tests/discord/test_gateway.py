@@ -708,5 +708,6 @@ async def test_shards_starting_together_take_turns_in_their_bucket(autojump_cloc
         first, second = stats.identify_times
         assert second - first >= 5.0
         waits = [e for e in sink.of("gateway") if e["action"] == "identify_wait"]
-        assert [w["shard"] for w in waits] == [[1, 2]]
+        # Whichever reached the bucket second waited its turn; the other went at once.
+        assert len(waits) == 1 and waits[0]["shard"] in ([0, 2], [1, 2])
         nursery.cancel_scope.cancel()
