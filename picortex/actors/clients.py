@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
+from picortex.store.queries import MemoryKeeping
 from picortex.types import (
     Channel,
     ChannelDelete,
@@ -95,40 +96,8 @@ class UserModesReader(Protocol):
         ...
 
 
-class RecallStore(Protocol):
-    """Memory recall (SPEC 8): what is kept, forgotten and searched."""
-
-    def add_memory_message(
-        self,
-        message_id: int,
-        channel_id: int,
-        guild_id: int | None,
-        author_id: int,
-        author_name: str,
-        content: str,
-        created_at: float,
-    ) -> None:
-        """Queue keeping a trusted author's message."""
-        ...
-
-    def add_observation(
-        self,
-        persona: str,
-        message_id: int,
-        channel_id: int,
-        guild_id: int | None,
-        trigger: str,
-        content: str,
-        created_at: float,
-        *,
-        author_id: int | None,
-    ) -> None:
-        """Queue keeping what a persona noticed in a message by `author_id`."""
-        ...
-
-    def forget_messages(self, message_ids: Iterable[int]) -> None:
-        """Queue forgetting deleted messages and their observations."""
-        ...
+# What is kept for recall (SPEC 8): the store's own role, not a copy of its signatures.
+RecallStore = MemoryKeeping
 
 
 class CommandTreeStore(Protocol):

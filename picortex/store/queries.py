@@ -222,8 +222,9 @@ class HandledQueries(Protocol):
         ...
 
 
-class MemoryQueries(Protocol):
-    """Memory recall (SPEC 8): messages and observations, kept, forgotten and searched."""
+class MemoryKeeping(Protocol):
+    """What the message path keeps in and drops from memory (SPEC 8): one role, so an
+    actor that only remembers is typed by it alone."""
 
     def add_memory_message(
         self,
@@ -256,6 +257,10 @@ class MemoryQueries(Protocol):
     def forget_messages(self, message_ids: Iterable[int]) -> None:
         """Queue forgetting deleted messages and every observation made of them."""
         ...
+
+
+class MemoryQueries(MemoryKeeping, Protocol):
+    """Memory recall (SPEC 8): messages and observations, kept, forgotten and searched."""
 
     def forget_channel(self, channel_id: int, chat_home: Path | None = None) -> None:
         """Queue forgetting a deleted channel's messages, observations and activity, and
