@@ -123,9 +123,8 @@ class Bot:
         private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
-        self.store = open_store(settings)
         held = tuple(shards) or (shard,)
-        self.store.shards = held
+        self.store = open_store(settings, shards=held)
         # Read once, before anything is queued: the sessions a killed process left.
         sessions = _PersistedSessions({s: self.store.gateway_session(s) for s in held}, self.store)
         self.source = SettingsSource(settings, self.store)
@@ -282,10 +281,15 @@ class Bot:
             self._fatal = exc
             self._fatal_event.set()
 
-    async def _catch_up(self) -> None:
-        """After a fresh IDENTIFY: answer the trusted triggers missed meanwhile (SPEC 4)."""
+    async def _catch_up(self, shard_id: int | None = None) -> None:
+        """After a fresh IDENTIFY of shard `shard_id` (None: not known, every shard held):
+        answer the trusted triggers missed meanwhile in its channels (SPEC 4)."""
+        count = self.pipe.handled.shard_count
+        shards = None if shard_id is None else [(shard_id, count)]
         try:
-            await catch_up(self.pipe, self.router.deliver_catch_up, wall_clock=self.wall_clock)
+            await catch_up(
+                self.pipe, self.router.deliver_catch_up, shards=shards, wall_clock=self.wall_clock
+            )
         except Exception as exc:  # a failed catch-up must not take the services down
             logger.exception("catch-up failed")
             self.events.emit("error", scope="catch-up", message=f"catch-up failed: {exc!r}")

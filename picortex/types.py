@@ -26,6 +26,11 @@ def snowflake_seconds(snowflake: Snowflake) -> float:
     return snowflake_ms(snowflake) / 1000.0
 
 
+def snowflake_at(unix_seconds: float) -> Snowflake:
+    """The smallest snowflake Discord could have made at `unix_seconds`."""
+    return max(0, int(unix_seconds * 1000) - DISCORD_EPOCH_MS) << 22
+
+
 class ChannelType(IntEnum):
     """Discord channel types that picortex cares about."""
 

@@ -1,6 +1,8 @@
 """Catch-up after a fresh IDENTIFY (SPEC 4): Discord replays nothing to a new session.
 
-For the channels the bot handled messages in lately, fetch the history of the last
+For the channels the bot handled messages in lately (of the shard whose session is new
+only: another shard's channels are its own session's, or another process's, SPEC 17), fetch
+the history of the last
 `catch_up_seconds` (at the REST client's pace and the cache's per-channel fetch cooldown) and
 hand each trusted message never handled to its channel's mailbox, oldest first, with a
 `catch-up` event: the normal pipeline decides it. The handled marks make it exactly once: a
@@ -11,14 +13,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol
 
 from picortex.actors.clients import CatchUpClients
 from picortex.actors.failures import error_line
 from picortex.core.trust import is_trusted, should_ignore
 from picortex.discord.normalize import message_from_payload
-from picortex.types import DISCORD_EPOCH_MS, Message, Snowflake, snowflake_seconds
+from picortex.types import Message, Snowflake, snowflake_at, snowflake_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -31,11 +33,6 @@ PAGES_MAX: Final = 5
 PAGE: Final = 100
 
 
-def snowflake_at(unix_seconds: float) -> Snowflake:
-    """The smallest snowflake Discord could have made at `unix_seconds`."""
-    return max(0, int(unix_seconds * 1000) - DISCORD_EPOCH_MS) << 22
-
-
 class Deliver(Protocol):
     """The router's hand-over of a caught-up message; False when in hand or handled."""
 
@@ -45,16 +42,21 @@ class Deliver(Protocol):
 
 
 async def catch_up(
-    clients: CatchUpClients, deliver: Deliver, *, wall_clock: Callable[[], float] = time.time
+    clients: CatchUpClients,
+    deliver: Deliver,
+    *,
+    shards: Sequence[tuple[int, int]] | None = None,
+    wall_clock: Callable[[], float] = time.time,
 ) -> int:
-    """Find and run the missed trusted messages of the window; returns how many were run."""
+    """Find and run the missed trusted messages of the window in the channels of `shards`
+    (default: every shard this process serves); returns how many were run."""
     window = clients.settings().catch_up_seconds
     if window <= 0:
         return 0
     started = wall_clock()
     try:
         channels = await clients.store.active_channels(
-            started - ACTIVE_CHANNELS_SECONDS, ACTIVE_CHANNELS_MAX
+            started - ACTIVE_CHANNELS_SECONDS, ACTIVE_CHANNELS_MAX, shards
         )
     except Exception:
         logger.exception("catch-up: recent channels unavailable")
@@ -118,7 +120,10 @@ async def _fetch(
     for _, message in sorted(found.items()):
         if clients.handled.known(message.id):
             continue
-        if clients.store.seen(message.id) is None and await clients.store.was_handled(message.id):
+        store = clients.store
+        if store.seen(message.id, guild_id) is None and await store.was_handled(
+            message.id, guild_id
+        ):
             continue  # older than the handled ids kept in memory, and handled
         fresh.append(message)
     return fresh

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import trio
 
 from picortex.store.queries import MemoryKeeping
+from picortex.store.seen import ANY_GUILD
 from picortex.types import (
     Channel,
     ChannelDelete,
@@ -149,12 +150,13 @@ class ChannelStore(
 class HandledIds(Protocol):
     """Which message ids were handled (SPEC 12): the ids in memory, then SQLite's."""
 
-    def seen(self, message_id: int) -> bool | None:
-        """True or False when memory knows; None when only SQLite does."""
+    def seen(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool | None:
+        """True or False when memory knows; None when only the database does (the guild,
+        None for a DM, names the shard whose floor applies)."""
         ...
 
-    async def was_handled(self, message_id: int) -> bool:
-        """Ask SQLite (for an id older than memory holds)."""
+    async def was_handled(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool:
+        """Ask the database (for an id older than memory holds)."""
         ...
 
 
@@ -175,9 +177,11 @@ class RouterStore(
 class CatchUpStore(TierReader, HandledIds, Protocol):
     """What catch-up reads: active channels, handled ids, the trust list."""
 
-    async def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
+    async def active_channels(
+        self, since: float, limit: int, shards: Sequence[tuple[int, int]] | None = None
+    ) -> list[tuple[int, int | None, int]]:
         """(channel_id, guild_id, last_handled_id) of channels active since `since`, newest
-        first. Scope: per shard."""
+        first, of `shards` (default: those this process serves)."""
         ...
 
 
@@ -337,8 +341,9 @@ class HandledBook(HandledMarks, HandledLookup, Protocol):
         """Messages in hand that will not be handled now (a full mailbox)."""
         ...
 
-    def new_session(self, seq: int | None = None) -> None:
-        """A fresh IDENTIFY (its READY's `seq` names the shard): sequence numbers start again."""
+    def new_session(self, seq: int | None = None) -> int | None:
+        """A fresh IDENTIFY (its READY's `seq` names the shard): sequence numbers start again.
+        Returns the shard's id (None: not known)."""
         ...
 
 

@@ -26,7 +26,9 @@ class HandledStore(Protocol):
 
     def seen(self, message_id: int) -> bool | None: ...
 
-    def mark_handled(self, message_id: int, at: float | None = None) -> None: ...
+    def mark_handled(
+        self, message_id: int, at: float | None = None, guild_id: int | None = None
+    ) -> None: ...
 
     def note_channel_activity(
         self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float
@@ -72,9 +74,9 @@ class HandledLedger:
         if seq is not None:
             self._routed[seq % self.shard_count] = seq
 
-    def new_session(self, seq: int | None = None) -> None:
+    def new_session(self, seq: int | None = None) -> int | None:
         """A new gateway session (READY, with its `seq`) of one shard (None: of every shard):
-        its sequence numbers start again; old ones mean nothing."""
+        its sequence numbers start again; old ones mean nothing. Returns that shard's id."""
         count = self.shard_count
         shard = None if seq is None else seq % count
         for message_id, held in self._in_hand.items():
@@ -84,6 +86,7 @@ class HandledLedger:
             self._routed.clear()
         else:
             self._routed.pop(shard, None)
+        return shard
 
     def safe_seq(self, shard_id: int = 0) -> int | None:
         """The seq of shard `shard_id`'s session to persist: a RESUME from it replays every
@@ -111,7 +114,8 @@ class HandledLedger:
         store = self._store
         for message_id in message_ids:
             self._in_hand.pop(message_id, None)
-            store.mark_handled(message_id, now)
+            # With its guild: the shard's marks are what a process taking it over loads.
+            store.mark_handled(message_id, now, guild_id)
         newest = max(message_ids)
         try:
             store.note_channel_activity(channel_id, guild_id, newest, now)

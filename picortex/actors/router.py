@@ -115,7 +115,8 @@ class Router:
         clients: what the router reads and feeds (the app passes its `Pipeline`).
         channels: the supervisor the channel actors run under.
         channel_actor: makes a channel's actor around its mailbox.
-        catch_up: run after a fresh IDENTIFY: answers missed triggers (SPEC 4).
+        catch_up: run after a fresh IDENTIFY of a shard (its id; None: not known): answers
+            the triggers missed in that shard's channels (SPEC 4).
     """
 
     def __init__(
@@ -124,7 +125,7 @@ class Router:
         channels: ChannelSupervisor,
         channel_actor: ChannelActorFactory,
         *,
-        catch_up: Callable[[], Awaitable[None]] | None = None,
+        catch_up: Callable[[int | None], Awaitable[None]] | None = None,
     ) -> None:
         self._clients = clients
         self._channels = channels
@@ -290,9 +291,9 @@ class Router:
                     clients.answers_seen.saw(event)
                 return
             store = clients.store
-            seen = store.seen(event.id)
-            if seen is None:  # an id older than memory holds: only SQLite knows
-                seen = await store.was_handled(event.id)
+            seen = store.seen(event.id, event.guild_id)
+            if seen is None:  # an id older than memory holds: only the database knows
+                seen = await store.was_handled(event.id, event.guild_id)
             if name == "MESSAGE_CREATE" and self._decide_chatter(event, seen):
                 return
             if seen or not clients.handled.take(event.id, seq):
@@ -316,9 +317,9 @@ class Router:
             # A replayed interaction was answered (or is past answering) already: handled
             # once taken (its token lasts minutes, a restart's replay comes after).
             store = clients.store
-            seen = store.seen(event.id)
+            seen = store.seen(event.id, event.guild_id)
             if seen is None:
-                seen = await store.was_handled(event.id)
+                seen = await store.was_handled(event.id, event.guild_id)
             if seen or not clients.handled.take(event.id, seq):
                 self.replays_dropped += 1
             else:
@@ -346,11 +347,12 @@ class Router:
         elif isinstance(event, Ready):
             clients.bot.user_id = event.user.id
             clients.bot.username = event.user.username
-            # A new session (not a RESUME): events may have been missed since the last one.
-            clients.handled.new_session(seq)
+            # A new session (not a RESUME) of one shard: events of its guilds may have been
+            # missed since the last one.
+            shard_id = clients.handled.new_session(seq)
             clients.cache.on_session_start()
             if self._catch_up is not None:
-                clients.spawn(self._catch_up)
+                clients.spawn(self._catch_up, shard_id)
             if event.application_id is not None:
                 clients.spawn(register_commands, clients, event.application_id)
         elif isinstance(event, GuildCreate):
@@ -368,8 +370,8 @@ class Router:
         clients = self._clients
         if event.author.id == clients.bot.user_id:
             return False
-        seen = clients.store.seen(event.id)
-        if seen is None:  # only SQLite knows: the task asks it
+        seen = clients.store.seen(event.id, event.guild_id)
+        if seen is None:  # only the database knows: the task asks it
             return False
         clients.settings.refresh()
         if not self._decide_chatter(event, seen):

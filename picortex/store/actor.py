@@ -33,7 +33,8 @@ import trio
 
 from picortex.errors import StoreError
 from picortex.store.chathome import ChatHome
-from picortex.store.seen import SeenIds
+from picortex.store.seen import ANY_GUILD, SeenIds
+from picortex.store.shards import ADOPT_SECONDS, Shard
 from picortex.store.store import (
     TRUST_TIERS,
     ChatConfig,
@@ -42,6 +43,7 @@ from picortex.store.store import (
     Store,
     UserAttention,
 )
+from picortex.types import snowflake_at
 
 if TYPE_CHECKING:
     from picortex.store.database import Database
@@ -85,7 +87,7 @@ Finish = Callable[[bool, object], None]
 class _Op:
     kind: int
     fn: Callable[[Database], object] | None = None
-    row: tuple[int, float] | None = None
+    row: tuple[int, float, int | None] | None = None
     finish: Finish | None = None
     seq: int = 0
     told: bool = False  # counted in an `on_worker_ops(+n)`: the worker counts it back
@@ -121,7 +123,8 @@ class _Snapshot:
 class StoreActor:
     """The store's owner: queued writes on one thread, read models in memory."""
 
-    def __init__(self, store: Database) -> None:
+    def __init__(self, store: Database, *, shards: Sequence[Shard] = ((0, 1),)) -> None:
+        """`shards`: those this process serves (none yet: the handled ids of all are read)."""
         self.db = store  # used by the worker thread; elsewhere only before it starts
         # A second connection for the few reads made on the event loop (a budget period's
         # first total, the panel's pages): in WAL a reader never waits for a writer, so
@@ -143,8 +146,9 @@ class StoreActor:
         self._user_modes = snap.user_modes
         self.config_version = 0  # bumped whenever the runtime config changes
         self._data_version = store.data_version()
-        # Scope: per shard (the newest handled ids of the whole table, today).
-        self._seen = SeenIds(SEEN_MEMORY, store.newest_seen(SEEN_MEMORY + 1))
+        # The newest handled ids of the shards served: the floor holds for them (and a
+        # shard taken over later brings a floor of its own, `adopt_shard`).
+        self._seen = SeenIds(SEEN_MEMORY, store.newest_seen(SEEN_MEMORY + 1, shards or None))
         self._spend: dict[str, dict[str, float]] = {}  # period key -> workspace -> USD
         self._user_spend: dict[float, dict[int, float]] = {}  # day start -> user -> USD
         self.commits = 0  # transactions committed (for tests and benches)
@@ -153,8 +157,9 @@ class StoreActor:
         # while the thread works. None in a running bot: no extra hand-back per group.
         self.on_worker_ops: Callable[[int], None] | None = None
         self._complaints = _Complaints(COMPLAINT_SECONDS)
-        # The shards this process serves, as its cluster heartbeat tells (PostgreSQL only).
-        self.shards: tuple[tuple[int, int], ...] = ((0, 1),)
+        # The shards this process serves, as its cluster heartbeat tells (PostgreSQL only);
+        # catch-up reads their channels.
+        self.shards: tuple[tuple[int, int], ...] = tuple(shards)
 
     @classmethod
     def open(cls, path: Path) -> StoreActor:
@@ -380,7 +385,7 @@ class StoreActor:
         writes = [op for op in batch if op.kind in (_WRITE, _SEEN)]
         results: list[tuple[bool, object]] = []
         if writes:
-            seen: list[tuple[int, float]] = []
+            seen: list[tuple[int, float, int | None]] = []
             try:
                 with db.transaction():
                     for op in writes:
@@ -627,11 +632,14 @@ class StoreActor:
 
     # ---- handled message ids ------------------------------------------------------------------
 
-    def seen(self, message_id: int) -> bool | None:
-        """True when handled before, False when surely not, None when only SQLite knows."""
-        if message_id in self._seen:
+    def seen(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool | None:
+        """True when handled before, False when surely not, None when only the database
+        knows. With the message's guild (None: a DM) its shard's floor applies, else the
+        highest."""
+        seen = self._seen
+        if message_id in seen:
             return True
-        if message_id > self._seen.floor:
+        if message_id > seen.top or message_id > seen.floor_of(guild_id):
             return False
         return None
 
@@ -639,9 +647,10 @@ class StoreActor:
         """Whether the message id was handled (from memory; an old id counts as handled)."""
         return self.seen(message_id) is not False
 
-    async def was_handled(self, message_id: int) -> bool:
-        """Whether the message id was handled before, asking SQLite only for an old id."""
-        known = self.seen(message_id)
+    async def was_handled(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool:
+        """Whether the message id was handled before, asking the database only for an old
+        id."""
+        known = self.seen(message_id, guild_id)
         if known is not None:
             return known
         return await self.read(lambda db: db.is_seen(message_id))
@@ -650,10 +659,21 @@ class StoreActor:
         """Remember an id in memory only (chatter: a replay of it costs nothing either way)."""
         self._seen.add(message_id)
 
-    def mark_handled(self, message_id: int, at: float | None = None) -> None:
-        """Remember that a message was handled: at once in memory, persisted in the next group."""
-        self.note_seen(message_id)
-        self._put(_Op(_SEEN, row=(message_id, time.time() if at is None else at)))
+    def mark_handled(
+        self, message_id: int, at: float | None = None, guild_id: int | None = None
+    ) -> None:
+        """Remember that a message (of `guild_id`; None: a DM) was handled: at once in
+        memory, persisted in the next group."""
+        self._seen.add(message_id)
+        self._put(_Op(_SEEN, row=(message_id, time.time() if at is None else at, guild_id)))
+
+    async def adopt_shard(self, shard: tuple[int, int]) -> None:
+        """Take a shard over from another process (SPEC 17): its ids handled in the last
+        ADOPT_SECONDS are known from now on, and older ones of it are asked of the database,
+        so none is answered twice. After every write queued before it."""
+        first = snowflake_at(time.time() - ADOPT_SECONDS)
+        ids = await self.read(lambda db: db.shard_seen_since(shard, first))
+        self._seen.adopt(shard, ids, first - 1)
 
     def note_channel_activity(
         self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float
@@ -661,12 +681,13 @@ class StoreActor:
         """Queue noting that the channel had a message handled (catch-up looks there)."""
         self._submit(lambda db: db.note_channel_activity(channel_id, guild_id, last_handled_id, at))
 
-    async def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
-        """Channels active since `since`, newest first (see Store.active_channels).
-
-        Scope: per shard (the whole table, today).
-        """
-        return await self.read(lambda db: db.active_channels(since, limit))
+    async def active_channels(
+        self, since: float, limit: int, shards: Sequence[Shard] | None = None
+    ) -> list[tuple[int, int | None, int]]:
+        """Channels active since `since`, newest first, of `shards` (default: those this
+        process serves; see Store.active_channels)."""
+        scope = self.shards if shards is None else tuple(shards)
+        return await self.read(lambda db: db.active_channels(since, limit, scope))
 
     # ---- memory, errors, spend: queued writes --------------------------------------------------
 

@@ -11,9 +11,12 @@ from picortex.store.admin import AdminStore
 from picortex.store.store import Store
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from picortex.config import Settings
     from picortex.store.database import Database
     from picortex.store.pg.database import PgDatabase
+    from picortex.store.shards import Shard
 
 MISSING_PSYCOPG = (
     "PICORTEX_DATABASE_URL is set but the PostgreSQL driver is not installed: "
@@ -43,9 +46,9 @@ def open_database(settings: Settings) -> Database:
     return Store.open(settings.db_path)
 
 
-def open_store(settings: Settings) -> StoreActor:
-    """The running bot's store over the settings' database."""
-    return StoreActor(open_database(settings))
+def open_store(settings: Settings, *, shards: Sequence[Shard] = ((0, 1),)) -> StoreActor:
+    """The running bot's store over the settings' database, for the shards it serves."""
+    return StoreActor(open_database(settings), shards=shards)
 
 
 def open_admin(settings: Settings) -> AdminStore:

@@ -12,14 +12,16 @@ Each query that reads or changes a whole table names its scope:
 
 - *scope: global* — one answer for the whole deployment; a cluster runs it once (pruning)
   or every node reads the same rows (trust, config, budget totals).
-- *scope: per shard* — today it reads the whole table; a cluster must restrict it to the
-  guilds of the shards a node leases.
+- *scope: per shard* — it reads the rows of the guilds of the shards a node serves
+  (`(guild_id >> 22) % count`; DMs are shard 0).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
+
+from picortex.store.seen import ANY_GUILD
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -194,11 +196,12 @@ class AdminQueries(
 class HandledQueries(Protocol):
     """Which messages were handled (SPEC 12) and where the bot was active."""
 
-    def seen(self, message_id: int) -> bool | None:
-        """True when handled before, False when surely not, None when only the database knows."""
+    def seen(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool | None:
+        """True when handled before, False when surely not, None when only the database
+        knows (the guild, None for a DM, says whose shard's floor applies)."""
         ...
 
-    async def was_handled(self, message_id: int) -> bool:
+    async def was_handled(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool:
         """Whether the message id was handled before, asking the database for an old id."""
         ...
 
@@ -206,8 +209,15 @@ class HandledQueries(Protocol):
         """Remember an id in memory only (chatter)."""
         ...
 
-    def mark_handled(self, message_id: int, at: float | None = None) -> None:
-        """Queue remembering that a message was handled."""
+    def mark_handled(
+        self, message_id: int, at: float | None = None, guild_id: int | None = None
+    ) -> None:
+        """Queue remembering that a message of `guild_id` (None: a DM) was handled."""
+        ...
+
+    async def adopt_shard(self, shard: tuple[int, int]) -> None:
+        """Take a shard over from another process: its recent handled ids are known from
+        now on, with a floor of its own. Scope: per shard."""
         ...
 
     def note_channel_activity(
@@ -216,9 +226,11 @@ class HandledQueries(Protocol):
         """Queue noting that the channel had a message handled (catch-up looks there)."""
         ...
 
-    async def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
+    async def active_channels(
+        self, since: float, limit: int, shards: Sequence[tuple[int, int]] | None = None
+    ) -> list[tuple[int, int | None, int]]:
         """(channel_id, guild_id, last_handled_id) of channels active since `since`, newest
-        first. Scope: per shard."""
+        first. Scope: per shard (`shards`, default: those this process serves)."""
         ...
 
 
@@ -347,7 +359,8 @@ class FailureQueries(Protocol):
 
 
 class PruneQueries(Protocol):
-    """Dropping what is no longer needed. Each runs on the store's thread in queue order."""
+    """Dropping what is no longer needed. Each runs on the store's thread in queue order;
+    in a cluster one process at a time runs it, and another trying meanwhile skips it (0)."""
 
     async def prune_memory(self, older_than: float) -> int:
         """Forget messages and observations older than `older_than`. Scope: global."""

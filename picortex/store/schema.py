@@ -230,6 +230,13 @@ ALTER TABLE chat_config_v9 RENAME TO chat_config;
 """
 
 
+# A handled mark keeps its message's guild (NULL: a DM, or a mark made before this), so the
+# marks of one shard can be read alone (SPEC 17).
+_V10_SEEN_GUILD: Final = """
+ALTER TABLE seen_events ADD COLUMN guild_id INTEGER;
+"""
+
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_MEMORY,
@@ -240,6 +247,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     _V7_LEDGER_AT,
     _V8_CHAT_USER_ATTENTION,
     _V9_CHAT_CONFIG_TEXT_IDS,
+    _V10_SEEN_GUILD,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

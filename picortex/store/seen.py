@@ -6,6 +6,11 @@ which pins memory the process cannot give back afterwards. Here the ids live in 
 array of 64-bit integers; the newest arrivals wait in a small set until a batch of them is
 folded in. Snowflakes are time-ordered, so the newest ids are the largest: the fold appends
 them, and the oldest leave from the front.
+
+Below its floor an id is not known either way (the database is asked). A shard taken over
+from another process (SPEC 17) brings its recent ids and a floor of its own: above the
+floor everything that shard handled is here, below it the database is asked; other shards
+keep the floor they had.
 """
 
 from __future__ import annotations
@@ -23,11 +28,13 @@ BATCH: Final = 8192
 _FEW: Final = 64
 # Snowflakes are unsigned 63-bit integers; anything else was never a message id.
 _LARGEST: Final = 2**63 - 1
+# The guild of an id not said (no guild id is negative): the highest floor of all applies.
+ANY_GUILD: Final = -1
 
 
 class SeenIds:
     """At least the newest `limit` ids added (by value; at most a batch more, not yet folded);
-    `floor` is the largest id let go."""
+    `floor` is the largest id let go, `top` the highest floor of any shard."""
 
     def __init__(self, limit: int, ids: Iterable[int] = ()) -> None:
         self._limit = limit
@@ -35,6 +42,10 @@ class SeenIds:
         self._ids = array("q", sorted(i for i in ids if 0 <= i <= _LARGEST))
         self._recent: set[int] = set()
         self.floor = 0
+        # Shards taken over: their shard count, and each one's own floor.
+        self._count = 1
+        self._shard_floors: dict[int, int] = {}
+        self.top = 0
         self._trim()
 
     def __contains__(self, message_id: int) -> bool:
@@ -48,6 +59,29 @@ class SeenIds:
 
     def __len__(self) -> int:
         return len(self._ids) + len(self._recent)
+
+    def floor_of(self, guild_id: int | None = ANY_GUILD) -> int:
+        """The floor for ids of the guild's shard (None: a DM, shard 0; ANY_GUILD: `top`)."""
+        if not self._shard_floors:
+            return self.floor
+        if guild_id == ANY_GUILD:
+            return self.top
+        shard = 0 if guild_id is None else (guild_id >> 22) % self._count
+        return max(self.floor, self._shard_floors.get(shard, 0))
+
+    def adopt(self, shard: tuple[int, int], ids: Iterable[int], floor: int) -> None:
+        """Take a shard over: its handled ids above `floor`, all of them (the database asked
+        at once); below `floor` its ids are not known here."""
+        shard_id, count = shard
+        if count != self._count:
+            # Floors of another shard count name other guilds: the highest holds for all.
+            self.floor = self.top
+            self._shard_floors.clear()
+            self._count = count
+        self._shard_floors[shard_id] = max(self._shard_floors.get(shard_id, 0), floor)
+        self.top = max(self.top, floor)
+        for message_id in ids:
+            self.add(message_id)
 
     def add(self, message_id: int) -> None:
         """Remember an id; the smallest ones go once there are more than `limit`."""
@@ -79,4 +113,5 @@ class SeenIds:
         excess = len(ids) - self._limit
         if excess > 0:
             self.floor = max(self.floor, ids[excess - 1])
+            self.top = max(self.top, self.floor)
             del ids[:excess]

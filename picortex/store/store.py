@@ -23,6 +23,7 @@ from picortex.config import ATTENTION_MODES
 from picortex.errors import StoreError
 from picortex.files import open_private, private_file
 from picortex.store.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
+from picortex.store.shards import Shard, shard_scope
 
 TRUST_TIERS: Final = ("user", "trusted", "admin")
 STAGES: Final = ("discriminate", "tiebreak", "generate", "post")
@@ -763,13 +764,17 @@ class Store:
             (channel_id, guild_id, last_handled_id, at),
         )
 
-    def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
+    def active_channels(
+        self, since: float, limit: int, shards: Iterable[Shard] | None = None
+    ) -> list[tuple[int, int | None, int]]:
         """(channel_id, guild_id, last_handled_id) of channels active since `since`, newest
-        first."""
+        first; of `shards` only (DMs are shard 0) when given."""
         rows = self._all(
             "SELECT channel_id, guild_id, last_handled_id FROM channel_activity"
-            " WHERE active_at >= ? ORDER BY active_at DESC LIMIT ?",
-            (since, limit),
+            " WHERE active_at >= ?1 AND (?2 IS NULL"
+            " OR coalesce((guild_id >> 22) % ?2, 0) IN (SELECT value FROM json_each(?3)))"
+            " ORDER BY active_at DESC LIMIT ?4",
+            (since, *_shard_bindings(shards), limit),
         )
         return [(cast(int, c), cast("int | None", g), cast(int, m)) for c, g, m in rows]
 
@@ -808,22 +813,38 @@ class Store:
         """The session ended (a clean shutdown, or Discord invalidated it)."""
         self._write("DELETE FROM gateway_session WHERE shard_id = ?", (shard[0],))
 
-    def mark_seen_many(self, rows: list[tuple[int, float]]) -> None:
-        """Remember many handled message ids (id, seen_at) in one statement."""
+    def mark_seen_many(self, rows: list[tuple[int, float, int | None]]) -> None:
+        """Remember many handled message ids (id, seen_at, guild_id) in one statement."""
         with self.transaction():
             try:
                 self._conn.executemany(
-                    "INSERT INTO seen_events (message_id, seen_at) VALUES (?, ?)"
+                    "INSERT INTO seen_events (message_id, seen_at, guild_id) VALUES (?, ?, ?)"
                     " ON CONFLICT (message_id) DO NOTHING",
                     rows,
                 )
             except apsw.Error as exc:
                 raise StoreError(f"{self.path}: database error ({exc})") from exc
 
-    def newest_seen(self, limit: int) -> list[int]:
-        """The `limit` highest handled message ids, highest first."""
+    def newest_seen(self, limit: int, shards: Iterable[Shard] | None = None) -> list[int]:
+        """The `limit` highest handled message ids, highest first; of `shards` only when
+        given (marks without a guild count for every shard: DMs, and marks made before
+        guilds were kept)."""
         rows = self._all(
-            "SELECT message_id FROM seen_events ORDER BY message_id DESC LIMIT ?", (limit,)
+            "SELECT message_id FROM seen_events WHERE ?2 IS NULL OR guild_id IS NULL"
+            " OR (guild_id >> 22) % ?2 IN (SELECT value FROM json_each(?3))"
+            " ORDER BY message_id DESC LIMIT ?1",
+            (limit, *_shard_bindings(shards)),
+        )
+        return [cast(int, row[0]) for row in rows]
+
+    def shard_seen_since(self, shard: Shard, first_id: int) -> list[int]:
+        """The handled message ids from `first_id` up of one shard (and those without a
+        guild), lowest first: what a process taking the shard over keeps in memory."""
+        rows = self._all(
+            "SELECT message_id FROM seen_events WHERE message_id >= ?1 AND (?2 IS NULL"
+            " OR guild_id IS NULL OR (guild_id >> 22) % ?2 IN (SELECT value FROM json_each(?3)))"
+            " ORDER BY message_id",
+            (first_id, *_shard_bindings([shard])),
         )
         return [cast(int, row[0]) for row in rows]
 
@@ -859,6 +880,15 @@ class Store:
                 "DELETE FROM memory_observations WHERE created_at < ?", (older_than,)
             )
         return dropped
+
+
+def _shard_bindings(shards: Iterable[Shard] | None) -> tuple[int | None, str]:
+    """What a query of some shards' rows binds to ?2 and ?3: their count (NULL: every
+    shard) and their ids as a JSON array. Rows are of the shard `(guild_id >> 22) % ?2`."""
+    scope = shard_scope(shards)
+    if scope is None:
+        return None, "[]"
+    return scope.count, orjson.dumps(scope.ids).decode()
 
 
 # The rows `roll_up_ledger` merged (numbered up to ?2, before ?1; ?3 is a day in seconds).

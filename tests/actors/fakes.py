@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from picortex.config import Settings
+from picortex.store.seen import ANY_GUILD
 from picortex.store.store import ChatConfig, UserAttention
 
 
@@ -49,10 +50,10 @@ class FakeStore:
     def add_memory_message(self, message_id: int, **fields: Any) -> None:
         self.kept.append(message_id)
 
-    def seen(self, message_id: int) -> bool | None:
+    def seen(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool | None:
         return False
 
-    async def was_handled(self, message_id: int) -> bool:
+    async def was_handled(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool:
         return False
 
     def note_seen(self, message_id: int) -> None:

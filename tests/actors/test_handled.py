@@ -8,6 +8,7 @@ import trio
 
 from picortex.actors.handled import HandledLedger
 from picortex.store import Store, StoreActor
+from picortex.store.seen import ANY_GUILD
 
 
 class FakeStore:
@@ -15,13 +16,17 @@ class FakeStore:
 
     def __init__(self) -> None:
         self.marked: dict[int, float | None] = {}
+        self.guilds: dict[int, int | None] = {}
         self.activity: list[tuple[int, int | None, int, float]] = []
 
-    def seen(self, message_id: int) -> bool | None:
+    def seen(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool | None:
         return message_id in self.marked
 
-    def mark_handled(self, message_id: int, at: float | None = None) -> None:
+    def mark_handled(
+        self, message_id: int, at: float | None = None, guild_id: int | None = None
+    ) -> None:
         self.marked[message_id] = at
+        self.guilds[message_id] = guild_id
 
     def note_channel_activity(
         self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float

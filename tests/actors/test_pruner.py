@@ -29,7 +29,7 @@ def seed(store: Store, now: float) -> None:
         )
         if resolved_days is not None:
             store.resolve_invocation_error(eid, "fixed", now - resolved_days * DAY)
-    store.mark_seen_many([(100, now - 8 * DAY), (101, now - 6 * DAY)])
+    store.mark_seen_many([(100, now - 8 * DAY, None), (101, now - 6 * DAY, 1)])
 
 
 async def settled(check: Callable[[], bool]) -> None:

@@ -29,7 +29,7 @@ def write_forever(path: str, out: TextIO) -> NoReturn:
             )
             store.add_memory_message(eid, 1, None, 2, "writer", f"crash row {eid} " * 10, now)
             store.add_observation("crash", eid, 1, None, "row", f"observed {eid}", now)
-            store.mark_seen_many([(eid, now)])
+            store.mark_seen_many([(eid, now, None)])
             store.set_tier(eid, "user")
             store.set_runtime_config("crash.last_id", str(eid))
             store.add_spend("dm", "crash", 0.001, now)

@@ -223,7 +223,7 @@ def test_writes_from_many_threads_all_land(store: Store) -> None:
         for i in range(50):
             with store.transaction():
                 store.set_tier(base + i, "user")
-                store.mark_seen_many([(base + i, 1.0)])
+                store.mark_seen_many([(base + i, 1.0, None)])
 
     threads = [threading.Thread(target=write, args=(n * 1000,)) for n in range(4)]
     for thread in threads:
@@ -456,8 +456,8 @@ def test_memory_ranks_better_matches_first(store: Store) -> None:
 
 def test_seen_events(store: Store) -> None:
     assert store.is_seen(1) is False
-    store.mark_seen_many([(1, 10.0)])
-    store.mark_seen_many([(1, 11.0), (2, 20.0), (3, 30.0)])  # a repeat keeps its first time
+    store.mark_seen_many([(1, 10.0, None)])
+    store.mark_seen_many([(1, 11.0, None), (2, 20.0, 7), (3, 30.0, 7)])  # a repeat keeps its first time
     assert store.is_seen(1) is True
     assert store.prune_seen(25.0) == 2
     assert (store.is_seen(1), store.is_seen(2), store.is_seen(3)) == (False, False, True)
@@ -466,7 +466,7 @@ def test_seen_events(store: Store) -> None:
 
 def test_seen_events_survive_reopen(db_path: Path) -> None:
     with Store.open(db_path) as store:
-        store.mark_seen_many([(5, 1.0)])
+        store.mark_seen_many([(5, 1.0, None)])
     with Store.open(db_path) as store:
         assert store.is_seen(5) is True
 

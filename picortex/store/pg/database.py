@@ -21,7 +21,9 @@ from picortex.core.redact import redact, remember_secrets, url_secrets
 from picortex.errors import StoreError
 from picortex.store.pg.cluster import ClusterNode, SavedSession
 from picortex.store.pg.listener import ConfigListener
+from picortex.store.pg.prune import one_pruner
 from picortex.store.pg.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
+from picortex.store.shards import Shard, shard_scope
 from picortex.store.store import (
     DM_WORKSPACE,
     RESOLUTIONS,
@@ -205,6 +207,11 @@ class PgDatabase:
                     yield
             except psycopg.Error as exc:
                 raise StoreError(f"{self.path}: database error ({_reason(exc)})") from exc
+
+    def try_xact_lock(self, key: int) -> bool:
+        """Inside a transaction: hold the advisory lock `key` until it ends; False at once
+        when another session holds it."""
+        return self._one("SELECT pg_try_advisory_xact_lock(%s)", (key,)) is True
 
     def _run(self, sql: str, params: tuple[object, ...] = ()) -> psycopg.Cursor[Row]:
         with self._lock:
@@ -425,6 +432,7 @@ class PgDatabase:
         )
         return changed > 0
 
+    @one_pruner
     def prune_resolved_errors(self, resolved_before: float) -> int:
         """Forget invocation errors resolved before `resolved_before`; unresolved ones stay."""
         return self._write(
@@ -432,6 +440,7 @@ class PgDatabase:
             (resolved_before,),
         )
 
+    @one_pruner
     def cap_unresolved_errors(self, keep: int) -> int:
         """Forget the oldest unresolved invocation errors beyond the newest `keep`."""
         return self._write(
@@ -497,6 +506,7 @@ class PgDatabase:
         )
         return {cast(str, ws): float(cast(float, total)) for ws, total in rows}
 
+    @one_pruner
     def roll_up_ledger(self, before: float) -> int:
         """Merge the ledger rows before `before` into one row per UTC day, workspace, period
         and user, dated at the day's start; returns how many rows fewer there are."""
@@ -689,6 +699,7 @@ class PgDatabase:
             ) in rows
         ]
 
+    @one_pruner
     def prune_memory(self, older_than: float) -> int:
         """Forget stored messages and observations older than `older_than` (Unix seconds)."""
         with self.transaction():
@@ -702,19 +713,34 @@ class PgDatabase:
 
     # ---- handled ids and channel activity ------------------------------------------------
 
-    def mark_seen_many(self, rows: list[tuple[int, float]]) -> None:
-        """Remember many handled message ids (id, seen_at) in one round of statements."""
+    def mark_seen_many(self, rows: list[tuple[int, float, int | None]]) -> None:
+        """Remember many handled message ids (id, seen_at, guild_id) in one round of
+        statements."""
         with self.transaction(), self._conn.cursor() as cur:
             cur.executemany(
-                "INSERT INTO seen_events (message_id, seen_at) VALUES (%s, %s)"
+                "INSERT INTO seen_events (message_id, seen_at, guild_id) VALUES (%s, %s, %s)"
                 " ON CONFLICT (message_id) DO NOTHING",
                 rows,
             )
 
-    def newest_seen(self, limit: int) -> list[int]:
-        """The `limit` highest handled message ids, highest first."""
+    def newest_seen(self, limit: int, shards: Iterable[Shard] | None = None) -> list[int]:
+        """The `limit` highest handled message ids, highest first; of `shards` only when
+        given (marks without a guild count for every shard)."""
         rows = self._all(
-            "SELECT message_id FROM seen_events ORDER BY message_id DESC LIMIT %s", (limit,)
+            "SELECT message_id FROM seen_events WHERE %s::bigint IS NULL OR guild_id IS NULL"
+            " OR (guild_id >> 22) %% %s = ANY(%s::bigint[]) ORDER BY message_id DESC LIMIT %s",
+            (*_shard_params(shards), limit),
+        )
+        return [cast(int, row[0]) for row in rows]
+
+    def shard_seen_since(self, shard: Shard, first_id: int) -> list[int]:
+        """The handled message ids from `first_id` up of one shard (and those without a
+        guild), lowest first."""
+        rows = self._all(
+            "SELECT message_id FROM seen_events WHERE message_id >= %s"
+            " AND (%s::bigint IS NULL OR guild_id IS NULL"
+            " OR (guild_id >> 22) %% %s = ANY(%s::bigint[])) ORDER BY message_id",
+            (first_id, *_shard_params([shard])),
         )
         return [cast(int, row[0]) for row in rows]
 
@@ -722,6 +748,7 @@ class PgDatabase:
         """Whether the message id was handled before."""
         return self._one("SELECT 1 FROM seen_events WHERE message_id = %s", (message_id,)) == 1
 
+    @one_pruner
     def prune_seen(self, older_than: float) -> int:
         """Forget ids seen before `older_than`; returns how many were dropped."""
         return self._write("DELETE FROM seen_events WHERE seen_at < %s", (older_than,))
@@ -740,13 +767,17 @@ class PgDatabase:
             (channel_id, guild_id, last_handled_id, at),
         )
 
-    def active_channels(self, since: float, limit: int) -> list[tuple[int, int | None, int]]:
+    def active_channels(
+        self, since: float, limit: int, shards: Iterable[Shard] | None = None
+    ) -> list[tuple[int, int | None, int]]:
         """(channel_id, guild_id, last_handled_id) of channels active since `since`, newest
-        first."""
+        first; of `shards` only (DMs are shard 0) when given."""
         rows = self._all(
             "SELECT channel_id, guild_id, last_handled_id FROM channel_activity"
-            " WHERE active_at >= %s ORDER BY active_at DESC LIMIT %s",
-            (since, limit),
+            " WHERE active_at >= %s AND (%s::bigint IS NULL"
+            " OR coalesce((guild_id >> 22) %% %s, 0) = ANY(%s::bigint[]))"
+            " ORDER BY active_at DESC LIMIT %s",
+            (since, *_shard_params(shards), limit),
         )
         return [(cast(int, c), cast("int | None", g), cast(int, m)) for c, g, m in rows]
 
@@ -866,3 +897,12 @@ SELECT * FROM (
 ORDER BY score, created_at DESC
 LIMIT %s
 """
+
+
+def _shard_params(shards: Iterable[Shard] | None) -> tuple[int | None, int | None, list[int]]:
+    """What a query of some shards' rows passes: their count (NULL: every shard) twice,
+    then their ids. Rows are of the shard `(guild_id >> 22) % count`."""
+    scope = shard_scope(shards)
+    if scope is None:
+        return None, None, []
+    return scope.count, scope.count, list(scope.ids)
