@@ -737,11 +737,14 @@ class GatewayHub:
             conn.drop()
             self._notify()
 
-    def invalidate_session(self, resumable: bool) -> None:
-        """Send op 9 with d=`resumable` to every identified client; d=false ends the sessions."""
+    def invalidate_session(self, resumable: bool, shard: int | None = None) -> None:
+        """Send op 9 with d=`resumable` to every identified client (of shard id `shard` only,
+        when given); d=false ends the sessions."""
         for conn in list(self.connections):
             session = conn.session
             if session is None:
+                continue
+            if shard is not None and (session.shard or (0, 1))[0] != shard:
                 continue
             conn.push_op(9, resumable)
             if not resumable:

@@ -474,9 +474,10 @@ class Simulator:
         """Send op 7 to every client (and drop the socket `close_after` s later if still open)."""
         self.gateway.send_reconnect(close_after=close_after)
 
-    def invalidate_session(self, resumable: bool) -> None:
-        """Send op 9; `resumable=False` ends the sessions (a resume then gets op 9 d=false)."""
-        self.gateway.invalidate_session(resumable)
+    def invalidate_session(self, resumable: bool, shard: int | None = None) -> None:
+        """Send op 9 (to shard id `shard`'s session only, when given); `resumable=False` ends
+        the sessions (a resume then gets op 9 d=false)."""
+        self.gateway.invalidate_session(resumable, shard)
 
     def close_connections(self, code: int, reason: str | None = None) -> None:
         """Close every gateway connection with `code` (non-resumable codes end the sessions)."""

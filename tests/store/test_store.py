@@ -457,7 +457,8 @@ def test_memory_ranks_better_matches_first(store: Store) -> None:
 def test_seen_events(store: Store) -> None:
     assert store.is_seen(1) is False
     store.mark_seen_many([(1, 10.0, None)])
-    store.mark_seen_many([(1, 11.0, None), (2, 20.0, 7), (3, 30.0, 7)])  # a repeat keeps its first time
+    # A repeat keeps its first time.
+    store.mark_seen_many([(1, 11.0, None), (2, 20.0, 7), (3, 30.0, 7)])
     assert store.is_seen(1) is True
     assert store.prune_seen(25.0) == 2
     assert (store.is_seen(1), store.is_seen(2), store.is_seen(3)) == (False, False, True)
