@@ -8,7 +8,8 @@ show what was made durable.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -17,7 +18,10 @@ import attrs
 import pytest
 import trio
 
-from picortex.store import AdminQueries, AdminStore, StoreActor, StoreQueries
+from picortex.store import AdminQueries, AdminStore, Store, StoreActor, StoreQueries
+from picortex.store import actor as actor_mod
+from picortex.store.shards import ADOPT_SECONDS
+from picortex.types import snowflake_at
 
 if TYPE_CHECKING:
     from picortex.store.pg.database import PgDatabase
@@ -38,8 +42,10 @@ NOW = 2_000_000_000.0
 class Backend(Protocol):
     """One database, opened as often as a test needs."""
 
-    def running(self) -> AbstractAsyncContextManager[StoreQueries]:
-        """The bot's store, running for the block."""
+    def running(
+        self, shards: Sequence[tuple[int, int]] = ((0, 1),)
+    ) -> AbstractAsyncContextManager[StoreQueries]:
+        """The bot's store of a process serving `shards`, running for the block."""
         ...
 
     def admin(self) -> AdminQueries:
@@ -54,8 +60,10 @@ class SQLite:
     path: Path
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[StoreQueries]:
-        actor = StoreActor.open(self.path)
+    async def running(
+        self, shards: Sequence[tuple[int, int]] = ((0, 1),)
+    ) -> AsyncIterator[StoreQueries]:
+        actor = StoreActor(Store.open(self.path), shards=shards)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(actor.run)
@@ -75,8 +83,10 @@ class PostgreSQL:
     url: str
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[StoreQueries]:
-        actor = StoreActor(_pg().open(self.url))
+    async def running(
+        self, shards: Sequence[tuple[int, int]] = ((0, 1),)
+    ) -> AsyncIterator[StoreQueries]:
+        actor = StoreActor(_pg().open(self.url), shards=shards)
         try:
             async with trio.open_nursery() as nursery:
                 await nursery.start(actor.run)
@@ -381,6 +391,89 @@ async def test_active_channels_are_newest_first_since_a_time(store: StoreQueries
     assert await store.active_channels(NOW - 60, 1) == [(10, 1, 100)]
 
 
+def _guild_on(shard: int, count: int = 2) -> int:
+    """A guild id Discord routes to shard `shard` of `count`."""
+    return (1000 * count + shard) << 22 | 7
+
+
+async def test_active_channels_are_those_of_the_shards_asked(backend: Backend) -> None:
+    g0, g1 = _guild_on(0), _guild_on(1)
+    everything = [(12, None, 120), (11, g1, 110), (10, g0, 100)]
+    async with backend.running() as store:
+        store.note_channel_activity(10, g0, 100, NOW - 10)
+        store.note_channel_activity(11, g1, 110, NOW - 5)
+        store.note_channel_activity(12, None, 120, NOW - 3)  # a DM: shard 0
+        assert await store.active_channels(NOW - 60, 10) == everything
+        assert await store.active_channels(NOW - 60, 10, [(1, 2)]) == [(11, g1, 110)]
+        assert await store.active_channels(NOW - 60, 10, [(0, 2)]) == [
+            (12, None, 120),
+            (10, g0, 100),
+        ]
+        assert await store.active_channels(NOW - 60, 10, [(0, 2), (1, 2)]) == everything
+        assert await store.active_channels(NOW - 60, 1, [(0, 2)]) == [(12, None, 120)]
+        assert await store.active_channels(NOW - 60, 10, []) == []
+    async with backend.running(shards=[(1, 2)]) as serving_one:
+        # By default: the shards the process serves.
+        assert await serving_one.active_channels(NOW - 60, 10) == [(11, g1, 110)]
+
+
+async def test_a_process_keeps_the_newest_handled_ids_of_its_own_shards(
+    backend: Backend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g0, g1 = _guild_on(0), _guild_on(1)
+    async with backend.running() as store:
+        # Shard 0's and shard 1's messages, in time order.
+        store.mark_handled(1001, NOW, g0)
+        store.mark_handled(1002, NOW, g1)
+        store.mark_handled(1003, NOW, g0)
+        store.mark_handled(1004, NOW, g1)
+    monkeypatch.setattr(actor_mod, "SEEN_MEMORY", 1)
+    async with backend.running(shards=[(0, 2)]) as store:
+        # Each mark kept its guild: memory holds the newest of this process's shard, not
+        # shard 1's newer one ...
+        assert store.seen(1003, g0) is True
+        # ... and below it only the database knows.
+        assert store.seen(1001, g0) is None
+        assert await store.was_handled(1001, g0)
+        assert not await store.was_handled(1000, g0)
+
+
+async def test_a_shard_taken_over_brings_its_recent_handled_ids_and_a_floor_of_its_own(
+    backend: Backend,
+) -> None:
+    g0, g1 = _guild_on(0), _guild_on(1)
+    now = time.time()
+    recent = snowflake_at(now - 60)
+    old = snowflake_at(now - 2 * ADOPT_SECONDS)  # before the marks a takeover loads
+    async with (
+        backend.running(shards=[(0, 2)]) as mine,
+        backend.running(shards=[(1, 2)]) as other,
+    ):
+        # Another process serves shard 1 and handles its messages after this one started.
+        other.mark_handled(old + 1, now - 2 * ADOPT_SECONDS, g1)
+        other.mark_handled(recent + 1, now, g1)
+        mine.mark_handled(old + 3, now - 2 * ADOPT_SECONDS, g0)
+        await other.flush()
+        await mine.flush()
+        await mine.adopt_shard((1, 2))
+        # Taken over: shard 1's recent handled ids are known at once, and above its floor
+        # an id not handled is surely new ...
+        assert mine.seen(recent + 1, g1) is True
+        assert mine.seen(recent + 2, g1) is False
+        # ... below it, neither handled nor new: the database is asked.
+        assert mine.seen(old + 1, g1) is None
+        assert await mine.was_handled(old + 1, g1)
+        assert mine.seen(old + 2, g1) is None
+        assert not await mine.was_handled(old + 2, g1)
+        # Shard 0 keeps its own floor: an old id of it is still known either way.
+        assert mine.seen(old + 3, g0) is True
+        assert mine.seen(old + 4, g0) is False
+        # Said without its guild, an id gets the highest floor of all.
+        assert mine.seen(old + 4) is None
+        # A DM is of shard 0.
+        assert mine.seen(old + 4, None) is False
+
+
 def _remember(store: StoreQueries, message_id: int, channel_id: int, text: str) -> None:
     store.add_memory_message(message_id, channel_id, 1, 9, "alice", text, NOW)
 
@@ -458,6 +551,19 @@ async def test_the_registered_command_tree_is_remembered_per_scope(backend: Back
         assert await store.app_commands_hash("guild:1") is None
     async with backend.running() as store:
         assert await store.app_commands_hash("global") == "d2"
+
+
+async def test_the_ledger_rolls_up_by_day_with_the_same_totals(store: StoreQueries) -> None:
+    start = 19_000 * DAY  # a UTC day's start
+    for day in (start, start + DAY):
+        for hour in range(3):  # costs in quarters: sums are exact in any order
+            store.add_spend("1", "2022-01", 0.25 * (hour + 1), day + hour * 3600, user_id=7)
+    store.add_spend("1", "2022-01", 0.5, start + 2 * DAY, user_id=7)  # after the cut: kept
+    await store.flush()
+    before = store.daily_spend(0.0)
+    assert await store.roll_up_ledger(start + 2 * DAY) == 2 * (3 - 1)
+    assert store.daily_spend(0.0) == before
+    assert await store.roll_up_ledger(start + 2 * DAY) == 0  # one row per day already
 
 
 async def test_pruning_drops_only_what_is_old(store: StoreQueries) -> None:

@@ -57,3 +57,42 @@ def test_same_answers_as_a_plain_set_above_the_floor(added: list[int]) -> None:
     for message_id in probes:
         if message_id > ids.floor:
             assert (message_id in ids) == (message_id in plain)
+
+
+def _guild_on(shard: int, count: int) -> int:
+    return (100 * count + shard) << 22
+
+
+def test_a_shard_taken_over_has_its_own_floor_and_others_keep_theirs() -> None:
+    ids = SeenIds(10, [50, 60])
+    assert (ids.floor, ids.top) == (0, 0)
+    ids.adopt((1, 2), [1500, 1600], floor=1000)
+    g0, g1 = _guild_on(0, 2), _guild_on(1, 2)
+    assert 1500 in ids and 1600 in ids
+    assert (ids.floor_of(g1), ids.floor_of(g0), ids.floor_of(None)) == (1000, 0, 0)
+    assert ids.floor_of() == ids.top == 1000  # the guild not said: the highest floor
+    # Taken over again later: the floor only ever rises.
+    ids.adopt((1, 2), [], floor=900)
+    assert ids.floor_of(g1) == 1000
+
+
+def test_trimming_raises_every_shard_s_floor(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(seen_mod, "BATCH", 2)
+    ids = SeenIds(3)
+    ids.adopt((1, 2), [], floor=10)
+    for message_id in (20, 30, 40, 50, 60):
+        ids.add(message_id)
+    assert ids.floor >= 20
+    assert ids.floor_of(_guild_on(0, 2)) == ids.floor
+    assert ids.floor_of(_guild_on(1, 2)) == max(10, ids.floor)
+    assert ids.top == ids.floor
+
+
+def test_floors_of_another_shard_count_become_the_floor_of_all() -> None:
+    ids = SeenIds(10)
+    ids.adopt((1, 2), [], floor=1000)
+    ids.adopt((0, 4), [], floor=500)
+    # Shard 1 of 2 names other guilds than shard 1 of 4: its floor now holds for every id.
+    assert ids.floor == 1000
+    assert ids.floor_of(_guild_on(1, 4)) == 1000
+    assert ids.floor_of(_guild_on(0, 4)) == 1000

@@ -47,7 +47,6 @@ COHERENCE_SECONDS: Final = 0.2
 BACKSTOP_SECONDS: Final = 1.5
 # Taken while migrating, so that processes starting together migrate one after another.
 _MIGRATION_LOCK: Final = 0x70C0_27E5
-_DAY_SECONDS: Final = 86_400
 
 Row = tuple[object, ...]
 
@@ -514,20 +513,21 @@ class PgDatabase:
             last = self._one("SELECT max(id) FROM budget_ledger WHERE at < %s", (before,))
             if last is None:
                 return 0
-            params = (_DAY_SECONDS, _DAY_SECONDS, before, last, _DAY_SECONDS)
+            # The day's length is written out: as two parameters, PostgreSQL could not tell
+            # that the day selected is the day grouped by.
             added = self._run(
                 "INSERT INTO budget_ledger (workspace, period_key, cost_usd, at, user_id)"
-                " SELECT workspace, period_key, sum(cost_usd), floor(at / %s) * %s, user_id"
+                " SELECT workspace, period_key, sum(cost_usd), floor(at / 86400) * 86400, user_id"
                 " FROM budget_ledger WHERE at < %s AND id <= %s"
-                " GROUP BY workspace, period_key, user_id, floor(at / %s) HAVING count(*) > 1",
-                params,
+                " GROUP BY workspace, period_key, user_id, floor(at / 86400) HAVING count(*) > 1",
+                (before, last),
             ).rowcount
             removed = self._run(
                 "DELETE FROM budget_ledger WHERE id IN (SELECT id FROM ("
                 " SELECT id, count(*) OVER (PARTITION BY workspace, period_key, user_id,"
-                " floor(at / %s)) AS day_rows FROM budget_ledger WHERE at < %s AND id <= %s"
+                " floor(at / 86400)) AS day_rows FROM budget_ledger WHERE at < %s AND id <= %s"
                 ") AS merged WHERE day_rows > 1)",
-                (_DAY_SECONDS, before, last),
+                (before, last),
             ).rowcount
         return removed - added
 
