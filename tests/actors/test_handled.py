@@ -42,6 +42,7 @@ def test_a_message_in_hand_is_a_replay_until_final_and_after() -> None:
     assert 11 not in store.marked  # not final yet: a kill now means it is handled again
     ledger.finish([11], channel_id=7, guild_id=3)
     assert store.marked == {11: 1000.0}
+    assert store.guilds == {11: 3}  # a takeover of the guild's shard loads its marks
     assert not ledger.take(11, seq=12)
     assert store.activity == [(7, 3, 11, 1000.0)]  # the channel's activity, for catch-up
 
@@ -53,9 +54,18 @@ async def test_marks_and_activity_reach_the_database(tmp_path: Path) -> None:
         ledger = HandledLedger(actor, clock=lambda: 1000.0)
         assert ledger.take(21, seq=1)
         ledger.finish([21], channel_id=7, guild_id=3)
+        guild_on_shard_1 = 5 << 22
+        assert ledger.take(22, seq=2)
+        ledger.finish([22], channel_id=8, guild_id=guild_on_shard_1)
         await actor.flush()
         assert await actor.read(lambda db: db.is_seen(21))
-        assert await actor.read(lambda db: db.active_channels(0.0, 10)) == [(7, 3, 21)]
+        # Each mark is of its guild's shard.
+        assert await actor.read(lambda db: db.newest_seen(10, [(0, 2)])) == [21]
+        assert await actor.read(lambda db: db.newest_seen(10, [(1, 2)])) == [22]
+        assert sorted(await actor.read(lambda db: db.active_channels(0.0, 10))) == [
+            (7, 3, 21),
+            (8, guild_on_shard_1, 22),
+        ]
         nursery.cancel_scope.cancel()
     actor.close()
 
