@@ -10,25 +10,31 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Concatenate, Final, ParamSpec
+from contextlib import AbstractContextManager
+from typing import Concatenate, Final, ParamSpec, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from picortex.store.pg.database import PgDatabase
+
+class Lockable(Protocol):
+    """A connection with transactions and advisory locks (`PgDatabase`)."""
+
+    def transaction(self) -> AbstractContextManager[None]: ...
+
+    def try_xact_lock(self, key: int) -> bool: ...
+
 
 P = ParamSpec("P")
+D = TypeVar("D", bound=Lockable)
 
 # The advisory lock key pruning takes (any number no other picortex lock uses).
 PRUNE_LOCK: Final = 0x70C0_9E17
 
 
-def one_pruner(
-    prune: Callable[Concatenate[PgDatabase, P], int],
-) -> Callable[Concatenate[PgDatabase, P], int]:
+def one_pruner(prune: Callable[Concatenate[D, P], int]) -> Callable[Concatenate[D, P], int]:
     """Run `prune` only while holding the cluster's pruning lock; 0 (nothing dropped) when
     another process holds it."""
 
     @functools.wraps(prune)
-    def one_at_a_time(db: PgDatabase, /, *args: P.args, **kwargs: P.kwargs) -> int:
+    def one_at_a_time(db: D, /, *args: P.args, **kwargs: P.kwargs) -> int:
         with db.transaction():
             if not db.try_xact_lock(PRUNE_LOCK):
                 return 0
