@@ -1,12 +1,12 @@
 """Catch-up after a fresh IDENTIFY (SPEC 4): Discord replays nothing to a new session.
 
-For the channels the bot handled messages in lately (of the shard whose session is new
-only: another shard's channels are its own session's, or another process's, SPEC 17), fetch
-the history of the last
-`catch_up_seconds` (at the REST client's pace and the cache's per-channel fetch cooldown) and
-hand each trusted message never handled to its channel's mailbox, oldest first, with a
-`catch-up` event: the normal pipeline decides it. The handled marks make it exactly once: a
-message already handled, or in hand, is skipped; one older than the window never runs.
+For the channels the bot handled messages in lately, of the shard whose session is new only
+(another shard's channels are its own session's, or another process's: SPEC 17), fetch the
+history of the last `catch_up_seconds` (at the REST client's pace and the cache's
+per-channel fetch cooldown) and hand each trusted message never handled to its channel's
+mailbox, oldest first, with a `catch-up` event: the normal pipeline decides it. The handled
+marks make it exactly once: a message already handled, or in hand, is skipped; one older
+than the window never runs.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ class ChannelStore(
 
 
 class HandledIds(Protocol):
-    """Which message ids were handled (SPEC 12): the ids in memory, then SQLite's."""
+    """Which message ids were handled (SPEC 12): the ids in memory, then the database's."""
 
     def seen(self, message_id: int, guild_id: int | None = ANY_GUILD) -> bool | None:
         """True or False when memory knows; None when only the database does (the guild,
