@@ -114,7 +114,7 @@ def test_each_shard_keeps_its_own_safe_seq() -> None:
     ledger.take(41, seq=6 * 2 + 0)
     assert ledger.safe_seq(0) == 5
     # Shard 0 identifies afresh (its READY is seq 1): shard 1's messages keep their seqs.
-    ledger.new_session(1 * 2 + 0)
+    assert ledger.new_session(1 * 2 + 0) == 0  # the shard whose channels catch up
     assert ledger.safe_seq(0) is None
     assert ledger.safe_seq(1) == 8
     ledger.finish([40], channel_id=1, guild_id=None)
