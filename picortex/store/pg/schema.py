@@ -223,12 +223,27 @@ CREATE TABLE cluster_node (
 );
 """
 
+# Shard leases (SPEC 17): a process serves a shard only while it holds its lease, renewed
+# every few seconds. Times are the database's clock, so processes never compare their own;
+# `epoch` counts the holders a shard has had (+1 each time another process takes it), and
+# `node` is NULL once the lease was handed back.
+_V6_SHARD_LEASE: Final = """
+CREATE TABLE shard_lease (
+    shard_id    integer PRIMARY KEY,
+    shard_count integer NOT NULL,
+    node        text,
+    epoch       bigint NOT NULL,
+    expires_at  double precision NOT NULL
+);
+"""
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_CHAT_USER_ATTENTION,
     _V3_CHAT_CONFIG_OPTIONAL_MODE,
     _V4_CONFIG_NOTIFY,
     _V5_CLUSTER_NODE,
+    _V6_SHARD_LEASE,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

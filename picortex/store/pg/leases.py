@@ -1,0 +1,88 @@
+"""The shard lease statements (SPEC 17), on a connection of the lease keeper's own.
+
+Never behind the store's commit group: a renewal waits for nothing but PostgreSQL. Each
+change is one statement, times are the database's clock (`clock_timestamp()`), and every
+method is synchronous (the keeper calls them from a thread).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, cast
+
+from picortex.core.leases import Lease
+from picortex.store.pg.database import PgDatabase
+
+_NOW: Final = "extract(epoch FROM clock_timestamp())::float8"
+
+# Free (lapsed, or handed back) or already ours: take it. The epoch moves on only when the
+# holder changes, so one epoch is one unbroken holding.
+_TAKE: Final = f"""
+INSERT INTO shard_lease AS l (shard_id, shard_count, node, epoch, expires_at)
+VALUES (%s, %s, %s, 1, {_NOW} + %s)
+ON CONFLICT (shard_id) DO UPDATE
+SET shard_count = excluded.shard_count,
+    node = excluded.node,
+    epoch = l.epoch + CASE WHEN l.node IS NOT DISTINCT FROM excluded.node THEN 0 ELSE 1 END,
+    expires_at = excluded.expires_at
+WHERE l.expires_at <= {_NOW} OR l.node IS NULL OR l.node = excluded.node
+RETURNING epoch
+"""
+
+# Every held shard in one statement; a lease that lapsed is not renewed (someone may have
+# taken it meanwhile, or may now): the keeper counts it lost.
+_RENEW: Final = f"""
+UPDATE shard_lease SET expires_at = {_NOW} + %s
+WHERE node = %s AND shard_id = ANY(%s) AND expires_at > {_NOW}
+RETURNING shard_id
+"""
+
+# Lapses at once, and names nobody: whoever takes it next starts a new epoch.
+_RELEASE: Final = f"""
+UPDATE shard_lease SET node = NULL, expires_at = {_NOW}
+WHERE node = %s AND shard_id = ANY(%s)
+"""
+
+
+class ShardLeases(PgDatabase):
+    """The lease table over a connection of its own. Open with `ShardLeases.beside(db)`."""
+
+    @classmethod
+    def beside(cls, db: PgDatabase) -> ShardLeases:
+        """A connection of its own to `db`'s database (already migrated)."""
+        return cast(ShardLeases, cls.open(db._url, migrate=False))
+
+    def take(self, shard: tuple[int, int], node: str, seconds: float) -> int | None:
+        """Take shard `shard` for `seconds` when it is free or ours; its epoch, else None."""
+        shard_id, count = shard
+        epoch = self._one(_TAKE, (shard_id, count, node, seconds))
+        return None if epoch is None else cast(int, epoch)
+
+    def renew(self, shard_ids: Sequence[int], node: str, seconds: float) -> set[int]:
+        """Renew every lease of `shard_ids` still ours; the ids renewed (the rest are lost)."""
+        rows = self._all(_RENEW, (seconds, node, list(shard_ids)))
+        return {cast(int, row[0]) for row in rows}
+
+    def release(self, shard_ids: Sequence[int], node: str) -> int:
+        """Hand back the leases of `shard_ids` that are ours; how many."""
+        return self._write(_RELEASE, (node, list(shard_ids)))
+
+    def now(self) -> float:
+        """The database's clock."""
+        return cast(float, self._one(f"SELECT {_NOW}"))
+
+    def leases(self) -> tuple[float, dict[int, Lease]]:
+        """The database's clock and every shard's lease, read together."""
+        rows = self._all(
+            f"SELECT {_NOW}, shard_id, node, epoch, expires_at FROM shard_lease"
+            f" RIGHT JOIN (SELECT 1) AS one ON true ORDER BY shard_id"
+        )
+        now = cast(float, rows[0][0])
+        found = {
+            cast(int, shard_id): Lease(
+                cast(int, shard_id), cast("str | None", node), cast(int, epoch), cast(float, at)
+            )
+            for _, shard_id, node, epoch, at in rows
+            if shard_id is not None
+        }
+        return now, found
