@@ -109,9 +109,7 @@ def plan_shards(
         now: the database's clock.
     """
     candidates = want.candidates()
-    free = [
-        s for s in candidates if s not in held and not (s in leases and leases[s].live(now))
-    ]
+    free = [s for s in candidates if s not in held and not (s in leases and leases[s].live(now))]
     share = want.capacity
     if want.auto:
         together = peers(me, nodes, leases, now)

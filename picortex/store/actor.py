@@ -646,6 +646,13 @@ class StoreActor:
             return known
         return await self.read(lambda db: db.is_seen(message_id))
 
+    async def adopt_shard(self, shard: tuple[int, int]) -> None:
+        """A shard taken over (PostgreSQL): its recent handled marks, made by its last
+        holder, into memory before its gateway starts."""
+        from picortex.store.pg.adopt import adopt_shard
+
+        await adopt_shard(self, shard)
+
     def note_seen(self, message_id: int) -> None:
         """Remember an id in memory only (chatter: a replay of it costs nothing either way)."""
         self._seen.add(message_id)

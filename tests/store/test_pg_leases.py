@@ -91,7 +91,13 @@ def test_two_connections_racing_for_one_shard_one_wins(
         won: dict[str, int | None] = {}
         go = threading.Barrier(2)
 
-        def take(leases: ShardLeases, node: str, shard: tuple[int, int] = shard) -> None:
+        def take(
+            leases: ShardLeases,
+            node: str,
+            shard: tuple[int, int] = shard,
+            go: threading.Barrier = go,
+            won: dict[str, int | None] = won,
+        ) -> None:
             go.wait()
             won[node] = leases.take(shard, node, LEASE)
 

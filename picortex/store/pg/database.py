@@ -718,6 +718,11 @@ class PgDatabase:
         )
         return [cast(int, row[0]) for row in rows]
 
+    def handled_since(self, since: float) -> list[int]:
+        """The message ids handled since `since`, by any process."""
+        rows = self._all("SELECT message_id FROM seen_events WHERE seen_at >= %s", (since,))
+        return [cast(int, row[0]) for row in rows]
+
     def is_seen(self, message_id: int) -> bool:
         """Whether the message id was handled before."""
         return self._one("SELECT 1 FROM seen_events WHERE message_id = %s", (message_id,)) == 1

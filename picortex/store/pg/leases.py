@@ -1,7 +1,7 @@
 """The shard lease statements (SPEC 17), on a connection of the lease keeper's own.
 
 Never behind the store's commit group: a renewal waits for nothing but PostgreSQL. Each
-change is one statement, times are the database's clock (`clock_timestamp()`), and every
+change is one statement, times are the database's clock (`picortex_now()`), and every
 method is synchronous (the keeper calls them from a thread).
 """
 
@@ -13,33 +13,31 @@ from typing import Final, cast
 from picortex.core.leases import Lease
 from picortex.store.pg.database import PgDatabase
 
-_NOW: Final = "extract(epoch FROM clock_timestamp())::float8"
-
 # Free (lapsed, or handed back) or already ours: take it. The epoch moves on only when the
 # holder changes, so one epoch is one unbroken holding.
-_TAKE: Final = f"""
+_TAKE: Final = """
 INSERT INTO shard_lease AS l (shard_id, shard_count, node, epoch, expires_at)
-VALUES (%s, %s, %s, 1, {_NOW} + %s)
+VALUES (%s, %s, %s, 1, picortex_now() + %s)
 ON CONFLICT (shard_id) DO UPDATE
 SET shard_count = excluded.shard_count,
     node = excluded.node,
     epoch = l.epoch + CASE WHEN l.node IS NOT DISTINCT FROM excluded.node THEN 0 ELSE 1 END,
     expires_at = excluded.expires_at
-WHERE l.expires_at <= {_NOW} OR l.node IS NULL OR l.node = excluded.node
+WHERE l.expires_at <= picortex_now() OR l.node IS NULL OR l.node = excluded.node
 RETURNING epoch
 """
 
 # Every held shard in one statement; a lease that lapsed is not renewed (someone may have
 # taken it meanwhile, or may now): the keeper counts it lost.
-_RENEW: Final = f"""
-UPDATE shard_lease SET expires_at = {_NOW} + %s
-WHERE node = %s AND shard_id = ANY(%s) AND expires_at > {_NOW}
+_RENEW: Final = """
+UPDATE shard_lease SET expires_at = picortex_now() + %s
+WHERE node = %s AND shard_id = ANY(%s) AND expires_at > picortex_now()
 RETURNING shard_id
 """
 
 # Lapses at once, and names nobody: whoever takes it next starts a new epoch.
-_RELEASE: Final = f"""
-UPDATE shard_lease SET node = NULL, expires_at = {_NOW}
+_RELEASE: Final = """
+UPDATE shard_lease SET node = NULL, expires_at = picortex_now()
 WHERE node = %s AND shard_id = ANY(%s)
 """
 
@@ -69,13 +67,13 @@ class ShardLeases(PgDatabase):
 
     def now(self) -> float:
         """The database's clock."""
-        return cast(float, self._one(f"SELECT {_NOW}"))
+        return cast(float, self._one("SELECT picortex_now()"))
 
     def leases(self) -> tuple[float, dict[int, Lease]]:
         """The database's clock and every shard's lease, read together."""
         rows = self._all(
-            f"SELECT {_NOW}, shard_id, node, epoch, expires_at FROM shard_lease"
-            f" RIGHT JOIN (SELECT 1) AS one ON true ORDER BY shard_id"
+            "SELECT picortex_now(), shard_id, node, epoch,"
+            " expires_at FROM shard_lease RIGHT JOIN (SELECT 1) AS one ON true ORDER BY shard_id"
         )
         now = cast(float, rows[0][0])
         found = {
@@ -86,3 +84,7 @@ class ShardLeases(PgDatabase):
             if shard_id is not None
         }
         return now, found
+
+    def live_nodes(self, now: float) -> list[str]:
+        """The processes whose heartbeat is recent at `now` (the database's clock)."""
+        return [n.node for n in self.cluster_nodes() if n.live(now)]

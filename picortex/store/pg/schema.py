@@ -224,9 +224,9 @@ CREATE TABLE cluster_node (
 """
 
 # Shard leases (SPEC 17): a process serves a shard only while it holds its lease, renewed
-# every few seconds. Times are the database's clock, so processes never compare their own;
-# `epoch` counts the holders a shard has had (+1 each time another process takes it), and
-# `node` is NULL once the lease was handed back.
+# every few seconds. Times are the database's clock (`picortex_now()`, Unix seconds), so
+# processes never compare their own; `epoch` counts a shard's holdings (+1 each time it is
+# taken by another, or after it was handed back), and `node` is NULL once handed back.
 _V6_SHARD_LEASE: Final = """
 CREATE TABLE shard_lease (
     shard_id    integer PRIMARY KEY,
@@ -235,6 +235,8 @@ CREATE TABLE shard_lease (
     epoch       bigint NOT NULL,
     expires_at  double precision NOT NULL
 );
+CREATE FUNCTION picortex_now() RETURNS double precision LANGUAGE sql VOLATILE
+    AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
 """
 
 MIGRATIONS: Final[tuple[str, ...]] = (
