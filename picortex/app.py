@@ -128,9 +128,11 @@ class Bot:
         llm_http_client_factory: Any = None,
         rest_client: httpx.AsyncClient | None = None,
         leased: Want | None = None,
+        node: str | None = None,
     ) -> None:
         """`shards`: every (id, count) this process serves; empty: just `shard`. `leased`
-        (with PostgreSQL): the shards are taken by lease as they are free instead."""
+        (with PostgreSQL): the shards are taken by lease as they are free instead; `node`:
+        its name in the cluster (default: host and pid)."""
         if not settings.discord_token:
             raise ConfigError("DISCORD_BOT_TOKEN is not set")
         remember_secrets(settings.discord_token, settings.anthropic_api_key)
@@ -139,6 +141,8 @@ class Bot:
         self.faults = FaultPoints.parse(settings.fault_inject)
         self.store = open_store(settings)
         self.leased = leased if self.store.db.clustered else None
+        self.node = node or node_name()
+        self.store.node = self.node
         held = () if self.leased is not None else (tuple(shards) or (shard,))
         self.store.shards = held
         # Read once, before anything is queued: the sessions a killed process left.
@@ -340,7 +344,7 @@ class Bot:
         return ShardLeaseKeeper(
             table,
             want,
-            node=node_name(),
+            node=self.node,
             lease_seconds=self.settings.cluster.lease_seconds,
             gateways=gateways,
             make_gateway=make,
@@ -348,6 +352,7 @@ class Bot:
             settle=self._settle_shard,
             events=self.events,
             on_held=on_held,
+            on_leave=functools.partial(setattr, self.store, "beating", False),
         )
 
     async def _settle_shard(self, shard: tuple[int, int]) -> None:

@@ -50,6 +50,8 @@ class LeaseTable(Protocol):
 
     def release(self, shard_ids: Sequence[int], node: str) -> int: ...
 
+    def leave(self, node: str) -> None: ...
+
     def leases(self) -> tuple[float, dict[int, Lease]]: ...
 
     def live_nodes(self, now: float) -> list[str]: ...
@@ -100,13 +102,15 @@ class ShardLeaseKeeper:
         settle: Callable[[Shard], Awaitable[None]],
         events: EventSink,
         on_held: Callable[[tuple[Shard, ...]], None] = lambda held: None,
+        on_leave: Callable[[], None] = lambda: None,
         call: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> None:
         """`adopt`: load a taken shard's recent handled marks (before its gateway starts);
         `settle`: let a stopped shard's messages in hand finish and commit what is queued
         (before its lease is released); `on_held`: told the shards held after each change;
-        `call`: runs a lease statement (default: on a thread, abandoned when cancelled, so a
-        database that hangs never holds up a stop)."""
+        `on_leave`: told at a clean stop, before this process leaves the live ones (its
+        heartbeat must stop first); `call`: runs a lease statement (default: on a thread,
+        abandoned when cancelled, so a database that hangs never holds up a stop)."""
         self._table = table
         self._want = want
         self._node = node
@@ -117,6 +121,7 @@ class ShardLeaseKeeper:
         self._settle = settle
         self._events = events
         self._on_held = on_held
+        self._on_leave = on_leave
         self.held: dict[int, HeldShard] = {}
         self._complained_at = -math.inf
         self._call = call or functools.partial(trio.to_thread.run_sync, abandon_on_cancel=True)
@@ -291,9 +296,15 @@ class ShardLeaseKeeper:
             )
 
     async def hand_back_all(self) -> None:
-        """Hand every held shard back (a clean stop)."""
+        """Hand every held shard back and leave the live processes (a clean stop): the
+        others count their fair shares without this one at once."""
         with trio.move_on_after(HAND_BACK_SECONDS * 2):
             await self._hand_back(list(self.held.values()))
+            self._on_leave()
+            try:
+                await self._thread(functools.partial(self._table.leave, self._node))
+            except Exception as exc:
+                self._complain(exc)
 
     def _forget_ended(self) -> None:
         for shard_id, held in list(self.held.items()):

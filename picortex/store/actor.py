@@ -155,6 +155,10 @@ class StoreActor:
         self._complaints = _Complaints(COMPLAINT_SECONDS)
         # The shards this process serves, as its cluster heartbeat tells (PostgreSQL only).
         self.shards: tuple[tuple[int, int], ...] = ((0, 1),)
+        # Its name in the cluster (None: host and pid), and whether it still tells its
+        # heartbeat (not once it has handed its shards back and left).
+        self.node: str | None = None
+        self.beating = True
 
     @classmethod
     def open(cls, path: Path) -> StoreActor:
@@ -195,14 +199,15 @@ class StoreActor:
         started_at = time.time()
         while True:
             now = time.time()
-            node = this_node(self.shards, started_at, now)
+            node = this_node(self.shards, started_at, now, self.node)
 
             def beat(db: Database, node: ClusterNode = node, now: float = now) -> None:
                 pg = cast("PgDatabase", db)
                 pg.note_node(node)
                 pg.forget_nodes(now - FORGET_SECONDS)
 
-            self._put(_Op(_WRITE, fn=beat, finish=self._heartbeat_done))
+            if self.beating:
+                self._put(_Op(_WRITE, fn=beat, finish=self._heartbeat_done))
             await trio.sleep(HEARTBEAT_SECONDS)
 
     def _heartbeat_done(self, ok: bool, value: object) -> None:
@@ -649,9 +654,10 @@ class StoreActor:
     async def adopt_shard(self, shard: tuple[int, int]) -> None:
         """A shard taken over (PostgreSQL): its recent handled marks, made by its last
         holder, into memory before its gateway starts."""
-        from picortex.store.pg.adopt import adopt_shard
+        from picortex.store.pg.adopt import handled_lately
 
-        await adopt_shard(self, shard)
+        for message_id in await self.read(handled_lately):
+            self.note_seen(message_id)
 
     def note_seen(self, message_id: int) -> None:
         """Remember an id in memory only (chatter: a replay of it costs nothing either way)."""

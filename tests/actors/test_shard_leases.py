@@ -78,6 +78,11 @@ class FakeTable:
                 self.log.append((f"release {i}", now))
         return released
 
+    def leave(self, node: str) -> None:
+        if node in self.nodes:
+            self.nodes.remove(node)
+        self.log.append((f"leave {node}", self.now()))
+
     def leases_(self) -> tuple[float, dict[int, Lease]]:
         return self.now(), dict(self.leases)
 
@@ -161,6 +166,9 @@ class _Table:
 
     def release(self, shard_ids: Sequence[int], node: str) -> int:
         return self.fake.release(shard_ids, node)
+
+    def leave(self, node: str) -> None:
+        self.fake.leave(node)
 
     def leases(self) -> tuple[float, dict[int, Lease]]:
         return self.fake.leases_()
@@ -307,6 +315,9 @@ async def test_a_clean_stop_hands_every_shard_back_after_settling(
     stopped = max(g.stopped_at for g in r.gateways)
     release_times = [at for what, at in table.log if what.startswith("release")]
     assert min(release_times) >= stopped + 0.5
+    # ... and it leaves the live processes last: the others' fair share counts without it.
+    assert table.log[-1][0] == "leave me"
+    assert table.nodes == []
 
 
 async def test_auto_hands_one_back_to_a_process_that_has_none(

@@ -65,6 +65,10 @@ class ShardLeases(PgDatabase):
         """Hand back the leases of `shard_ids` that are ours; how many."""
         return self._write(_RELEASE, (node, list(shard_ids)))
 
+    def leave(self, node: str) -> None:
+        """`node` stops (its shards handed back): no longer one of the live processes."""
+        self._write("DELETE FROM cluster_node WHERE node = %s", (node,))
+
     def now(self) -> float:
         """The database's clock."""
         return cast(float, self._one("SELECT picortex_now()"))
