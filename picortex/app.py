@@ -352,7 +352,7 @@ class Bot:
             settle=self._settle_shard,
             events=self.events,
             on_held=on_held,
-            on_leave=functools.partial(setattr, self.store, "beating", False),
+            present=functools.partial(setattr, self.store, "beating"),
         )
 
     async def _settle_shard(self, shard: tuple[int, int]) -> None:

@@ -102,15 +102,16 @@ class ShardLeaseKeeper:
         settle: Callable[[Shard], Awaitable[None]],
         events: EventSink,
         on_held: Callable[[tuple[Shard, ...]], None] = lambda held: None,
-        on_leave: Callable[[], None] = lambda: None,
+        present: Callable[[bool], None] = lambda here: None,
         call: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
     ) -> None:
         """`adopt`: load a taken shard's recent handled marks (before its gateway starts);
         `settle`: let a stopped shard's messages in hand finish and commit what is queued
         (before its lease is released); `on_held`: told the shards held after each change;
-        `on_leave`: told at a clean stop, before this process leaves the live ones (its
-        heartbeat must stop first); `call`: runs a lease statement (default: on a thread,
-        abandoned when cancelled, so a database that hangs never holds up a stop)."""
+        `present`: told True when it starts, False when it stops (cancelled) before it
+        leaves the live processes (its heartbeat must stop first); `call`: runs a lease
+        statement (default: on a thread, abandoned when cancelled, so a database that hangs
+        never holds up a stop)."""
         self._table = table
         self._want = want
         self._node = node
@@ -121,7 +122,7 @@ class ShardLeaseKeeper:
         self._settle = settle
         self._events = events
         self._on_held = on_held
-        self._on_leave = on_leave
+        self._present = present
         self.held: dict[int, HeldShard] = {}
         self._complained_at = -math.inf
         self._call = call or functools.partial(trio.to_thread.run_sync, abandon_on_cancel=True)
@@ -131,9 +132,13 @@ class ShardLeaseKeeper:
         return tuple(h.shard for _, h in sorted(self.held.items()))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Keep the leases until cancelled; then hand every shard back."""
+        """Keep the leases until cancelled; then hand every shard back and leave the live
+        processes. After a crash, hand them back too (a restart takes them again)."""
+        self.held.clear()  # a crashed run's shards were handed back, or lapse
+        self._present(True)
         task_status.started()
         every = renew_every(self._lease)
+        leaving = False
         try:
             next_at = trio.current_time()
             while True:
@@ -141,9 +146,12 @@ class ShardLeaseKeeper:
                 # At a fixed rate: a slow round never pushes the next renewal later.
                 next_at = max(next_at + every, trio.current_time())
                 await trio.sleep_until(next_at)
+        except BaseException as exc:
+            leaving = _only_cancelled(exc)
+            raise
         finally:
             with trio.CancelScope(shield=True):
-                await self.hand_back_all()
+                await self.hand_back_all(leave=leaving)
 
     # ---- one round -------------------------------------------------------------------------
 
@@ -295,12 +303,14 @@ class ShardLeaseKeeper:
                 "gateway", action="lease_released", shard=list(held.shard), epoch=held.epoch
             )
 
-    async def hand_back_all(self) -> None:
-        """Hand every held shard back and leave the live processes (a clean stop): the
-        others count their fair shares without this one at once."""
+    async def hand_back_all(self, *, leave: bool = True) -> None:
+        """Hand every held shard back and (`leave`) leave the live processes, so that the
+        others count their fair shares without this one at once (a clean stop)."""
         with trio.move_on_after(HAND_BACK_SECONDS * 2):
             await self._hand_back(list(self.held.values()))
-            self._on_leave()
+            if not leave:
+                return
+            self._present(False)
             try:
                 await self._thread(functools.partial(self._table.leave, self._node))
             except Exception as exc:
@@ -323,3 +333,9 @@ class ShardLeaseKeeper:
             self._complained_at = now
             logger.error("shard leases: %s", exc)
             self._events.emit("error", scope="leases", message=f"shard leases: {exc}")
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)

@@ -335,3 +335,47 @@ async def test_auto_hands_one_back_to_a_process_that_has_none(
         assert table.leases[1].node is None  # free for "b" at once
 
     await _running(table, Want(ids=(), count=2, capacity=2, auto=True), body)
+
+
+async def test_a_crashed_keeper_hands_back_but_stays_one_of_the_live_processes(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    table = FakeTable(nodes=["me"])
+    presence: list[bool] = []
+    supervisor = DynamicSupervisor("gateways", events=RecordingSink())
+    r = rig(table, Want(ids=(0, 1), count=2, capacity=2), supervisor)
+    made = 0
+
+    def make(shard: Shard, saved: Session | None) -> FakeGateway:
+        nonlocal made
+        made += 1
+        if made == 2:
+            raise RuntimeError("a bug while starting shard 1")
+        r.gateways.append(FakeGateway(shard, saved))
+        return r.gateways[-1]
+
+    keeper = ShardLeaseKeeper(
+        _Table(table),
+        Want(ids=(0, 1), count=2, capacity=2),
+        node="me",
+        lease_seconds=LEASE,
+        gateways=supervisor,
+        make_gateway=make,
+        adopt=lambda shard: trio.sleep(0),
+        settle=lambda shard: trio.sleep(0),
+        events=RecordingSink(),
+        present=presence.append,
+        call=table.call,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        try:
+            await keeper.run()
+        except RuntimeError:
+            pass
+        else:
+            raise AssertionError("the keeper should have crashed")
+        assert r.gateways[0].left == "hand_back"
+        assert table.leases[0].node is None  # handed back
+        assert table.nodes == ["me"] and presence == [True]  # a restart is coming: not gone
+        nursery.cancel_scope.cancel()

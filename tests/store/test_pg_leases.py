@@ -8,8 +8,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+import trio
 
+from picortex.store import StoreActor
 from picortex.store.backends import connect_postgres
+from picortex.store.pg.adopt import ADOPT_SECONDS
 from picortex.store.pg.leases import ShardLeases
 
 LEASE = 10.0
@@ -115,3 +118,26 @@ def test_the_database_clock_decides_expiry(two: tuple[ShardLeases, ShardLeases])
     assert b.take((0, 1), "b", LEASE) is None
     time.sleep(1.1)  # the shortest lease there is, run out on PostgreSQL's clock
     assert b.take((0, 1), "b", LEASE) == 2
+
+
+async def test_a_shard_taken_over_adopts_the_handled_marks_its_last_holder_made(
+    pg_url: str,
+) -> None:
+    old, new = StoreActor(connect_postgres(pg_url)), StoreActor(connect_postgres(pg_url))
+    handled, stale = 1_500_000_000_000_000_000, 1_400_000_000_000_000_000
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(old.run)
+            await nursery.start(new.run)
+            old.mark_handled(stale, time.time() - ADOPT_SECONDS - 60)
+            old.mark_handled(handled)
+            await old.flush()
+            # Marked by another process: this one's memory says "surely not handled".
+            assert new.seen(handled) is False
+            await new.adopt_shard((1, 2))
+            assert new.seen(handled) is True
+            assert new.seen(stale) is False  # older than any replay: not loaded
+            nursery.cancel_scope.cancel()
+    finally:
+        old.close()
+        new.close()
