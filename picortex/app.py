@@ -140,7 +140,7 @@ class Bot:
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
         self.store = open_store(settings)
-        self.leased = leased if self.store.db.clustered else None
+        self.leased = leased if self.store.clustered else None
         self.node = node or node_name()
         self.store.node = self.node
         held = () if self.leased is not None else (tuple(shards) or (shard,))
@@ -323,12 +323,7 @@ class Bot:
         sessions: _PersistedSessions,
     ) -> ShardLeaseKeeper:
         """Shards by lease (SPEC 17): a gateway per shard held, started and stopped with it."""
-        # Imported here: psycopg, only with a database URL.
-        from picortex.store.pg.database import PgDatabase
-        from picortex.store.pg.leases import ShardLeases
-
-        assert isinstance(self.store.db, PgDatabase)
-        self.lease_table = table = ShardLeases.beside(self.store.db)
+        self.lease_table = table = self.store.shard_leases()
         self.shard_gateways = gateways = DynamicSupervisor("gateways", events=self.events)
         by_id: dict[int, GatewayActor] = {}
 

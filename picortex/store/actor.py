@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from picortex.store.database import Database
     from picortex.store.pg.cluster import ClusterNode
     from picortex.store.pg.database import PgDatabase
+    from picortex.store.pg.leases import ShardLeases
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +169,17 @@ class StoreActor:
             StoreError: one sentence when the file cannot be opened or migrated.
         """
         return cls(Store.open(path))
+
+    @property
+    def clustered(self) -> bool:
+        """Whether processes share the database (PostgreSQL, SPEC 17)."""
+        return self.db.clustered
+
+    def shard_leases(self) -> ShardLeases:
+        """(PostgreSQL) the shard lease statements, on a connection of their own."""
+        from picortex.store.pg.leases import ShardLeases
+
+        return ShardLeases.beside(cast("PgDatabase", self.db))
 
     @property
     def path(self) -> Any:
