@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 import trio
 
+from picortex.errors import StoreError
 from picortex.store import StoreActor
 from picortex.store.backends import connect_postgres
 from picortex.store.pg.adopt import ADOPT_SECONDS
@@ -141,3 +142,15 @@ async def test_a_shard_taken_over_adopts_the_handled_marks_its_last_holder_made(
     finally:
         old.close()
         new.close()
+
+
+def test_a_broken_lease_connection_is_opened_again_for_the_next_statement(
+    two: tuple[ShardLeases, ShardLeases],
+) -> None:
+    a, b = two
+    assert a.take((0, 1), "a", LEASE) == 1
+    pid = a._one("SELECT pg_backend_pid()")
+    b._write("SELECT pg_terminate_backend(%s)", (pid,))  # PostgreSQL restarted, say
+    with pytest.raises(StoreError):
+        a.renew([0], "a", LEASE)
+    assert a.renew([0], "a", LEASE) == {0}  # connected again

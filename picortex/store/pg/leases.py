@@ -7,11 +7,16 @@ method is synchronous (the keeper calls them from a thread).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Final, cast
 
+import psycopg
+
 from picortex.core.leases import Lease
-from picortex.store.pg.database import PgDatabase
+from picortex.core.redact import redact
+from picortex.errors import StoreError
+from picortex.store.pg.database import CONNECT_TIMEOUT_SECONDS, PgDatabase, Row
 
 # Free (lapsed, or handed back) or already ours: take it. The epoch moves on only when the
 # holder changes, so one epoch is one unbroken holding.
@@ -49,6 +54,22 @@ class ShardLeases(PgDatabase):
     def beside(cls, db: PgDatabase) -> ShardLeases:
         """A connection of its own to `db`'s database (already migrated)."""
         return cast(ShardLeases, cls.open(db._url, migrate=False))
+
+    def _run(self, sql: str, params: tuple[object, ...] = ()) -> psycopg.Cursor[Row]:
+        # A connection a failure broke (PostgreSQL restarted, the network cut) is opened
+        # again for the next statement: the keeper keeps trying every few seconds.
+        with self._lock:
+            if not self.closed and (self._conn.broken or self._conn.closed):
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.close()
+                try:
+                    self._conn = psycopg.connect(
+                        self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
+                    )
+                except psycopg.Error as exc:
+                    reason = redact(" ".join(str(exc).split()))
+                    raise StoreError(f"{self.path} cannot be reached ({reason})") from None
+            return super()._run(sql, params)
 
     def take(self, shard: tuple[int, int], node: str, seconds: float) -> int | None:
         """Take shard `shard` for `seconds` when it is free or ours; its epoch, else None."""
