@@ -1,6 +1,7 @@
 """SIGKILL of one of two `picortex run` processes sharing shards through PostgreSQL (SPEC 17):
 the other takes the dead one's shard when its lease runs out, RESUMEs the session it saved,
-and answers the trigger that was in flight at the kill, and one sent meanwhile, once each."""
+and answers the triggers in flight at the kill, and one sent meanwhile, once each; a reply
+the dead one posted just before the kill (never marked handled) is not posted again."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -76,7 +78,7 @@ async def test_sigkill_of_a_holder_then_the_other_takes_its_shard_over(
     sim = Simulator(heartbeat_interval_ms=5000, max_concurrency=2, recommended_shards=2)
     for bucket in RELAXED_BUCKETS:
         sim.set_rate_limit(bucket, 1000, 1.0)
-    guilds = sim.add_guilds(4)
+    guilds = sim.add_guilds(4, channels_per_guild=3)
     world = sim.add_default_world()
     channels_of = {s: next(g for g in guilds if (g[0] >> 22) % 2 == s)[1] for s in (0, 1)}
     mention = f"<@{sim.bot_user_id}>"
@@ -93,12 +95,27 @@ async def test_sigkill_of_a_holder_then_the_other_takes_its_shard_over(
             holders = _holders(table)
             [a_shard] = [i for i, node in holders.items() if node.endswith(f":{a.pid}")]
             [b_shard] = [i for i, node in holders.items() if node.endswith(f":{b.pid}")]
-            # A trigger to a's shard, whose answer the model holds: in flight at the kill.
-            sim.model.script(ModelReply(text="never posted", delay=HOLD_SECONDS))
+            # Two triggers to a's shard whose answers the model holds: in flight at the kill.
+            sim.model.script(*[ModelReply(text="never posted", delay=HOLD_SECONDS)] * 2)
             calls = len(sim.model.calls)
-            channel, other_channel = channels_of[a_shard]
+            channel, other_channel, third_channel = channels_of[a_shard]
             in_flight = sim.post_user_message(channel, world.alice_id, f"{mention} in flight?")
-            await _until(lambda: len(sim.model.calls) == calls + 1)
+            posted = sim.post_user_message(other_channel, world.alice_id, f"{mention} posted?")
+            await _until(lambda: len(sim.model.calls) == calls + 2)
+            # The second one's answer reached Discord just before the kill, its handled mark
+            # not yet committed: posted as the bot does, with the nonce its trigger names.
+            async with httpx.AsyncClient() as client:
+                answer = await client.post(
+                    f"{urls.api_base}/channels/{other_channel}/messages",
+                    headers={"Authorization": f"Bot {sim.token}"},
+                    json={
+                        "content": "posted before the kill",
+                        "nonce": f"{posted['id']}a0",
+                        "enforce_nonce": True,
+                        "message_reference": {"message_id": posted["id"]},
+                    },
+                )
+            assert answer.status_code == 200, answer.text
             await trio.sleep(1.5)  # its seq is in a saved session: the save is once a second
             resumes = sim.gateway_stats.resumes
             a.send_signal(signal.SIGKILL)
@@ -106,7 +123,7 @@ async def test_sigkill_of_a_holder_then_the_other_takes_its_shard_over(
             await a.wait()
             sim.model.clear_script()
             meanwhile = sim.post_user_message(
-                other_channel, world.alice_id, f"{mention} meanwhile?"
+                third_channel, world.alice_id, f"{mention} meanwhile?"
             )
             # b takes the shard once a's lease ran out (a's renewals stopped at the kill).
             await _until(lambda: _holders(table).get(a_shard, "").endswith(f":{b.pid}"))
@@ -123,8 +140,12 @@ async def test_sigkill_of_a_holder_then_the_other_takes_its_shard_over(
 
             await _until(lambda: replies(in_flight) and replies(meanwhile))
             assert sim.gateway_stats.resumes == resumes + 1  # a's saved session
+            await _until(lambda: len(sim.model.calls) >= calls + 5)  # posted's answered too
             await trio.sleep(2)  # anything more that would come, would have come
             assert len(replies(in_flight)) == len(replies(meanwhile)) == 1
+            # Answered again by b (a model call), posted once: Discord returned a's message
+            # for the nonce, and b finished that one.
+            assert [m["id"] for m in replies(posted)] == [answer.json()["id"]]
             assert all(m["content"] != "never posted" for m in sim.bot_messages())
             b.send_signal(signal.SIGTERM)
             with trio.fail_after(START_TIMEOUT):
