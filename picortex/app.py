@@ -388,6 +388,8 @@ class Bot:
         restarts.update({k: v for k, v in self.channels.restart_counts().items() if v})
         if self.gateway_group is not None:
             restarts.update({k: v for k, v in self.gateway_group.restart_counts().items() if v})
+        if self.shard_gateways is not None:
+            restarts.update({k: v for k, v in self.shard_gateways.restart_counts().items() if v})
         shards = [_gateway_status(gw) for gw in self.gateways]
         if self.leases is not None:
             epochs = {h.shard[0]: h.epoch for h in self.leases.held.values()}

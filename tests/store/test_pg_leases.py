@@ -148,9 +148,12 @@ def test_a_broken_lease_connection_is_opened_again_for_the_next_statement(
     two: tuple[ShardLeases, ShardLeases],
 ) -> None:
     a, b = two
+    assert a._one("SHOW statement_timeout") == "5s"
     assert a.take((0, 1), "a", LEASE) == 1
     pid = a._one("SELECT pg_backend_pid()")
     b._write("SELECT pg_terminate_backend(%s)", (pid,))  # PostgreSQL restarted, say
     with pytest.raises(StoreError):
         a.renew([0], "a", LEASE)
     assert a.renew([0], "a", LEASE) == {0}  # connected again
+    # A statement stuck behind a lock gives up, on the new connection too.
+    assert a._one("SHOW statement_timeout") == "5s"

@@ -18,6 +18,9 @@ from picortex.core.redact import redact
 from picortex.errors import StoreError
 from picortex.store.pg.database import CONNECT_TIMEOUT_SECONDS, PgDatabase, Row
 
+# A statement stuck behind a lock gives up rather than hold up the keeper's round.
+_STATEMENT_TIMEOUT: Final = "SET statement_timeout = '5s'"
+
 # Free (lapsed, or handed back) or already ours: take it. The epoch moves on only when the
 # holder changes, so one epoch is one unbroken holding.
 _TAKE: Final = """
@@ -53,7 +56,9 @@ class ShardLeases(PgDatabase):
     @classmethod
     def beside(cls, db: PgDatabase) -> ShardLeases:
         """A connection of its own to `db`'s database (already migrated)."""
-        return cast(ShardLeases, cls.open(db._url, migrate=False))
+        leases = cast(ShardLeases, cls.open(db._url, migrate=False))
+        leases._run(_STATEMENT_TIMEOUT)
+        return leases
 
     def _run(self, sql: str, params: tuple[object, ...] = ()) -> psycopg.Cursor[Row]:
         # A connection a failure broke (PostgreSQL restarted, the network cut) is opened
@@ -66,6 +71,7 @@ class ShardLeases(PgDatabase):
                     self._conn = psycopg.connect(
                         self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
                     )
+                    self._conn.execute(_STATEMENT_TIMEOUT)
                 except psycopg.Error as exc:
                     reason = redact(" ".join(str(exc).split()))
                     raise StoreError(f"{self.path} cannot be reached ({reason})") from None
