@@ -5,7 +5,9 @@
       store (the database's owner: its own thread, group commit, read models)
       services (one_for_one): context_cache, llm, polls, control, loop_lag, pruner,
         web (when [web] enabled)
-      gateway (one shard), or gateways (one_for_one: gateway-<id> per shard held)
+      gateway (one shard), or gateways (one_for_one: gateway-<id> per shard held); with
+        shard leases (PostgreSQL), gateways (dynamic) and shard_leases, which starts and
+        stops a gateway per shard as it takes and hands back their leases
       channels (dynamic one_for_one, one transient actor per channel)
       router
       watchdog (turns a REST 401 into exit code 3)
@@ -47,8 +49,10 @@ from picortex.actors.pipeline import (
 )
 from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
+from picortex.actors.shard_leases import HAND_BACK_SECONDS, ShardLeaseKeeper
 from picortex.actors.web import WebActor
 from picortex.config import Settings
+from picortex.core.leases import Want
 from picortex.core.personas import PersonaSet
 from picortex.core.redact import remember_secrets
 from picortex.core.triggerlog import TriggerEntry
@@ -70,15 +74,19 @@ from picortex.runtime.supervisor import (
 )
 from picortex.store.backends import open_store
 from picortex.store.personas import PersonaLoader
+from picortex.store.pg.cluster import node_name
 from picortex.store.queries import SessionQueries
 from picortex.types import BotIdentity
 
 if TYPE_CHECKING:
+    from picortex.store.pg.leases import ShardLeases
     from picortex.web.panel import Panel
 
 logger = logging.getLogger(__name__)
 
 STATUS_TRIGGERS: Final = 10  # last triggers shown by `picortex status`
+# A shard handed back: how often we look whether its messages in hand are done.
+SETTLE_POLL_SECONDS: Final = 0.05
 
 
 class _PersistedSessions:
@@ -102,6 +110,10 @@ class _PersistedSessions:
     def clear_gateway_session(self, shard: tuple[int, int]) -> None:
         self._store.clear_gateway_session(shard)
 
+    def taken(self, shard: tuple[int, int], saved: tuple[str, str, int] | None) -> None:
+        """A shard's lease was taken: its session as read from the database just now."""
+        self._loaded[shard] = saved
+
 
 class Bot:
     """One bot process: every actor, wired together; `run` supervises them."""
@@ -115,16 +127,25 @@ class Bot:
         gateway_timings: GatewayTimings | None = None,
         llm_http_client_factory: Any = None,
         rest_client: httpx.AsyncClient | None = None,
+        leased: Want | None = None,
+        node: str | None = None,
     ) -> None:
-        """`shards`: every (id, count) this process serves; empty: just `shard`."""
+        """`shards`: every (id, count) this process serves; empty: just `shard`. `leased`
+        (with PostgreSQL): the shards are taken by lease as they are free instead; `node`:
+        its name in the cluster (default: host and pid)."""
         if not settings.discord_token:
             raise ConfigError("DISCORD_BOT_TOKEN is not set")
         remember_secrets(settings.discord_token, settings.anthropic_api_key)
         private_dir(settings.home)
         self.settings = settings
         self.faults = FaultPoints.parse(settings.fault_inject)
-        held = tuple(shards) or (shard,)
+        # Shards held by lease (PostgreSQL) start with none: each is adopted when taken.
+        clustered = leased is not None and bool(settings.database_url)
+        held = () if clustered else (tuple(shards) or (shard,))
         self.store = open_store(settings, shards=held)
+        self.leased = leased if self.store.clustered else None
+        self.node = node or node_name()
+        self.store.node = self.node
         # Read once, before anything is queued: the sessions a killed process left.
         sessions = _PersistedSessions({s: self.store.gateway_session(s) for s in held}, self.store)
         self.source = SettingsSource(settings, self.store)
@@ -200,10 +221,13 @@ class Bot:
         # channel decides its mailbox) and sharing the session start limit.
         turns = IdentifyTurns((gateway_timings or GatewayTimings()).identify_window)
         handled = self.pipe.handled
-        handled.shard_count = held[0][1]
-        self.gateways = [
-            GatewayActor(
-                settings.discord_token,
+        handled.shard_count = self.leased.count if self.leased is not None else held[0][1]
+
+        token = settings.discord_token
+
+        def new_gateway(held_shard: tuple[int, int]) -> GatewayActor:
+            return GatewayActor(
+                token,
                 self.rest,
                 self.events,
                 _shard_dispatch(self.router.on_dispatch, *held_shard),
@@ -214,9 +238,13 @@ class Bot:
                 safe_seq=functools.partial(handled.safe_seq, held_shard[0]),
                 turns=turns,
             )
-            for held_shard in held
-        ]
-        self.gateway = self.gateways[0]
+
+        self.gateways = [new_gateway(held_shard) for held_shard in held]
+        self.leases: ShardLeaseKeeper | None = None
+        self.lease_table: ShardLeases | None = None
+        self.shard_gateways: DynamicSupervisor | None = None
+        if self.leased is not None:
+            self.leases = self._lease_keeper(self.leased, new_gateway, sessions)
         self.control = ControlServer(socket_path(settings.home), self.snapshot)
         # Wall-clock seconds: catch-up compares message times (from their ids) with it.
         self.wall_clock: Callable[[], float] = time.time
@@ -245,8 +273,17 @@ class Bot:
         # One shard: the gateway itself; many: a one_for_one supervisor over them, so one
         # shard's reconnect never drops another's session.
         self.gateway_group: Supervisor | None = None
-        gateway_child = ChildSpec("gateway", self.gateway.run)
-        if len(self.gateways) > 1:
+        gateway_children: list[ChildSpec] = []
+        if self.leases is not None:
+            assert self.shard_gateways is not None
+            gateway_children = [
+                ChildSpec("gateways", self.shard_gateways.run),
+                # Stopped before the gateways: it hands each shard back (SPEC 17).
+                ChildSpec("shard_leases", self.leases.run, grace=3 * HAND_BACK_SECONDS),
+            ]
+        elif len(self.gateways) == 1:
+            gateway_children = [ChildSpec("gateway", self.gateway.run)]
+        else:
             self.gateway_group = Supervisor(
                 "gateways",
                 Strategy.ONE_FOR_ONE,
@@ -256,7 +293,7 @@ class Bot:
                 ],
                 events=self.events,
             )
-            gateway_child = ChildSpec("gateways", self.gateway_group.run)
+            gateway_children = [ChildSpec("gateways", self.gateway_group.run)]
         self.root = Supervisor(
             "root",
             Strategy.REST_FOR_ONE,
@@ -267,13 +304,61 @@ class Bot:
                 # The gateway comes before the pipeline: it only needs the router's mailbox,
                 # which outlives the router, so a crash loop in the channels never drops the
                 # Discord session; dispatches wait in that mailbox while they restart.
-                gateway_child,
+                *gateway_children,
                 ChildSpec("channels", self.channels.run),
                 ChildSpec("router", self.router.run, mailbox=self.router.inbox),
                 ChildSpec("watchdog", self._watchdog),
             ],
             events=self.events,
         )
+
+    @property
+    def gateway(self) -> GatewayActor:
+        """The first shard's gateway (IndexError with leases and no shard held)."""
+        return self.gateways[0]
+
+    def _lease_keeper(
+        self,
+        want: Want,
+        new_gateway: Callable[[tuple[int, int]], GatewayActor],
+        sessions: _PersistedSessions,
+    ) -> ShardLeaseKeeper:
+        """Shards by lease (SPEC 17): a gateway per shard held, started and stopped with it."""
+        self.lease_table = table = self.store.shard_leases()
+        self.shard_gateways = gateways = DynamicSupervisor("gateways", events=self.events)
+        by_id: dict[int, GatewayActor] = {}
+
+        def make(shard: tuple[int, int], saved: tuple[str, str, int] | None) -> GatewayActor:
+            sessions.taken(shard, saved)
+            by_id[shard[0]] = gateway = new_gateway(shard)
+            return gateway
+
+        def on_held(held: tuple[tuple[int, int], ...]) -> None:
+            self.gateways = [by_id[shard_id] for shard_id, _ in held]
+            self.store.shards = held  # the heartbeat names them
+
+        return ShardLeaseKeeper(
+            table,
+            want,
+            node=self.node,
+            lease_seconds=self.settings.cluster.lease_seconds,
+            gateways=gateways,
+            make_gateway=make,
+            adopt=self.store.adopt_shard,
+            settle=self._settle_shard,
+            events=self.events,
+            on_held=on_held,
+            present=functools.partial(setattr, self.store, "beating"),
+        )
+
+    async def _settle_shard(self, shard: tuple[int, int]) -> None:
+        """A shard handed back: its messages in hand finish (while the channels still run),
+        then every queued write (handled marks, its session) is committed."""
+        handled = self.pipe.handled
+        # A short poll (the ledger tells nobody when a message is done), bounded by the keeper.
+        while self.root.running("channels") and handled.in_hand_of(shard[0]):  # noqa: ASYNC110
+            await trio.sleep(SETTLE_POLL_SECONDS)
+        await self.store.flush()
 
     def on_fatal(self, exc: FatalDiscordError) -> None:
         """Discord refused us for good (a 401 on REST): stop the bot with exit code 3."""
@@ -309,10 +394,17 @@ class Bot:
         restarts.update({k: v for k, v in self.channels.restart_counts().items() if v})
         if self.gateway_group is not None:
             restarts.update({k: v for k, v in self.gateway_group.restart_counts().items() if v})
+        if self.shard_gateways is not None:
+            restarts.update({k: v for k, v in self.shard_gateways.restart_counts().items() if v})
+        shards = [_gateway_status(gw) for gw in self.gateways]
+        if self.leases is not None:
+            epochs = {h.shard[0]: h.epoch for h in self.leases.held.values()}
+            for shard in shards:
+                shard["epoch"] = epochs.get(shard["shard"][0])
         return {
-            "gateway": _gateway_status(self.gateway),
+            "gateway": shards[0] if shards else {"state": "no shard held", "shard": None},
             # Every shard this process holds (the first is "gateway" above).
-            "shards": [_gateway_status(gw) for gw in self.gateways],
+            "shards": shards,
             "pid": os.getpid(),
             "uptime_s": round(trio.current_time() - self._started_at, 1),
             "channel_actors": len(self.channels.children()),
@@ -376,6 +468,8 @@ class Bot:
             async with self.rest:
                 return await run_root(self.root, task_status=task_status)
         finally:
+            if self.lease_table is not None:
+                self.lease_table.close()
             self.store.close()
 
 
@@ -409,9 +503,14 @@ def _gateway_status(gateway: GatewayActor) -> dict[str, Any]:
     }
 
 
-def run_forever(settings: Settings, *, shards: Sequence[tuple[int, int]] = ((0, 1),)) -> int:
+def run_forever(
+    settings: Settings,
+    *,
+    shards: Sequence[tuple[int, int]] = ((0, 1),),
+    leased: Want | None = None,
+) -> int:
     """`picortex run`: until SIGINT/SIGTERM (exit 0), a fatal refusal (3) or give-up (70)."""
-    bot = Bot(settings, shards=shards)
+    bot = Bot(settings, shards=shards, leased=leased)
     # Everything is imported and wired: keep full collections off these objects for good.
     frozen = freeze_startup_heap()
     logger.debug("%d start-up objects frozen out of garbage collection", frozen)

@@ -69,6 +69,13 @@ class HandledLedger:
         self._in_hand[message_id] = seq
         return True
 
+    def in_hand_of(self, shard_id: int) -> int:
+        """How many messages of shard `shard_id`'s session are in hand."""
+        count = self.shard_count
+        return sum(
+            1 for seq in self._in_hand.values() if seq is not None and seq % count == shard_id
+        )
+
     def routed(self, seq: int | None) -> None:
         """The router has taken every dispatch up to `seq` of its shard's current session."""
         if seq is not None:

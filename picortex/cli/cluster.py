@@ -47,15 +47,26 @@ def command(args: argparse.Namespace) -> int:
 
 
 def status(db: PgDatabase, now: float) -> dict[str, Any]:
-    """The processes (newest heartbeat first) and each shard's holder and saved session."""
+    """The processes (newest heartbeat first) and each shard's holder (by its lease, else
+    by the heartbeats), lease epoch and end, and saved session."""
+    from picortex.store.pg.leases import ShardLeases
+
     nodes = db.cluster_nodes()
     holders: dict[int, str] = {}
     for node in sorted(nodes, key=lambda n: n.last_seen):
         if node.live(now):
             for shard_id in node.shard_ids():
                 holders[shard_id] = node.node  # the newest heartbeat wins
+    with ShardLeases.beside(db) as table:
+        db_now, leases = table.leases()
+    for shard_id, lease in leases.items():
+        # The lease says who holds it, on the database's clock.
+        if lease.live(db_now) and lease.node is not None:
+            holders[shard_id] = lease.node
+        else:
+            holders.pop(shard_id, None)
     sessions = {s.shard_id: s for s in db.gateway_sessions()}
-    shard_ids = sorted(set(holders) | set(sessions))
+    shard_ids = sorted(set(holders) | set(sessions) | set(leases))
     return {
         "cluster": True,
         "database": db.path,
@@ -76,7 +87,12 @@ def status(db: PgDatabase, now: float) -> dict[str, Any]:
             {
                 "shard": shard_id,
                 "holder": holders.get(shard_id),
-                "epoch": None,  # leases come with their own column; none yet
+                "epoch": leases[shard_id].epoch if shard_id in leases else None,
+                # Seconds from now (the database's clock) until the lease ends; < 0: lapsed.
+                "lease_ends_in": (
+                    round(leases[shard_id].expires_at - db_now, 1) if shard_id in leases else None
+                ),
+                "expires_at": leases[shard_id].expires_at if shard_id in leases else None,
                 "session_id": sessions[shard_id].session_id if shard_id in sessions else None,
                 "seq": sessions[shard_id].seq if shard_id in sessions else None,
                 "saved_at": sessions[shard_id].updated_at if shard_id in sessions else None,
@@ -115,12 +131,13 @@ def run_status(db: PgDatabase, *, as_json: bool, out: TextIO, now: float) -> int
     if data["shards"]:
         out.write("shards:\n")
         _table(
-            ("  shard", "holder", "epoch", "session", "seq", "saved"),
+            ("  shard", "holder", "epoch", "lease", "session", "seq", "saved"),
             [
                 (
                     f"  {s['shard']}",
                     s["holder"] or "none",
                     "-" if s["epoch"] is None else str(s["epoch"]),
+                    _lease(s["lease_ends_in"]),
                     s["session_id"] or "-",
                     "-" if s["seq"] is None else str(s["seq"]),
                     "-" if s["saved_at"] is None else _ago(now - s["saved_at"]),
@@ -130,6 +147,12 @@ def run_status(db: PgDatabase, *, as_json: bool, out: TextIO, now: float) -> int
             out,
         )
     return 0
+
+
+def _lease(ends_in: float | None) -> str:
+    if ends_in is None:
+        return "-"
+    return f"ends in {ends_in:g} s" if ends_in > 0 else "free"
 
 
 def _ago(seconds: float) -> str:

@@ -6,6 +6,7 @@ import argparse
 
 from picortex.cli import common
 from picortex.config import ClusterSettings
+from picortex.core.leases import Want
 from picortex.core.shards import ShardSpec
 from picortex.errors import ConfigError
 
@@ -26,6 +27,22 @@ def held_shards(args: argparse.Namespace, cluster: ClusterSettings) -> list[tupl
     return [(shard_id, spec.count) for shard_id in spec.held(capacity)]
 
 
+def leased_shards(args: argparse.Namespace, cluster: ClusterSettings) -> Want:
+    """With a shared database: the shards this process may take by lease, and how many at
+    most (`--capacity`, else `[cluster] capacity`, else as many as it names)."""
+    spec: ShardSpec | None = args.shards
+    if spec is None and args.shard is not None:
+        spec = ShardSpec(ids=(args.shard[0],), count=args.shard[1])
+    spec = spec or cluster.shards or ShardSpec(ids=(0,), count=1)
+    capacity = args.capacity if args.capacity is not None else cluster.capacity
+    return Want(
+        ids=spec.ids,
+        count=spec.count,
+        capacity=capacity if capacity is not None else len(spec.held()),
+        auto=spec.auto,
+    )
+
+
 def command(args: argparse.Namespace) -> int:
     """Run the bot; the exit code of SPEC 2."""
     from picortex.store.lock import hold_home
@@ -42,4 +59,5 @@ def command(args: argparse.Namespace) -> int:
 
     # One bot per home: a second one would answer every message twice.
     with hold_home(common.home(settings)):
-        return run_forever(settings, shards=shards)
+        leased = leased_shards(args, settings.cluster) if settings.database_url else None
+        return run_forever(settings, shards=shards, leased=leased)

@@ -91,10 +91,12 @@ def run_status(settings: Settings, *, out: TextIO, timeout: float = CLIENT_TIMEO
 def format_status(data: dict[str, Any]) -> list[str]:
     """The lines `picortex status` prints for a snapshot."""
     gw = data.get("gateway", {})
-    shard = gw.get("shard") or [0, 1]
+    shard = gw.get("shard", [0, 1])
+    # With shard leases a process may hold no shard at all (others hold them all).
+    where = f" (shard {shard[0]}/{shard[1]})" if shard else ""
     lines = [
         f"picortex is running (pid {data.get('pid', '?')}, up {_duration(data.get('uptime_s'))})",
-        f"connection:        {gw.get('state', '?')} (shard {shard[0]}/{shard[1]})",
+        f"connection:        {gw.get('state', '?')}{where}",
         f"session:           {gw.get('session_id') or '-'}",
         f"last seq:          {'-' if gw.get('seq') is None else gw.get('seq')}",
     ]
@@ -102,16 +104,20 @@ def format_status(data: dict[str, Any]) -> list[str]:
     lines.append(f"heartbeat latency: {'-' if latency is None else f'{latency} ms'}")
     lines.append(f"reconnects:        {gw.get('reconnects', 0)}")
     shards = data.get("shards") or []
-    if len(shards) > 1:
-        # Many shards in this process: one line each (the connection above is the first).
+    leased = any("epoch" in held for held in shards)
+    if len(shards) > 1 or leased:
+        # Many shards in this process, or held by lease: one line each (the connection
+        # above is the first).
         for held in shards:
             sid, count = held.get("shard") or ["?", "?"]
             ms = held.get("heartbeat_latency_ms")
+            epoch = held.get("epoch")
             lines.append(
                 f"shard {sid}/{count}:".ljust(19)
                 + f"{held.get('state', '?')}, session {held.get('session_id') or '-'}, "
                 + f"latency {'-' if ms is None else f'{ms} ms'}, "
                 + f"reconnects {held.get('reconnects', 0)}"
+                + ("" if epoch is None else f", lease epoch {epoch}")
             )
     mailboxes = data.get("mailboxes", [])
     queued = sum(int(m.get("depth", 0)) for m in mailboxes)

@@ -258,6 +258,11 @@ class GatewayActor:
         self._safe_seq = safe_seq
         self._saved: tuple[str, str, int] | None = None
         self._restored = False
+        # How a cancelled run leaves (SPEC 17): None ends the session (close 1000);
+        # "hand_back" saves it and closes with 4000 for the shard's next holder; "lost"
+        # (the lease is gone: the session may be another's now) closes with 4000 and
+        # neither saves nor forgets it.
+        self.leaving: Literal["hand_back", "lost"] | None = None
 
     @property
     def seq(self) -> int | None:
@@ -461,7 +466,11 @@ class GatewayActor:
         """Leave a connection on cancellation (close 1000: shutdown) or on a bug of ours."""
         proto = self._proto
         now = trio.current_time()
-        if _only_cancelled(exc):
+        if _only_cancelled(exc) and self.leaving is not None:
+            if self.leaving == "hand_back":
+                self.save_session()
+            await self._close_shielded(conn, proto.hand_back())
+        elif _only_cancelled(exc):
             # Closing with 1000 ends the session on Discord's side: nothing left to resume.
             await self._close_shielded(conn, proto.shutdown())
             self._forget_saved_session()

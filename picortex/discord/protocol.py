@@ -49,6 +49,8 @@ DEFAULT_INTENTS: Final = (
 RESUME_CLOSE_CODE: Final = 4900
 # Code we close with on a clean shutdown: it ends the session and shows the bot offline.
 SHUTDOWN_CLOSE_CODE: Final = 1000
+# Handing a shard to another process: any code but 1000/1001 keeps the session resumable.
+HAND_BACK_CLOSE_CODE: Final = 4000
 # Longest junk excerpt kept in a report, so a huge frame cannot flood the log.
 EXCERPT_CHARS: Final = 200
 
@@ -602,6 +604,19 @@ class GatewayProtocol:
         self.state = GatewayState.CLOSING
         self._plan = (False, "shutting down", 0.0)
         return [Close(SHUTDOWN_CLOSE_CODE, "shutting down")]
+
+    def hand_back(self) -> list[Action]:
+        """We stop serving this shard and another process RESUMEs its session: close with
+        4000, which (unlike 1000) leaves the session alive on Discord's side."""
+        if self.state is GatewayState.FATAL:
+            return []
+        self._stopping = True
+        self._intent_resume = False
+        if self.state is GatewayState.DISCONNECTED:
+            return []
+        self.state = GatewayState.CLOSING
+        self._plan = (False, "handing the shard back", 0.0)
+        return [Close(HAND_BACK_CLOSE_CODE, "handing the shard back")]
 
     # -- opcode handlers -------------------------------------------------------------------
 

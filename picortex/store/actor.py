@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from picortex.store.database import Database
     from picortex.store.pg.cluster import ClusterNode
     from picortex.store.pg.database import PgDatabase
+    from picortex.store.pg.leases import ShardLeases
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,10 @@ class StoreActor:
         # The shards this process serves, as its cluster heartbeat tells (PostgreSQL only);
         # catch-up reads their channels.
         self.shards: tuple[tuple[int, int], ...] = tuple(shards)
+        # Its name in the cluster (None: host and pid), and whether it still tells its
+        # heartbeat (not once it has handed its shards back and left).
+        self.node: str | None = None
+        self.beating = True
 
     @classmethod
     def open(cls, path: Path) -> StoreActor:
@@ -169,6 +174,17 @@ class StoreActor:
             StoreError: one sentence when the file cannot be opened or migrated.
         """
         return cls(Store.open(path))
+
+    @property
+    def clustered(self) -> bool:
+        """Whether processes share the database (PostgreSQL, SPEC 17)."""
+        return self.db.clustered
+
+    def shard_leases(self) -> ShardLeases:
+        """(PostgreSQL) the shard lease statements, on a connection of their own."""
+        from picortex.store.pg.leases import ShardLeases
+
+        return ShardLeases.beside(cast("PgDatabase", self.db))
 
     @property
     def path(self) -> Any:
@@ -200,14 +216,15 @@ class StoreActor:
         started_at = time.time()
         while True:
             now = time.time()
-            node = this_node(self.shards, started_at, now)
+            node = this_node(self.shards, started_at, now, self.node)
 
             def beat(db: Database, node: ClusterNode = node, now: float = now) -> None:
                 pg = cast("PgDatabase", db)
                 pg.note_node(node)
                 pg.forget_nodes(now - FORGET_SECONDS)
 
-            self._put(_Op(_WRITE, fn=beat, finish=self._heartbeat_done))
+            if self.beating:
+                self._put(_Op(_WRITE, fn=beat, finish=self._heartbeat_done))
             await trio.sleep(HEARTBEAT_SECONDS)
 
     def _heartbeat_done(self, ok: bool, value: object) -> None:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from picortex import cli
-from picortex.cli.run import held_shards
+from picortex.cli.run import held_shards, leased_shards
 from picortex.config import ClusterSettings
+from picortex.core.leases import Want
 from picortex.core.shards import parse_shards
 
 pytestmark = pytest.mark.usefixtures("root_logging_restored")
@@ -39,6 +40,22 @@ def test_flags_override_the_cluster_section() -> None:
     assert _held(["--capacity", "1"], cluster) == [(0, 8)]
     assert _held(["--shards", "5/6"], cluster) == [(5, 6)]
     assert _held(["--shard", "5/6"], cluster) == [(5, 6)]
+
+
+def _leased(argv: list[str], cluster: ClusterSettings | None = None) -> Want:
+    args = cli.build_parser().parse_args(["run", *argv])
+    return leased_shards(args, cluster or ClusterSettings())
+
+
+def test_with_a_shared_database_shards_are_wanted_by_lease_up_to_capacity() -> None:
+    # Capacity defaults to the count named: auto/8 may take every shard.
+    assert _leased(["--shards", "auto/8"]) == Want(ids=(), count=8, capacity=8, auto=True)
+    assert _leased(["--shards", "auto/8", "--capacity", "4"]) == Want((), 8, 4, auto=True)
+    assert _leased(["--shards", "0-2,5/8"]) == Want(ids=(0, 1, 2, 5), count=8, capacity=4)
+    assert _leased(["--shard", "3/4"]) == Want(ids=(3,), count=4, capacity=1)
+    assert _leased([]) == Want(ids=(0,), count=1, capacity=1)
+    cluster = ClusterSettings(shards=parse_shards("auto/16"), capacity=3)
+    assert _leased([], cluster) == Want(ids=(), count=16, capacity=3, auto=True)
 
 
 @pytest.fixture

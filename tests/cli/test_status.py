@@ -85,6 +85,17 @@ def test_format_status_of_a_bot_not_yet_connected() -> None:
     assert "budget (this period): nothing spent" in text
 
 
+def test_format_status_shows_the_shards_held_by_lease() -> None:
+    held = {"state": "ready", "session_id": "s1", "reconnects": 0, "shard": [3, 8], "epoch": 4}
+    text = "\n".join(format_status({"gateway": held, "shards": [held]}))
+    assert "connection:        ready (shard 3/8)" in text
+    assert "shard 3/8:         ready, session s1" in text
+    assert "reconnects 0, lease epoch 4" in text
+    # Holding no shard (other processes hold them all) is said as such.
+    none = "\n".join(format_status({"gateway": {"state": "no shard held", "shard": None}}))
+    assert "connection:        no shard held\n" in none
+
+
 def test_not_running_is_one_sentence_and_exit_1(tmp_path: Path) -> None:
     settings = load_settings({"PICORTEX_HOME": str(tmp_path)})
     out = io.StringIO()

@@ -587,6 +587,16 @@ def test_shutdown_closes_with_1000_and_does_not_reconnect() -> None:
     assert Harness().proto.shutdown() == []
 
 
+def test_hand_back_closes_with_4000_keeping_the_session_for_the_next_holder() -> None:
+    h = ready_harness()
+    session_id, seq = h.proto.session_id, h.proto.seq
+    assert h.proto.hand_back() == [Close(4000, "handing the shard back")]
+    after = h.proto.closed(4000, h.now)
+    assert not any(isinstance(a, Reconnect) for a in after)  # another process takes it on
+    assert session_id is not None and (h.proto.session_id, h.proto.seq) == (session_id, seq)
+    assert Harness().proto.hand_back() == []
+
+
 def test_transport_error_reports_closes_and_resumes() -> None:
     h = ready_harness()
     actions = h.proto.transport_error("corrupt zlib stream", h.now)

@@ -15,6 +15,7 @@ from picortex.cli import main
 from picortex.store import StoreActor
 from picortex.store.backends import connect_postgres
 from picortex.store.pg.cluster import LIVE_SECONDS, ClusterNode, node_name
+from picortex.store.pg.leases import ShardLeases
 
 NOW = 2_000_000_000.0
 
@@ -47,9 +48,9 @@ def test_cluster_status_lists_processes_and_each_shards_holder(
     assert "0,2/4" in alpha and "2 s ago" in alpha
     assert any("beta:22" in line and "gone" in line for line in lines)
     shard_rows = {line.split()[0]: line.split() for line in lines[lines.index("shards:") + 1 :]}
-    assert shard_rows["0"][:5] == ["0", "alpha:11", "-", "sess-zero", "41"]
-    assert shard_rows["1"][:5] == ["1", "none", "-", "sess-one", "7"]  # its holder is gone
-    assert shard_rows["2"][:5] == ["2", "alpha:11", "-", "-", "-"]  # held, nothing saved yet
+    assert shard_rows["0"][:6] == ["0", "alpha:11", "-", "-", "sess-zero", "41"]
+    assert shard_rows["1"][:6] == ["1", "none", "-", "-", "sess-one", "7"]  # its holder is gone
+    assert shard_rows["2"][:6] == ["2", "alpha:11", "-", "-", "-", "-"]  # held, nothing saved
 
 
 def test_cluster_status_as_json(cluster_env: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,6 +88,41 @@ def test_cluster_status_without_a_database_url_says_so_in_one_sentence(
         }
     else:
         assert out == "no cluster: PICORTEX_DATABASE_URL is not set\n"
+
+
+def test_cluster_status_shows_each_shards_lease_holder_epoch_and_end(
+    cluster_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = connect_postgres(cluster_env)
+    try:
+        with ShardLeases.beside(db) as leases:
+            assert leases.take((3, 4), "gamma:33", 30.0) == 1
+            assert leases.take((1, 4), "alpha:11", 30.0) == 1
+            assert leases.release([1], "alpha:11") == 1
+            assert leases.take((1, 4), "gamma:33", 30.0) == 2  # a second holding
+            assert leases.take((2, 4), "alpha:11", 30.0) == 1
+            assert leases.release([2], "alpha:11") == 1  # handed back, nobody took it
+    finally:
+        db.close()
+    assert main(["cluster", "status", "--json"]) == 0
+    data = orjson.loads(capsys.readouterr().out)
+    shards = {s["shard"]: s for s in data["shards"]}
+    assert (shards[3]["holder"], shards[3]["epoch"]) == ("gamma:33", 1)
+    assert 25 < shards[3]["lease_ends_in"] <= 30
+    assert shards[3]["expires_at"] > 0
+    # The lease decides over the heartbeats: shard 1 is gamma's, shard 2 nobody's.
+    assert (shards[1]["holder"], shards[1]["epoch"], shards[1]["session_id"]) == (
+        "gamma:33",
+        2,
+        "sess-one",
+    )
+    assert shards[2]["holder"] is None and shards[2]["lease_ends_in"] <= 0
+    assert (shards[0]["holder"], shards[0]["epoch"]) == ("alpha:11", None)  # no lease row
+    assert main(["cluster", "status"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = {line.split()[0]: line for line in lines[lines.index("shards:") + 1 :]}
+    assert rows["3"].split()[:3] == ["3", "gamma:33", "1"] and "ends in" in rows["3"]
+    assert rows["2"].split()[:4] == ["2", "none", "1", "free"]
 
 
 async def test_a_running_store_tells_its_heartbeat_and_shards(pg_url: str) -> None:

@@ -54,10 +54,12 @@ def node_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def this_node(shards: Sequence[tuple[int, int]], started_at: float, now: float) -> ClusterNode:
-    """This process's heartbeat."""
+def this_node(
+    shards: Sequence[tuple[int, int]], started_at: float, now: float, name: str | None = None
+) -> ClusterNode:
+    """This process's heartbeat (`name`: its node name, if not `node_name()`)."""
     return ClusterNode(
-        node=node_name(),
+        node=name or node_name(),
         host=socket.gethostname(),
         pid=os.getpid(),
         shards=format_shards(shards),

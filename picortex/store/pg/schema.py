@@ -223,12 +223,29 @@ CREATE TABLE cluster_node (
 );
 """
 
+# Shard leases (SPEC 17): a process serves a shard only while it holds its lease, renewed
+# every few seconds. Times are the database's clock (`picortex_now()`, Unix seconds), so
+# processes never compare their own; `epoch` counts a shard's holdings (+1 each time it is
+# taken by another, or after it was handed back), and `node` is NULL once handed back.
+_V6_SHARD_LEASE: Final = """
+CREATE TABLE shard_lease (
+    shard_id    integer PRIMARY KEY,
+    shard_count integer NOT NULL,
+    node        text,
+    epoch       bigint NOT NULL,
+    expires_at  double precision NOT NULL
+);
+CREATE FUNCTION picortex_now() RETURNS double precision LANGUAGE sql VOLATILE
+    AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
+"""
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_CHAT_USER_ATTENTION,
     _V3_CHAT_CONFIG_OPTIONAL_MODE,
     _V4_CONFIG_NOTIFY,
     _V5_CLUSTER_NODE,
+    _V6_SHARD_LEASE,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

@@ -1,0 +1,341 @@
+"""The lease keeper (SPEC 17): serves a shard only while this process holds its lease.
+
+Every `lease_seconds / 3` it renews every held lease in one statement, then takes free
+shards (`picortex.core.leases.plan_shards` decides which) and hands back one above its fair
+share. Each held shard's gateway runs in a cancel scope whose deadline is the lease's end on
+OUR clock (the renewal's send time + lease - margin): a renewal that does not come back in
+time stops the shard by trio's clock alone, before the lease can end on the database's.
+
+A shard taken RESUMEs the session its last holder saved (read from the database when it is
+taken), after the store has adopted that shard's recent handled marks. A clean stop hands
+every shard back: the gateway saves its session and closes with 4000, messages in hand
+finish (or stay unhandled below the saved seq, so the next holder gets them again), the
+handled marks and the session are committed, and only then is the lease released.
+
+The lease statements run on a connection of the keeper's own, from a thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Final, Literal, Protocol
+
+import attrs
+import trio
+
+from picortex.core.leases import Lease, Plan, Want, deadline, plan_shards, renew_every
+from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, RestartPolicy
+from picortex.types import EventSink
+
+logger = logging.getLogger(__name__)
+
+# A shard handed back: its gateway's close (4000) and its messages in hand get this long.
+HAND_BACK_SECONDS: Final = 10.0
+# An unreachable database is complained about once per this long.
+COMPLAINT_SECONDS: Final = 60.0
+
+Shard = tuple[int, int]
+Session = tuple[str, str, int]
+
+
+class LeaseTable(Protocol):
+    """The lease statements (`picortex.store.pg.leases.ShardLeases`); synchronous."""
+
+    def take(self, shard: Shard, node: str, seconds: float) -> int | None: ...
+
+    def renew(self, shard_ids: Sequence[int], node: str, seconds: float) -> set[int]: ...
+
+    def release(self, shard_ids: Sequence[int], node: str) -> int: ...
+
+    def leave(self, node: str) -> None: ...
+
+    def leases(self) -> tuple[float, dict[int, Lease]]: ...
+
+    def live_nodes(self, now: float) -> list[str]: ...
+
+    def gateway_session(self, shard: Shard) -> Session | None: ...
+
+
+class ShardGateway(Protocol):
+    """A shard's gateway actor, as the keeper runs and stops it."""
+
+    leaving: Literal["hand_back", "lost"] | None
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = ...) -> None: ...
+
+
+@attrs.define(eq=False)
+class HeldShard:
+    """A shard this process holds the lease of, and its gateway."""
+
+    shard: Shard
+    epoch: int
+    deadline: float  # our clock: stop serving it by then unless renewed
+    gateway: ShardGateway
+    scope: trio.CancelScope | None = None
+    stopping: bool = False
+    ended: trio.Event = attrs.Factory(trio.Event)
+
+    def extend(self, until: float) -> None:
+        """A renewal came back: serve until `until` (our clock)."""
+        self.deadline = max(self.deadline, until)
+        if self.scope is not None:
+            self.scope.deadline = self.deadline
+
+
+class ShardLeaseKeeper:
+    """Takes, renews and hands back shard leases; runs each held shard's gateway."""
+
+    def __init__(
+        self,
+        table: LeaseTable,
+        want: Want,
+        *,
+        node: str,
+        lease_seconds: float,
+        gateways: DynamicSupervisor,
+        make_gateway: Callable[[Shard, Session | None], ShardGateway],
+        adopt: Callable[[Shard], Awaitable[None]],
+        settle: Callable[[Shard], Awaitable[None]],
+        events: EventSink,
+        on_held: Callable[[tuple[Shard, ...]], None] = lambda held: None,
+        present: Callable[[bool], None] = lambda here: None,
+        call: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+    ) -> None:
+        """`adopt`: load a taken shard's recent handled marks (before its gateway starts);
+        `settle`: let a stopped shard's messages in hand finish and commit what is queued
+        (before its lease is released); `on_held`: told the shards held after each change;
+        `present`: told True when it starts, False when it stops (cancelled) before it
+        leaves the live processes (its heartbeat must stop first); `call`: runs a lease
+        statement (default: on a thread, abandoned when cancelled, so a database that hangs
+        never holds up a stop)."""
+        self._table = table
+        self._want = want
+        self._node = node
+        self._lease = lease_seconds
+        self._gateways = gateways
+        self._make_gateway = make_gateway
+        self._adopt = adopt
+        self._settle = settle
+        self._events = events
+        self._on_held = on_held
+        self._present = present
+        self.held: dict[int, HeldShard] = {}
+        self._complained_at = -math.inf
+        self._call = call or functools.partial(trio.to_thread.run_sync, abandon_on_cancel=True)
+
+    def shards(self) -> tuple[Shard, ...]:
+        """The shards held, by id."""
+        return tuple(h.shard for _, h in sorted(self.held.items()))
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the leases until cancelled; then hand every shard back and leave the live
+        processes. After a crash, hand them back too (a restart takes them again)."""
+        self.held.clear()  # a crashed run's shards were handed back, or lapse
+        self._present(True)
+        task_status.started()
+        every = renew_every(self._lease)
+        leaving = False
+        try:
+            next_at = trio.current_time()
+            while True:
+                await self.tick()
+                # At a fixed rate: a slow round never pushes the next renewal later.
+                next_at = max(next_at + every, trio.current_time())
+                await trio.sleep_until(next_at)
+        except BaseException as exc:
+            leaving = _only_cancelled(exc)
+            raise
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.hand_back_all(leave=leaving)
+
+    # ---- one round -------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """Renew, then take and hand back as planned."""
+        self._forget_ended()
+        if self.held:
+            await self._renew()
+        table = self._table
+
+        def survey() -> tuple[float, dict[int, Lease], list[str]]:
+            now, leases = table.leases()
+            return now, leases, table.live_nodes(now)
+
+        try:
+            now, leases, nodes = await self._thread(survey)
+        except Exception as exc:
+            self._complain(exc)
+            return
+        plan = plan_shards(
+            self._want, me=self._node, held=self.held, leases=leases, nodes=nodes, now=now
+        )
+        await self._follow(plan)
+
+    async def _renew(self) -> None:
+        ids = sorted(self.held)
+        sent = trio.current_time()
+        try:
+            mine = await self._thread(
+                functools.partial(self._table.renew, ids, self._node, self._lease)
+            )
+        except Exception as exc:
+            # The deadlines stand: each shard stops by its own if no renewal comes in time.
+            self._complain(exc)
+            return
+        until = deadline(sent, self._lease)
+        for shard_id in ids:
+            held = self.held.get(shard_id)
+            if held is None:
+                continue
+            if shard_id in mine:
+                held.extend(until)
+            else:
+                await self._stop(held, "lost")
+
+    async def _follow(self, plan: Plan) -> None:
+        await self._hand_back([self.held[i] for i in plan.give_back if i in self.held])
+        for shard_id in plan.take:
+            await self._take((shard_id, self._want.count))
+
+    async def _take(self, shard: Shard) -> None:
+        sent = trio.current_time()
+        try:
+            epoch = await self._thread(
+                functools.partial(self._table.take, shard, self._node, self._lease)
+            )
+            if epoch is None:
+                return  # another process was quicker
+            # Read now, not at start: the session its last holder saved when it left.
+            saved = await self._thread(functools.partial(self._table.gateway_session, shard))
+            await self._adopt(shard)
+        except Exception as exc:
+            self._complain(exc)
+            return
+        until = deadline(sent, self._lease)
+        if until <= trio.current_time():
+            return  # too slow to trust: the lease lapses, or the next round takes it again
+        gateway = self._make_gateway(shard, saved)
+        gateway.leaving = "lost"  # unless handed back: cancelled means the lease ended
+        held = HeldShard(shard, epoch, until, gateway)
+        self.held[shard[0]] = held
+        self._events.emit(
+            "gateway",
+            action="lease_taken",
+            shard=list(shard),
+            epoch=epoch,
+            resume=saved is not None,
+        )
+        await self._gateways.start_child(
+            ChildSpec(
+                f"gateway-{shard[0]}",
+                functools.partial(self._serve, held),
+                restart=RestartPolicy.TRANSIENT,
+                grace=HAND_BACK_SECONDS,
+            )
+        )
+        self._on_held(self.shards())
+
+    async def _serve(
+        self, held: HeldShard, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """A held shard's gateway, until its lease's deadline or until stopped."""
+        with trio.CancelScope(deadline=held.deadline) as scope:
+            held.scope = scope
+            task_status.started()
+            if held.stopping:
+                return
+            try:
+                await held.gateway.run()
+            finally:
+                held.scope = None
+        if not held.stopping:
+            # Not renewed in time: the lease may end on the database's clock any moment.
+            held.stopping = True
+            self._events.emit(
+                "gateway", action="lease_lost", shard=list(held.shard), reason="not renewed"
+            )
+        held.ended.set()
+
+    # ---- stopping --------------------------------------------------------------------------
+
+    async def _stop(self, held: HeldShard, how: Literal["hand_back", "lost"]) -> None:
+        """Stop serving a shard: its gateway leaves as `how` says; wait until it has."""
+        if not held.stopping:
+            held.stopping = True
+            if how == "lost":
+                self._events.emit(
+                    "gateway", action="lease_lost", shard=list(held.shard), reason="taken"
+                )
+        held.gateway.leaving = how
+        if held.scope is not None:
+            held.scope.cancel()
+        with trio.move_on_after(HAND_BACK_SECONDS):
+            await held.ended.wait()
+        self.held.pop(held.shard[0], None)
+        self._on_held(self.shards())
+
+    async def _hand_back(self, shards: list[HeldShard]) -> None:
+        """Hand shards to their next holders, together: sessions saved, sockets closed with
+        4000, what was in hand finished and committed, then the leases released."""
+        if not shards:
+            return
+        async with trio.open_nursery() as nursery:
+            for held in shards:
+                nursery.start_soon(self._stop, held, "hand_back")
+        try:
+            with trio.move_on_after(HAND_BACK_SECONDS):
+                async with trio.open_nursery() as nursery:
+                    for held in shards:
+                        nursery.start_soon(self._settle, held.shard)
+            ids = [held.shard[0] for held in shards]
+            await self._thread(functools.partial(self._table.release, ids, self._node))
+        except Exception as exc:
+            # Not committed, or not released: the leases lapse instead; never handed on early.
+            self._complain(exc)
+            return
+        for held in shards:
+            self._events.emit(
+                "gateway", action="lease_released", shard=list(held.shard), epoch=held.epoch
+            )
+
+    async def hand_back_all(self, *, leave: bool = True) -> None:
+        """Hand every held shard back and (`leave`) leave the live processes, so that the
+        others count their fair shares without this one at once (a clean stop)."""
+        with trio.move_on_after(HAND_BACK_SECONDS * 2):
+            await self._hand_back(list(self.held.values()))
+            if not leave:
+                return
+            self._present(False)
+            try:
+                await self._thread(functools.partial(self._table.leave, self._node))
+            except Exception as exc:
+                self._complain(exc)
+
+    def _forget_ended(self) -> None:
+        for shard_id, held in list(self.held.items()):
+            if held.ended.is_set():
+                del self.held[shard_id]
+                self._on_held(self.shards())
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    async def _thread(self, fn: Callable[[], Any]) -> Any:
+        return await self._call(fn)
+
+    def _complain(self, exc: Exception) -> None:
+        now = trio.current_time()
+        if now - self._complained_at >= COMPLAINT_SECONDS:
+            self._complained_at = now
+            logger.error("shard leases: %s", exc)
+            self._events.emit("error", scope="leases", message=f"shard leases: {exc}")
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_only_cancelled(e) for e in exc.exceptions)
+    return isinstance(exc, trio.Cancelled)
