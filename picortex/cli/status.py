@@ -101,6 +101,8 @@ def format_status(data: dict[str, Any]) -> list[str]:
     latency = gw.get("heartbeat_latency_ms")
     lines.append(f"heartbeat latency: {'-' if latency is None else f'{latency} ms'}")
     lines.append(f"reconnects:        {gw.get('reconnects', 0)}")
+    if data.get("database"):
+        lines.append(f"database:          {data['database']}")
     shards = data.get("shards") or []
     if len(shards) > 1:
         # Many shards in this process: one line each (the connection above is the first).
