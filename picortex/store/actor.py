@@ -463,7 +463,7 @@ class StoreActor:
                 if exc.in_doubt is not None:
                     # Its COMMIT went unanswered: found out once the database is back.
                     self._doubt = (exc.in_doubt, writes, results)
-                    writes = []
+                    writes, results = [], []
                 else:
                     unreachable = exc
             except Exception as exc:
@@ -963,13 +963,16 @@ class StoreActor:
         """Queue the cost of one model call against a workspace and period (and its user)."""
         if not cost_usd >= 0:
             raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
-        totals = self._period_spend(period_key)
+        self._submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
+        try:
+            totals = self._period_spend(period_key)
+        except DatabaseUnreachable:
+            totals = {}  # a new period met while unreachable: read, with this row, once back
         totals[workspace] = totals.get(workspace, 0.0) + cost_usd
         if user_id is not None:
             for since, users in self._user_spend.items():
                 if at >= since:
                     users[user_id] = users.get(user_id, 0.0) + cost_usd
-        self._submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
 
     def user_spend(self, user_id: int, since: float) -> float:
         """USD spent on calls made for the user since `since` (a day's start), from memory."""

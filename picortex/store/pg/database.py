@@ -117,7 +117,9 @@ class PgDatabase:
     def listen(self) -> None:
         """Hear other processes' config changes as they commit (a thread of its own)."""
         if self._listener is None:
-            self._listener = ConfigListener(self._url, self.path, self._heard)
+            self._listener = ConfigListener(
+                self._url, self.path, self._heard, told=lambda: self.unreachable_since is not None
+            )
         self._listener.start()
 
     def _heard(self, version: int, reload_all: bool) -> None:
