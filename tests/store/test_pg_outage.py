@@ -245,7 +245,8 @@ async def test_a_store_cut_off_logs_one_error_a_minute_not_one_per_statement_nor
                         await store.search_memory("anything", 0.0, None)
                 assert trio.current_time() - start < 10
                 autojump_clock.autojump_threshold = 0
-                await trio.sleep(start + 4 * outage_mod.COMPLAINT_SECONDS + 30 - trio.current_time())
+                four_and_a_half_minutes = start + 4.5 * outage_mod.COMPLAINT_SECONDS
+                await trio.sleep(four_and_a_half_minutes - trio.current_time())
                 complaints = len(events.of("error"))
                 autojump_clock.autojump_threshold = 0.5  # the reconnection takes real time
                 server.up()
