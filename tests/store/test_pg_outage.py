@@ -259,6 +259,8 @@ async def test_a_store_cut_off_logs_one_error_a_minute_not_one_per_statement_nor
     assert complaints == 5  # at 0, 1, 2, 3 and 4 minutes
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert len(errors) == complaints
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "can be reached again" in warnings[0]
     assert len(events.of("database")) == 1
     assert store.trust_list() == [(n, "user") for n in range(20)]
     said = [r.getMessage() for r in caplog.records] + [str(e) for e in events.events]
