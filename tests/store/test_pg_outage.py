@@ -285,3 +285,40 @@ def test_a_database_down_at_start_is_one_sentence_without_its_url(
     lines = err.splitlines()
     assert len(lines) == 2 and all("cannot be reached" in line for line in lines)
     assert PASSWORD not in out + err and url not in out + err
+
+
+def test_a_group_cut_off_midway_is_kept_whole_and_committed_once(pg_url: str) -> None:
+    store = StoreActor(connect_postgres(pg_url))
+    db = store.db
+    assert isinstance(db, PgDatabase)
+    cut: list[bool] = []
+
+    def cut_off_once(d: object) -> None:
+        if not cut:
+            cut.append(True)
+            db._conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    ops = [
+        actor_mod._Op(actor_mod._WRITE, fn=lambda d: d.add_spend("g1", "2026-12", 0.5, NOW)),
+        actor_mod._Op(actor_mod._WRITE, fn=cut_off_once),
+        # Never sent on a new connection while its group's transaction is gone.
+        actor_mod._Op(actor_mod._WRITE, fn=lambda d: d.add_spend("g1", "2026-12", 0.25, NOW)),
+    ]
+    try:
+        stop, kept = store._commit(ops)
+        assert kept == ops and store._doubt is None
+        assert store._commit(kept) == (False, [])  # reconnected: the group, once
+        assert db._one("SELECT count(*) FROM budget_ledger") == 2
+        assert db.spend("g1", "2026-12") == pytest.approx(0.75)
+    finally:
+        store.close()
+
+
+def test_a_connection_made_again_reloads_everything(pg_url: str) -> None:
+    with connect_postgres(pg_url) as db:
+        before = db.data_version()
+        with pytest.raises(DatabaseUnreachable):
+            db._run("SELECT pg_terminate_backend(pg_backend_pid())")
+        db._version_at = -1e9  # due for a look at the counter
+        after = db.data_version()  # made again: what changed meanwhile is unknown
+        assert after != before and db.unreachable_since is None
