@@ -306,7 +306,7 @@ def test_a_group_cut_off_midway_is_kept_whole_and_committed_once(pg_url: str) ->
     ]
     try:
         stop, kept = store._commit(ops)
-        assert kept == ops and store._doubt is None
+        assert not stop and kept == ops and store._doubt is None
         assert store._commit(kept) == (False, [])  # reconnected: the group, once
         assert db._one("SELECT count(*) FROM budget_ledger") == 2
         assert db.spend("g1", "2026-12") == pytest.approx(0.75)
