@@ -463,6 +463,7 @@ class StoreActor:
                 if exc.in_doubt is not None:
                     # Its COMMIT went unanswered: found out once the database is back.
                     self._doubt = (exc.in_doubt, writes, results)
+                    self._untell(writes)
                     writes, results = [], []
                 else:
                     unreachable = exc
@@ -478,6 +479,7 @@ class StoreActor:
         kept: list[_Op] = []
         self._unreachable = unreachable
         if unreachable is not None:
+            self._untell([op for op in writes if op.keep])
             # Nothing of the group committed: each write is kept for when the database is
             # back, unless its caller waits (it is told now).
             for op in writes:
@@ -532,6 +534,14 @@ class StoreActor:
         self.commits += 1
         self._finish(writes, results)
         return []
+
+    def _untell(self, ops: list[_Op]) -> None:
+        """(worker) Ops put aside until the database is back are not being worked on: a
+        test clock watching `on_worker_ops` may move meanwhile."""
+        for op in ops:
+            if op.told:
+                op.told = False
+                self._told_back += 1
 
     def _finish(self, writes: list[_Op], results: list[tuple[bool, object]]) -> None:
         """(worker) Tell each write of a group its result."""

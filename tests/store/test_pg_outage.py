@@ -322,3 +322,33 @@ def test_a_connection_made_again_reloads_everything(pg_url: str) -> None:
         db._version_at = -1e9  # due for a look at the counter
         after = db.data_version()  # made again: what changed meanwhile is unknown
         assert after != before and db.unreachable_since is None
+
+
+@pytest.mark.virtual_time
+async def test_the_bot_keeps_answering_while_postgresql_is_down_and_catches_up_after(
+    server: Server, pg_url: str, tmp_path: Path
+) -> None:
+    from tests.e2e.harness import running_bot, wall_time
+
+    url = _with_password(pg_url)
+    async with running_bot(tmp_path, env={"PICORTEX_DATABASE_URL": url}) as run:
+        w = run.world
+        run.say(w.general_id, w.alice_id, f"{run.mention()} hello there?")
+        await run.sim.wait_bot_messages(1, w.general_id)
+        server.down()
+        with wall_time():
+            await _until(lambda: run.bot.snapshot()["database"] != "up")
+        assert run.bot.snapshot()["database"].startswith("unreachable since ")
+        down = run.say(w.general_id, w.alice_id, f"{run.mention()} still there?")
+        replies = await run.sim.wait_bot_messages(2, w.general_id)
+        assert "still there" in replies[1]["content"]
+        [complaint] = await run.wait_event("error", scope="database")
+        server.up()
+        await run.wait_event("database", state="up")
+        await run.idle()
+        home = run.home
+    text = (home / "actions.jsonl").read_text()
+    assert PASSWORD not in text and url not in text
+    assert "cannot be reached" in complaint["message"]
+    with connect_postgres(pg_url) as db:
+        assert db.is_seen(int(down["id"]))  # its handled mark, kept, then committed
