@@ -405,9 +405,10 @@ class StoreActor:
             waiting = bool(kept) or self._doubt is not None
             if waiting and self._shed(pending):
                 stop = True
-            self.kept = sum(op.kind != _STOP for op in pending) + len(
-                self._doubt[1] if self._doubt else ()
-            )
+            if waiting or self.kept:  # counted only around an outage: a burst costs nothing
+                self.kept = sum(op.kind != _STOP for op in pending) + len(
+                    self._doubt[1] if self._doubt else ()
+                )
             told, self._told_back = self._told_back, 0
             watch, token = self.on_worker_ops, self._token
             if told and watch is not None and token is not None:
