@@ -10,6 +10,10 @@ change it at once, and another process's commits (`picortex config set`) are see
 SQLite's `data_version` (PostgreSQL: a notification per change, heard by a listener thread,
 with a slow poll as backstop), looked at on the worker thread, and reloaded.
 
+When a shared database (PostgreSQL) cannot be reached, queued writes are kept, in order, and
+committed once it is back (a group whose COMMIT went unanswered is looked up first, never
+applied twice); a caller that waits is told at once, and `OutageWatch` says so once a minute.
+
 Every query stays behind `Store` (the one place that speaks SQL; `PgDatabase` speaks the
 same methods to PostgreSQL, whose other processes' commits show as a changed counter);
 this class only decides where and when those queries run. The rest of picortex calls it by
@@ -320,6 +324,8 @@ class StoreActor:
 
         Raises:
             Exception: whatever `fn` raised, or StoreError when the commit failed.
+            DatabaseUnreachable: the shared database cannot be reached; said at once, while
+                the queued writes before this one are kept for when it is back.
         """
         token = trio.lowlevel.current_trio_token()
         done = trio.Event()
