@@ -19,14 +19,14 @@ import trio.testing
 
 from picortex.cli import main
 from picortex.cli.status import format_status
-from picortex.errors import DatabaseUnreachable
+from picortex.errors import DatabaseUnreachable, StoreError
 from picortex.store import StoreActor
 from picortex.store import actor as actor_mod
 from picortex.store import outage as outage_mod
 from picortex.store.backends import connect_postgres
 from picortex.store.outage import OutageWatch
 from picortex.store.pg import link as pg_link
-from picortex.store.pg.database import PgDatabase
+from picortex.store.pg.database import BAD_URL, PgDatabase
 from tests.helpers import RecordingSink
 from tests.pg import Server
 
@@ -352,3 +352,17 @@ async def test_the_bot_keeps_answering_while_postgresql_is_down_and_catches_up_a
     assert "cannot be reached" in complaint["message"]
     with connect_postgres(pg_url) as db:
         assert db.is_seen(int(down["id"]))  # its handled mark, kept, then committed
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://picortex:pass word-0042@db.example/picortex",
+        "host=db.example password=my secret-word dbname=picortex",
+    ],
+)
+def test_a_malformed_url_is_refused_without_quoting_any_of_it(url: str) -> None:
+    with pytest.raises(StoreError) as refused:
+        connect_postgres(url)
+    assert str(refused.value) == BAD_URL
+    assert "word" not in str(refused.value)
