@@ -43,6 +43,10 @@ COHERENCE_SECONDS: Final = 0.2
 # ... while a listener hears each change as it commits: the poll is only the backstop for a
 # listener that hangs without noticing.
 BACKSTOP_SECONDS: Final = 1.5
+BAD_URL: Final = (
+    "PICORTEX_DATABASE_URL is not a valid PostgreSQL connection string "
+    "(postgresql://user:password@host/dbname, spaces and symbols percent-encoded)"
+)
 # Taken while migrating, so that processes starting together migrate one after another.
 _MIGRATION_LOCK: Final = 0x70C0_27E5
 _DAY_SECONDS: Final = 86_400
@@ -97,6 +101,9 @@ class PgDatabase:
         where = describe(url)
         try:
             conn = connect(url)
+        except psycopg.ProgrammingError:
+            # libpq quotes the part it could not parse: it may be a piece of the password.
+            raise StoreError(BAD_URL) from None
         except psycopg.Error as exc:
             raise StoreError(f"{where} cannot be reached ({reason(exc)})") from None
         db = cls(conn, url)
