@@ -153,6 +153,7 @@ class Bot:
         self.events = ActionLog(
             settings.action_log_path, live.action_log_max_bytes, faults=self.faults
         )
+        self.store.events = self.events  # where an unreachable database is told
         self.rest = RestClient(
             settings.api_base, settings.discord_token, client=rest_client, events=self.events
         )
@@ -406,6 +407,7 @@ class Bot:
             # Every shard this process holds (the first is "gateway" above).
             "shards": shards,
             "pid": os.getpid(),
+            "database": self.store.database_state(),
             "uptime_s": round(trio.current_time() - self._started_at, 1),
             "channel_actors": len(self.channels.children()),
             "mailboxes": self.router.mailbox_depths(),

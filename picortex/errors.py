@@ -18,6 +18,7 @@ the actor, with backoff and within its intensity).
     +-- ContextUnavailable           the context cache could not answer            retryable
     +-- CorruptCacheFile             a context cache file is damaged (a ValueError) retryable
     +-- StoreError                   the database could not be opened or written   retryable
+    |   +-- DatabaseUnreachable      the shared database is down; writes are kept  retryable
     +-- ChatHomeError                a chat home directory or git step failed      retryable
     +-- HomeLocked                   another `picortex run` holds this home        fatal, exit 2
     +-- PanelInputError              the web panel refused input (400, a sentence) retryable
@@ -140,6 +141,18 @@ class CorruptCacheFile(PicortexError, ValueError):
 
 class StoreError(PicortexError):
     """The SQLite store could not be opened, migrated or written."""
+
+
+class DatabaseUnreachable(StoreError):
+    """The shared database (PostgreSQL) cannot be reached: its connection was lost.
+
+    Queued writes are kept and committed once it is back; `in_doubt` is the id of a
+    transaction whose COMMIT was sent but never answered (it may have committed).
+    """
+
+    def __init__(self, message: str, *, in_doubt: int | None = None) -> None:
+        super().__init__(message)
+        self.in_doubt = in_doubt
 
 
 class ChatHomeError(PicortexError):

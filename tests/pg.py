@@ -82,12 +82,20 @@ class Server:
     def start(self) -> None:
         data = self.root / "data"
         self.run("initdb", "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "-N")
+        self.up()
+
+    def up(self) -> None:
+        """Start the (initialized) server; it answers when this returns."""
         options = (
             f"-k {self.socket_dir} -c listen_addresses='' -c fsync=off"
             " -c synchronous_commit=off -c full_page_writes=off"
         )
-        self.run("pg_ctl", "-D", str(data), "-l", str(self.root / "log"), "-w", "-o", options,
-                 "start")  # fmt: skip
+        self.run("pg_ctl", "-D", str(self.root / "data"), "-l", str(self.root / "log"), "-w",
+                 "-o", options, "start")  # fmt: skip
+
+    def down(self) -> None:
+        """Stop the server as an outage would, keeping what it committed (`up` again)."""
+        self.run("pg_ctl", "-D", str(self.root / "data"), "-m", "fast", "-w", "stop")
 
     def stop(self) -> None:
         self.run("pg_ctl", "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop")

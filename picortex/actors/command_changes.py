@@ -17,6 +17,7 @@ import trio
 from picortex.actors.clients import CurrentSettings
 from picortex.core import commands as cmds
 from picortex.core.chat_settings import ChatSettingChange
+from picortex.errors import DatabaseUnreachable
 from picortex.store.chathome import AGENT_PROMPT_RESET, AGENT_PROMPT_SET, ChatHome
 from picortex.store.queries import AdminQueries, ChatConfigQueries
 from picortex.types import Snowflake
@@ -25,6 +26,10 @@ logger = logging.getLogger(__name__)
 
 FORGET_FAILED = "My memory could not be reached, so nothing was forgotten; please try again."
 PROMPT_FAILED = "This chat's prompt could not be saved; please try again."
+NOT_SAVED_YET = (
+    "The database cannot be reached right now: the change is in force here and will be saved"
+    " once it is back."
+)
 
 
 @attrs.frozen
@@ -95,6 +100,8 @@ async def apply_changes(
         # Trust and config changes are durable before anyone is told they are made.
         try:
             await store.flush()
+        except DatabaseUnreachable:
+            failure = failure or NOT_SAVED_YET  # kept, and committed once it is back
         except Exception as exc:
             logger.error("a command's change may not be saved: %s", exc)
     return Applied(poll, tuple(forgotten), failure)

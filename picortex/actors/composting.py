@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from picortex.core import composting as core
 from picortex.core.events import rfc3339
+from picortex.errors import DatabaseUnreachable
 from picortex.types import EventSink, Message
 
 if TYPE_CHECKING:
@@ -70,6 +71,8 @@ class Compost:
                 rows = await self._store.recent_unresolved_errors(
                     core.looked_back(now, settings.pause_seconds)
                 )
+            except DatabaseUnreachable:
+                return []  # nothing to go by while the database is out of reach (logged)
             except Exception:  # composting never stops an answer
                 logger.exception("could not read recent errors for composting")
                 return []

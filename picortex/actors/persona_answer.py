@@ -32,7 +32,7 @@ from picortex.core.continuation import Request
 from picortex.core.llm import ChatTurn, LLMRequest, LLMResult, TextPart
 from picortex.discord.normalize import normalize
 from picortex.discord.rest import DiscordHTTPError
-from picortex.errors import ConfigError, FatalDiscordError
+from picortex.errors import ConfigError, DatabaseUnreachable, FatalDiscordError
 from picortex.types import ChannelCreate, EventSink, Message, MessageUpdate, Snowflake
 
 if TYPE_CHECKING:
@@ -255,6 +255,8 @@ async def recall(clients: PersonaClients, request: Request, trigger: Message) ->
             limit=RECALL_FETCH,
             channel_ids=channels,
         )
+    except DatabaseUnreachable:
+        return []  # no recall while the database is out of reach (its outage is logged)
     except Exception:
         logger.exception("memory recall failed")
         return []

@@ -16,6 +16,7 @@ from typing import Final
 
 import trio
 
+from picortex.errors import DatabaseUnreachable
 from picortex.store.queries import PruneQueries
 from picortex.types import EventSink
 
@@ -75,6 +76,8 @@ class Pruner:
         self.rounds += 1
         try:
             dropped = await prune_once(self._store, self._clock())
+        except DatabaseUnreachable:
+            return  # the store tells the outage; the next round prunes
         except Exception as exc:  # a busy or full disk: try again next round
             logger.warning("pruning failed, retrying in an hour: %s", exc)
             return

@@ -103,6 +103,8 @@ def format_status(data: dict[str, Any]) -> list[str]:
     latency = gw.get("heartbeat_latency_ms")
     lines.append(f"heartbeat latency: {'-' if latency is None else f'{latency} ms'}")
     lines.append(f"reconnects:        {gw.get('reconnects', 0)}")
+    if data.get("database"):
+        lines.append(f"database:          {data['database']}")
     shards = data.get("shards") or []
     leased = any("epoch" in held for held in shards)
     if len(shards) > 1 or leased:

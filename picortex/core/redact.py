@@ -106,8 +106,14 @@ def remember_secrets(*values: str | None) -> None:
     _known.add(values)
 
 
+# `password=...` in a key/value connection string (`host=db password='it\'s'`), quoted or not.
+_DSN_PASSWORD: Final = re.compile(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s']+)")
+
+
 def url_secrets(url: str | None) -> tuple[str, ...]:
-    """What of a database URL is secret: the whole URL and its password (SPEC 17)."""
+    """What of a database URL is secret: the whole URL and its password (SPEC 17), also as
+    `user:password` (a short password is caught there) and in a key/value connection string.
+    """
     if not url:
         return ()
     secrets = [url]
@@ -115,7 +121,13 @@ def url_secrets(url: str | None) -> tuple[str, ...]:
         parts = urlsplit(url)
         if parts.password:
             secrets += [parts.password, unquote(parts.password)]
+            secrets.append(parts.netloc.rpartition("@")[0])  # user:password
         secrets += parse_qs(parts.query).get("password", [])
+    for match in _DSN_PASSWORD.finditer(url):
+        value = match.group(1)
+        if value.startswith("'"):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        secrets.append(value)
     return tuple(secrets)
 
 

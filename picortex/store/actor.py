@@ -10,6 +10,10 @@ change it at once, and another process's commits (`picortex config set`) are see
 SQLite's `data_version` (PostgreSQL: a notification per change, heard by a listener thread,
 with a slow poll as backstop), looked at on the worker thread, and reloaded.
 
+When a shared database (PostgreSQL) cannot be reached, queued writes are kept, in order, and
+committed once it is back (a group whose COMMIT went unanswered is looked up first, never
+applied twice); a caller that waits is told at once, and `OutageWatch` says so once a minute.
+
 Every query stays behind `Store` (the one place that speaks SQL; `PgDatabase` speaks the
 same methods to PostgreSQL, whose other processes' commits show as a changed counter);
 this class only decides where and when those queries run. The rest of picortex calls it by
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 import attrs
 import trio
 
-from picortex.errors import StoreError
+from picortex.errors import DatabaseUnreachable, StoreError
 from picortex.store.chathome import ChatHome
 from picortex.store.seen import ANY_GUILD, SeenIds
 from picortex.store.shards import ADOPT_SECONDS, Shard
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
     from picortex.store.pg.cluster import ClusterNode
     from picortex.store.pg.database import PgDatabase
     from picortex.store.pg.leases import ShardLeases
+    from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +80,9 @@ FLUSH_GRACE_SECONDS: Final = 10.0
 
 # A database that stays unreachable is complained about once per this long, per complaint.
 COMPLAINT_SECONDS: Final = 60.0
+# While the shared database is unreachable, the kept writes are tried again this often (the
+# connection itself is made again no more often than its backoff allows).
+RETRY_SECONDS: Final = 0.5
 
 _WRITE: Final = 0
 _READ: Final = 1
@@ -92,6 +100,9 @@ class _Op:
     finish: Finish | None = None
     seq: int = 0
     told: bool = False  # counted in an `on_worker_ops(+n)`: the worker counts it back
+    # Kept while the shared database is unreachable, committed once it is back; False for
+    # a caller that waits (told the error at once) and for what is stale by then.
+    keep: bool = True
 
 
 class _Complaints:
@@ -165,6 +176,14 @@ class StoreActor:
         # heartbeat (not once it has handed its shards back and left).
         self.node: str | None = None
         self.beating = True
+        # Where an unreachable database is told (the action log), once the bot has one.
+        self.events: EventSink | None = None
+        # Worker side, while the shared database is unreachable: writes kept (counted), and
+        # the group whose COMMIT went unanswered (transaction id, its ops and their results).
+        self.kept = 0
+        self._doubt: tuple[int, list[_Op], list[tuple[bool, object]]] | None = None
+        self._told_back = 0  # ops told to `on_worker_ops` and done with since the last count
+        self._unreachable: DatabaseUnreachable | None = None  # why the last group was kept
 
     @classmethod
     def open(cls, path: Path) -> StoreActor:
@@ -191,6 +210,12 @@ class StoreActor:
         """The database file."""
         return self.db.path
 
+    def database_state(self) -> str:
+        """What `picortex status` shows: "up", or "unreachable since <when>"."""
+        from picortex.store.outage import database_state
+
+        return database_state(self.db.unreachable_since)
+
     # ---- lifecycle -----------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -200,7 +225,15 @@ class StoreActor:
         task_status.started()
         try:
             if self.db.clustered:
-                await self._heartbeat()
+                from picortex.store.outage import OutageWatch
+
+                db = self.db
+                watch = OutageWatch(
+                    str(db.path), lambda: db.unreachable_since, lambda: self.kept, self.events
+                )
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch.run)
+                    await self._heartbeat()
             await trio.sleep_forever()
         finally:
             with trio.move_on_after(FLUSH_GRACE_SECONDS, shield=True):
@@ -224,13 +257,17 @@ class StoreActor:
                 pg.forget_nodes(now - FORGET_SECONDS)
 
             if self.beating:
-                self._put(_Op(_WRITE, fn=beat, finish=self._heartbeat_done))
+                self._put(_Op(_WRITE, fn=beat, finish=self._heartbeat_done, keep=False))
             await trio.sleep(HEARTBEAT_SECONDS)
 
     def _heartbeat_done(self, ok: bool, value: object) -> None:
         """(worker thread) A heartbeat that failed: the database is unreachable, said once
         a minute however often it beats meanwhile."""
-        if not ok and self._complaints.due("heartbeat"):
+        if (
+            not ok
+            and not isinstance(value, DatabaseUnreachable)
+            and self._complaints.due("heartbeat")
+        ):
             logger.error("could not tell the cluster this process runs: %s", value)
 
     def close(self) -> None:
@@ -309,6 +346,8 @@ class StoreActor:
 
         Raises:
             Exception: whatever `fn` raised, or StoreError when the commit failed.
+            DatabaseUnreachable: the shared database cannot be reached; said at once, while
+                the queued writes before this one are kept for when it is back.
         """
         token = trio.lowlevel.current_trio_token()
         done = trio.Event()
@@ -318,7 +357,7 @@ class StoreActor:
             box.append((ok, value))
             _soon(token, done.set)
 
-        self._put(_Op(_WRITE if write else _READ, fn=fn, finish=finish))
+        self._put(_Op(_WRITE if write else _READ, fn=fn, finish=finish, keep=False))
         await done.wait()
         ok, value = box[0]
         if not ok:
@@ -354,6 +393,7 @@ class StoreActor:
         q = self._queue
         pending: deque[_Op] = deque()
         last_check = time.monotonic()
+        waiting = False  # the last group was kept: the database is unreachable
         while True:
             if not pending:
                 try:
@@ -362,12 +402,17 @@ class StoreActor:
                     if not self._check_foreign():
                         return
                     last_check = time.monotonic()
-                    continue
+                    if self._doubt is None:
+                        continue
+            elif waiting:
+                # Kept writes are tried again at a calm pace; what arrives meanwhile joins.
+                with contextlib.suppress(queue.Empty):
+                    pending.extend(q.get(timeout=RETRY_SECONDS))
             # Writes wait up to GROUP_SECONDS for company, unless a read (or stop) is
             # already waiting behind them.
             urgent = any(op.kind in (_READ, _STOP) for op in pending)
             deadline = time.monotonic() + GROUP_SECONDS
-            while not urgent and len(pending) < GROUP_ROWS:
+            while not urgent and not waiting and len(pending) < GROUP_ROWS:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -383,28 +428,52 @@ class StoreActor:
                 batch.append(op)
                 if op.kind in (_READ, _STOP):
                     break
-            stop = self._commit(batch)
-            told = sum(op.told for op in batch)
+            stop, kept = self._commit(batch)
+            pending.extendleft(reversed(kept))
+            waiting = bool(kept) or self._doubt is not None
+            if waiting and self._shed(pending):
+                stop = True
+            if waiting or self.kept:  # counted only around an outage: a burst costs nothing
+                self.kept = sum(op.kind != _STOP for op in pending) + len(
+                    self._doubt[1] if self._doubt else ()
+                )
+            told, self._told_back = self._told_back, 0
             watch, token = self.on_worker_ops, self._token
             if told and watch is not None and token is not None:
                 _soon(token, watch, -told)
             now = time.monotonic()
             if stop:
+                if kept or self._doubt is not None:
+                    logger.error(
+                        "%d queued writes were not committed before the store stopped: "
+                        "the database is unreachable",
+                        self.kept,
+                    )
                 return
             if now - last_check >= COHERENCE_SECONDS:
                 if not self._check_foreign():
                     return
                 last_check = now
 
-    def _commit(self, batch: list[_Op]) -> bool:
-        """Commit the batch's writes in one transaction, then run its read; True on stop."""
+    def _commit(self, batch: list[_Op]) -> tuple[bool, list[_Op]]:
+        """Commit the batch's writes in one transaction, then run its read.
+
+        Returns whether it holds a stop, and the writes kept because the shared database
+        is unreachable (the caller puts them back first in line).
+        """
         db = self.db
         writes = [op for op in batch if op.kind in (_WRITE, _SEEN)]
-        results: list[tuple[bool, object]] = []
-        if writes:
+        unreachable: DatabaseUnreachable | None = None
+        if self._doubt is not None:
+            try:
+                writes = self._settle_doubt() + writes
+            except DatabaseUnreachable as exc:
+                unreachable = exc
+        if writes and unreachable is None:
+            results: list[tuple[bool, object]] = []
             seen: list[tuple[int, float, int | None]] = []
             try:
-                with db.transaction():
+                with db.commit_group():
                     for op in writes:
                         if op.kind == _SEEN:
                             assert op.row is not None
@@ -419,32 +488,105 @@ class StoreActor:
                     if seen:
                         db.mark_seen_many(seen)
                 self.commits += 1
+            except DatabaseUnreachable as exc:
+                if exc.in_doubt is not None:
+                    # Its COMMIT went unanswered: found out once the database is back.
+                    self._doubt = (exc.in_doubt, writes, results)
+                    self._untell(writes)
+                    writes, results = [], []
+                else:
+                    unreachable = exc
             except Exception as exc:
-                # A shared database that is unreachable fails every group until it is back:
-                # said once a minute (SPEC 17); a local file's failure is said each time.
+                # A shared database that fails every group is said once a minute (SPEC 17);
+                # a local file's failure is said each time.
                 if not db.clustered or self._complaints.due("commit"):
                     logger.error("a group of %d writes was not committed: %s", len(writes), exc)
                 failed = StoreError(f"not committed: {exc}")
                 results = [(False, failed)] * len(writes)
-            self._done_seq = max(self._done_seq, *(op.seq for op in writes))
-            for op, (ok, value) in zip(writes, results, strict=True):
-                if op.finish is not None:
-                    op.finish(ok, value)
-                elif not ok:
-                    logger.error("a queued write failed: %s", value)
+            if unreachable is None:
+                self._finish(writes, results)
+        kept: list[_Op] = []
+        self._unreachable = unreachable
+        if unreachable is not None:
+            self._untell([op for op in writes if op.keep])
+            # Nothing of the group committed: each write is kept for when the database is
+            # back, unless its caller waits (it is told now).
+            for op in writes:
+                if op.keep:
+                    kept.append(op)
+                else:
+                    self._done(op, False, unreachable)
         stop = False
         for op in batch:
             if op.kind == _STOP:
                 stop = True
+                self._done(op, True, None)
             elif op.kind == _READ:
                 assert op.fn is not None and op.finish is not None
+                if unreachable is not None:
+                    self._done(op, False, unreachable)
+                    continue
                 try:
                     value = op.fn(db)
                 except Exception as exc:
-                    op.finish(False, exc)
+                    self._done(op, False, exc)
                 else:
-                    op.finish(True, value)
+                    self._done(op, True, value)
+        return stop, kept
+
+    def _shed(self, pending: deque[_Op]) -> bool:
+        """(worker) The database is unreachable: whoever waits in line is told so now, not
+        once it is back; True when a stop is in line (the kept writes cannot wait longer)."""
+        error = self._unreachable or DatabaseUnreachable(f"{self.db.path} cannot be reached")
+        stop = False
+        for op in [op for op in pending if not op.keep or op.kind == _STOP]:
+            pending.remove(op)
+            stop = stop or op.kind == _STOP
+            self._done(op, op.kind == _STOP, None if op.kind == _STOP else error)
         return stop
+
+    def _settle_doubt(self) -> list[_Op]:
+        """(worker) The group whose COMMIT went unanswered: its writes are done if it
+        committed; else they are returned, to be committed now.
+
+        Raises:
+            DatabaseUnreachable: while what became of it cannot be known.
+        """
+        assert self._doubt is not None
+        xid, writes, results = self._doubt
+        committed = cast("PgDatabase", self.db).commit_status(xid)
+        if committed is None:
+            raise DatabaseUnreachable(f"{self.db.path}: a group's commit is still unknown")
+        self._doubt = None
+        if not committed:
+            return writes
+        self.commits += 1
+        self._finish(writes, results)
+        return []
+
+    def _untell(self, ops: list[_Op]) -> None:
+        """(worker) Ops put aside until the database is back are not being worked on: a
+        test clock watching `on_worker_ops` may move meanwhile."""
+        for op in ops:
+            if op.told:
+                op.told = False
+                self._told_back += 1
+
+    def _finish(self, writes: list[_Op], results: list[tuple[bool, object]]) -> None:
+        """(worker) Tell each write of a group its result."""
+        if writes:
+            self._done_seq = max(self._done_seq, *(op.seq for op in writes))
+        for op, (ok, value) in zip(writes, results, strict=True):
+            self._done(op, ok, value)
+
+    def _done(self, op: _Op, ok: bool, value: object) -> None:
+        """(worker) One op is done with: its caller told, its hand-over counted back."""
+        if op.told:
+            self._told_back += 1
+        if op.finish is not None:
+            op.finish(ok, value)
+        elif not ok and op.kind != _READ:
+            logger.error("a queued write failed: %s", value)
 
     def _check_foreign(self) -> bool:
         """Reload the read models when another connection committed (worker thread).
@@ -460,7 +602,8 @@ class StoreActor:
         except StoreError as exc:
             if self.db.closed:
                 return False
-            if self._complaints.due("foreign"):
+            # Unreachable: the outage watch says so; the store's own reads are told apart.
+            if not isinstance(exc, DatabaseUnreachable) and self._complaints.due("foreign"):
                 logger.warning("could not look for changes by other processes: %s", exc)
             return True
         token = self._token
@@ -670,7 +813,10 @@ class StoreActor:
         known = self.seen(message_id, guild_id)
         if known is not None:
             return known
-        return await self.read(lambda db: db.is_seen(message_id))
+        try:
+            return await self.read(lambda db: db.is_seen(message_id))
+        except DatabaseUnreachable:
+            return True  # while only the database knows, an old id is never answered twice
 
     def note_seen(self, message_id: int) -> None:
         """Remember an id in memory only (chatter: a replay of it costs nothing either way)."""
@@ -872,13 +1018,16 @@ class StoreActor:
         """Queue the cost of one model call against a workspace and period (and its user)."""
         if not cost_usd >= 0:
             raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
-        totals = self._period_spend(period_key)
+        self._submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
+        try:
+            totals = self._period_spend(period_key)
+        except DatabaseUnreachable:
+            totals = {}  # a new period met while unreachable: read, with this row, once back
         totals[workspace] = totals.get(workspace, 0.0) + cost_usd
         if user_id is not None:
             for since, users in self._user_spend.items():
                 if at >= since:
                     users[user_id] = users.get(user_id, 0.0) + cost_usd
-        self._submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
 
     def user_spend(self, user_id: int, since: float) -> float:
         """USD spent on calls made for the user since `since` (a day's start), from memory."""

@@ -220,6 +220,7 @@ class Store:
         return cast(int, value)
 
     clustered = False  # one process, one file: no cluster to tell a heartbeat to
+    unreachable_since: float | None = None  # a local file is never out of reach
 
     def listen(self) -> None:
         """Nothing to do: SQLite's `data_version` is polled, cheaply, on the store thread."""
@@ -269,6 +270,10 @@ class Store:
                     with contextlib.suppress(apsw.Error):
                         self._conn.execute("ROLLBACK")
                 raise
+
+    # The store actor's group of writes: a local file's transaction either commits or says
+    # it did not, so there is nothing to find again.
+    commit_group = transaction
 
     def _run(self, sql: str, bindings: tuple[object, ...] = ()) -> apsw.Cursor:
         try:

@@ -7,12 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from picortex.actors.command_changes import FORGET_FAILED, PROMPT_FAILED, apply_changes
+from picortex.actors.command_changes import (
+    FORGET_FAILED,
+    NOT_SAVED_YET,
+    PROMPT_FAILED,
+    apply_changes,
+)
 from picortex.actors.pipeline import SettingsSource
 from picortex.config import Settings
 from picortex.core import commands as cmds
 from picortex.core.chat_settings import ChatSettingChange
 from picortex.core.trust import Tier
+from picortex.errors import DatabaseUnreachable
 from picortex.store import AdminStore, Store
 from picortex.store.chathome import (
     AGENT_PROMPT_RELPATH,
@@ -130,3 +136,15 @@ async def test_a_prompt_that_cannot_be_saved_is_one_sentence(
     (tmp_path / "chats").write_text("not a directory", encoding="utf-8")
     reply = await _apply(store, tmp_path, ChatSettingChange("prompt", "Be brief."))
     assert reply == PROMPT_FAILED
+
+
+async def test_a_change_made_while_the_database_is_unreachable_says_so(
+    store: AdminStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def unreachable() -> None:
+        raise DatabaseUnreachable("PostgreSQL picortex on db cannot be reached (gone)")
+
+    monkeypatch.setattr(store, "flush", unreachable)
+    reply = await _apply(store, tmp_path, ChatSettingChange("model", "claude-haiku-9"))
+    assert reply == NOT_SAVED_YET
+    assert store.get_chat_config(CHAT) is not None  # in force here meanwhile

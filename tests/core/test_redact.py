@@ -196,3 +196,21 @@ def test_a_configured_secret_after_a_json_escape_keeps_the_line_valid() -> None:
     cleaned = redact_json_bytes(line)
     assert orjson.loads(cleaned)["e"].startswith("x\n")
     assert secret[1:].encode() not in cleaned
+
+
+def test_a_database_password_is_a_secret_in_every_form_a_connection_string_takes() -> None:
+    from picortex.core.redact import remember_secrets, url_secrets
+
+    assert url_secrets(None) == ()
+    # A key/value connection string, quoted (backslash escapes) or not.
+    dsn = r"host=db.example password='pa\'ss word-0042' dbname=picortex"
+    assert "pa'ss word-0042" in url_secrets(dsn)
+    assert "bare-password-0042" in url_secrets("host=db password=bare-password-0042")
+    # A URL: a short password is caught with its user name.
+    url = "postgresql://picortex:pw@db.example:5432/picortex"
+    assert "picortex:pw" in url_secrets(url)
+    remember_secrets(*url_secrets(dsn), *url_secrets(url))
+    said = redact(
+        "password='pa\\'ss' ... pa'ss word-0042 ... postgresql://picortex:pw@other.host/x"
+    )
+    assert "pa'ss word-0042" not in said and "picortex:pw" not in said

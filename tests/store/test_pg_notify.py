@@ -15,9 +15,7 @@ import psycopg
 import pytest
 import trio
 
-from picortex.errors import StoreError
 from picortex.store import StoreActor
-from picortex.store import actor as actor_mod
 from picortex.store.backends import connect_postgres
 from picortex.store.pg import database as pg_database
 from picortex.store.pg import listener as pg_listener
@@ -185,29 +183,3 @@ def test_the_notification_carries_the_new_counter(pg_url: str) -> None:
         notes = list(listening.notifies(timeout=PATIENCE_SECONDS, stop_after=after - before))
     # One per statement the triggers saw (an upsert is two), each the counter's new value.
     assert [n.payload for n in notes] == [str(v) for v in range(before + 1, after + 1)]
-
-
-def test_an_unreachable_database_is_complained_about_once_a_minute(
-    pg_url: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    store = StoreActor(connect_postgres(pg_url))
-    db = store.db
-    assert isinstance(db, PgDatabase)
-    try:
-        db._conn.close()  # cut off, as when the server goes away (not closed by us)
-        with caplog.at_level(logging.WARNING):
-            for _ in range(3):
-                db._version_at = -1e9  # due for a poll each time
-                assert store._check_foreign()
-                store._commit([_write_op()])
-                store._heartbeat_done(False, StoreError("gone"))
-        messages = [r.getMessage() for r in caplog.records]
-        assert sum("look for changes" in m for m in messages) == 1
-        assert sum("was not committed" in m for m in messages) == 1
-        assert sum("tell the cluster" in m for m in messages) == 1
-    finally:
-        store.close()
-
-
-def _write_op() -> actor_mod._Op:
-    return actor_mod._Op(actor_mod._WRITE, fn=lambda db: db.set_tier(1, "user"))

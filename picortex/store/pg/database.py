@@ -17,9 +17,10 @@ import psycopg
 from psycopg import conninfo
 
 from picortex.config import ATTENTION_MODES
-from picortex.core.redact import redact, remember_secrets, url_secrets
+from picortex.core.redact import remember_secrets, url_secrets
 from picortex.errors import StoreError
 from picortex.store.pg.cluster import ClusterNode, SavedSession
+from picortex.store.pg.link import Link, connect, reason
 from picortex.store.pg.listener import ConfigListener
 from picortex.store.pg.prune import one_pruner
 from picortex.store.pg.schema import LATEST_VERSION, MIGRATIONS, SCHEMA_VERSION_TABLE
@@ -38,13 +39,16 @@ from picortex.store.store import (
     trim_stack_trace,
 )
 
-CONNECT_TIMEOUT_SECONDS: Final = 10
 # How often another process's change to trust or config is looked for: one indexed read
 # of one row, well inside the second the SPEC allows for a change to reach every process.
 COHERENCE_SECONDS: Final = 0.2
 # ... while a listener hears each change as it commits: the poll is only the backstop for a
 # listener that hangs without noticing.
 BACKSTOP_SECONDS: Final = 1.5
+BAD_URL: Final = (
+    "PICORTEX_DATABASE_URL is not a valid PostgreSQL connection string "
+    "(postgresql://user:password@host/dbname, spaces and symbols percent-encoded)"
+)
 # Taken while migrating, so that processes starting together migrate one after another.
 _MIGRATION_LOCK: Final = 0x70C0_27E5
 
@@ -67,9 +71,11 @@ class PgDatabase:
     """The picortex tables in PostgreSQL. Open with `PgDatabase.open(url)`."""
 
     def __init__(self, conn: psycopg.Connection[Row], url: str) -> None:
-        self._conn = conn
         self._url = url
         self.path = describe(url)  # what messages name (never the URL: it holds a password)
+        # Made again when lost (the server restarted, a network cut): see `Link`.
+        self._link = Link(url, self.path, conn, on_reconnect=self._reconnected)
+        self._depth = 0  # open transactions (savepoints nest inside the first)
         self.closed = False
         # psycopg serialises single statements, but a transaction spans several; keep whole.
         self._lock = threading.RLock()
@@ -95,9 +101,12 @@ class PgDatabase:
         remember_secrets(*url_secrets(url))
         where = describe(url)
         try:
-            conn = psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS)
+            conn = connect(url)
+        except psycopg.ProgrammingError:
+            # libpq quotes the part it could not parse: it may be a piece of the password.
+            raise StoreError(BAD_URL) from None
         except psycopg.Error as exc:
-            raise StoreError(f"{where} cannot be reached ({_reason(exc)})") from None
+            raise StoreError(f"{where} cannot be reached ({reason(exc)})") from None
         db = cls(conn, url)
         if migrate:
             try:
@@ -116,7 +125,9 @@ class PgDatabase:
     def listen(self) -> None:
         """Hear other processes' config changes as they commit (a thread of its own)."""
         if self._listener is None:
-            self._listener = ConfigListener(self._url, self.path, self._heard)
+            self._listener = ConfigListener(
+                self._url, self.path, self._heard, told=lambda: self.unreachable_since is not None
+            )
         self._listener.start()
 
     def _heard(self, version: int, reload_all: bool) -> None:
@@ -127,13 +138,27 @@ class PgDatabase:
             if reload_all:
                 self._reloads += 1
 
+    def _reconnected(self) -> None:
+        """A lost connection was made again: whatever changed meanwhile is reloaded."""
+        with self._version_lock:
+            self._reloads += 1
+
+    @property
+    def _conn(self) -> psycopg.Connection[Row]:
+        return self._link.conn
+
+    @property
+    def unreachable_since(self) -> float | None:
+        """When the connection was lost (Unix seconds), while it is; None when up."""
+        return self._link.unreachable_since
+
     def close(self) -> None:
         """Close the connection (idempotent)."""
         if self._listener is not None:
             self._listener.stop()
         with self._lock:
             self.closed = True
-            self._conn.close()
+            self._link.close()
 
     def __enter__(self) -> Self:
         return self
@@ -161,7 +186,7 @@ class PgDatabase:
                     self._conn.execute(MIGRATIONS[version - 1])
                 except psycopg.Error as exc:
                     raise StoreError(
-                        f"{self.path}: migration {version} failed ({_reason(exc)})"
+                        f"{self.path}: migration {version} failed ({reason(exc)})"
                     ) from None
                 self._run("INSERT INTO schema_version (version) VALUES (%s)", (version,))
         return LATEST_VERSION
@@ -201,11 +226,51 @@ class PgDatabase:
             StoreError: when PostgreSQL refuses the write or the commit.
         """
         with self._lock:
+            depth = self._depth
             try:
-                with self._conn.transaction():
-                    yield
+                conn = self._link.live(in_transaction=depth > 0)
+                self._depth = depth + 1
+                try:
+                    with conn.transaction():
+                        yield
+                finally:
+                    self._depth = depth
             except psycopg.Error as exc:
-                raise StoreError(f"{self.path}: database error ({_reason(exc)})") from exc
+                raise self._link.error(exc) from exc
+
+    @contextlib.contextmanager
+    def commit_group(self) -> Iterator[None]:
+        """The store actor's group of writes: one transaction that can be found again.
+
+        Raises:
+            DatabaseUnreachable: the connection was lost; `in_doubt` names the transaction
+                when it was lost during its COMMIT (`commit_status` tells what became of it).
+            StoreError: when PostgreSQL refuses the group.
+        """
+        with self._lock:
+            xid: int | None = None
+            try:
+                conn = self._link.live()
+                self._depth = 1
+                try:
+                    with conn.transaction():
+                        yield
+                        # Asked last: a loss before this answer surely undid the group.
+                        row = conn.execute("SELECT pg_current_xact_id_if_assigned()").fetchone()
+                        xid = None if row is None or row[0] is None else int(str(row[0]))
+                finally:
+                    self._depth = 0
+            except psycopg.Error as exc:
+                raise self._link.error(exc, in_doubt=xid) from exc
+
+    def commit_status(self, xid: int) -> bool | None:
+        """Whether transaction `xid` committed: True, False, or None while it still runs.
+
+        Raises:
+            DatabaseUnreachable: the database still cannot be reached.
+        """
+        status = self._one("SELECT pg_xact_status(%s::text::xid8)", (str(xid),))
+        return None if status == "in progress" else status == "committed"
 
     def try_xact_lock(self, key: int) -> bool:
         """Inside a transaction: hold the advisory lock `key` until it ends; False at once
@@ -215,9 +280,9 @@ class PgDatabase:
     def _run(self, sql: str, params: tuple[object, ...] = ()) -> psycopg.Cursor[Row]:
         with self._lock:
             try:
-                return self._conn.execute(sql, params)
+                return self._link.live(in_transaction=self._depth > 0).execute(sql, params)
             except psycopg.Error as exc:
-                raise StoreError(f"{self.path}: database error ({_reason(exc)})") from exc
+                raise self._link.error(exc) from exc
 
     def _all(self, sql: str, params: tuple[object, ...] = ()) -> list[Row]:
         with self._lock:
@@ -846,12 +911,6 @@ class PgDatabase:
             "SELECT node, host, pid, shards, started_at, last_seen FROM cluster_node ORDER BY node"
         )
         return [ClusterNode(*cast("tuple[str, str, int, str, float, float]", row)) for row in rows]
-
-
-def _reason(exc: psycopg.Error) -> str:
-    """psycopg's message in one line, any configured secret redacted."""
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return redact(text)
 
 
 def _chat_config(row: Row) -> ChatConfig:

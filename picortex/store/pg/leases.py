@@ -7,16 +7,13 @@ method is synchronous (the keeper calls them from a thread).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from typing import Final, cast
 
 import psycopg
 
 from picortex.core.leases import Lease
-from picortex.core.redact import redact
-from picortex.errors import StoreError
-from picortex.store.pg.database import CONNECT_TIMEOUT_SECONDS, PgDatabase, Row
+from picortex.store.pg.database import PgDatabase, Row
 
 # A statement stuck behind a lock gives up rather than hold up the keeper's round.
 _STATEMENT_TIMEOUT: Final = "SET statement_timeout = '5s'"
@@ -56,25 +53,17 @@ class ShardLeases(PgDatabase):
     @classmethod
     def beside(cls, db: PgDatabase) -> ShardLeases:
         """A connection of its own to `db`'s database (already migrated)."""
-        leases = cast(ShardLeases, cls.open(db._url, migrate=False))
-        leases._run(_STATEMENT_TIMEOUT)
-        return leases
+        return cast(ShardLeases, cls.open(db._url, migrate=False))
+
+    # The link's reconnect count when the statement timeout was last set (it is set anew on
+    # every new connection: the link makes a lost one again by itself).
+    _timed = -1
 
     def _run(self, sql: str, params: tuple[object, ...] = ()) -> psycopg.Cursor[Row]:
-        # A connection a failure broke (PostgreSQL restarted, the network cut) is opened
-        # again for the next statement: the keeper keeps trying every few seconds.
         with self._lock:
-            if not self.closed and (self._conn.broken or self._conn.closed):
-                with contextlib.suppress(psycopg.Error):
-                    self._conn.close()
-                try:
-                    self._conn = psycopg.connect(
-                        self._url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECONDS
-                    )
-                    self._conn.execute(_STATEMENT_TIMEOUT)
-                except psycopg.Error as exc:
-                    reason = redact(" ".join(str(exc).split()))
-                    raise StoreError(f"{self.path} cannot be reached ({reason})") from None
+            if self._timed != self._link.reconnects:
+                super()._run(_STATEMENT_TIMEOUT)
+                self._timed = self._link.reconnects
             return super()._run(sql, params)
 
     def take(self, shard: tuple[int, int], node: str, seconds: float) -> int | None:

@@ -32,6 +32,9 @@ CONNECT_TIMEOUT_SECONDS: Final = 10
 BACKOFF_SECONDS: Final = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
 # While the database stays unreachable, one error per this long (the rest are debug).
 ERROR_EVERY_SECONDS: Final = 60.0
+# Failed attempts in a row (over a second and a half) before a listener whose store tells
+# outages speaks for itself: by then that store has met the outage too, if there is one.
+QUIET_FAILURES: Final = 4
 
 
 class ConfigListener:
@@ -41,9 +44,17 @@ class ConfigListener:
     """
 
     def __init__(
-        self, url: str, where: str, on_change: Callable[[int, bool], None], *, name: str = ""
+        self,
+        url: str,
+        where: str,
+        on_change: Callable[[int, bool], None],
+        *,
+        name: str = "",
+        told: Callable[[], bool] | None = None,
     ) -> None:
+        """`told()`: True while the store already tells the outage (this one stays quiet)."""
         self._url = url
+        self._told = told
         self._where = where  # what messages name (never the URL)
         self._on_change = on_change
         self._stopping = threading.Event()
@@ -90,7 +101,7 @@ class ConfigListener:
                     break
                 self.failures += 1
                 backoff = 1 if self._connections > connections else backoff + 1
-                self._log_unreachable(exc)
+                self._log_unreachable(exc, backoff)
                 self._stopping.wait(BACKOFF_SECONDS[min(backoff, len(BACKOFF_SECONDS)) - 1])
             finally:
                 if self._conn is not None:
@@ -135,10 +146,13 @@ class ConfigListener:
                 if self._stopping.is_set():
                     break
 
-    def _log_unreachable(self, exc: psycopg.Error) -> None:
+    def _log_unreachable(self, exc: psycopg.Error, failures: int) -> None:
         now = time.monotonic()
         reason = redact(" ".join(str(exc).split()) or type(exc).__name__)
-        if now - self._last_error_at >= ERROR_EVERY_SECONDS:
+        # A store that tells outages meets one within its slow poll: the listener, usually
+        # first to notice, leaves the telling to it unless the failures go on regardless.
+        told = self._told is not None and (failures < QUIET_FAILURES or self._told())
+        if not told and now - self._last_error_at >= ERROR_EVERY_SECONDS:
             self._last_error_at = now
             logger.error(
                 "%s cannot be reached to hear config changes (%s); retrying, "
