@@ -74,6 +74,7 @@ from picortex.store.queries import SessionQueries
 from picortex.types import BotIdentity
 
 if TYPE_CHECKING:
+    from picortex.actors.cluster_budget import ClusterBudget
     from picortex.web.panel import Panel
 
 logger = logging.getLogger(__name__)
@@ -145,7 +146,15 @@ class Bot:
             events=self.events,
             faults=self.faults,
         )
-        self.budget = LedgerBudget(self.store, self.source, self.events)
+        self.budget: LedgerBudget | ClusterBudget
+        if settings.database_url:
+            # A cluster's ceilings hold across its processes (SPEC 17): in the database.
+            from picortex.actors.cluster_budget import cluster_budget
+
+            self.budget = cluster_budget(settings.database_url, self.source, self.events)
+            self.budget.refresh()
+        else:
+            self.budget = LedgerBudget(self.store, self.source, self.events)
         # This period's and today's spend are read now, before the store's thread is busy:
         # the budget never reads SQLite on the event loop later.
         self.budget.totals()
@@ -239,6 +248,12 @@ class Bot:
                 ChildSpec("control", self.control.run),
                 ChildSpec("loop_lag", self.lag.run),
                 ChildSpec("pruner", self.pruner.run),
+                # A cluster's settlements, sent to the database (again after a failure).
+                *(
+                    []
+                    if isinstance(self.budget, LedgerBudget)
+                    else [ChildSpec("ceilings", self.budget.run)]
+                ),
                 *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
             events=self.events,
@@ -372,6 +387,8 @@ class Bot:
             async with self.rest:
                 return await run_root(self.root, task_status=task_status)
         finally:
+            if not isinstance(self.budget, LedgerBudget):
+                self.budget.close()  # what is still unsettled reaches the database
             self.store.close()
 
 

@@ -237,7 +237,7 @@ class Ceilings:
                 raise CeilingsUnreachable(f"{self.where} could not be reached a moment ago")
             try:
                 conn = self._connection()
-                return conn.execute(sql, params).fetchall()  # type: ignore[arg-type]
+                return conn.execute(sql, params).fetchall()
             except psycopg.Error as exc:
                 self._drop()
                 self._retry_at = self._clock() + RETRY_SECONDS
