@@ -92,6 +92,7 @@ class ClusterBudget:
         self._known: dict[Key, int] = {}
         self._since: dict[Key, int] = {}
         self._live = 1
+        self._current: tuple[str, str] | None = None  # the period and day they are about
         self._starts: dict[int, deque[float]] = {}
         self._warned = budget.WarnState()
         self._noticed = budget.WarnState()
@@ -316,6 +317,11 @@ class ClusterBudget:
     def _learn(self, ask: Ask, answer: Answer) -> None:
         """Keep what the database said, the base of the local share if it goes away."""
         self._live = max(1, answer.live_nodes)
+        if (ask.period, ask.day) != self._current:
+            # A new period: what earlier ones spent no longer limits anything.
+            self._current = (ask.period, ask.day)
+            self._known = {k: v for k, v in self._known.items() if k[2] in self._current}
+            self._since = {k: v for k, v in self._since.items() if k[2] in self._current}
         seen = [
             answer.global_spent + answer.global_held,
             answer.workspace_spent + answer.workspace_held,
