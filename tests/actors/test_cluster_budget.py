@@ -5,6 +5,8 @@ the database cannot be asked."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
@@ -270,3 +272,19 @@ def test_the_bot_takes_the_clusters_ceilings_only_with_a_database_url(
     finally:
         clustered.budget.close()
         clustered.store.close()
+
+
+def test_an_embedded_bot_keeps_its_ledger_and_never_imports_psycopg(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from picortex.app import Bot\n"
+        "from picortex.actors.ledger import LedgerBudget\n"
+        "from picortex.config import load_settings\n"
+        f"env = {{'PICORTEX_HOME': {str(tmp_path)!r}, 'DISCORD_BOT_TOKEN': 'token-for-test'}}\n"
+        "bot = Bot(load_settings(env))\n"
+        "bot.store.close()\n"
+        "assert type(bot.budget) is LedgerBudget, type(bot.budget)\n"
+        "assert 'psycopg' not in sys.modules, 'psycopg imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
