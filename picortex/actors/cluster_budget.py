@@ -20,7 +20,7 @@ from typing import Final, Protocol
 
 import trio
 
-from picortex.actors.ledger import loop_clock, refusal_period, refusal_scope, report_refusal
+from picortex.actors.ledger import WarnOnce, loop_clock, refusal_period, report_refusal
 from picortex.config import Settings
 from picortex.core import budget
 from picortex.core.budget import Refusal, Reservation
@@ -94,8 +94,7 @@ class ClusterBudget:
         self._live = 1
         self._current: tuple[str, str] | None = None  # the period and day they are about
         self._starts: dict[int, deque[float]] = {}
-        self._warned = budget.WarnState()
-        self._noticed = budget.WarnState()
+        self._warnings = WarnOnce()  # while the database cannot decide who warns
         self._complained_at: float | None = None
         self._last_prune: float | None = None
         # The cluster's spend as last read, for `picortex status`.
@@ -375,13 +374,7 @@ class ClusterBudget:
         )
         minute = str(int(self._monotonic() // budget.RATE_WINDOW_SECONDS))
         period = refusal_period(refused, ask.period, ask.day, minute)
-        scope = refusal_scope(refused, ask.workspace, ask.user_id)
-        warn, self._warned = budget.should_warn(self._warned, f"{refused}:{scope}", period)
-        tell = False
-        if refused in budget.USER_NOTICES and ask.user_id is not None:
-            tell, self._noticed = budget.should_warn(
-                self._noticed, f"{refused}:{ask.user_id}", period
-            )
+        warn, tell = self._warnings.decide(refused, ask.workspace, ask.user_id, period)
         return self._report(ask, refused, usage, limits, warn=warn, tell=tell)
 
     def _spent_here(self, level: Key) -> float:

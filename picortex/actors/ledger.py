@@ -50,8 +50,7 @@ class LedgerBudget:
         self._events = events
         self._now = wall_clock or (lambda: datetime.now(UTC))
         self._monotonic = monotonic or loop_clock
-        self._warned = budget.WarnState()
-        self._noticed = budget.WarnState()
+        self._warnings = WarnOnce()
         # Reservations of running calls: what each workspace, user and all hold now.
         self._running: set[Reservation] = set()
         self._held_by_workspace: dict[str, float] = {}
@@ -161,11 +160,7 @@ class LedgerBudget:
     ) -> Refusal:
         minute = str(int(self._monotonic() // budget.RATE_WINDOW_SECONDS))
         period = refusal_period(limit, key, day, minute)
-        scope = refusal_scope(limit, workspace, user_id)
-        warn, self._warned = budget.should_warn(self._warned, f"{limit}:{scope}", period)
-        tell = False
-        if limit in budget.USER_NOTICES and user_id is not None:
-            tell, self._noticed = budget.should_warn(self._noticed, f"{limit}:{user_id}", period)
+        warn, tell = self._warnings.decide(limit, workspace, user_id, period)
         return report_refusal(
             self._events,
             limit,
@@ -254,6 +249,26 @@ class LedgerBudget:
 def _day_start(day: str) -> float:
     """The Unix time of the start of UTC day `2026-11-30`."""
     return datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
+
+
+class WarnOnce:
+    """This process's warn-once flags: a limit's warning line, and a user's polite line,
+    once per period each."""
+
+    def __init__(self) -> None:
+        self._warned = budget.WarnState()
+        self._noticed = budget.WarnState()
+
+    def decide(
+        self, limit: budget.Limit, workspace: str, user_id: int | None, period: str
+    ) -> tuple[bool, bool]:
+        """Whether to log the refusal's warning, and whether to tell the user, this time."""
+        scope = refusal_scope(limit, workspace, user_id)
+        warn, self._warned = budget.should_warn(self._warned, f"{limit}:{scope}", period)
+        tell = False
+        if limit in budget.USER_NOTICES and user_id is not None:
+            tell, self._noticed = budget.should_warn(self._noticed, f"{limit}:{user_id}", period)
+        return warn, tell
 
 
 def refusal_scope(limit: budget.Limit, workspace: str, user_id: int | None) -> str:
