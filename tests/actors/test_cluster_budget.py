@@ -143,6 +143,41 @@ async def test_a_cancelled_call_is_settled_in_the_clusters_database(
     assert open_calls == (0,)
 
 
+async def test_calls_on_four_processes_overshoot_the_global_ceiling_by_one_call_at_most(
+    pg_url: str, tmp_path: Path
+) -> None:
+    ceiling, worst = 0.25, 0.011  # calls that each cost exactly their worst case
+    settings = settings_with(tmp_path, BudgetSettings(100.0, "day", ceiling, 0.0, 0))
+    budgets = [
+        ClusterBudget(Ceilings(pg_url, f"p{i}"), lambda: settings, RecordingSink())
+        for i in range(4)
+    ]
+
+    async def calls(budget: ClusterBudget) -> None:
+        for _ in range(30):
+            held = await budget.reserve("g1", None, worst)
+            if isinstance(held, Reservation):
+                await trio.sleep(0)  # the call
+                budget.settle(held, worst)
+
+    async with trio.open_nursery() as senders:
+        for budget in budgets:
+            await senders.start(budget.run)
+        async with trio.open_nursery() as nursery:
+            for budget in budgets * 2:  # two channels per process
+                nursery.start_soon(calls, budget)
+        with trio.fail_after(30):
+            while any(b.unsettled() for b in budgets):
+                await trio.sleep(0.01)
+        senders.cancel_scope.cancel()
+    for budget in budgets:
+        budget.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT sum(cost_usd) FROM budget_ledger").fetchone()
+    assert row is not None
+    assert ceiling / 2 < row[0] <= ceiling + worst + 1e-9
+
+
 async def test_a_reservation_answered_as_its_caller_is_cancelled_reaches_the_caller(
     tmp_path: Path,
 ) -> None:
