@@ -277,3 +277,68 @@ def test_an_unreachable_database_is_one_clear_error_and_a_pause(pg_url: str) -> 
     with pytest.raises(CeilingsUnreachable, match="missing_t_"):
         ceilings.reserve(ask(1))
     ceilings.close()
+
+
+def test_the_database_admits_exactly_as_the_admit_rule_does(
+    pg_url: str, processes: Callable[[str], Ceilings]
+) -> None:
+    from picortex.core import budget
+
+    rng = random.Random(28)
+    ceilings = processes("a")
+    outcomes: set[str | None] = set()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        for case in range(300):
+            conn.execute("DELETE FROM budget_reservation")
+            conn.execute("DELETE FROM budget_request")
+            period, user = f"p{case}", 1000 + case
+            spent = [rng.choice((0, 5, 10, 20)) for _ in range(3)]  # global, user, workspace
+            for scope, name, key, amount in zip(
+                ("global", "user", "workspace"),
+                ("", str(user), "w"),
+                (period, DAY, period),
+                spent,
+                strict=True,
+            ):
+                conn.execute(
+                    "INSERT INTO budget_counter VALUES (%s, %s, %s, %s)", (scope, name, key, amount)
+                )
+            # Held by: this user here, anyone here, this user elsewhere, anyone elsewhere.
+            held = [rng.choice((0, 0, 3, 5)) for _ in range(4)]
+            for (workspace, user_id), amount in zip(
+                (("w", user), ("w", None), ("x", user), ("x", None)), held, strict=True
+            ):
+                if amount:
+                    conn.execute(
+                        "INSERT INTO budget_reservation VALUES (%s, 'b', %s, %s, %s, %s, %s, NULL)",
+                        (uuid.uuid4(), workspace, user_id, amount, NOW, NOW + 60),
+                    )
+            recent = rng.choice((0, 1, 2, 3))
+            for _ in range(recent):
+                conn.execute("INSERT INTO budget_request VALUES (%s, %s)", (user, NOW - 30))
+            limits = budget.Limits(
+                rng.choice((10, 15, 25, 30)),
+                rng.choice((15, 25, 35, 45)),
+                rng.choice((0, 10, 15, 25)),
+                rng.choice((0, 1, 2, 3)),
+            )
+            owner = rng.random() < 0.2
+            usage = budget.Usage(
+                spent[2],
+                held[0] + held[1],
+                spent[0],
+                sum(held),
+                spent[1],
+                held[0] + held[2],
+                recent,
+            )
+            made = Ask(
+                uuid.uuid4(), "w", user, 1, period, DAY,
+                int(limits.ceiling_usd), int(limits.global_ceiling_usd),
+                int(limits.user_daily_usd), limits.user_requests_per_minute, not owner,
+            )  # fmt: skip
+            said = ceilings.reserve(made, now=NOW)
+            expected = budget.admit(limits, usage, user_limited=not owner)
+            assert said.refused == expected, (case, limits, usage, owner)
+            outcomes.add(expected)
+    assert outcomes == {None, "workspace", "global", "user_daily", "user_rate"}
