@@ -16,7 +16,6 @@ import attrs
 import psycopg
 import pytest
 import trio
-from trio.testing import MockClock
 
 from picortex.actors.cluster_budget import RETRY_SECONDS, ClusterBudget
 from picortex.actors.ledger import LedgerBudget
@@ -212,8 +211,10 @@ async def test_a_reservation_answered_as_its_caller_is_cancelled_reaches_the_cal
     assert budget.held_usd() == 0.0 and budget.unsettled() == 1
 
 
+# The clock stands still while a worker thread asks the database (tests/e2e/harness.py).
+@pytest.mark.virtual_time
 async def test_a_settlement_waits_out_an_outage_and_is_recorded_once(
-    autojump_clock: MockClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     ceilings = FakeCeilings()
     budget = budget_over(ceilings, settings_with(tmp_path, BudgetSettings(5.0, "day")))
@@ -238,8 +239,10 @@ async def test_a_settlement_waits_out_an_outage_and_is_recorded_once(
     assert "connection refused" in errors[0].getMessage()
 
 
+# The clock stands still while a worker thread asks the database (tests/e2e/harness.py).
+@pytest.mark.virtual_time
 async def test_an_unreachable_database_leaves_this_process_its_share(
-    autojump_clock: MockClock, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The database last said: $0.20 of the $1.00 global ceiling spent, four processes live.
     ceilings = FakeCeilings(answer(global_spent=200_000, live_nodes=4))
@@ -269,8 +272,10 @@ async def test_an_unreachable_database_leaves_this_process_its_share(
     assert [e["limit"] for e in sink.of("budget")] == ["global", "global"]
 
 
+# The clock stands still while a worker thread asks the database (tests/e2e/harness.py).
+@pytest.mark.virtual_time
 async def test_a_users_requests_per_minute_are_shared_out_while_the_database_is_away(
-    autojump_clock: MockClock, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     ceilings = FakeCeilings(answer(live_nodes=2))
     settings = settings_with(tmp_path, BudgetSettings(100.0, "day", 100.0, 0.0, 6))
@@ -323,3 +328,24 @@ def test_an_embedded_bot_keeps_its_ledger_and_never_imports_psycopg(tmp_path: Pa
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+async def test_status_shows_what_the_whole_cluster_spent(pg_url: str, tmp_path: Path) -> None:
+    settings = settings_with(tmp_path, BudgetSettings(5.0, "day", 20.0, 1.0, 0))
+    here = ClusterBudget(Ceilings(pg_url, "here"), lambda: settings, RecordingSink())
+    there = ClusterBudget(Ceilings(pg_url, "there"), lambda: settings, RecordingSink())
+    for budget, workspace, user_id, cost in ((here, "g1", 7, 0.25), (there, "g2", 8, 0.5)):
+        held = await budget.reserve(workspace, user_id, cost)
+        assert isinstance(held, Reservation)
+        budget.settle(held, cost)
+        assert await budget.deliver()
+    running = await here.reserve("g1", 7, 0.125)
+    here.refresh()
+    assert {w: s["spent_usd"] for w, s in here.summary().items()} == {"g1": 0.25, "g2": 0.5}
+    totals = here.totals()
+    assert (totals["spent_usd"], totals["held_usd"]) == (0.75, 0.125)
+    assert {u: s["spent_usd"] for u, s in here.users().items()} == {"8": 0.5, "7": 0.25}
+    assert list(here.users()) == ["8", "7"]  # dearest first
+    assert isinstance(running, Reservation)
+    here.close()
+    there.close()
