@@ -349,3 +349,27 @@ async def test_status_shows_what_the_whole_cluster_spent(pg_url: str, tmp_path: 
     assert isinstance(running, Reservation)
     here.close()
     there.close()
+
+
+async def test_at_shutdown_what_is_unsettled_reaches_the_database_or_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_with(tmp_path, BudgetSettings(5.0, "day"))
+    ceilings = FakeCeilings()
+    budget = budget_over(ceilings, settings)
+    held = await budget.reserve("g1", 7, 0.5)
+    assert isinstance(held, Reservation)
+    budget.settle(held, 0.25)  # the sender has stopped: nothing sent it yet
+    budget.close()
+    assert [s.cost for s in ceilings.settled] == [250_000] and ceilings.closed
+    # With the database away, the loss is named (its reservation counts until it expires).
+    ceilings = FakeCeilings()
+    budget = budget_over(ceilings, settings)
+    held = await budget.reserve("g1", 7, 0.5)
+    assert isinstance(held, Reservation)
+    budget.settle(held, 0.25)
+    ceilings.down = True
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        budget.close()
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "1 model calls ($0.25)" in error and ceilings.closed
