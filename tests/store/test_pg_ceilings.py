@@ -19,6 +19,7 @@ from picortex.store.pg.ceilings import (
     Ceilings,
     CeilingsUnreachable,
     Settlement,
+    micros,
 )
 
 DAY = "2026-12-03"
@@ -342,3 +343,9 @@ def test_the_database_admits_exactly_as_the_admit_rule_does(
             assert said.refused == expected, (case, limits, usage, owner)
             outcomes.add(expected)
     assert outcomes == {None, "workspace", "global", "user_daily", "user_rate"}
+
+
+def test_amounts_become_whole_micro_dollars_never_fewer() -> None:
+    assert [micros(x) for x in (0.1, 0.0000011, 5.0, 0.0, -1.0)] == [100_000, 2, 5_000_000, 0, 0]
+    assert micros(float("nan")) == 0  # a ceiling that is not a number refuses
+    assert micros(float("inf")) < 2**63  # still a bigint

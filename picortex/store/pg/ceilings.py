@@ -25,6 +25,7 @@ from picortex.store.pg.cluster import LIVE_SECONDS
 from picortex.store.pg.database import describe
 
 MICROS_PER_USD: Final = 1_000_000
+MAX_USD: Final = 1e12  # far above any ceiling; its micro-dollars still fit a bigint
 # A call never runs longer than a streamed answer may (STREAM_MAX_SECONDS, 300 s): a dead
 # process's reservations count as spent at their worst case until this has passed.
 HOLD_SECONDS: Final = 360.0
@@ -45,8 +46,11 @@ class CeilingsUnreachable(StoreError):
 
 def micros(amount_usd: float) -> int:
     """USD as micro-dollars, rounded up (a call is never cheaper in the database than it
-    was); float dust (0.1 * 1e6 = 100000.00000000001) is not a micro-dollar more."""
-    return max(0, math.ceil(round(amount_usd * MICROS_PER_USD, 3)))
+    was); float dust (0.1 * 1e6 = 100000.00000000001) is not a micro-dollar more. Not a
+    number is nothing (a ceiling of nothing refuses); the most is what a bigint holds."""
+    if not amount_usd > 0:
+        return 0
+    return math.ceil(round(min(amount_usd, MAX_USD) * MICROS_PER_USD, 3))
 
 
 def usd_of(amount_micros: int) -> float:
