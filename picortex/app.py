@@ -79,6 +79,7 @@ from picortex.store.queries import SessionQueries
 from picortex.types import BotIdentity
 
 if TYPE_CHECKING:
+    from picortex.actors.cluster_budget import ClusterBudget
     from picortex.store.pg.leases import ShardLeases
     from picortex.web.panel import Panel
 
@@ -166,7 +167,15 @@ class Bot:
             events=self.events,
             faults=self.faults,
         )
-        self.budget = LedgerBudget(self.store, self.source, self.events)
+        self.budget: LedgerBudget | ClusterBudget
+        if settings.database_url:
+            # A cluster's ceilings hold across its processes (SPEC 17): in the database.
+            from picortex.actors.cluster_budget import cluster_budget
+
+            self.budget = cluster_budget(settings.database_url, self.source, self.events)
+            self.budget.refresh()
+        else:
+            self.budget = LedgerBudget(self.store, self.source, self.events)
         # This period's and today's spend are read now, before the store's thread is busy:
         # the budget never reads SQLite on the event loop later.
         self.budget.totals()
@@ -267,6 +276,12 @@ class Bot:
                 ChildSpec("control", self.control.run),
                 ChildSpec("loop_lag", self.lag.run),
                 ChildSpec("pruner", self.pruner.run),
+                # A cluster's settlements, sent to the database (again after a failure).
+                *(
+                    []
+                    if isinstance(self.budget, LedgerBudget)
+                    else [ChildSpec("ceilings", self.budget.run)]
+                ),
                 *([ChildSpec("web", self.web.run)] if self.web is not None else []),
             ],
             events=self.events,
@@ -470,6 +485,8 @@ class Bot:
             async with self.rest:
                 return await run_root(self.root, task_status=task_status)
         finally:
+            if not isinstance(self.budget, LedgerBudget):
+                self.budget.close()  # what is still unsettled reaches the database
             if self.lease_table is not None:
                 self.lease_table.close()
             self.store.close()

@@ -25,7 +25,8 @@ from picortex.types import EventSink
 logger = logging.getLogger(__name__)
 
 
-def _monotonic() -> float:
+def loop_clock() -> float:
+    """Trio's clock inside the event loop (a virtual one in tests), else a monotonic one."""
     try:
         return trio.current_time()
     except RuntimeError:  # outside trio (a CLI check): any monotonic clock will do
@@ -48,9 +49,8 @@ class LedgerBudget:
         self._settings = settings
         self._events = events
         self._now = wall_clock or (lambda: datetime.now(UTC))
-        self._monotonic = monotonic or _monotonic
-        self._warned = budget.WarnState()
-        self._noticed = budget.WarnState()
+        self._monotonic = monotonic or loop_clock
+        self._warnings = WarnOnce()
         # Reservations of running calls: what each workspace, user and all hold now.
         self._running: set[Reservation] = set()
         self._held_by_workspace: dict[str, float] = {}
@@ -158,60 +158,21 @@ class LedgerBudget:
         usage: budget.Usage,
         limits: budget.Limits,
     ) -> Refusal:
-        # What ran out, for whom, in which period (the warn-once key), and the numbers.
-        if limit == "workspace":
-            spent, ceiling = usage.workspace_spent, limits.ceiling_usd
-            scope, period = f"budget for workspace {workspace}", key
-        elif limit == "global":
-            spent, ceiling = usage.global_spent, limits.global_ceiling_usd
-            scope, period = "budget for all workspaces", key
-        elif limit == "user_daily":
-            spent, ceiling = usage.user_spent, limits.user_daily_usd
-            scope, period = f"daily budget for user {user_id}", day
-        else:
-            spent, ceiling = usage.user_recent_requests, limits.user_requests_per_minute
-            scope = f"user {user_id}"
-            period = str(int(self._monotonic() // budget.RATE_WINDOW_SECONDS))
-        fields: dict[str, object] = {
-            "workspace": workspace,
-            "period": key,
-            "spent_usd": round(usage.workspace_spent, 6),
-            "ceiling_usd": limits.ceiling_usd,
-            "limit": limit,
-            "action": "call refused",
-        }
-        if limit == "global":
-            fields["global_spent_usd"] = round(usage.global_spent, 6)
-            fields["global_ceiling_usd"] = limits.global_ceiling_usd
-        if user_id is not None:
-            fields["user_id"] = user_id
-            fields["user_spent_usd"] = round(usage.user_spent, 6)
-        if limit == "user_rate":
-            fields["requests_last_minute"] = usage.user_recent_requests
-        self._events.emit("budget", **fields)
-        warn, self._warned = budget.should_warn(self._warned, f"{limit}:{scope}", period)
-        if warn and limit == "user_rate":
-            logger.warning(
-                "%s made %d model requests in the last minute (limit %d): refused until the "
-                "minute has passed",
-                scope,
-                spent,
-                ceiling,
-            )
-        elif warn:
-            logger.warning(
-                "%s is spent for %s (%s of %s): no more model calls there until the next period",
-                scope,
-                period,
-                usd(spent),
-                usd(ceiling),
-            )
-        notice: str | None = None
-        if limit in budget.USER_NOTICES and user_id is not None:
-            tell, self._noticed = budget.should_warn(self._noticed, f"{limit}:{user_id}", period)
-            if tell:
-                notice = budget.USER_NOTICES[limit]
-        return Refusal(limit, notice)
+        minute = str(int(self._monotonic() // budget.RATE_WINDOW_SECONDS))
+        period = refusal_period(limit, key, day, minute)
+        warn, tell = self._warnings.decide(limit, workspace, user_id, period)
+        return report_refusal(
+            self._events,
+            limit,
+            workspace,
+            user_id,
+            key,
+            usage,
+            limits,
+            warn=warn,
+            tell=tell,
+            period=period,
+        )
 
     def _spent_in(self, workspace: str, key: str) -> float:
         """What `workspace` spent in period `key`: from memory, read from the store once."""
@@ -288,3 +249,103 @@ class LedgerBudget:
 def _day_start(day: str) -> float:
     """The Unix time of the start of UTC day `2026-11-30`."""
     return datetime.strptime(day, "%Y-%m-%d").replace(tzinfo=UTC).timestamp()
+
+
+class WarnOnce:
+    """This process's warn-once flags: a limit's warning line, and a user's polite line,
+    once per period each."""
+
+    def __init__(self) -> None:
+        self._warned = budget.WarnState()
+        self._noticed = budget.WarnState()
+
+    def decide(
+        self, limit: budget.Limit, workspace: str, user_id: int | None, period: str
+    ) -> tuple[bool, bool]:
+        """Whether to log the refusal's warning, and whether to tell the user, this time."""
+        scope = refusal_scope(limit, workspace, user_id)
+        warn, self._warned = budget.should_warn(self._warned, f"{limit}:{scope}", period)
+        tell = False
+        if limit in budget.USER_NOTICES and user_id is not None:
+            tell, self._noticed = budget.should_warn(self._noticed, f"{limit}:{user_id}", period)
+        return warn, tell
+
+
+def refusal_scope(limit: budget.Limit, workspace: str, user_id: int | None) -> str:
+    """What ran out, as the warning line names it."""
+    if limit == "workspace":
+        return f"budget for workspace {workspace}"
+    if limit == "global":
+        return "budget for all workspaces"
+    if limit == "user_daily":
+        return f"daily budget for user {user_id}"
+    return f"user {user_id}"
+
+
+def refusal_period(limit: budget.Limit, key: str, day: str, minute: str) -> str:
+    """The period a refusal is warned about once: the budget period, the user's UTC day, or
+    the minute (the per-minute limit)."""
+    if limit in ("workspace", "global"):
+        return key
+    return day if limit == "user_daily" else minute
+
+
+def report_refusal(
+    events: EventSink,
+    limit: budget.Limit,
+    workspace: str,
+    user_id: int | None,
+    key: str,
+    usage: budget.Usage,
+    limits: budget.Limits,
+    *,
+    warn: bool,
+    tell: bool,
+    period: str,
+) -> Refusal:
+    """Emit a refused call's `budget` event; log its warning line when `warn` (once per
+    `period`, see `refusal_period`); with `tell`, the refusal carries the user's polite line."""
+    if limit == "workspace":
+        spent, ceiling = usage.workspace_spent, limits.ceiling_usd
+    elif limit == "global":
+        spent, ceiling = usage.global_spent, limits.global_ceiling_usd
+    elif limit == "user_daily":
+        spent, ceiling = usage.user_spent, limits.user_daily_usd
+    else:
+        spent, ceiling = usage.user_recent_requests, limits.user_requests_per_minute
+    fields: dict[str, object] = {
+        "workspace": workspace,
+        "period": key,
+        "spent_usd": round(usage.workspace_spent, 6),
+        "ceiling_usd": limits.ceiling_usd,
+        "limit": limit,
+        "action": "call refused",
+    }
+    if limit == "global":
+        fields["global_spent_usd"] = round(usage.global_spent, 6)
+        fields["global_ceiling_usd"] = limits.global_ceiling_usd
+    if user_id is not None:
+        fields["user_id"] = user_id
+        fields["user_spent_usd"] = round(usage.user_spent, 6)
+    if limit == "user_rate":
+        fields["requests_last_minute"] = usage.user_recent_requests
+    events.emit("budget", **fields)
+    scope = refusal_scope(limit, workspace, user_id)
+    if warn and limit == "user_rate":
+        logger.warning(
+            "%s made %d model requests in the last minute (limit %d): refused until the "
+            "minute has passed",
+            scope,
+            spent,
+            ceiling,
+        )
+    elif warn:
+        logger.warning(
+            "%s is spent for %s (%s of %s): no more model calls there until the next period",
+            scope,
+            period,
+            usd(spent),
+            usd(ceiling),
+        )
+    notice = budget.USER_NOTICES.get(limit) if tell and user_id is not None else None
+    return Refusal(limit, notice)

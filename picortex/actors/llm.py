@@ -70,8 +70,9 @@ class Budget(Protocol):
 
     def reserve(
         self, workspace: str, user_id: int | None, worst_usd: float
-    ) -> Reservation | Refusal:
-        """Hold `worst_usd` for a call, or refuse it with the limit it hit."""
+    ) -> Reservation | Refusal | Awaitable[Reservation | Refusal]:
+        """Hold `worst_usd` for a call, or refuse it with the limit it hit (or return an
+        awaitable of either, for a budget that asks the cluster's database)."""
         ...
 
     def settle(self, held: Reservation, cost_usd: float) -> None:
@@ -342,6 +343,8 @@ class LLMActor:
             worst = budget_core.worst_case_usd(request.prompt_chars, request.max_tokens, price)
             try:
                 answer = self._budget.reserve(request.workspace, request.user_id, worst)
+                if not isinstance(answer, Reservation | Refusal):
+                    answer = await answer  # a cluster's ceilings ask the database
             except Exception as exc:  # a broken ledger must not spend money blindly: no call
                 logger.exception("budget check failed for workspace %s", request.workspace)
                 return self._finish(request, model, start, "error", failure=exc)

@@ -239,6 +239,213 @@ CREATE FUNCTION picortex_now() RETURNS double precision LANGUAGE sql VOLATILE
     AS $$ SELECT extract(epoch FROM clock_timestamp())::float8 $$;
 """
 
+# Ceilings for the cluster (SPEC 9, 17): money as integer micro-dollars. Spend per level and
+# period (the global total, a user's UTC day, a workspace), the money running calls hold
+# (`budget_reservation`, a row per call until settled), each user's call starts (the
+# per-minute limit), and the one process that says "spent" once per period
+# (`budget_notice`). Reserving and settling lock the counters in one fixed order: global,
+# user, workspace (`picortex_budget_lock`), so two calls never wait on each other crosswise.
+_V7_CLUSTER_CEILINGS: Final = """
+CREATE TABLE budget_counter (
+    scope        text NOT NULL CHECK (scope IN ('global', 'user', 'workspace')),
+    name         text NOT NULL,
+    period       text NOT NULL,
+    spent_micros bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, name, period)
+);
+INSERT INTO budget_counter (scope, name, period, spent_micros)
+    SELECT 'global', '', period_key, ceil(sum(cost_usd) * 1000000)::bigint
+    FROM budget_ledger GROUP BY period_key;
+INSERT INTO budget_counter (scope, name, period, spent_micros)
+    SELECT 'workspace', workspace, period_key, ceil(sum(cost_usd) * 1000000)::bigint
+    FROM budget_ledger GROUP BY workspace, period_key;
+INSERT INTO budget_counter (scope, name, period, spent_micros)
+    SELECT 'user', user_id::text, to_char(to_timestamp(at) AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
+           ceil(sum(cost_usd) * 1000000)::bigint
+    FROM budget_ledger WHERE user_id IS NOT NULL GROUP BY 2, 3;
+
+-- A settled row stays a day (settled_at set), so a settlement sent twice counts once.
+CREATE TABLE budget_reservation (
+    id            uuid PRIMARY KEY,
+    node          text NOT NULL,
+    workspace     text NOT NULL,
+    user_id       bigint,
+    amount_micros bigint NOT NULL CHECK (amount_micros >= 0),
+    created_at    double precision NOT NULL,
+    expires_at    double precision NOT NULL,
+    settled_at    double precision
+);
+CREATE INDEX budget_reservation_open_workspace ON budget_reservation (workspace)
+    WHERE settled_at IS NULL;
+CREATE INDEX budget_reservation_open_user ON budget_reservation (user_id)
+    WHERE settled_at IS NULL;
+CREATE INDEX budget_reservation_settled ON budget_reservation (settled_at);
+
+CREATE TABLE budget_request (
+    user_id bigint NOT NULL,
+    at      double precision NOT NULL
+);
+CREATE INDEX budget_request_user ON budget_request (user_id, at);
+
+CREATE TABLE budget_notice (
+    kind   text NOT NULL,
+    scope  text NOT NULL,
+    period text NOT NULL,
+    PRIMARY KEY (kind, scope, period)
+);
+
+-- Whether a reservation still holds money: until settled, while its node tells its
+-- heartbeat; a dead node's until it expires (at its worst case, as if spent).
+CREATE FUNCTION picortex_budget_holds(r budget_reservation, p_now double precision,
+                                      p_live_seconds double precision)
+RETURNS boolean LANGUAGE sql STABLE AS $$
+    SELECT r.settled_at IS NULL AND (r.expires_at > p_now OR EXISTS (
+        SELECT 1 FROM cluster_node n
+        WHERE n.node = r.node AND n.last_seen >= p_now - p_live_seconds))
+$$;
+
+-- Lock the counters a call touches, always global, then user, then workspace; returns
+-- what each has spent (0 for a call without a user).
+CREATE FUNCTION picortex_budget_lock(p_period text, p_day text, p_workspace text,
+                                     p_user bigint,
+                                     OUT global_spent bigint, OUT user_spent bigint,
+                                     OUT workspace_spent bigint)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO budget_counter (scope, name, period) VALUES ('global', '', p_period)
+        ON CONFLICT DO NOTHING;
+    SELECT spent_micros INTO global_spent FROM budget_counter
+        WHERE scope = 'global' AND name = '' AND period = p_period FOR UPDATE;
+    user_spent := 0;
+    IF p_user IS NOT NULL THEN
+        INSERT INTO budget_counter (scope, name, period) VALUES ('user', p_user::text, p_day)
+            ON CONFLICT DO NOTHING;
+        SELECT spent_micros INTO user_spent FROM budget_counter
+            WHERE scope = 'user' AND name = p_user::text AND period = p_day FOR UPDATE;
+    END IF;
+    INSERT INTO budget_counter (scope, name, period) VALUES ('workspace', p_workspace, p_period)
+        ON CONFLICT DO NOTHING;
+    SELECT spent_micros INTO workspace_spent FROM budget_counter
+        WHERE scope = 'workspace' AND name = p_workspace AND period = p_period FOR UPDATE;
+END $$;
+
+-- The one process that says so: true for the first to tell `kind` about `scope` in `period`.
+CREATE FUNCTION picortex_budget_notice(p_kind text, p_scope text, p_period text)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    won boolean;
+BEGIN
+    INSERT INTO budget_notice (kind, scope, period) VALUES (p_kind, p_scope, p_period)
+        ON CONFLICT DO NOTHING RETURNING true INTO won;
+    IF won THEN  -- earlier periods of the same scope are over: one row per scope stays
+        DELETE FROM budget_notice WHERE kind = p_kind AND scope = p_scope AND period <> p_period;
+    END IF;
+    RETURN coalesce(won, false);
+END $$;
+
+-- SPEC 9's admit rule (`picortex.core.budget.admit`) over the whole cluster, in one
+-- transaction: refuse when spent plus held has reached a ceiling (workspace, global, the
+-- user's day), or the user started `p_user_rate` calls in the last minute; else hold
+-- `p_amount` under `p_id`. A refusal also says whether this process is the one to warn
+-- (and to tell the user) for this period.
+CREATE FUNCTION picortex_budget_reserve(
+    p_id uuid, p_node text, p_workspace text, p_user bigint, p_amount bigint,
+    p_period text, p_day text, p_ceiling bigint, p_global_ceiling bigint,
+    p_user_daily bigint, p_user_rate integer, p_user_limited boolean,
+    p_hold_seconds double precision, p_live_seconds double precision,
+    p_now double precision DEFAULT NULL,
+    OUT refused text, OUT workspace_spent bigint, OUT workspace_held bigint,
+    OUT global_spent bigint, OUT global_held bigint, OUT user_spent bigint,
+    OUT user_held bigint, OUT user_recent integer, OUT warn boolean, OUT tell boolean,
+    OUT live_nodes integer)
+LANGUAGE plpgsql AS $$
+DECLARE
+    now_ double precision := coalesce(p_now, extract(epoch FROM clock_timestamp()));
+    minute text;
+BEGIN
+    SELECT l.global_spent, l.user_spent, l.workspace_spent
+        INTO global_spent, user_spent, workspace_spent
+        FROM picortex_budget_lock(p_period, p_day, p_workspace, p_user) AS l;
+    SELECT coalesce(sum(r.amount_micros), 0) INTO global_held FROM budget_reservation r
+        WHERE r.settled_at IS NULL AND picortex_budget_holds(r, now_, p_live_seconds);
+    SELECT coalesce(sum(r.amount_micros), 0) INTO workspace_held FROM budget_reservation r
+        WHERE r.settled_at IS NULL AND r.workspace = p_workspace
+          AND picortex_budget_holds(r, now_, p_live_seconds);
+    user_held := 0;
+    user_recent := 0;
+    IF p_user IS NOT NULL THEN
+        SELECT coalesce(sum(r.amount_micros), 0) INTO user_held FROM budget_reservation r
+            WHERE r.settled_at IS NULL AND r.user_id = p_user
+              AND picortex_budget_holds(r, now_, p_live_seconds);
+        DELETE FROM budget_request WHERE user_id = p_user AND at <= now_ - 60;
+        SELECT count(*) INTO user_recent FROM budget_request WHERE user_id = p_user;
+    END IF;
+    SELECT count(*) INTO live_nodes FROM cluster_node WHERE last_seen >= now_ - p_live_seconds;
+    warn := false;
+    tell := false;
+    IF NOT workspace_spent + workspace_held < p_ceiling THEN
+        refused := 'workspace';
+    ELSIF NOT global_spent + global_held < p_global_ceiling THEN
+        refused := 'global';
+    ELSIF p_user_limited AND p_user_daily > 0 AND NOT user_spent + user_held < p_user_daily THEN
+        refused := 'user_daily';
+    ELSIF p_user_limited AND p_user_rate > 0 AND user_recent >= p_user_rate THEN
+        refused := 'user_rate';
+    END IF;
+    IF refused IS NULL THEN
+        INSERT INTO budget_reservation (id, node, workspace, user_id, amount_micros,
+                                        created_at, expires_at)
+            VALUES (p_id, p_node, p_workspace, p_user, p_amount, now_, now_ + p_hold_seconds);
+        IF p_user IS NOT NULL THEN
+            INSERT INTO budget_request (user_id, at) VALUES (p_user, now_);
+        END IF;
+        RETURN;
+    END IF;
+    minute := floor(now_ / 60)::bigint::text;
+    warn := picortex_budget_notice('warn:' || refused,
+        CASE refused WHEN 'workspace' THEN p_workspace WHEN 'global' THEN ''
+             ELSE p_user::text END,
+        CASE refused WHEN 'user_daily' THEN p_day WHEN 'user_rate' THEN minute
+             ELSE p_period END);
+    IF refused IN ('user_daily', 'user_rate') THEN
+        tell := picortex_budget_notice('tell:' || refused, p_user::text,
+            CASE refused WHEN 'user_daily' THEN p_day ELSE minute END);
+    END IF;
+END $$;
+
+-- Settle a call: lock as reserving does, mark its reservation settled (a settlement sent
+-- twice counts once; one for a call reserved while the database was unreachable makes its
+-- row), and add what it cost to the counters and the ledger. False: settled already.
+CREATE FUNCTION picortex_budget_settle(
+    p_id uuid, p_node text, p_workspace text, p_user bigint, p_cost bigint,
+    p_period text, p_day text, p_at double precision, p_now double precision DEFAULT NULL)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    now_ double precision := coalesce(p_now, extract(epoch FROM clock_timestamp()));
+    settled boolean;
+BEGIN
+    PERFORM picortex_budget_lock(p_period, p_day, p_workspace, p_user);
+    INSERT INTO budget_reservation AS r (id, node, workspace, user_id, amount_micros,
+                                         created_at, expires_at, settled_at)
+        VALUES (p_id, p_node, p_workspace, p_user, 0, now_, now_, now_)
+        ON CONFLICT (id) DO UPDATE SET settled_at = excluded.settled_at
+            WHERE r.settled_at IS NULL
+        RETURNING true INTO settled;
+    IF settled IS NULL THEN
+        RETURN false;
+    END IF;
+    IF p_cost > 0 THEN
+        UPDATE budget_counter SET spent_micros = spent_micros + p_cost
+            WHERE (scope = 'global' AND name = '' AND period = p_period)
+               OR (scope = 'user' AND name = p_user::text AND period = p_day)
+               OR (scope = 'workspace' AND name = p_workspace AND period = p_period);
+        INSERT INTO budget_ledger (workspace, period_key, cost_usd, at, user_id)
+            VALUES (p_workspace, p_period, p_cost / 1000000.0, p_at, p_user);
+    END IF;
+    RETURN true;
+END $$;
+"""
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_CHAT_USER_ATTENTION,
@@ -246,6 +453,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     _V4_CONFIG_NOTIFY,
     _V5_CLUSTER_NODE,
     _V6_SHARD_LEASE,
+    _V7_CLUSTER_CEILINGS,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

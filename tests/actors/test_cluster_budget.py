@@ -1,0 +1,375 @@
+"""The budget of a cluster (SPEC 9, 17): reservations asked of the database off the event
+loop, settlements that survive a cancellation and an outage, and the process's share while
+the database cannot be asked."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import attrs
+import psycopg
+import pytest
+import trio
+
+from picortex.actors.cluster_budget import RETRY_SECONDS, ClusterBudget
+from picortex.actors.ledger import LedgerBudget
+from picortex.app import Bot
+from picortex.config import BudgetSettings, Settings, load_settings
+from picortex.core.budget import Refusal, Reservation
+from picortex.store.pg.ceilings import Answer, Ask, Ceilings, CeilingsUnreachable, Settlement
+from tests.actors.test_llm import FakeModel, estimate, make_actor, request, running
+from tests.helpers import RecordingSink
+from tests.pg import pg_server, pg_url
+
+__all__ = ["pg_server", "pg_url"]
+
+LOGGER = "picortex.actors.cluster_budget"
+NOON = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def settings_with(tmp_path: Path, budget: BudgetSettings) -> Settings:
+    base = load_settings({"PICORTEX_HOME": str(tmp_path)})
+    return attrs.evolve(base, budget=budget)
+
+
+def answer(**changes: Any) -> Answer:
+    fields: dict[str, Any] = dict.fromkeys(
+        (
+            "workspace_spent",
+            "workspace_held",
+            "global_spent",
+            "global_held",
+            "user_spent",
+            "user_held",
+            "user_recent",
+        ),
+        0,
+    )
+    fields.update(refused=None, warn=False, tell=False, live_nodes=1)
+    fields.update(changes)
+    return Answer(**fields)
+
+
+class FakeCeilings:
+    """The database side: answers `answers` in turn (an exception is raised), records
+    settlements; `down` makes every call fail as an unreachable database does."""
+
+    def __init__(self, *answers: Answer | BaseException) -> None:
+        self.answers = list(answers)
+        self.asked: list[Ask] = []
+        self.settled: list[Settlement] = []
+        self.down = False
+        self.closed = False
+
+    def reserve(self, ask: Ask) -> Answer:
+        self.asked.append(ask)
+        if self.down:
+            raise CeilingsUnreachable("PostgreSQL picortex on db: connection refused")
+        given = self.answers.pop(0) if self.answers else answer()
+        if isinstance(given, BaseException):
+            raise given
+        return given
+
+    def settle(self, settled: Settlement) -> bool:
+        if self.down:
+            raise CeilingsUnreachable("PostgreSQL picortex on db: connection refused")
+        self.settled.append(settled)
+        return True
+
+    def spent(self, period: str, day: str) -> tuple[dict[str, int], int, dict[int, int]]:
+        if self.down:
+            raise CeilingsUnreachable("PostgreSQL picortex on db: connection refused")
+        return {}, 0, {}
+
+    def prune(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def budget_over(
+    ceilings: Any, settings: Settings, sink: RecordingSink | None = None
+) -> ClusterBudget:
+    return ClusterBudget(
+        ceilings, lambda: settings, sink or RecordingSink(), wall_clock=lambda: NOON
+    )
+
+
+async def test_a_cancelled_call_is_settled_in_the_clusters_database(
+    pg_url: str, tmp_path: Path
+) -> None:
+    sink = RecordingSink()
+    settings = settings_with(tmp_path, BudgetSettings(5.0, "day", 20.0, 0.0, 0))
+    ceilings = Ceilings(pg_url, "node-a")
+    budget = ClusterBudget(ceilings, lambda: settings, sink)
+    arrived = trio.Event()
+
+    async def held(body: dict[str, Any]) -> Any:
+        arrived.set()
+        await trio.sleep_forever()
+
+    one = request()
+    actor = make_actor(FakeModel(held), sink, budget=budget)  # type: ignore[arg-type]
+    async with trio.open_nursery() as outer:
+        await outer.start(budget.run)
+        async with running(actor), trio.open_nursery() as nursery:
+            nursery.start_soon(actor.complete, one)
+            await arrived.wait()
+            assert budget.held_usd() > 0
+            nursery.cancel_scope.cancel()
+        # Settled in a `finally` without a checkpoint: queued, then sent by the sender.
+        with trio.fail_after(30):
+            while budget.unsettled():
+                await trio.sleep(0.01)
+        outer.cancel_scope.cancel()
+    budget.close()
+    assert budget.held_usd() == 0.0
+    (event,) = sink.of("llm")
+    assert (event["outcome"], event["usage"]) == ("cancelled", "estimated")
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        ledger = conn.execute("SELECT workspace, cost_usd FROM budget_ledger").fetchall()
+        open_calls = conn.execute(
+            "SELECT count(*) FROM budget_reservation WHERE settled_at IS NULL"
+        ).fetchone()
+    assert ledger == [(one.workspace, pytest.approx(estimate(one), abs=1e-6))]
+    assert open_calls == (0,)
+
+
+async def test_calls_on_four_processes_overshoot_the_global_ceiling_by_one_call_at_most(
+    pg_url: str, tmp_path: Path
+) -> None:
+    ceiling, worst = 0.25, 0.011  # calls that each cost exactly their worst case
+    settings = settings_with(tmp_path, BudgetSettings(100.0, "day", ceiling, 0.0, 0))
+    budgets = [
+        ClusterBudget(Ceilings(pg_url, f"p{i}"), lambda: settings, RecordingSink())
+        for i in range(4)
+    ]
+
+    async def calls(budget: ClusterBudget) -> None:
+        for _ in range(30):
+            held = await budget.reserve("g1", None, worst)
+            if isinstance(held, Reservation):
+                await trio.sleep(0)  # the call
+                budget.settle(held, worst)
+
+    async with trio.open_nursery() as senders:
+        for budget in budgets:
+            await senders.start(budget.run)
+        async with trio.open_nursery() as nursery:
+            for budget in budgets * 2:  # two channels per process
+                nursery.start_soon(calls, budget)
+        with trio.fail_after(30):
+            while any(b.unsettled() for b in budgets):
+                await trio.sleep(0.01)
+        senders.cancel_scope.cancel()
+    for budget in budgets:
+        budget.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT sum(cost_usd) FROM budget_ledger").fetchone()
+    assert row is not None
+    assert ceiling / 2 < row[0] <= ceiling + worst + 1e-9
+
+
+async def test_a_reservation_answered_as_its_caller_is_cancelled_reaches_the_caller(
+    tmp_path: Path,
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(FakeCeilings):
+        def reserve(self, ask: Ask) -> Answer:
+            entered.set()
+            release.wait(10)
+            return super().reserve(ask)
+
+    ceilings = Slow()
+    budget = budget_over(ceilings, settings_with(tmp_path, BudgetSettings(5.0, "day")))
+    got: list[Reservation | Refusal] = []
+    with trio.CancelScope() as scope:
+
+        async def call() -> None:
+            got.append(await budget.reserve("g1", 7, 0.5))
+            await trio.sleep(0)  # the cancellation lands here, after the answer
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call)
+            while not entered.is_set():
+                await trio.sleep(0.001)
+            scope.cancel()  # a follow-up restarting the call, while the database answers
+            release.set()
+    assert scope.cancelled_caught
+    (held,) = got
+    assert isinstance(held, Reservation)
+    assert budget.held_usd() == 0.5  # held until its caller settles it
+    budget.settle(held, 0.0)
+    assert budget.held_usd() == 0.0 and budget.unsettled() == 1
+
+
+# The clock stands still while a worker thread asks the database (tests/e2e/harness.py).
+@pytest.mark.virtual_time
+async def test_a_settlement_waits_out_an_outage_and_is_recorded_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ceilings = FakeCeilings()
+    budget = budget_over(ceilings, settings_with(tmp_path, BudgetSettings(5.0, "day")))
+    held = await budget.reserve("g1", 7, 0.5)
+    assert isinstance(held, Reservation)
+    ceilings.down = True
+    async with trio.open_nursery() as nursery:
+        await nursery.start(budget.run)
+        with caplog.at_level(logging.ERROR, logger=LOGGER):
+            budget.settle(held, 0.25)
+            budget.settle(held, 0.25)  # settled once only
+            await trio.sleep(10 * RETRY_SECONDS)
+            assert ceilings.settled == [] and budget.unsettled() == 1
+            ceilings.down = False
+            await trio.sleep(RETRY_SECONDS + 0.1)
+        nursery.cancel_scope.cancel()
+    (settled,) = ceilings.settled
+    assert (settled.id, settled.cost, settled.user_id) == (ceilings.asked[0].id, 250_000, 7)
+    assert budget.unsettled() == 0
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1  # one a minute, however often it tried
+    assert "connection refused" in errors[0].getMessage()
+
+
+# The clock stands still while a worker thread asks the database (tests/e2e/harness.py).
+@pytest.mark.virtual_time
+async def test_an_unreachable_database_leaves_this_process_its_share(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The database last said: $0.20 of the $1.00 global ceiling spent, four processes live.
+    ceilings = FakeCeilings(answer(global_spent=200_000, live_nodes=4))
+    sink = RecordingSink()
+    settings = settings_with(tmp_path, BudgetSettings(100.0, "day", 1.0, 0.0, 0))
+    budget = budget_over(ceilings, settings, sink)
+    first = await budget.reserve("g1", None, 0.05)
+    assert isinstance(first, Reservation)
+    budget.settle(first, 0.05)
+    ceilings.down = True
+    made = 0
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        for _ in range(20):
+            held = await budget.reserve("g1", None, 0.05)
+            if isinstance(held, Refusal):
+                break
+            made += 1
+            budget.settle(held, 0.05)
+        # Its share of the $0.80 left is $0.20: what it spent since counts against it.
+        assert made == 3
+        assert isinstance(held, Refusal) and held.limit == "global"
+        await trio.sleep(61)
+        await budget.reserve("g1", None, 0.05)
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 2  # one a minute
+    assert "share (1/4)" in errors[0]
+    assert [e["limit"] for e in sink.of("budget")] == ["global", "global"]
+
+
+# The clock stands still while a worker thread asks the database (tests/e2e/harness.py).
+@pytest.mark.virtual_time
+async def test_a_users_requests_per_minute_are_shared_out_while_the_database_is_away(
+    tmp_path: Path,
+) -> None:
+    ceilings = FakeCeilings(answer(live_nodes=2))
+    settings = settings_with(tmp_path, BudgetSettings(100.0, "day", 100.0, 0.0, 6))
+    budget = budget_over(ceilings, settings)
+    assert isinstance(await budget.reserve("g1", 7, 0.01), Reservation)
+    ceilings.down = True
+    made = [await budget.reserve("g1", 7, 0.01) for _ in range(4)]
+    # 6 a minute for two processes: 3 here, the one the database admitted among them.
+    assert [isinstance(m, Reservation) for m in made] == [True, True, False, False]
+    refused = made[2]
+    assert isinstance(refused, Refusal) and refused.limit == "user_rate"
+    assert refused.notice is not None  # told once
+    refused_again = made[3]
+    assert isinstance(refused_again, Refusal) and refused_again.notice is None
+    # A refusal here releases what the database may have taken before it went away.
+    assert budget.unsettled() == 2
+
+
+def test_the_bot_takes_the_clusters_ceilings_only_with_a_database_url(
+    pg_url: str, tmp_path: Path
+) -> None:
+    env = {"PICORTEX_HOME": str(tmp_path / "a"), "DISCORD_BOT_TOKEN": "token-for-the-test"}
+    embedded = Bot(load_settings(env))
+    try:
+        assert isinstance(embedded.budget, LedgerBudget)
+        assert "ceilings" not in embedded.services.restart_counts()
+    finally:
+        embedded.store.close()
+    env = {**env, "PICORTEX_HOME": str(tmp_path / "b"), "PICORTEX_DATABASE_URL": pg_url}
+    clustered = Bot(load_settings(env))
+    try:
+        assert isinstance(clustered.budget, ClusterBudget)
+        assert "ceilings" in clustered.services.restart_counts()
+    finally:
+        clustered.budget.close()
+        clustered.store.close()
+
+
+def test_an_embedded_bot_keeps_its_ledger_and_never_imports_psycopg(tmp_path: Path) -> None:
+    code = (
+        "import sys\n"
+        "from picortex.app import Bot\n"
+        "from picortex.actors.ledger import LedgerBudget\n"
+        "from picortex.config import load_settings\n"
+        f"env = {{'PICORTEX_HOME': {str(tmp_path)!r}, 'DISCORD_BOT_TOKEN': 'token-for-test'}}\n"
+        "bot = Bot(load_settings(env))\n"
+        "bot.store.close()\n"
+        "assert type(bot.budget) is LedgerBudget, type(bot.budget)\n"
+        "assert 'psycopg' not in sys.modules, 'psycopg imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+async def test_status_shows_what_the_whole_cluster_spent(pg_url: str, tmp_path: Path) -> None:
+    settings = settings_with(tmp_path, BudgetSettings(5.0, "day", 20.0, 1.0, 0))
+    here = ClusterBudget(Ceilings(pg_url, "here"), lambda: settings, RecordingSink())
+    there = ClusterBudget(Ceilings(pg_url, "there"), lambda: settings, RecordingSink())
+    for budget, workspace, user_id, cost in ((here, "g1", 7, 0.25), (there, "g2", 8, 0.5)):
+        held = await budget.reserve(workspace, user_id, cost)
+        assert isinstance(held, Reservation)
+        budget.settle(held, cost)
+        assert await budget.deliver()
+    running = await here.reserve("g1", 7, 0.125)
+    here.refresh()
+    assert {w: s["spent_usd"] for w, s in here.summary().items()} == {"g1": 0.25, "g2": 0.5}
+    totals = here.totals()
+    assert (totals["spent_usd"], totals["held_usd"]) == (0.75, 0.125)
+    assert {u: s["spent_usd"] for u, s in here.users().items()} == {"8": 0.5, "7": 0.25}
+    assert list(here.users()) == ["8", "7"]  # dearest first
+    assert isinstance(running, Reservation)
+    here.close()
+    there.close()
+
+
+async def test_at_shutdown_what_is_unsettled_reaches_the_database_or_is_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_with(tmp_path, BudgetSettings(5.0, "day"))
+    ceilings = FakeCeilings()
+    budget = budget_over(ceilings, settings)
+    held = await budget.reserve("g1", 7, 0.5)
+    assert isinstance(held, Reservation)
+    budget.settle(held, 0.25)  # the sender has stopped: nothing sent it yet
+    budget.close()
+    assert [s.cost for s in ceilings.settled] == [250_000] and ceilings.closed
+    # With the database away, the loss is named (its reservation counts until it expires).
+    ceilings = FakeCeilings()
+    budget = budget_over(ceilings, settings)
+    held = await budget.reserve("g1", 7, 0.5)
+    assert isinstance(held, Reservation)
+    budget.settle(held, 0.25)
+    ceilings.down = True
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        budget.close()
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "1 model calls ($0.25)" in error and ceilings.closed
