@@ -12,6 +12,7 @@ from picortex.store.store import Store
 
 if TYPE_CHECKING:
     from picortex.config import Settings
+    from picortex.discord.shared_limits import SharedLimits
     from picortex.store.database import Database
     from picortex.store.pg.database import PgDatabase
 
@@ -51,3 +52,14 @@ def open_store(settings: Settings) -> StoreActor:
 def open_admin(settings: Settings) -> AdminStore:
     """The store a command run outside the bot uses, over the settings' database."""
     return AdminStore(open_database(settings))
+
+
+def open_shared_limits(settings: Settings) -> SharedLimits | None:
+    """Discord's limits shared with the cluster's other processes (SPEC 17); None without
+    `PICORTEX_DATABASE_URL` (one process keeps them alone)."""
+    if not settings.database_url:
+        return None
+    from picortex.store.pg.database import describe
+    from picortex.store.pg.limits import open_limits
+
+    return open_limits(settings.database_url, describe(settings.database_url))
