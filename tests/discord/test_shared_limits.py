@@ -24,8 +24,10 @@ from picortex.discord.shared_limits import (
     ANSWER_PATIENCE,
     BucketClaim,
     Grant,
+    GrantBook,
     SharedGlobalLimit,
     SharedIdentify,
+    ShareWindow,
     fair_share,
 )
 from picortex.sim import Simulator
@@ -89,6 +91,51 @@ def processes(
 def busiest_second(times: list[float]) -> int:
     times = sorted(times)
     return max(bisect.bisect_left(times, t + GLOBAL_WINDOW) - i for i, t in enumerate(times))
+
+
+# ---- the bookkeeping ---------------------------------------------------------------------------
+
+
+def test_a_granted_slot_is_used_within_the_window_it_was_asked_in_or_never() -> None:
+    book = GrantBook()
+    book.waiting = 3
+    assert book.ask(10.0) == 3
+    assert book.ask(10.1) == 0  # the answer is awaited
+    # The table took the slots a little after the asking, by its own clock.
+    book.answered(Grant(wanted=3, granted=3, now=500.2, retry_at=500.2), 10.3)
+    assert book.take(10.9) and book.take(10.99)
+    assert not book.take(10.0 + GLOBAL_WINDOW)  # the third one is somebody else's by now
+    assert len(book) == 0
+
+
+def test_a_short_grant_waits_for_the_next_free_slot_on_the_tables_clock() -> None:
+    book = GrantBook()
+    book.waiting = 5
+    assert book.ask(0.0) == 5
+    book.answered(Grant(wanted=5, granted=2, now=100.0, retry_at=100.5), 0.25)
+    assert book.ask(0.7) == 0
+    assert book.ask(0.75) == 5  # 0.25 (the answer) + 0.5 (the table's wait)
+
+
+def test_a_pause_drops_the_slots_in_hand() -> None:
+    book = GrantBook()
+    assert book.ask(0.0) == 1
+    book.answered(Grant(wanted=1, granted=1, now=0.0, retry_at=0.0), 0.0)
+    book.block(3.0)
+    assert not book.take(0.1)
+    assert book.ask(2.9) == 0
+    assert book.ask(3.0) == 1
+    book.answered(Grant(wanted=1, granted=0, now=3.0, retry_at=9.0, paused_until=9.0), 3.0)
+    assert book.ask(8.9) == 0 and book.ask(9.0) == 1
+
+
+def test_the_share_of_a_process_out_of_reach() -> None:
+    assert [fair_share(live) for live in (0, 1, 2, 3, 4, 100)] == [48, 48, 24, 16, 12, 1]
+    window = ShareWindow()
+    assert all(window.take(0.0, 2) for _ in range(2))
+    assert not window.take(0.5, 2)
+    assert window.next_free(0.5) == GLOBAL_WINDOW
+    assert window.take(GLOBAL_WINDOW, 2)
 
 
 # ---- the global limit -------------------------------------------------------------------------
