@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -239,3 +240,24 @@ def test_the_worker_out_of_reach_answers_none_at_once_and_says_so_once(
         assert "share" in errors[0].getMessage() and pg_url not in errors[0].getMessage()
     finally:
         worker.stop()
+
+
+# ---- the bot -----------------------------------------------------------------------------------
+
+
+@pytest.mark.virtual_time
+async def test_a_bot_on_postgresql_takes_its_slots_and_its_bucket_from_the_cluster(
+    pg_url: str, tmp_path: Path
+) -> None:
+    from tests.e2e.harness import running_bot
+
+    async with running_bot(tmp_path, env={"PICORTEX_DATABASE_URL": pg_url}) as run:
+        w = run.world
+        run.say(w.general_id, w.alice_id, f"{run.mention()} hello there?")
+        await run.sim.wait_bot_messages(1, w.general_id)
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            used = conn.execute("SELECT count(*) FROM rest_global_slot WHERE free_at > 0")
+            buckets = conn.execute("SELECT bucket FROM identify_bucket").fetchall()
+            (used_slots,) = used.fetchone() or (0,)
+    assert used_slots > 0  # the reply (and the requests before it) took shared slots
+    assert buckets == [(0,)]  # its IDENTIFY was recorded for the cluster
