@@ -40,9 +40,10 @@ BUCKET_POLL_SECONDS: Final = 0.1
 # An answer from the database slower than this is not waited for: the request goes on the
 # process's share meanwhile (a database that hangs must not stop the bot talking).
 ANSWER_PATIENCE: Final = 2.0
-# When the table has no slot free, at least this long before asking again (a slot skipped
-# because another process was taking it is taken within milliseconds).
-MIN_RETRY: Final = 0.005
+# When the table had too few slots free, at least this long before asking again: slots free
+# one by one (as they were granted), and waiting a little gathers several into one round
+# trip, at a cost of a few percent of the rate while the cluster is at the limit.
+MIN_RETRY: Final = 0.02
 
 
 @attrs.frozen
