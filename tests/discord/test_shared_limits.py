@@ -442,3 +442,33 @@ async def test_shards_of_one_bucket_in_two_processes_identify_without_op_9(
         waits = [e for e in sink.of("gateway") if e.get("cluster")]
         assert len(waits) == 1 and waits[0]["shard"] in ([0, 4], [2, 4])
         nursery.cancel_scope.cancel()
+
+
+async def test_a_cold_start_of_eight_shards_over_four_processes_takes_four_windows(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """max_concurrency 2: two IDENTIFYs per window across the cluster, never op 9."""
+    sim = Simulator(TOKEN, limit_identify_concurrency=True, max_concurrency=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.serve)
+        sim.add_default_world()
+        sink = RecordingSink()
+        for process in range(4):
+            turns = IdentifyTurns(gate=SharedIdentify(processes()))
+            for shard_id in (2 * process, 2 * process + 1):  # one shard in each bucket
+                actor = GatewayActor(
+                    TOKEN, SimRest(sim), sink, lambda *_: None, shard=(shard_id, 8), turns=turns
+                )
+                nursery.start_soon(actor.run)
+        ready = lambda: [e for e in sink.of("gateway") if e["action"] == "ready"]  # noqa: E731
+        await wait_until(lambda: len(ready()) == 8)
+        started = trio.current_time()
+        stats = sim.gateway_stats
+        assert stats.identify_rate_limited == 0
+        assert sorted(stats.shard_identifies) == list(range(8))
+        times = sorted(stats.identify_times)
+        assert times[-1] - times[0] >= 3 * WINDOW  # four rounds of two
+        # Every shard READY within ceil(8 / 2) windows of 5.25 s (here: the last IDENTIFY's).
+        assert started <= 4 * 5.25
+        nursery.cancel_scope.cancel()
