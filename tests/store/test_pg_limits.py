@@ -261,3 +261,14 @@ async def test_a_bot_on_postgresql_takes_its_slots_and_its_bucket_from_the_clust
             (used_slots,) = used.fetchone() or (0,)
     assert used_slots > 0  # the reply (and the requests before it) took shared slots
     assert buckets == [(0,)]  # its IDENTIFY was recorded for the cluster
+
+
+def test_a_stopped_worker_answers_what_it_never_served(pg_url: str) -> None:
+    worker = LimitsWorker(pg_url, "PostgreSQL test", node="me")
+    answers = Answers()
+    worker.grant(1, answers)  # queued before the thread ever ran
+    worker.stop()
+    assert answers.wait() is None
+    worker.claim_bucket(0, 5.0, answers)
+    assert answers.wait() is None
+    assert not worker.reachable

@@ -202,6 +202,7 @@ class LimitsWorker:
         self._next_attempt = 0.0
         self._last_error_at = -ERROR_EVERY_SECONDS
         self.generation = 0  # connections made so far: a bucket lock lives in one
+        self._stopped = False
 
     # ---- LimitsBackend -------------------------------------------------------------------
 
@@ -248,6 +249,10 @@ class LimitsWorker:
     def _submit(
         self, run: Callable[[PgLimits], object], done: Callable[[Any], None] | None
     ) -> None:
+        if self._stopped:
+            if done is not None:
+                done(None)  # nobody serves it any more: as if out of reach
+            return
         self._jobs.put(_Job(run, done))
 
     # ---- lifetime ------------------------------------------------------------------------
@@ -256,17 +261,27 @@ class LimitsWorker:
         """Start the thread (idempotent)."""
         if self._thread is not None and self._thread.is_alive():
             return
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name="picortex-limits", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop the thread and close the connection (bucket locks go with it)."""
+        self._stopped = True
+        self._reachable = False
         thread = self._thread
-        if thread is None:
-            return
-        self._jobs.put(None)
-        thread.join(CONNECT_TIMEOUT_SECONDS + 1)
-        self._thread = None
+        if thread is not None:
+            self._jobs.put(None)
+            thread.join(CONNECT_TIMEOUT_SECONDS + 1)
+            self._thread = None
+        # Whatever was still queued is answered, so that nobody waits for it.
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                return
+            if job is not None and job.done is not None:
+                job.done(None)
 
     # ---- the thread ----------------------------------------------------------------------
 
