@@ -72,7 +72,7 @@ from picortex.runtime.supervisor import (
     Supervisor,
     run_root,
 )
-from picortex.store.backends import open_store
+from picortex.store.backends import open_shared_limits, open_store
 from picortex.store.personas import PersonaLoader
 from picortex.store.pg.cluster import node_name
 from picortex.store.queries import SessionQueries
@@ -155,8 +155,14 @@ class Bot:
             settings.action_log_path, live.action_log_max_bytes, faults=self.faults
         )
         self.store.events = self.events  # where an unreachable database is told
+        # With a database URL, Discord's global limit and identify buckets are the cluster's.
+        self.limits = open_shared_limits(settings)
         self.rest = RestClient(
-            settings.api_base, settings.discord_token, client=rest_client, events=self.events
+            settings.api_base,
+            settings.discord_token,
+            client=rest_client,
+            events=self.events,
+            shared=self.limits.rest if self.limits is not None else None,
         )
         self.cache = ContextCache(
             settings.cache_dir,
@@ -229,7 +235,10 @@ class Bot:
         )
         # One gateway actor per shard, all handing dispatches to the one router (a message's
         # channel decides its mailbox) and sharing the session start limit.
-        turns = IdentifyTurns((gateway_timings or GatewayTimings()).identify_window)
+        turns = IdentifyTurns(
+            (gateway_timings or GatewayTimings()).identify_window,
+            gate=self.limits.identify if self.limits is not None else None,
+        )
         handled = self.pipe.handled
         handled.shard_count = self.leased.count if self.leased is not None else held[0][1]
 
@@ -269,6 +278,7 @@ class Bot:
             "services",
             Strategy.ONE_FOR_ONE,
             [
+                *([ChildSpec("discord_limits", self.limits.run)] if self.limits else []),
                 ChildSpec("context_cache", self.cache.run),
                 ChildSpec("llm", self.llm.run),
                 # Polls, slash deferral timers, catch-up, command registration.

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from types import ModuleType
-from typing import Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import attrs
@@ -48,6 +48,9 @@ from picortex.discord.protocol import (
 from picortex.errors import ConfigError, FatalDiscordError, GatewayError
 from picortex.tls import tls_context
 from picortex.types import EventSink
+
+if TYPE_CHECKING:
+    from picortex.discord.shared_limits import IdentifyGate
 
 _zstd: ModuleType | None
 try:  # zstd-stream is used when the optional zstandard module is there.
@@ -189,21 +192,41 @@ class _Connection:
 
 
 class IdentifyTurns:
-    """The session start limit shared by the shards of one process.
+    """The session start limit shared by the shards of one process (and, given a `gate`, by
+    every process of a cluster).
 
     Holds the one pacer they all count their IDENTIFYs in, and one turn per rate-limit
     bucket: a shard takes its bucket's turn before waiting out the pacer and gives it back
     once its IDENTIFY is sent (or the connection failed first), so two shards of a bucket
-    never identify within one window (Discord would answer op 9).
+    never identify within one window (Discord would answer op 9). Then it `claim`s the bucket
+    from the `gate`, which holds it for the cluster until the IDENTIFY's outcome is known.
     """
 
-    def __init__(self, window: float = 5.0) -> None:
+    def __init__(self, window: float = 5.0, *, gate: IdentifyGate | None = None) -> None:
         self.pacer = IdentifyPacer(window=window)
+        self._window = window
         self._turns: dict[int, trio.Semaphore] = {}
+        self._gate = gate
 
     def turn(self, shard_id: int) -> trio.Semaphore:
         """The turn of shard `shard_id`'s bucket (a semaphore: any task may give it back)."""
         return self._turns.setdefault(self.pacer.bucket(shard_id), trio.Semaphore(1))
+
+    async def claim(self, shard_id: int) -> float:
+        """Wait for the bucket's turn across processes; the seconds waited (0 without a gate)."""
+        if self._gate is None:
+            return 0.0
+        return await self._gate.claim(shard_id, self.pacer.bucket(shard_id), self._window)
+
+    def identified(self, shard_id: int) -> None:
+        """Shard `shard_id`'s IDENTIFY was just sent."""
+        if self._gate is not None:
+            self._gate.identified(shard_id)
+
+    def settle(self, shard_id: int, *, invalid: bool = False) -> None:
+        """The IDENTIFY's outcome is known (READY, op 9, or the connection ended)."""
+        if self._gate is not None:
+            self._gate.settle(shard_id, invalid=invalid)
 
 
 class GatewayActor:
@@ -355,6 +378,7 @@ class GatewayActor:
                 decision = await self._attempt(url)
             finally:
                 self._give_turn()
+                self._turns.settle(proto.shard[0])
             for action in decision:
                 if isinstance(action, Fatal):
                     self._events.emit(
@@ -388,6 +412,16 @@ class GatewayActor:
                 shard=list(proto.shard),
             )
             await trio.sleep(wait)
+        # Other processes' shards of the bucket: held for the cluster until the outcome.
+        waited = await self._turns.claim(proto.shard[0])
+        if waited > 0:
+            self._events.emit(
+                "gateway",
+                action="identify_wait",
+                seconds=round(waited, 3),
+                shard=list(proto.shard),
+                cluster=True,
+            )
 
     def _give_turn(self) -> None:
         if self._turn is not None:
@@ -606,9 +640,12 @@ class GatewayActor:
         elif isinstance(action, Notify):
             self._events.emit("gateway", action=action.action, **action.fields)
             if action.action == "ready":
+                self._turns.settle(self._proto.shard[0])
                 self.save_session(ready=True)
-            elif action.action == "invalid_session" and not action.fields.get("resumable"):
-                self._forget_saved_session()
+            elif action.action == "invalid_session":
+                self._turns.settle(self._proto.shard[0], invalid=True)
+                if not action.fields.get("resumable"):
+                    self._forget_saved_session()
             if action.action in ("ready", "resumed") and self._task_status is not None:
                 status, self._task_status = self._task_status, None
                 status.started()
@@ -638,6 +675,7 @@ class GatewayActor:
             if action.kind == "identify":
                 # Counted by the pacer: the next shard of the bucket may wait its window.
                 self._give_turn()
+                self._turns.identified(self._proto.shard[0])
 
     async def _close(self, conn: _Connection, action: Close, timeout: float | None = None) -> None:
         """Send our close frame and wait for the peer's answer, `timeout` at most.

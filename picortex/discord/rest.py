@@ -14,7 +14,7 @@ import random
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 from urllib.parse import quote
 
 import httpx
@@ -46,6 +46,9 @@ from picortex.errors import (
     InvalidRequestGuardError,
 )
 from picortex.types import EventSink
+
+if TYPE_CHECKING:
+    from picortex.discord.shared_limits import GlobalSlots
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +102,9 @@ class RestClient:
         *,
         client: httpx.AsyncClient | None = None,
         events: EventSink | None = None,
+        shared: GlobalSlots | None = None,
     ) -> None:
+        """`shared`: the global limit of a cluster of processes (SPEC 17), taken as well."""
         self._api_base = api_base.rstrip("/")
         # Kept only in this header; never in an error, an event or a log line.
         self._headers = {"Authorization": f"Bot {token}", "User-Agent": USER_AGENT}
@@ -111,6 +116,7 @@ class RestClient:
         self._bucket_changed: dict[Bucket, trio.Event] = {}
         self._global = GlobalLimit()
         self._global_freed = trio.Event()
+        self._shared = shared
         self._invalid = InvalidRequests()
         self._fatal = False
         self._closed = False
@@ -472,6 +478,15 @@ class RestClient:
                 elif not self._global.try_take(trio.current_time(), optional=True):
                     return None  # the bucket reservation is returned below
                 slot = True
+                # The cluster's slot too; interaction endpoints are not bound by the global
+                # limit (Discord's docs). An optional request goes only if one is free now.
+                shared = self._shared
+                if (
+                    shared is not None
+                    and INTERACTION_TOKEN not in template
+                    and not await shared.take(wait=not optional)
+                ):
+                    return None
                 self._check_allowed()
                 response = await self._http.request(
                     method,
@@ -543,6 +558,8 @@ class RestClient:
         until = now + wait
         if is_global:
             self._global.block_until(until)
+            if self._shared is not None:
+                self._shared.pause(wait)  # every process of the cluster
         else:
             bucket = self._buckets.get(route, major, now)
             if bucket is not None:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from picortex.config import Settings
+    from picortex.discord.shared_limits import SharedLimits
     from picortex.store.database import Database
     from picortex.store.pg.database import PgDatabase
     from picortex.store.shards import Shard
@@ -54,3 +55,14 @@ def open_store(settings: Settings, *, shards: Sequence[Shard] = ((0, 1),)) -> St
 def open_admin(settings: Settings) -> AdminStore:
     """The store a command run outside the bot uses, over the settings' database."""
     return AdminStore(open_database(settings))
+
+
+def open_shared_limits(settings: Settings) -> SharedLimits | None:
+    """Discord's limits shared with the cluster's other processes (SPEC 17); None without
+    `PICORTEX_DATABASE_URL` (one process keeps them alone)."""
+    if not settings.database_url:
+        return None
+    from picortex.store.pg.database import describe
+    from picortex.store.pg.limits import open_limits
+
+    return open_limits(settings.database_url, describe(settings.database_url))

@@ -446,6 +446,67 @@ BEGIN
 END $$;
 """
 
+# Discord's limits shared by the processes (SPEC 17). The global REST limit is a row per
+# request slot: a grant takes free slots for the next window in one statement (rows another
+# process is taking are skipped, never waited for), and a global 429 pauses every process
+# until `rest_global_pause.until`. `identify_bucket` is each identify bucket's last IDENTIFY
+# (shard_id % max_concurrency); the bucket itself is held with an advisory lock. Times are on
+# the database's clock unless a caller passes its own (`at`, for tests).
+_V8_DISCORD_LIMITS: Final = """
+CREATE TABLE rest_global_slot (
+    slot    integer PRIMARY KEY,
+    free_at double precision NOT NULL DEFAULT 0
+);
+INSERT INTO rest_global_slot (slot) SELECT generate_series(0, 49);
+
+CREATE TABLE rest_global_pause (
+    one   boolean PRIMARY KEY DEFAULT true CHECK (one),
+    until double precision NOT NULL DEFAULT 0
+);
+INSERT INTO rest_global_pause DEFAULT VALUES;
+
+CREATE TABLE identify_bucket (
+    bucket      integer PRIMARY KEY,
+    identify_at double precision NOT NULL
+);
+
+CREATE FUNCTION picortex_global_grant(
+    wanted integer, budget integer, window_seconds double precision, at_time double precision
+) RETURNS TABLE (
+    granted integer, db_now double precision, retry_at double precision,
+    paused_until double precision
+) LANGUAGE plpgsql AS $$
+DECLARE
+    t double precision := coalesce(at_time, extract(epoch FROM clock_timestamp()));
+BEGIN
+    db_now := t;
+    SELECT until INTO paused_until FROM rest_global_pause;
+    IF paused_until > t THEN
+        granted := 0;
+        retry_at := paused_until;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    WITH free AS (
+        SELECT slot FROM rest_global_slot
+        WHERE slot < budget AND free_at <= t
+        ORDER BY slot LIMIT wanted
+        FOR UPDATE SKIP LOCKED
+    ), taken AS (
+        UPDATE rest_global_slot AS s SET free_at = t + window_seconds
+        FROM free WHERE s.slot = free.slot
+        RETURNING s.slot
+    )
+    SELECT count(*) INTO granted FROM taken;
+    retry_at := t;
+    IF granted < wanted THEN
+        SELECT min(free_at) INTO retry_at FROM rest_global_slot WHERE slot < budget;
+        retry_at := greatest(retry_at, t);
+    END IF;
+    RETURN NEXT;
+END $$;
+"""
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_CHAT_USER_ATTENTION,
@@ -454,6 +515,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     _V5_CLUSTER_NODE,
     _V6_SHARD_LEASE,
     _V7_CLUSTER_CEILINGS,
+    _V8_DISCORD_LIMITS,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 

@@ -1,0 +1,421 @@
+"""Discord's limits shared by the processes of a cluster (SPEC 17): the global REST limit and
+the identify buckets, kept in a database every process reaches (PostgreSQL, see
+`picortex.store.pg.limits`).
+
+- The global limit is a table of GLOBAL_BUDGET slots: a grant takes a slot that is free for the
+  next GLOBAL_WINDOW, so the cluster as a whole never starts more than the budget in any
+  second. A process asks for as many slots as it has requests waiting (one round trip for a
+  burst) and keeps what it was granted for less than that window. A global 429 pauses every
+  process (a shared pause-until). Interaction endpoints are not bound by the global limit
+  (Discord's rate-limits doc) and never ask. With the database out of reach a process keeps
+  to its share: the budget divided by the processes last seen alive.
+- An identify bucket (`shard_id % max_concurrency`) is held by one shard of the cluster at a
+  time, from before its IDENTIFY until the outcome is known (READY, op 9, or the connection's
+  end), and its next IDENTIFY is no sooner than the window after the last one on the
+  database's clock. An op 9 answering our IDENTIFY starts the window again.
+
+The bookkeeping (`GrantBook`, `ShareWindow`) is pure and takes `now`; `SharedGlobalLimit` and
+`SharedIdentify` are the trio shells the REST client and the gateway use, over a backend whose
+answers come back on another thread (`LimitsBackend`): nothing here ever blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Final, Protocol, TypeVar
+
+import attrs
+import trio
+
+from picortex.discord.ratelimit import GLOBAL_BUDGET, GLOBAL_WINDOW
+
+T = TypeVar("T")
+
+# How often a shard waiting for a bucket another process holds looks again: a small part of
+# the identify window, so the hand-over adds little to it.
+BUCKET_POLL_SECONDS: Final = 0.1
+# An answer from the database slower than this is not waited for: the request goes on the
+# process's share meanwhile (a database that hangs must not stop the bot talking).
+ANSWER_PATIENCE: Final = 2.0
+# When the table had too few slots free, at least this long before asking again: slots free
+# one by one (as they were granted), and waiting a little gathers several into one round
+# trip, at a cost of a few percent of the rate while the cluster is at the limit.
+MIN_RETRY: Final = 0.02
+
+
+@attrs.frozen
+class Grant:
+    """The slot table's answer: slots granted, and when asking again may give more.
+
+    Times are on the database's clock; `paused_until` is the shared pause a global 429 set.
+    """
+
+    wanted: int
+    granted: int
+    now: float
+    retry_at: float
+    paused_until: float = 0.0
+
+    @property
+    def paused(self) -> bool:
+        """Whether every process is paused by a global 429."""
+        return self.paused_until > self.now
+
+
+@attrs.frozen
+class BucketClaim:
+    """An identify bucket's answer: held by us or not, and how long to wait if held.
+
+    `generation` names the database connection that holds it (a lock is gone with its
+    connection): releasing it on a later connection only records the IDENTIFY's time.
+    """
+
+    held: bool
+    wait: float = 0.0
+    generation: int = 0
+
+
+class LimitsBackend(Protocol):
+    """The shared tables, asked without blocking: each answer is handed to `done` on another
+    thread, None when the database cannot be reached."""
+
+    @property
+    def reachable(self) -> bool:
+        """False while the database cannot be reached (requests go on the process's share)."""
+
+    @property
+    def live(self) -> int:
+        """The processes alive at the last count, this one included (at least 1)."""
+
+    def grant(self, wanted: int, done: Callable[[Grant | None], None]) -> None:
+        """Take up to `wanted` free slots of the global limit."""
+
+    def pause(self, seconds: float) -> None:
+        """Pause every process's requests for `seconds` (a global 429)."""
+
+    def claim_bucket(
+        self, bucket: int, window: float, done: Callable[[BucketClaim | None], None]
+    ) -> None:
+        """Hold identify bucket `bucket` if no other process does."""
+
+    def release_bucket(
+        self, bucket: int, claim: BucketClaim, identified_ago: float | None, invalid: bool
+    ) -> None:
+        """Give the bucket back, recording its IDENTIFY (`identified_ago` seconds ago) or op 9."""
+
+
+class GlobalSlots(Protocol):
+    """The global limit shared with other processes, as the REST client takes it."""
+
+    async def take(self, *, wait: bool = True) -> bool:
+        """Wait for a slot (False: none free now and `wait` is False)."""
+
+    def pause(self, seconds: float) -> None:
+        """A global 429: every process waits `seconds`."""
+
+
+class IdentifyGate(Protocol):
+    """Identify buckets shared with other processes, as the gateway takes them."""
+
+    async def claim(self, shard_id: int, bucket: int, window: float) -> float:
+        """Wait until the shard holds its bucket and may IDENTIFY; the seconds waited."""
+
+    def identified(self, shard_id: int) -> None:
+        """The shard's IDENTIFY was just sent."""
+
+    def settle(self, shard_id: int, *, invalid: bool = False) -> None:
+        """The IDENTIFY's outcome is known: let the bucket go."""
+
+
+def fair_share(live: int, budget: int = GLOBAL_BUDGET) -> int:
+    """Requests per window one of `live` processes may send when they cannot share a table."""
+    return max(1, budget // max(1, live))
+
+
+class ShareWindow:
+    """A process's share of the global limit while the database is out of reach: at most
+    `share` requests started in any GLOBAL_WINDOW."""
+
+    def __init__(self, window: float = GLOBAL_WINDOW) -> None:
+        self._window = window
+        self._started: collections.deque[float] = collections.deque()
+
+    def take(self, now: float, share: int) -> bool:
+        """Start one request now if the share allows it."""
+        started = self._started
+        while started and started[0] + self._window <= now:
+            started.popleft()
+        if len(started) >= share:
+            return False
+        started.append(now)
+        return True
+
+    def next_free(self, now: float) -> float:
+        """When the oldest request leaves the window (now if none is in it)."""
+        return self._started[0] + self._window if self._started else now
+
+
+class GrantBook:
+    """A process's side of the slot table: slots granted and not yet used, who waits, and
+    when asking again is worth a round trip.
+
+    A granted slot is used before GLOBAL_WINDOW has passed since it was asked for: the table
+    took it at a moment after the asking, so the request starts before the slot is free for
+    anyone else.
+    """
+
+    def __init__(self, budget: int = GLOBAL_BUDGET, window: float = GLOBAL_WINDOW) -> None:
+        self._budget = budget
+        self._window = window
+        # When each granted slot stops being usable, soonest first.
+        self._stock: collections.deque[float] = collections.deque()
+        self.waiting = 0  # requests that want a slot now
+        self.asking_since: float | None = None
+        self.retry_at = -math.inf
+        self.answers = 0  # answers received (a request that may not wait sees one and goes)
+
+    def take(self, now: float) -> bool:
+        """Use a granted slot, if one is still usable."""
+        stock = self._stock
+        while stock and stock[0] <= now:
+            stock.popleft()
+        if stock:
+            stock.popleft()
+            return True
+        return False
+
+    def ask(self, now: float) -> int:
+        """How many slots to ask for now: 0 while an answer is awaited or none will be free."""
+        if self.asking_since is not None or now < self.retry_at:
+            return 0
+        self.asking_since = now
+        return max(1, min(self.waiting, self._budget))
+
+    def stalled(self, now: float) -> bool:
+        """Whether the awaited answer is late enough to go on the share meanwhile."""
+        return self.asking_since is not None and now - self.asking_since >= ANSWER_PATIENCE
+
+    def answered(self, grant: Grant | None, now: float) -> None:
+        """The table's answer (None: out of reach) to the question asked at `asking_since`."""
+        asked = now if self.asking_since is None else self.asking_since
+        self.asking_since = None
+        self.answers += 1
+        if grant is None:
+            return
+        if grant.paused:
+            self._stock.clear()  # granted before the pause: Discord would refuse them now
+        self._stock.extend([asked + self._window] * grant.granted)
+        if grant.granted < grant.wanted:
+            # The table's clock: how much later than its `now` a slot frees or the pause ends.
+            self.retry_at = now + max(MIN_RETRY, grant.retry_at - grant.now)
+
+    def block(self, until: float) -> None:
+        """Ask for nothing before `until` (a global 429 seen here)."""
+        self._stock.clear()
+        self.retry_at = max(self.retry_at, until)
+
+    def __len__(self) -> int:
+        return len(self._stock)
+
+
+def _deliver(token: trio.lowlevel.TrioToken, fn: Callable[[T], None]) -> Callable[[T], None]:
+    """`fn` run on the event loop, whichever thread hands it the answer."""
+
+    def done(value: T) -> None:
+        # RunFinishedError: the bot stopped while the answer was on its way.
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(fn, value)
+
+    return done
+
+
+class SharedGlobalLimit:
+    """The global REST limit for the whole cluster: `take` a slot before sending a request.
+
+    The REST client's own `GlobalLimit` still decides which of this process's requests goes
+    next (answers before catch-up); this decides when the cluster lets it go.
+    """
+
+    def __init__(self, backend: LimitsBackend) -> None:
+        self._backend = backend
+        self._book = GrantBook()
+        self._share = ShareWindow()
+        self._changed = trio.Event()
+
+    @property
+    def book(self) -> GrantBook:
+        """The bookkeeping (for status and tests)."""
+        return self._book
+
+    async def take(self, *, wait: bool = True) -> bool:
+        """Take a slot of the cluster's global limit; False only when `wait` is False and no
+        slot is free now (an optional request, such as typing, is then not sent)."""
+        book = self._book
+        book.waiting += 1
+        answers = book.answers
+        try:
+            while True:
+                now = trio.current_time()
+                if book.take(now):
+                    return True
+                if not self._backend.reachable or book.stalled(now):
+                    if self._share.take(now, fair_share(self._backend.live)):
+                        return True
+                    if not wait:
+                        return False
+                    await trio.sleep_until(self._share.next_free(now))
+                    continue
+                if not wait and book.answers > answers and book.asking_since is None:
+                    return False  # the table answered since we came and had nothing for us
+                wanted = book.ask(now)
+                if wanted:
+                    token = trio.lowlevel.current_trio_token()
+                    self._backend.grant(wanted, _deliver(token, self._answered))
+                elif book.asking_since is None and not wait:
+                    return False  # nothing frees before retry_at
+                changed = self._changed
+                if book.asking_since is not None:
+                    deadline = book.asking_since + ANSWER_PATIENCE
+                else:
+                    deadline = book.retry_at
+                with trio.move_on_at(deadline):
+                    await changed.wait()
+        finally:
+            book.waiting -= 1
+
+    def _answered(self, grant: Grant | None) -> None:
+        self._book.answered(grant, trio.current_time())
+        self._wake()
+
+    def pause(self, seconds: float) -> None:
+        """A global 429 here: every process waits `seconds` (this one at once)."""
+        self._book.block(trio.current_time() + seconds)
+        self._backend.pause(seconds)
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+
+@attrs.define
+class _Held:
+    bucket: int
+    claim: BucketClaim
+    identified_at: float | None = None
+
+
+@attrs.define
+class _Pending:
+    """A bucket claim on its way: if its asker gave up, a bucket it got is given back."""
+
+    backend: LimitsBackend
+    bucket: int
+    event: trio.Event = attrs.Factory(trio.Event)
+    value: BucketClaim | None = None
+    abandoned: bool = False
+
+    def deliver(self, claim: BucketClaim | None) -> None:
+        if self.abandoned:
+            if claim is not None and claim.held:
+                self.backend.release_bucket(self.bucket, claim, None, False)
+            return
+        self.value = claim
+        self.event.set()
+
+
+class SharedIdentify:
+    """Identify buckets held across processes: `claim` before an IDENTIFY, `identified` when
+    it is sent, `settle` once its outcome is known."""
+
+    def __init__(self, backend: LimitsBackend, *, poll: float = BUCKET_POLL_SECONDS) -> None:
+        self._backend = backend
+        self._poll = poll
+        self._held: dict[int, _Held] = {}
+
+    def holds(self, shard_id: int) -> bool:
+        """Whether shard `shard_id` holds its bucket now."""
+        return shard_id in self._held
+
+    async def claim(self, shard_id: int, bucket: int, window: float) -> float:
+        """Wait until shard `shard_id` holds `bucket` and the bucket's window allows an
+        IDENTIFY; the seconds waited. Out of reach: at once (the local pacing stands)."""
+        self.settle(shard_id)  # a claim left over from an attempt that never settled
+        started = trio.current_time()
+        while self._backend.reachable:
+            claim = await self._ask(bucket, window)
+            if claim is None:
+                break
+            if claim.held:
+                self._held[shard_id] = _Held(bucket, claim)
+                if claim.wait > 0:
+                    try:
+                        await trio.sleep(claim.wait)
+                    except BaseException:
+                        self.settle(shard_id)
+                        raise
+                break
+            await trio.sleep(self._poll)
+        return trio.current_time() - started
+
+    async def _ask(self, bucket: int, window: float) -> BucketClaim | None:
+        pending = _Pending(self._backend, bucket)
+        token = trio.lowlevel.current_trio_token()
+        self._backend.claim_bucket(bucket, window, _deliver(token, pending.deliver))
+        try:
+            await pending.event.wait()
+        except BaseException:
+            pending.abandoned = True
+            raise
+        return pending.value
+
+    def identified(self, shard_id: int) -> None:
+        """Shard `shard_id`'s IDENTIFY was just sent."""
+        held = self._held.get(shard_id)
+        if held is not None:
+            held.identified_at = trio.current_time()
+
+    def settle(self, shard_id: int, *, invalid: bool = False) -> None:
+        """The outcome is known (READY; `invalid`: op 9; or the connection ended): give the
+        bucket back, with the IDENTIFY's time for the next shard's wait."""
+        held = self._held.pop(shard_id, None)
+        if held is None:
+            return
+        ago = None
+        if held.identified_at is not None:
+            ago = max(0.0, trio.current_time() - held.identified_at)
+        self._backend.release_bucket(held.bucket, held.claim, ago, invalid)
+
+
+class Startable(Protocol):
+    """A backend with a lifetime: started with the bot's services, stopped with them."""
+
+    def start(self) -> None:
+        """Start serving (a thread of its own)."""
+
+    def stop(self) -> None:
+        """Stop serving and close the connection."""
+
+
+class SharedLimits:
+    """What a process of the cluster shares with the others: the REST client's global limit
+    and the gateways' identify buckets, over one backend (`run` is its supervised life)."""
+
+    def __init__(self, backend: LimitsBackend, lifetime: Startable) -> None:
+        self.backend = backend
+        self._lifetime = lifetime
+        self.rest = SharedGlobalLimit(backend)
+        self.identify = SharedIdentify(backend)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled."""
+        self._lifetime.start()
+        task_status.started()
+        try:
+            await trio.sleep_forever()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._lifetime.stop)

@@ -1,0 +1,474 @@
+"""Discord's limits shared by the processes of a cluster, over a real PostgreSQL.
+
+Each "process" is a `SharedGlobalLimit` / `SharedIdentify` (and a REST client or gateway
+actor) with a database connection of its own. Under the autojump clock the connections run
+their statements on the event loop (`DirectLimits`), so virtual time never moves while the
+database works, and the database's clock is the virtual one.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable, Iterator
+
+import httpx
+import orjson
+import pytest
+import trio
+import trio.testing
+
+from picortex.discord.gateway import GatewayActor, IdentifyTurns
+from picortex.discord.ratelimit import GLOBAL_BUDGET, GLOBAL_WINDOW
+from picortex.discord.rest import RestClient
+from picortex.discord.shared_limits import (
+    ANSWER_PATIENCE,
+    BucketClaim,
+    Grant,
+    GrantBook,
+    SharedGlobalLimit,
+    SharedIdentify,
+    ShareWindow,
+    fair_share,
+)
+from picortex.sim import Simulator
+from picortex.store.pg.limits import PgLimits
+from tests.discord.test_gateway import TOKEN, SimRest, wait_until
+from tests.helpers import RecordingSink
+from tests.pg import pg_server, pg_url
+
+__all__ = ["pg_server", "pg_url"]
+
+API = "https://discord.test/api/v10"
+WINDOW = 5.0  # Discord's identify window
+
+
+class DirectLimits:
+    """A process's connection to the shared tables, answering on the event loop."""
+
+    def __init__(self, db: PgLimits) -> None:
+        self.db = db
+        self.reachable = True
+        self.live = 1
+        self.grants: list[Grant] = []
+
+    def grant(self, wanted: int, done: Callable[[Grant | None], None]) -> None:
+        grant = self.db.grant(wanted) if self.reachable else None
+        if grant is not None:
+            self.grants.append(grant)
+        done(grant)
+
+    def pause(self, seconds: float) -> None:
+        self.db.pause(seconds)
+
+    def claim_bucket(
+        self, bucket: int, window: float, done: Callable[[BucketClaim | None], None]
+    ) -> None:
+        done(self.db.claim_bucket(bucket, window) if self.reachable else None)
+
+    def release_bucket(
+        self, bucket: int, claim: BucketClaim, identified_ago: float | None, invalid: bool
+    ) -> None:
+        self.db.release_bucket(bucket, identified_ago, invalid=invalid, held=claim.held)
+
+
+@pytest.fixture
+def processes(
+    pg_url: str, autojump_clock: trio.testing.MockClock
+) -> Iterator[Callable[[], DirectLimits]]:
+    """Makes one process's connection at a time, on the virtual clock."""
+    opened: list[PgLimits] = []
+
+    def one() -> DirectLimits:
+        db = PgLimits.open(pg_url, clock=autojump_clock.current_time)
+        opened.append(db)
+        return DirectLimits(db)
+
+    yield one
+    for db in opened:
+        db.close()
+
+
+def busiest_second(times: list[float]) -> int:
+    times = sorted(times)
+    return max(bisect.bisect_left(times, t + GLOBAL_WINDOW) - i for i, t in enumerate(times))
+
+
+# ---- the bookkeeping ---------------------------------------------------------------------------
+
+
+def test_a_granted_slot_is_used_within_the_window_it_was_asked_in_or_never() -> None:
+    book = GrantBook()
+    book.waiting = 3
+    assert book.ask(10.0) == 3
+    assert book.ask(10.1) == 0  # the answer is awaited
+    # The table took the slots a little after the asking, by its own clock.
+    book.answered(Grant(wanted=3, granted=3, now=500.2, retry_at=500.2), 10.3)
+    assert book.take(10.9) and book.take(10.99)
+    assert not book.take(10.0 + GLOBAL_WINDOW)  # the third one is somebody else's by now
+    assert len(book) == 0
+
+
+def test_a_short_grant_waits_for_the_next_free_slot_on_the_tables_clock() -> None:
+    book = GrantBook()
+    book.waiting = 5
+    assert book.ask(0.0) == 5
+    book.answered(Grant(wanted=5, granted=2, now=100.0, retry_at=100.5), 0.25)
+    assert book.ask(0.7) == 0
+    assert book.ask(0.75) == 5  # 0.25 (the answer) + 0.5 (the table's wait)
+
+
+def test_a_pause_drops_the_slots_in_hand() -> None:
+    book = GrantBook()
+    assert book.ask(0.0) == 1
+    book.answered(Grant(wanted=1, granted=1, now=0.0, retry_at=0.0), 0.0)
+    book.block(3.0)
+    assert not book.take(0.1)
+    assert book.ask(2.9) == 0
+    assert book.ask(3.0) == 1
+    book.answered(Grant(wanted=1, granted=0, now=3.0, retry_at=9.0, paused_until=9.0), 3.0)
+    assert book.ask(8.9) == 0 and book.ask(9.0) == 1
+
+
+def test_the_share_of_a_process_out_of_reach() -> None:
+    assert [fair_share(live) for live in (0, 1, 2, 3, 4, 100)] == [48, 48, 24, 16, 12, 1]
+    window = ShareWindow()
+    assert all(window.take(0.0, 2) for _ in range(2))
+    assert not window.take(0.5, 2)
+    assert window.next_free(0.5) == GLOBAL_WINDOW
+    assert window.take(GLOBAL_WINDOW, 2)
+
+
+# ---- the global limit -------------------------------------------------------------------------
+
+
+async def test_two_processes_together_stay_within_the_budget_and_sustain_it(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    limits = [SharedGlobalLimit(processes()) for _ in range(2)]
+    sent: list[float] = []
+    requests = GLOBAL_BUDGET * 5
+
+    async def request(limit: SharedGlobalLimit) -> None:
+        await limit.take()
+        sent.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for n in range(requests):
+            nursery.start_soon(request, limits[n % 2])
+    assert len(sent) == requests
+    assert busiest_second(sent) <= GLOBAL_BUDGET
+    # Sustained: the whole burst took no more than a window beyond what the budget needs.
+    assert max(sent) <= requests / GLOBAL_BUDGET
+
+
+async def test_a_burst_is_granted_in_few_round_trips(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = processes()
+    limit = SharedGlobalLimit(backend)
+    async with trio.open_nursery() as nursery:
+        for _ in range(GLOBAL_BUDGET):
+            nursery.start_soon(limit.take)
+    assert sum(g.granted for g in backend.grants) == GLOBAL_BUDGET
+    assert len(backend.grants) <= 2  # one for the first asker, one for everyone behind it
+
+
+async def test_a_global_429_on_one_process_pauses_the_other(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    one, two = SharedGlobalLimit(processes()), SharedGlobalLimit(processes())
+    assert await two.take()  # it has been granted slots before
+    one.pause(3.0)
+    await trio.sleep(0.5)
+    assert await two.take()
+    assert trio.current_time() >= 3.0
+
+
+async def test_an_optional_request_goes_only_when_a_slot_is_free_now(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    busy, idle = processes(), SharedGlobalLimit(processes())
+    assert busy.db.grant(GLOBAL_BUDGET).granted == GLOBAL_BUDGET
+    assert not await idle.take(wait=False)
+    assert trio.current_time() == 0.0  # dropped at once, not delayed
+    await trio.sleep(GLOBAL_WINDOW)
+    assert await idle.take(wait=False)
+
+
+async def test_out_of_reach_each_process_keeps_to_its_share(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = processes()
+    backend.reachable = False
+    backend.live = 3
+    limit = SharedGlobalLimit(backend)
+    sent: list[float] = []
+
+    async def request() -> None:
+        await limit.take()
+        sent.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(40):
+            nursery.start_soon(request)
+    share = fair_share(3)
+    assert share == GLOBAL_BUDGET // 3
+    assert busiest_second(sent) == share
+    assert sent.count(0.0) == share
+    assert not backend.grants
+
+
+async def test_a_database_that_does_not_answer_leaves_requests_on_the_share(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class Silent(DirectLimits):
+        def __init__(self) -> None:
+            self.reachable = True
+            self.live = 2
+            self.grants = []
+
+        def grant(self, wanted: int, done: Callable[[Grant | None], None]) -> None:
+            pass  # a server that hangs
+
+    limit = SharedGlobalLimit(Silent())
+    assert await limit.take()
+    assert trio.current_time() == ANSWER_PATIENCE
+
+
+# ---- identify buckets -------------------------------------------------------------------------
+
+
+async def identify(
+    gate: SharedIdentify, shard_id: int, bucket: int, *, ready_after: float, invalid: bool = False
+) -> float:
+    """One shard's IDENTIFY through the gate: when it was sent."""
+    await gate.claim(shard_id, bucket, WINDOW)
+    sent = trio.current_time()
+    gate.identified(shard_id)
+    await trio.sleep(ready_after)
+    gate.settle(shard_id, invalid=invalid)
+    return sent
+
+
+async def test_two_processes_of_one_bucket_identify_a_window_apart_another_bucket_at_once(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    one, two, three = (SharedIdentify(processes()) for _ in range(3))
+    sent: dict[int, float] = {}
+
+    async def shard(gate: SharedIdentify, shard_id: int, start: float) -> None:
+        await trio.sleep(start)
+        sent[shard_id] = await identify(gate, shard_id, shard_id % 2, ready_after=0.4)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(shard, one, 0, 0.0)
+        nursery.start_soon(shard, two, 2, 0.1)  # bucket 0 as well
+        nursery.start_soon(shard, three, 1, 0.1)  # bucket 1
+    assert sent[0] == 0.0
+    assert sent[1] == 0.1  # never waited for bucket 0
+    assert WINDOW <= sent[2] - sent[0] <= WINDOW + 0.2
+
+
+async def test_a_bucket_is_held_until_the_identify_has_its_outcome(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    one, two = SharedIdentify(processes()), SharedIdentify(processes())
+    sent: list[float] = []
+    async with trio.open_nursery() as nursery:
+
+        async def slow_ready() -> None:
+            sent.append(await identify(one, 0, 0, ready_after=8.0))
+
+        nursery.start_soon(slow_ready)
+        await trio.sleep(0.5)
+        sent.append(await identify(two, 2, 0, ready_after=0.1))
+    assert sent[0] == 0.0
+    assert 8.0 <= sent[1] <= 8.0 + 0.2  # after READY, not at the end of the window
+
+
+async def test_an_op_9_gives_the_bucket_a_pause(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    one, two = SharedIdentify(processes()), SharedIdentify(processes())
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(lambda: identify(one, 0, 0, ready_after=2.0, invalid=True))
+        await trio.sleep(0.5)
+        sent = await identify(two, 2, 0, ready_after=0.1)
+    assert 2.0 + WINDOW <= sent <= 2.0 + WINDOW + 0.2
+
+
+async def test_a_claim_given_up_lets_the_bucket_go(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    class Late(DirectLimits):
+        """Answers a claim only when told to (as a busy worker thread would)."""
+
+        answer: Callable[[], None] | None = None
+
+        def claim_bucket(
+            self, bucket: int, window: float, done: Callable[[BucketClaim | None], None]
+        ) -> None:
+            self.answer = lambda: done(self.db.claim_bucket(bucket, window))
+
+    late = Late(processes().db)
+    gate, other = SharedIdentify(late), SharedIdentify(processes())
+    with trio.move_on_after(1.0):
+        await gate.claim(0, 0, WINDOW)
+    assert late.answer is not None
+    late.answer()  # the lock was taken for a claim nobody waits for any more
+    await trio.sleep(0)
+    await trio.sleep(0)
+    assert not gate.holds(0)
+    with trio.fail_after(0.5):
+        await other.claim(2, 0, WINDOW)
+    assert other.holds(2)
+
+
+async def test_out_of_reach_a_shard_identifies_on_local_pacing_alone(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    holder, cut_off = processes(), processes()
+    assert holder.db.claim_bucket(0, WINDOW).held
+    cut_off.reachable = False
+    assert await SharedIdentify(cut_off).claim(2, 0, WINDOW) == 0.0
+
+
+# ---- the REST client and the gateway ------------------------------------------------------------
+
+
+class Discord:
+    """Answers every request at once (a global 429 for the first `refuse` of them)."""
+
+    def __init__(self, refuse: int = 0) -> None:
+        self.arrivals: list[tuple[float, str]] = []
+        self.refuse = refuse
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.arrivals.append((trio.current_time(), request.url.path))
+        if self.refuse:
+            self.refuse -= 1
+            body = {"message": "You are being rate limited.", "retry_after": 3.0, "global": True}
+            headers = {"x-ratelimit-global": "true", "x-ratelimit-scope": "global"}
+            return httpx.Response(429, content=orjson.dumps(body), headers=headers)
+        return httpx.Response(200, content=orjson.dumps({"id": "1"}))
+
+    def client(self, backend: DirectLimits) -> RestClient:
+        http = httpx.AsyncClient(transport=httpx.MockTransport(self))
+        return RestClient(API, "tok", client=http, shared=SharedGlobalLimit(backend))
+
+
+async def test_rest_clients_of_two_processes_share_discords_global_limit(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    discord = Discord()
+    async with (
+        discord.client(processes()) as one,
+        discord.client(processes()) as two,
+        trio.open_nursery() as nursery,
+    ):
+        for n in range(GLOBAL_BUDGET * 3):
+            client = one if n % 2 else two
+            nursery.start_soon(client.create_message, 100 + n, "hello")
+    assert len(discord.arrivals) == GLOBAL_BUDGET * 3
+    assert busiest_second([at for at, _ in discord.arrivals]) <= GLOBAL_BUDGET
+
+
+async def test_a_global_429_on_one_rest_client_holds_back_the_other(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    discord = Discord(refuse=1)
+    async with discord.client(processes()) as one, discord.client(processes()) as two:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one.create_message, 1, "first")
+            await trio.sleep(0.5)
+            await two.create_message(2, "second")
+        second = [at for at, path in discord.arrivals if path.startswith("/api/v10/channels/2")]
+        assert second == [pytest.approx(3.0, abs=0.1)]
+
+
+async def test_interaction_endpoints_go_while_the_cluster_is_paused(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    paused = processes()
+    paused.db.pause(10.0)
+    discord = Discord()
+    async with discord.client(paused) as client:
+        await client.create_interaction_response(5, "itoken", {"type": 5})
+        await client.edit_original_interaction_response(7, "itoken", {"content": "done"})
+        assert trio.current_time() == 0.0
+        await client.create_message(1, "a message waits")
+        assert trio.current_time() >= 10.0
+
+
+async def test_shards_of_one_bucket_in_two_processes_identify_without_op_9(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Three processes start at once, max_concurrency 2: shards 0 and 2 share bucket 0, so
+    one waits its window; shard 1 (bucket 1) goes at once."""
+    sim = Simulator(TOKEN, limit_identify_concurrency=True, max_concurrency=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.serve)
+        sim.add_default_world()
+        sink = RecordingSink()
+        for shard_id in (0, 2, 1):
+            turns = IdentifyTurns(gate=SharedIdentify(processes()))
+            actor = GatewayActor(
+                TOKEN, SimRest(sim), sink, lambda *_: None, shard=(shard_id, 4), turns=turns
+            )
+            nursery.start_soon(actor.run)
+        await wait_until(lambda: sim.gateway_stats.identifies == 3)
+        await wait_until(
+            lambda: len([e for e in sink.of("gateway") if e["action"] == "ready"]) == 3
+        )
+        stats = sim.gateway_stats
+        assert stats.identify_rate_limited == 0
+        first, second, third = stats.identify_times
+        assert second - first < 1.0  # buckets 0 and 1 at once
+        assert third - first >= WINDOW
+        waits = [e for e in sink.of("gateway") if e.get("cluster")]
+        assert len(waits) == 1 and waits[0]["shard"] in ([0, 4], [2, 4])
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_cold_start_of_eight_shards_over_four_processes_takes_four_windows(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """max_concurrency 2: two IDENTIFYs per window across the cluster, never op 9."""
+    sim = Simulator(TOKEN, limit_identify_concurrency=True, max_concurrency=2)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(sim.serve)
+        sim.add_default_world()
+        sink = RecordingSink()
+        for process in range(4):
+            turns = IdentifyTurns(gate=SharedIdentify(processes()))
+            for shard_id in (2 * process, 2 * process + 1):  # one shard in each bucket
+                actor = GatewayActor(
+                    TOKEN, SimRest(sim), sink, lambda *_: None, shard=(shard_id, 8), turns=turns
+                )
+                nursery.start_soon(actor.run)
+        ready = lambda: [e for e in sink.of("gateway") if e["action"] == "ready"]  # noqa: E731
+        await wait_until(lambda: len(ready()) == 8)
+        started = trio.current_time()
+        stats = sim.gateway_stats
+        assert stats.identify_rate_limited == 0
+        assert sorted(stats.shard_identifies) == list(range(8))
+        times = sorted(stats.identify_times)
+        assert times[-1] - times[0] >= 3 * WINDOW  # four rounds of two
+        # Every shard READY within ceil(8 / 2) windows of 5.25 s (here: the last IDENTIFY's).
+        assert started <= 4 * 5.25
+        nursery.cancel_scope.cancel()
