@@ -25,11 +25,11 @@ from picortex.config import Settings
 from picortex.core import budget
 from picortex.core.budget import Refusal, Reservation
 from picortex.core.money import usd
+from picortex.errors import DatabaseUnreachable
 from picortex.store.pg.ceilings import (
     Answer,
     Ask,
     Ceilings,
-    CeilingsUnreachable,
     Settlement,
     micros,
     usd_of,
@@ -131,7 +131,7 @@ class ClusterBudget:
         try:
             # Not cancellable once sent: its answer (a reservation) is never dropped.
             answer = await trio.to_thread.run_sync(self._ceilings.reserve, ask)
-        except CeilingsUnreachable as exc:
+        except DatabaseUnreachable as exc:
             self._complain(exc)
             return self._reserve_here(ask, settings)
         # No checkpoint from here on: the reservation reaches the caller.
@@ -207,7 +207,7 @@ class ClusterBudget:
             settled = self._pending[0]
             try:
                 await trio.to_thread.run_sync(self._ceilings.settle, settled)
-            except CeilingsUnreachable as exc:
+            except DatabaseUnreachable as exc:
                 self._complain(exc)
                 return False
             except Exception:  # a bug, not an outage: sending it again would loop forever
@@ -220,7 +220,7 @@ class ClusterBudget:
         while self._pending:
             try:
                 self._ceilings.settle(self._pending[0])
-            except CeilingsUnreachable as exc:
+            except DatabaseUnreachable as exc:
                 lost = sum(s.cost for s in self._pending)
                 logger.error(
                     "%d model calls (%s) could not be recorded in the ledger: %s; their "
@@ -242,7 +242,7 @@ class ClusterBudget:
             if self._last_prune is None or self._monotonic() - self._last_prune >= PRUNE_SECONDS:
                 self._last_prune = self._monotonic()
                 await trio.to_thread.run_sync(self._ceilings.prune)
-        except CeilingsUnreachable as exc:
+        except DatabaseUnreachable as exc:
             self._complain(exc)
             return
         self._spent = (key, day, workspaces, total, users)
@@ -256,7 +256,7 @@ class ClusterBudget:
         day = budget.period_key(now, "day")
         try:
             self._spent = (key, day, *self._ceilings.spent(key, day))
-        except CeilingsUnreachable as exc:
+        except DatabaseUnreachable as exc:
             self._complain(exc)
 
     def _status(self) -> tuple[str, str, dict[str, int], int, dict[int, int]]:
@@ -409,7 +409,7 @@ class ClusterBudget:
             period=refusal_period(limit, ask.period, ask.day, minute),
         )
 
-    def _complain(self, exc: CeilingsUnreachable) -> None:
+    def _complain(self, exc: DatabaseUnreachable) -> None:
         """One error a minute while the database cannot be asked."""
         now = self._monotonic()
         if self._complained_at is not None and now - self._complained_at < COMPLAINT_SECONDS:

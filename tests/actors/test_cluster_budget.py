@@ -22,7 +22,8 @@ from picortex.actors.ledger import LedgerBudget
 from picortex.app import Bot
 from picortex.config import BudgetSettings, Settings, load_settings
 from picortex.core.budget import Refusal, Reservation
-from picortex.store.pg.ceilings import Answer, Ask, Ceilings, CeilingsUnreachable, Settlement
+from picortex.errors import DatabaseUnreachable
+from picortex.store.pg.ceilings import Answer, Ask, Ceilings, Settlement
 from tests.actors.test_llm import FakeModel, estimate, make_actor, request, running
 from tests.helpers import RecordingSink
 from tests.pg import pg_server, pg_url
@@ -70,7 +71,7 @@ class FakeCeilings:
     def reserve(self, ask: Ask) -> Answer:
         self.asked.append(ask)
         if self.down:
-            raise CeilingsUnreachable("PostgreSQL picortex on db: connection refused")
+            raise DatabaseUnreachable("PostgreSQL picortex on db: connection refused")
         given = self.answers.pop(0) if self.answers else answer()
         if isinstance(given, BaseException):
             raise given
@@ -78,13 +79,13 @@ class FakeCeilings:
 
     def settle(self, settled: Settlement) -> bool:
         if self.down:
-            raise CeilingsUnreachable("PostgreSQL picortex on db: connection refused")
+            raise DatabaseUnreachable("PostgreSQL picortex on db: connection refused")
         self.settled.append(settled)
         return True
 
     def spent(self, period: str, day: str) -> tuple[dict[str, int], int, dict[int, int]]:
         if self.down:
-            raise CeilingsUnreachable("PostgreSQL picortex on db: connection refused")
+            raise DatabaseUnreachable("PostgreSQL picortex on db: connection refused")
         return {}, 0, {}
 
     def prune(self) -> int:

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
+from picortex.errors import DatabaseUnreachable
 from picortex.store.pg.ceilings import (
     HOLD_SECONDS,
     Answer,
     Ask,
     Ceilings,
-    CeilingsUnreachable,
     Settlement,
     micros,
 )
@@ -269,13 +269,13 @@ def test_a_settlement_sent_twice_counts_once_and_one_made_offline_counts(
 def test_an_unreachable_database_is_one_clear_error_and_a_pause(pg_url: str) -> None:
     clock = [0.0]
     ceilings = Ceilings(pg_url.replace("/t_", "/missing_t_"), "a", clock=lambda: clock[0])
-    with pytest.raises(CeilingsUnreachable, match="missing_t_"):
+    with pytest.raises(DatabaseUnreachable, match="missing_t_"):
         ceilings.reserve(ask(1))
     # Within the pause nothing is tried: the caller enforces locally at once.
-    with pytest.raises(CeilingsUnreachable, match="a moment ago"):
+    with pytest.raises(DatabaseUnreachable, match="a moment ago"):
         ceilings.reserve(ask(1))
     clock[0] = 10.0
-    with pytest.raises(CeilingsUnreachable, match="missing_t_"):
+    with pytest.raises(DatabaseUnreachable, match="missing_t_"):
         ceilings.reserve(ask(1))
     ceilings.close()
 

@@ -20,7 +20,7 @@ import attrs
 import psycopg
 
 from picortex.core.redact import redact
-from picortex.errors import StoreError
+from picortex.errors import DatabaseUnreachable
 from picortex.store.pg.cluster import LIVE_SECONDS
 from picortex.store.pg.database import describe
 
@@ -38,10 +38,6 @@ CONNECT_TIMEOUT_SECONDS: Final = 3
 STATEMENT_TIMEOUT_MS: Final = 5_000
 # After a failure, calls go straight to the local share for this long before trying again.
 RETRY_SECONDS: Final = 2.0
-
-
-class CeilingsUnreachable(StoreError):
-    """PostgreSQL could not be asked: the caller enforces the ceilings locally."""
 
 
 def micros(amount_usd: float) -> int:
@@ -135,7 +131,7 @@ class Ceilings:
         `now` (Unix seconds) is for tests; by default the database's clock decides.
 
         Raises:
-            CeilingsUnreachable: the database could not be asked.
+            DatabaseUnreachable: the database could not be asked.
         """
         row = self._call(
             "SELECT * FROM picortex_budget_reserve("
@@ -164,7 +160,7 @@ class Ceilings:
         """Record a call's cost and release its reservation; False if it was settled already.
 
         Raises:
-            CeilingsUnreachable: the database could not be asked (send it again later).
+            DatabaseUnreachable: the database could not be asked (send it again later).
         """
         row = self._call(
             "SELECT picortex_budget_settle(%s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -186,7 +182,7 @@ class Ceilings:
         """What the cluster spent: per workspace and in all this period, per user today.
 
         Raises:
-            CeilingsUnreachable: the database could not be asked.
+            DatabaseUnreachable: the database could not be asked.
         """
         rows = self._rows(
             "SELECT scope, name, spent_micros FROM budget_counter WHERE spent_micros > 0"
@@ -211,7 +207,7 @@ class Ceilings:
         """Forget settled and long-expired reservations and old call starts; how many.
 
         Raises:
-            CeilingsUnreachable: the database could not be asked.
+            DatabaseUnreachable: the database could not be asked.
         """
         row = self._call(
             "WITH t AS (SELECT coalesce(%s, extract(epoch FROM clock_timestamp())) AS now),"
@@ -236,9 +232,9 @@ class Ceilings:
     def _rows(self, sql: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
         with self._lock:
             if self.closed:
-                raise CeilingsUnreachable(f"{self.where}: the ceilings' connection is closed")
+                raise DatabaseUnreachable(f"{self.where}: the ceilings' connection is closed")
             if self._conn is None and self._clock() < self._retry_at:
-                raise CeilingsUnreachable(f"{self.where} could not be reached a moment ago")
+                raise DatabaseUnreachable(f"{self.where} could not be reached a moment ago")
             try:
                 conn = self._connection()
                 return conn.execute(sql, params).fetchall()
@@ -246,7 +242,7 @@ class Ceilings:
                 self._drop()
                 self._retry_at = self._clock() + RETRY_SECONDS
                 reason = redact(" ".join(str(exc).split()) or type(exc).__name__)
-                raise CeilingsUnreachable(f"{self.where}: {reason}") from None
+                raise DatabaseUnreachable(f"{self.where}: {reason}") from None
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed:
