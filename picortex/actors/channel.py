@@ -284,7 +284,7 @@ class ChannelActor:
         if poll_to_start is not None:
             from picortex.actors.polls import run_poll
 
-            clients.spawn(run_poll, clients, msg, poll_to_start)
+            clients.spawn(run_poll, clients, msg, poll_to_start, sink)
             return
         slot = self._new_slot()
 

@@ -8,7 +8,6 @@ other answer).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
@@ -24,7 +23,7 @@ from picortex.core import continuation as cont
 from picortex.core import slash as sl
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import may_run
-from picortex.types import InteractionType, Message, Snowflake
+from picortex.types import InteractionType, Message
 
 
 @runtime_checkable
@@ -40,10 +39,6 @@ class SlashSink(AnswerSink, Protocol):
 
     async def autocomplete(self, choices: list[dict[str, str]]) -> None:
         """Offer autocomplete choices."""
-        ...
-
-    async def original_message_id(self) -> Snowflake | None:
-        """The id of the response's message, when Discord tells it."""
         ...
 
 
@@ -113,14 +108,7 @@ async def dispatch(
     if poll is None:
         reply(answer, ephemeral=ephemeral, command=name)
         return
+    from picortex.actors.polls import run_poll
 
-    async def start_poll() -> None:
-        if not await sink.respond(answer, ephemeral=False, command=name):
-            return
-        poll_id = await sink.original_message_id()
-        if poll_id is not None:
-            from picortex.actors.polls import run_poll
-
-            clients.spawn(functools.partial(run_poll, poll_message_id=poll_id), clients, msg, poll)
-
-    side.spawn(start_poll)
+    # Its question is the response, posted by the poll like a typed poll's (the same text).
+    clients.spawn(run_poll, clients, msg, poll, sink)
