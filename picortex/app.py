@@ -47,6 +47,14 @@ from picortex.actors.pipeline import (
 )
 from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
+from picortex.actors.router_clients import (
+    FeedRole,
+    PersonaIndexRole,
+    PostRole,
+    ReadRole,
+    RouterRoles,
+    SlashRole,
+)
 from picortex.actors.web import WebActor
 from picortex.config import Settings
 from picortex.core.personas import PersonaSet
@@ -190,7 +198,28 @@ class Bot:
         self.channels = DynamicSupervisor("channels", events=self.events)
         pipe = self.pipe
         self.router = Router(
-            pipe,
+            RouterRoles(
+                reads=ReadRole(pipe.settings, pipe.store, pipe.bot, pipe.faults),
+                feeds=FeedRole(
+                    pipe.events,
+                    pipe.cache,
+                    pipe.handled,
+                    pipe.registry,
+                    pipe.answers_seen,
+                    pipe.triggers,
+                ),
+                posting=PostRole(pipe.rest, pipe.replies, pipe.spawn),
+                slash=SlashRole(
+                    pipe.settings,
+                    pipe.store,
+                    pipe.replies,
+                    pipe.rest,
+                    pipe.events,
+                    pipe.spawn,
+                    pipe.fatal,
+                ),
+                personas=PersonaIndexRole(pipe.personas, pipe.events, pipe.store),
+            ),
             self.channels,
             lambda channel_id, inbox, windows: ChannelActor(
                 channel_id, inbox, pipe, windows=windows

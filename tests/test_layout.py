@@ -68,3 +68,18 @@ def test_actors_take_their_clients_by_role() -> None:
     }
     assert "channel_clients.py:ChannelClients" in members
     assert {name: n for name, n in members.items() if n > ROLE_MEMBERS} == {}
+
+
+def test_the_app_hands_the_router_its_roles_not_the_pipeline() -> None:
+    tree = ast.parse((PACKAGE / "app.py").read_text(encoding="utf-8"))
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Router"
+    ]
+    assert calls
+    for call in calls:
+        first = call.args[0]
+        assert isinstance(first, ast.Call) and getattr(first.func, "id", None) == "RouterRoles"
+        for role in first.keywords:
+            assert isinstance(role.value, ast.Call), ast.unparse(role.value)

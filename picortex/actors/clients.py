@@ -1,10 +1,10 @@
 """The narrow clients that the router, catch-up and channel-side code are given, each naming
 the few calls one job needs.
 
-The app builds one object that provides them all (`picortex.actors.pipeline.Pipeline`) and
-passes it in; each user types it by the protocol of what it calls (`RouterClients`,
-`CatchUpClients`, `ChannelClients`, `PersonaClients`, `InteractionClients`, `PollClients`), so
-a test hands in a fake of just that.
+The router takes its roles whole (`picortex.actors.router_clients.RouterRoles`, built by
+the app); the channel side is handed the app's `picortex.actors.pipeline.Pipeline`, typed by
+the protocol of what it calls (`CatchUpClients`, `ChannelClients`, `PersonaClients`,
+`InteractionClients`, `PollClients`), so a test hands in a fake of just that.
 """
 
 from __future__ import annotations

@@ -230,8 +230,9 @@ class TriggerBook:
 @attrs.define
 class Pipeline:
     """The composition root of the message path: the one object the app builds that provides
-    every narrow client (`RouterClients`, `CatchUpClients`, `ChannelClients`,
-    `PersonaClients`, `InteractionClients`, `PollClients`); no code is typed by it whole.
+    the parts of the router's roles and every narrow client of the channel side
+    (`CatchUpClients`, `ChannelClients`, `PersonaClients`, `InteractionClients`,
+    `PollClients`); no code is typed by it whole.
     The reply poster, the failure recorder and the handled ledger are built from the fields
     the app passes in."""
 
