@@ -35,11 +35,13 @@ import trio
 from picortex.actors.action_log import ActionLog
 from picortex.actors.catch_up import catch_up
 from picortex.actors.channel import ChannelActor
+from picortex.actors.channel_roles import channel_roles
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.control import ControlServer, socket_path
 from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import LLMActor
 from picortex.actors.pipeline import (
+    AnswerDeadlines,
     ChannelRegistry,
     Pipeline,
     SettingsSource,
@@ -123,6 +125,7 @@ class Bot:
         gateway_timings: GatewayTimings | None = None,
         llm_http_client_factory: Any = None,
         rest_client: httpx.AsyncClient | None = None,
+        deadlines: AnswerDeadlines | None = None,
     ) -> None:
         """`shards`: every (id, count) this process serves; empty: just `shard`."""
         if not settings.discord_token:
@@ -189,6 +192,8 @@ class Bot:
             bot=BotIdentity(),
             registry=ChannelRegistry(),
             triggers=TriggerBook(),
+            answer_timeout=(deadlines or AnswerDeadlines()).answer_timeout,
+            crash_drain_seconds=(deadlines or AnswerDeadlines()).crash_drain_seconds,
             home=settings.home,
             faults=self.faults,
             personas=personas,
@@ -197,6 +202,7 @@ class Bot:
         )
         self.channels = DynamicSupervisor("channels", events=self.events)
         pipe = self.pipe
+        channel_side = channel_roles(pipe)
         self.router = Router(
             RouterRoles(
                 reads=ReadRole(pipe.settings, pipe.store, pipe.bot, pipe.faults),
@@ -222,7 +228,7 @@ class Bot:
             ),
             self.channels,
             lambda channel_id, inbox, windows: ChannelActor(
-                channel_id, inbox, pipe, windows=windows
+                channel_id, inbox, channel_side, windows=windows
             ),
             catch_up=self._catch_up,
         )

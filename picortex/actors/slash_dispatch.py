@@ -59,11 +59,11 @@ async def dispatch(
 ) -> None:
     """Handle one slash command or autocomplete interaction."""
     inter = slash.interaction
-    clients.settings.refresh()
-    if inter.user.bot or inter.user.id == clients.bot.user_id:
+    clients.chat.settings.refresh()
+    if inter.user.bot or inter.user.id == clients.chat.bot.user_id:
         return
     author = inter.user.id
-    tier = tier_of_requester(clients, author, inter.member_roles)
+    tier = tier_of_requester(clients.chat, author, inter.member_roles)
     if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
         # Config keys are for those who may change config; others see no suggestions.
         allowed = tier is not None and may_run("config", tier)
@@ -73,7 +73,7 @@ async def dispatch(
     if inter.type != InteractionType.APPLICATION_COMMAND:
         return
     action, msg = slash.action, slash.message
-    events = clients.events
+    events = clients.records.events
 
     def reply(answer: str, *, ephemeral: bool, command: str | None, refused: bool = False) -> None:
         side.spawn(
@@ -92,10 +92,10 @@ async def dispatch(
         return
     if isinstance(action, sl.Ask):
         if tier is not None:
-            mode = chat_mode(clients, msg)
+            mode = chat_mode(clients.chat, msg)
             decision_event(events, msg, "respond", "slash command: always answered", mode=mode)
             trigger_event(events, msg, tier, mode=mode, command=sl.Ask.NAME)
-            clients.triggers.add(entry_from_message(msg, trusted=True, command=msg.content))
+            clients.records.triggers.add(entry_from_message(msg, trusted=True, command=msg.content))
             side.spawn(sink.acknowledge)
             side.answer(*slash.ask(), sink)
         return
@@ -103,7 +103,10 @@ async def dispatch(
         clients, msg, action, slash.text, tier, source="slash"
     )
     ephemeral = sl.answer_is_private(
-        name, trusted=tier is not None, ok=result.ok, target=clients.replies.reply_target(name)
+        name,
+        trusted=tier is not None,
+        ok=result.ok,
+        target=clients.posting.replies.reply_target(name),
     )
     if poll is None:
         reply(answer, ephemeral=ephemeral, command=name)
@@ -111,4 +114,4 @@ async def dispatch(
     from picortex.actors.polls import run_poll
 
     # Its question is the response, posted by the poll like a typed poll's (the same text).
-    clients.spawn(run_poll, clients, msg, poll, sink)
+    clients.posting.spawn(run_poll, clients.polls, msg, poll, sink)

@@ -11,6 +11,7 @@ import trio.testing
 
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.channel import ChannelActor
+from picortex.actors.channel_roles import ChannelRoles
 from picortex.actors.command_changes import Applied
 from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.interactions import REFUSAL
@@ -141,6 +142,11 @@ def message(i: int, author: User, content: str) -> Message:
     )
 
 
+def roles(fake: FakeClients) -> ChannelRoles:
+    """Every role the channel actor takes, played by the one fake."""
+    return ChannelRoles(fake, fake, fake, fake, fake, fake, fake, fake)
+
+
 def clients(tmp_path: Path) -> FakeClients:
     env = {"PICORTEX_HOME": str(tmp_path), "PICORTEX_OWNER_ID": str(OWNER.id)}
     return FakeClients(settings=FakeSettings(load_settings(env)), home=tmp_path)
@@ -148,7 +154,7 @@ def clients(tmp_path: Path) -> FakeClients:
 
 async def run_until_handled(fake: FakeClients, messages: list[Message | Delivery]) -> None:
     inbox = FakeInbox(list(messages), fake.replies)
-    actor = ChannelActor(CHANNEL, inbox, fake)
+    actor = ChannelActor(CHANNEL, inbox, roles(fake))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)
         while inbox.handled < len(messages) or len(fake.finished) < len(messages):
