@@ -37,11 +37,13 @@ import trio
 from picortex.actors.action_log import ActionLog
 from picortex.actors.catch_up import catch_up
 from picortex.actors.channel import ChannelActor
+from picortex.actors.channel_roles import channel_roles
 from picortex.actors.context_cache import ContextCache
 from picortex.actors.control import ControlServer, socket_path
 from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import LLMActor
 from picortex.actors.pipeline import (
+    AnswerDeadlines,
     ChannelRegistry,
     Pipeline,
     SettingsSource,
@@ -49,6 +51,14 @@ from picortex.actors.pipeline import (
 )
 from picortex.actors.pruner import Pruner
 from picortex.actors.router import Router
+from picortex.actors.router_clients import (
+    FeedRole,
+    PersonaIndexRole,
+    PostRole,
+    ReadRole,
+    RouterRoles,
+    SlashRole,
+)
 from picortex.actors.shard_leases import HAND_BACK_SECONDS, ShardLeaseKeeper
 from picortex.actors.web import WebActor
 from picortex.config import Settings
@@ -130,6 +140,7 @@ class Bot:
         rest_client: httpx.AsyncClient | None = None,
         leased: Want | None = None,
         node: str | None = None,
+        deadlines: AnswerDeadlines | None = None,
     ) -> None:
         """`shards`: every (id, count) this process serves; empty: just `shard`. `leased`
         (with PostgreSQL): the shards are taken by lease as they are free instead; `node`:
@@ -217,6 +228,8 @@ class Bot:
             bot=BotIdentity(),
             registry=ChannelRegistry(),
             triggers=TriggerBook(),
+            answer_timeout=(deadlines or AnswerDeadlines()).answer_timeout,
+            crash_drain_seconds=(deadlines or AnswerDeadlines()).crash_drain_seconds,
             home=settings.home,
             faults=self.faults,
             personas=personas,
@@ -225,11 +238,33 @@ class Bot:
         )
         self.channels = DynamicSupervisor("channels", events=self.events)
         pipe = self.pipe
+        channel_side = channel_roles(pipe)
         self.router = Router(
-            pipe,
+            RouterRoles(
+                reads=ReadRole(pipe.settings, pipe.store, pipe.bot, pipe.faults),
+                feeds=FeedRole(
+                    pipe.events,
+                    pipe.cache,
+                    pipe.handled,
+                    pipe.registry,
+                    pipe.answers_seen,
+                    pipe.triggers,
+                ),
+                posting=PostRole(pipe.rest, pipe.replies, pipe.spawn),
+                slash=SlashRole(
+                    pipe.settings,
+                    pipe.store,
+                    pipe.replies,
+                    pipe.rest,
+                    pipe.events,
+                    pipe.spawn,
+                    pipe.fatal,
+                ),
+                personas=PersonaIndexRole(pipe.personas, pipe.events, pipe.store),
+            ),
             self.channels,
             lambda channel_id, inbox, windows: ChannelActor(
-                channel_id, inbox, pipe, windows=windows
+                channel_id, inbox, channel_side, windows=windows
             ),
             catch_up=self._catch_up,
         )

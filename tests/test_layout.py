@@ -68,3 +68,25 @@ def test_actors_take_their_clients_by_role() -> None:
     }
     assert "channel_clients.py:ChannelClients" in members
     assert {name: n for name, n in members.items() if n > ROLE_MEMBERS} == {}
+
+
+def _is_the_pipeline(node: ast.expr) -> bool:
+    return ast.unparse(node) in ("pipe", "self.pipe")
+
+
+def test_the_app_hands_the_router_and_the_channel_actors_their_roles_not_the_pipeline() -> None:
+    tree = ast.parse((PACKAGE / "app.py").read_text(encoding="utf-8"))
+    calls = {
+        name: [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name
+        ]
+        for name in ("Router", "ChannelActor", "RouterRoles", "channel_roles")
+    }
+    assert all(calls.values()), calls
+    for call in calls["Router"] + calls["ChannelActor"]:
+        assert not any(_is_the_pipeline(arg) for arg in call.args), ast.unparse(call)
+    # Each of the router's roles is an object built for it, not the pipeline itself.
+    for role in calls["RouterRoles"][0].keywords:
+        assert isinstance(role.value, ast.Call), ast.unparse(role.value)

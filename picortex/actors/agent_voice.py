@@ -31,7 +31,11 @@ class BotName(Protocol):
 async def chat_prompt(home: Path, chat_id: int) -> str | None:
     """The chat's own agent prompt, or None; an unreadable one is logged and skipped."""
     try:
-        return await trio.to_thread.run_sync(ChatHome(home, str(chat_id)).read_agent_prompt)
+        chat = ChatHome(home, str(chat_id))
+        # Most chats have no prompt of their own: one stat says so, without a thread's hop.
+        if not chat.agent_prompt_path.exists():
+            return None
+        return await trio.to_thread.run_sync(chat.read_agent_prompt)
     except Exception as exc:
         logger.warning("agent prompt of chat %s unavailable, using the owner's: %s", chat_id, exc)
         return None

@@ -38,8 +38,8 @@ async def request_files(
     clients: ChannelClients, trigger: Message, asked: cont.Request
 ) -> attachment_parts.RequestFiles:
     """The request's attachments and recent images, as model content (SPEC 16)."""
-    settings = clients.settings()
-    recent = clients.cache.recent(trigger.channel_id, ATTACHMENT_SCAN)
+    settings = clients.chat.settings()
+    recent = clients.model.cache.recent(trigger.channel_id, ATTACHMENT_SCAN)
     own_ids = set(asked.message_ids) - {trigger.id}
     own = [trigger, *(m for m in recent if m.id in own_ids)]
     context = [m for m in recent if m.id < trigger.id][-settings.context_messages :]
@@ -51,11 +51,11 @@ async def request_files(
     trusted = [
         author
         for author in {m.author.id for m in context if m.attachments}
-        if is_trusted(author, owner, clients.store.get_tier)
+        if is_trusted(author, owner, clients.chat.store.get_tier)
     ]
     try:
         return await attachment_parts.gather(
-            clients.rest.download_attachment, own, context, trusted
+            clients.posting.rest.download_attachment, own, context, trusted
         )
     except Exception as exc:  # the answer goes on without its files
         logger.warning("attachments of %s unavailable: %s", trigger.id, exc)
@@ -69,29 +69,29 @@ async def context_lines(
 
     `from_discord` is False for a slash `ask`: an interaction, not a message Discord sent.
     """
-    settings = clients.settings()
+    settings = clients.chat.settings()
     try:
         with trio.fail_after(CONTEXT_TIMEOUT_SECONDS):
-            lines = await clients.cache.context_for(
+            lines = await clients.model.cache.context_for(
                 trigger,
                 max_messages=settings.context_messages,
                 max_chars=settings.context_chars,
-                trusted=clients.is_trusted,
+                trusted=clients.chat.is_trusted,
                 from_discord=from_discord,
             )
     except Exception as exc:
         logger.warning("context for %s unavailable: %s", trigger.id, exc)
-        clients.events.emit(
+        clients.records.events.emit(
             "error", scope="context", message_id=trigger.id, message=error_line(exc)
         )
         lines = ()
-    clients.events.emit(
+    clients.records.events.emit(
         "context",
         message_id=request.parent_id,
         channel_id=trigger.channel_id,
         context_count=len(lines),
     )
-    clients.triggers.set_context(request.parent_id, lines)
+    clients.records.triggers.set_context(request.parent_id, lines)
     return lines
 
 
@@ -120,18 +120,18 @@ async def answer_request(
     return LLMRequest(
         stage="generate",
         system=await agent_voice.answer_system_prompt(
-            home=clients.home,
-            owner_prompt=clients.settings().agent.system_prompt,
-            registry=clients.registry,
-            bot=clients.bot,
+            home=clients.chat.home,
+            owner_prompt=clients.chat.settings().agent.system_prompt,
+            registry=clients.chat.registry,
+            bot=clients.chat.bot,
             trigger=trigger,
         ),
-        max_tokens=clients.settings().agent.max_tokens,
+        max_tokens=clients.chat.settings().agent.max_tokens,
         messages=(ChatTurn("user", content),),
         workspace=workspace_id(trigger.guild_id),
-        tier=await model_route.answer_tier(clients, trigger, asked.text),
+        tier=await model_route.answer_tier(clients.route, trigger, asked.text),
         signal_id=str(trigger.id),
-        timeout=clients.answer_timeout,
+        timeout=clients.model.answer_timeout,
         user_id=trigger.author.id,
     )
 

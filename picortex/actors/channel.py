@@ -60,7 +60,7 @@ class ChannelActor:
     Args:
         channel_id: the channel.
         inbox: its mailbox.
-        clients: what it reads and uses.
+        clients: its roles, each built whole by the app (`channel_roles`).
         windows: told each new state of the channel's open requests (immutable values: the
             router decides a trusted author's chatter inline when it cannot continue one).
     """
@@ -77,7 +77,7 @@ class ChannelActor:
         self._inbox = inbox
         self._clients = clients
         self._publish_windows = windows
-        self._cont = cont.ContinuationState(clients.settings().continuation_seconds)
+        self._cont = cont.ContinuationState(clients.chat.settings().continuation_seconds)
         self._inflight: set[Generation] = set()
         self._current: dict[Snowflake, Generation] = {}  # the live answer, by request id
         self._last: trio.Event | None = None  # the latest slot's `done`
@@ -113,12 +113,12 @@ class ChannelActor:
                             # Only the message in hand is lost (SPEC 12): it is not retried,
                             # even after a restart; answers to earlier messages finish first,
                             # or are logged as abandoned.
-                            self._clients.finish(delivery.message)
+                            self._clients.records.finish(delivery.message)
                             await self._drain()
                             raise
                         if not self._deferred:
                             # Decided here and now (skipped, refused, context): final.
-                            self._clients.finish(delivery.message)
+                            self._clients.records.finish(delivery.message)
                         self._inbox.done()
                         if not self._inbox.depth:
                             break
@@ -141,10 +141,10 @@ class ChannelActor:
         self._publish_windows(state)
 
     async def _drain(self) -> None:
-        with trio.move_on_after(self._clients.crash_drain_seconds):
+        with trio.move_on_after(self._clients.model.crash_drain_seconds):
             await self._idle.wait()
         for gen in self._inflight:
-            self._clients.events.emit(
+            self._clients.records.events.emit(
                 "error",
                 scope="generate",
                 message_id=gen.trigger.id,
@@ -152,7 +152,7 @@ class ChannelActor:
                 message="abandoned: channel actor crashed",
             )
             # Logged as failed, so final: a crash is never retried (SPEC 12).
-            self._clients.handled.finish(
+            self._clients.records.handled.finish(
                 gen.request.message_ids, gen.trigger.channel_id, gen.trigger.guild_id
             )
 
@@ -203,22 +203,22 @@ class ChannelActor:
             return
         sink = delivery.sink
         clients = self._clients
-        settings = clients.settings.refresh()
-        bot_id = clients.bot.user_id
+        settings = clients.chat.settings.refresh()
+        bot_id = clients.chat.bot.user_id
         ignored = should_ignore(msg, bot_id)
         if ignored is not None:
             if ignored != "own message":
-                decision_event(self._clients.events, msg, "ignore", ignored)
+                decision_event(self._clients.records.events, msg, "ignore", ignored)
             return
-        if clients.faults is not None:
-            clients.faults.check("mailbox", msg.content)
+        if clients.chat.faults is not None:
+            clients.chat.faults.check("mailbox", msg.content)
         author = msg.author.id
-        tier = requester_tier(clients, author, msg.member_roles)
+        tier = requester_tier(clients.chat, author, msg.member_roles)
         command_text = cmds.detect_command(
             msg,
             wakeword=settings.wakeword,
             bot_user_id=bot_id,
-            group_dm=clients.registry.is_group_dm(msg.channel_id),
+            group_dm=clients.chat.registry.is_group_dm(msg.channel_id),
         )
         self._cont = attrs.evolve(self._cont, seconds=settings.continuation_seconds)
         text = cmds.strip_mention(msg.text, bot_id)
@@ -231,16 +231,15 @@ class ChannelActor:
                 await self._command(msg, command_text or "", tier, sink, nursery, command=command)
                 return
             what = "command from an untrusted author" if command_text is not None else None
-            decision_event(
-                self._clients.events, msg, "ignore", what or "untrusted author: never answered"
-            )
+            reason = what or "untrusted author: never answered"
+            decision_event(clients.records.events, msg, "ignore", reason)
             return
         # Only trusted authors' words are kept for recall (SPEC 8): strangers cost no write.
-        chats.remember(clients.store, msg, msg.text)
+        chats.remember(clients.chat.store, msg, msg.text)
 
         if command_text is None:
             window = cont.window_for(self._cont, msg.channel_id, msg.author.id, msg.sent_at)
-            answers = clients.answers_seen
+            answers = clients.records.answers_seen
             if (
                 window is not None
                 and window.generating
@@ -256,7 +255,7 @@ class ChannelActor:
             if window is not None and not (not window.generating and addresses_bot):
                 self._cont, outcome = cont.on_message(self._cont, msg, True, text=text)
                 if not isinstance(outcome, cont.NotInWindow):
-                    persona_answer.observe(self._clients, msg, text)
+                    persona_answer.observe(self._clients.personas, msg, text)
                     await self._follow_up(msg, outcome, sink, nursery)
                     return
 
@@ -284,7 +283,7 @@ class ChannelActor:
         if poll_to_start is not None:
             from picortex.actors.polls import run_poll
 
-            clients.spawn(run_poll, clients, msg, poll_to_start)
+            clients.posting.spawn(run_poll, clients.polls, msg, poll_to_start, sink)
             return
         slot = self._new_slot()
 
@@ -297,7 +296,7 @@ class ChannelActor:
             finally:
                 slot.done.set()
             # Posted or failed (and logged): final. Cancelled by a shutdown: handled again.
-            clients.finish(msg)
+            clients.records.finish(msg)
 
         self._deferred = True
         self._spawn(nursery, post_reply)
@@ -308,13 +307,13 @@ class ChannelActor:
         self, msg: Message, text: str, tier: Tier, sink: AnswerSink, nursery: trio.Nursery
     ) -> None:
         clients = self._clients
-        bot_id = clients.bot.user_id or 0
-        settings = clients.settings()
+        bot_id = clients.chat.bot.user_id or 0
+        settings = clients.chat.settings()
         choice = chats.mode_choice(
-            clients.store, clients.registry, msg, settings.attention, settings.access
+            clients.chat.store, clients.chat.registry, msg, settings.attention, settings.access
         )
         mode = choice.mode
-        persona_answer.observe(clients, msg, text)
+        persona_answer.observe(clients.personas, msg, text)
         decision = decide_attention(
             msg,
             bot_user_id=bot_id,
@@ -329,30 +328,29 @@ class ChannelActor:
             decision = await classify(clients, msg, decision, self._spawn_background)
         # The discriminator's confidence, when it gave one, goes into the event (SPEC 7).
         sure = {} if decision.confidence is None else {"confidence": decision.confidence}
+        events = clients.records.events
         if decision.outcome != "respond":
-            decision_event(
-                self._clients.events, msg, decision.outcome, decision.reason, mode=mode, **sure
-            )
+            decision_event(events, msg, decision.outcome, decision.reason, mode=mode, **sure)
             return
-        decision_event(self._clients.events, msg, "respond", decision.reason, mode=mode, **sure)
+        decision_event(events, msg, "respond", decision.reason, mode=mode, **sure)
         self._deferred = True  # final once the answer is posted (or fails)
         self._cont, new = cont.on_trigger(self._cont, msg, text=text)
-        trigger_event(self._clients.events, msg, tier, mode=mode, command=None)
-        clients.triggers.add(entry_from_message(msg, trusted=True))
+        trigger_event(events, msg, tier, mode=mode, command=None)
+        clients.records.triggers.add(entry_from_message(msg, trusted=True))
         self._start(new.request, msg, self._new_slot(), sink, nursery, typing=decision.show_typing)
 
     def _calls_bot(self, msg: Message) -> bool:
-        bot_id = self._clients.bot.user_id
+        bot_id = self._clients.chat.bot.user_id
         return bot_id is not None and (msg.mentions_user(bot_id) or self._replied_to_bot(msg))
 
     def _replied_to_bot(self, msg: Message) -> bool:
         ref = msg.message_reference
-        bot_id = self._clients.bot.user_id
+        bot_id = self._clients.chat.bot.user_id
         if ref is None or ref.message_id is None or bot_id is None:
             return False
         if msg.referenced_author is not None:
             return msg.referenced_author.id == bot_id
-        for cached in self._clients.cache.recent(msg.channel_id, REPLY_SCAN):
+        for cached in self._clients.model.cache.recent(msg.channel_id, REPLY_SCAN):
             if cached.id == ref.message_id:
                 return cached.author.id == bot_id
         return False
@@ -368,7 +366,7 @@ class ChannelActor:
     ) -> None:
         clients = self._clients
         restart = isinstance(outcome, cont.RestartAnswer)
-        clients.events.emit(
+        clients.records.events.emit(
             "continuation",
             message_id=msg.id,
             parent_id=outcome.parent_id,
@@ -376,18 +374,18 @@ class ChannelActor:
             author_id=msg.author.id,
             restart=restart,
         )
-        clients.triggers.follow_up(outcome.parent_id, msg.text, msg.id)
+        clients.records.triggers.follow_up(outcome.parent_id, msg.text, msg.id)
         if not restart:
             # SPEC 5.4: the request was answered once; this line is context for the next one.
             decision_event(
-                self._clients.events,
+                self._clients.records.events,
                 msg,
                 "context",
                 "follow-up after the answer was posted: context for the next request",
             )
             return
         decision_event(
-            self._clients.events,
+            self._clients.records.events,
             msg,
             "continuation",
             "follow-up inside the continuation window: restarting the answer with the merged"
@@ -432,14 +430,14 @@ class ChannelActor:
                     await self._answer(gen, typing)
                 except Exception as exc:
                     message = error_line(exc)
-                    self._clients.events.emit(
+                    self._clients.records.events.emit(
                         "error", scope="generate", message_id=gen.trigger.id, message=message
                     )
                     logger.error("answer to message %s failed: %s", gen.trigger.id, message)
                 # Posted, skipped or failed (and logged): the decision is final. Not when a
                 # follow-up replaced this answer, nor when a shutdown cancelled it.
                 if not gen.replaced:
-                    self._clients.handled.finish(
+                    self._clients.records.handled.finish(
                         gen.request.message_ids, gen.trigger.channel_id, gen.trigger.guild_id
                     )
                 # A skipped or failed answer still holds its place until the earlier ones post.
@@ -463,7 +461,7 @@ class ChannelActor:
         # Typing from here on, its first request right behind the model request (`sent`):
         # it costs an instant answer no time, and a slow answer shows it at once.
         sent = trio.Event()
-        async with clients.replies.typing(
+        async with clients.posting.replies.typing(
             trigger.channel_id, enabled=typing, spawn=self._spawn_background, hold=sent
         ) as shown:
             asked = self._held(gen)
@@ -474,7 +472,7 @@ class ChannelActor:
                 await gen.slot.turn()
                 assert isinstance(gen.sink, ChannelReply), "a message's sink"
                 handled = await persona_answer.maybe_answer(
-                    clients,
+                    clients.personas,
                     gen.sink,
                     asked,
                     trigger,
@@ -486,15 +484,15 @@ class ChannelActor:
                     return
             files = await answer_prompt.request_files(clients, trigger, asked)
             request = await answer_prompt.answer_request(clients, trigger, asked, lines, files)
-            if clients.settings().replies.stream:
+            if clients.chat.settings().replies.stream:
                 await self._stream_answer(gen, request, shown, sent.set)
                 return
-            result = await clients.llm.complete(request, on_sent=sent.set)
+            result = await clients.model.llm.complete(request, on_sent=sent.set)
             if result.ok and not shown.is_set():
                 with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
                     await shown.wait()
         if not result.ok:
-            reason = answer_prompt.log_no_answer(clients, trigger, result)
+            reason = answer_prompt.log_no_answer(clients.records, trigger, result)
             if reason is not None:
                 gen.failure = f"Sorry, {reason.removeprefix('no answer: ')}."
             if result.notice:
@@ -513,13 +511,13 @@ class ChannelActor:
         """The answer streamed into its reply (SPEC 16), in the reply's turn."""
         clients = self._clients
         trigger = gen.trigger
-        plan = clients.replies.reply_plan(trigger, None)
+        plan = clients.posting.replies.reply_plan(trigger, None)
 
         async def before_first_post() -> bool:
             await gen.slot.turn()
             if cont.is_superseded(self._cont, gen.request):
                 decision_event(
-                    self._clients.events,
+                    self._clients.records.events,
                     trigger,
                     "skip",
                     "answer superseded by a follow-up: not posted",
@@ -532,9 +530,9 @@ class ChannelActor:
                     await typing_shown.wait()
             return True
 
-        streamed = await clients.replies.stream_answer(
+        streamed = await clients.posting.replies.stream_answer(
             request,
-            lambda: clients.replies.resolve_plan(plan),
+            lambda: clients.posting.replies.resolve_plan(plan),
             trigger_id=trigger.id,
             before_first_post=before_first_post,
             # A slash `ask`'s answer grows in the deferred response (SPEC 15).
@@ -545,7 +543,7 @@ class ChannelActor:
         result = streamed.result
         if streamed.reply.failure is not None:
             message, trace = failure_text(streamed.reply.failure)
-            clients.failures.record(
+            clients.records.failures.record(
                 stage="post",
                 workspace=workspace_id(trigger.guild_id),
                 persona=None,
@@ -554,19 +552,19 @@ class ChannelActor:
                 stack_trace=trace,
             )
         elif result is not None and not result.ok:
-            answer_prompt.log_no_answer(clients, trigger, result)
+            answer_prompt.log_no_answer(clients.records, trigger, result)
             if result.notice and not streamed.reply.started:
                 # A user over their own limit is told once per period, politely.
                 await self._post_answer(gen, result.notice, persona=None)
 
     def _held(self, gen: Generation) -> cont.Request:
         """The request as the model gets it: follow-ups held to `context_chars` (SPEC 9)."""
-        return held_request(gen.request, self._clients.settings().context_chars)
+        return held_request(gen.request, self._clients.chat.settings().context_chars)
 
     def _persona_matches(self, request: cont.Request) -> list[pcore.PersonaMatch]:
-        if self._clients.personas is None:
+        if self._clients.chat.personas is None:
             return []
-        personas = persona_answer.current_personas(self._clients)
+        personas = persona_answer.current_personas(self._clients.personas)
         return pcore.match(personas, request.text) if personas is not None else []
 
     async def _post_answer(self, gen: Generation, text: str, *, persona: str | None) -> None:
@@ -575,7 +573,7 @@ class ChannelActor:
         await gen.slot.turn()
         if cont.is_superseded(self._cont, gen.request):
             decision_event(
-                self._clients.events,
+                self._clients.records.events,
                 trigger,
                 "skip",
                 "answer superseded by a follow-up: not posted",
@@ -588,7 +586,7 @@ class ChannelActor:
                 await gen.sink.post(text)
             except Exception as exc:
                 message, trace = failure_text(exc)
-                clients.failures.record(
+                clients.records.failures.record(
                     stage="post",
                     workspace=workspace_id(trigger.guild_id),
                     persona=persona,

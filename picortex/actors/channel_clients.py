@@ -1,6 +1,6 @@
 """What a channel actor reads and uses: its mailbox, and its clients by role: what it reads
 about trust and config (`ChatReads`), asks the model (`ModelCalls`), posts (`AnswerPosting`)
-and records (`ChannelRecords`)."""
+and records (`ChannelRecords`), with the roles of the helpers it calls (`ChannelClients`)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,9 @@ from picortex.actors.clients import (
     Spawner,
 )
 from picortex.actors.command_changes import Applied
+from picortex.actors.composting import CompostClients
 from picortex.actors.delivery import Delivery
-from picortex.actors.interactions import InteractionClients
+from picortex.actors.model_route import RouteClients
 from picortex.actors.persona_answer import PersonaClients
 from picortex.actors.pipeline import TriggerBook
 from picortex.actors.polls import PollClients
@@ -169,15 +170,47 @@ class ChannelRecords(Protocol):
         ...
 
 
-class ChannelClients(
-    ChatReads,
-    ModelCalls,
-    AnswerPosting,
-    ChannelRecords,
-    PersonaClients,
-    InteractionClients,
-    PollClients,
-    Protocol,
-):
-    """Everything a channel actor uses, by role (the app passes its `Pipeline`; a test, a
-    fake); a helper that needs one role takes that role alone."""
+class ChannelClients(Protocol):
+    """Every role a channel actor takes, each built whole by the app
+    (`picortex.actors.channel_roles`; a test, its fakes); a helper that needs one role takes
+    that role alone."""
+
+    @property
+    def chat(self) -> ChatReads:
+        """Trust and config."""
+        ...
+
+    @property
+    def model(self) -> ModelCalls:
+        """The model, the conversation it is given, the answers' deadlines."""
+        ...
+
+    @property
+    def posting(self) -> AnswerPosting:
+        """Posting, and background tasks."""
+        ...
+
+    @property
+    def records(self) -> ChannelRecords:
+        """Events, failures, triggers, handled marks, a command's changes."""
+        ...
+
+    @property
+    def personas(self) -> PersonaClients:
+        """Persona answers."""
+        ...
+
+    @property
+    def polls(self) -> PollClients:
+        """Running polls."""
+        ...
+
+    @property
+    def route(self) -> RouteClients:
+        """Which model tier answers."""
+        ...
+
+    @property
+    def compost(self) -> CompostClients:
+        """A persona stage's pause."""
+        ...

@@ -34,27 +34,27 @@ async def classify(
 
     `spawn` runs the typing indicator's last request past the classification.
     """
-    settings = clients.settings()
-    home = ChatHome(clients.home, str(msg.channel_id))
+    settings = clients.chat.settings()
+    home = ChatHome(clients.chat.home, str(msg.channel_id))
     try:
         template = await trio.to_thread.run_sync(home.read_prompt)
     except Exception as exc:
         logger.warning("discriminator prompt unavailable, using the default: %s", exc)
         template = default_prompt_template()
     history = discriminate.history_before(
-        clients.cache.recent(msg.channel_id, discriminate.HISTORY_SCAN),
+        clients.model.cache.recent(msg.channel_id, discriminate.HISTORY_SCAN),
         msg,
         settings.discriminator.history,
-        clients.is_trusted,
+        clients.chat.is_trusted,
     )
-    own = clients.store.get_chat_config(msg.channel_id)
+    own = clients.chat.store.get_chat_config(msg.channel_id)
     chat = disc.ChatMeta(
         chat_id=str(msg.channel_id),
         kind="dm"
         if msg.is_dm
-        else ("thread" if clients.registry.is_thread(msg.channel_id) else "group"),
-        name=_channel_name(clients, msg.channel_id),
-        bot_name=clients.bot.username,
+        else ("thread" if clients.chat.registry.is_thread(msg.channel_id) else "group"),
+        name=_channel_name(clients.chat, msg.channel_id),
+        bot_name=clients.chat.bot.username,
     )
     try:
         request = discriminate.build_request(
@@ -67,13 +67,15 @@ async def classify(
         )
     except disc.PromptTooLarge as exc:
         return disc.fail_decision(msg.is_dm, f"discriminator prompt too large: {exc}")
-    paused = await composting.stage_pause(clients, "discriminate")
+    paused = await composting.stage_pause(clients.compost, "discriminate")
     if paused is not None:
         return disc.fail_decision(msg.is_dm, f"discriminator {composting.until_text(paused)}")
-    async with clients.replies.typing(msg.channel_id, enabled=rule.show_typing, spawn=spawn):
-        result = await clients.llm.complete(request)
+    async with clients.posting.replies.typing(
+        msg.channel_id, enabled=rule.show_typing, spawn=spawn
+    ):
+        result = await clients.model.llm.complete(request)
     if result.failed:
-        clients.failures.record(
+        clients.records.failures.record(
             stage="discriminate",
             workspace=workspace_id(msg.guild_id),
             persona=None,

@@ -1,10 +1,11 @@
 """The narrow clients that the router, catch-up and channel-side code are given, each naming
 the few calls one job needs.
 
-The app builds one object that provides them all (`picortex.actors.pipeline.Pipeline`) and
-passes it in; each user types it by the protocol of what it calls (`RouterClients`,
-`CatchUpClients`, `ChannelClients`, `PersonaClients`, `InteractionClients`, `PollClients`), so
-a test hands in a fake of just that.
+The router and the channel actors take their roles, each built whole by the app from the
+parts of its `picortex.actors.pipeline.Pipeline` (`picortex.actors.router_clients`,
+`picortex.actors.channel_roles`); catch-up is handed the `Pipeline`, typed by
+`CatchUpClients`. Each user types what it gets by the protocol of what it calls, so a test
+hands in a fake of just that.
 """
 
 from __future__ import annotations

@@ -81,15 +81,17 @@ async def execute(
 
     Returns its name, the reply text, the poll to start (if any) and the result.
     """
-    settings = clients.settings()
+    settings = clients.chat.settings()
     name = cmds.command_name(command)
     chat_id = msg.channel_id
-    mode = chat_mode(clients, msg)
+    mode = chat_mode(clients.chat, msg)
     # Relative to the home: the machine's own paths are nobody's business in a chat.
-    prompt_path = ChatHome(clients.home, str(chat_id)).prompt_path.relative_to(clients.home)
+    prompt_path = ChatHome(clients.chat.home, str(chat_id)).prompt_path.relative_to(
+        clients.chat.home
+    )
     state = cmds.CommandState(
         owner_id=settings.owner_id,
-        trust=dict(clients.store.trust_list()),
+        trust=dict(clients.chat.store.trust_list()),
         wakeword=settings.wakeword,
         attention_mode=mode,
         prompt_path=f"PICORTEX_HOME/{prompt_path.as_posix()}",
@@ -99,26 +101,28 @@ async def execute(
         parse_config_value=config_mod.parse_runtime_value,
         format_config_value=config_mod.format_value,
         requester_id=msg.author.id,
-        user_modes=chats.user_modes(clients.store, chat_id),
+        user_modes=chats.user_modes(clients.chat.store, chat_id),
         access_note=chats.mode_choice(
-            clients.store, clients.registry, msg, settings.attention, settings.access
+            clients.chat.store, clients.chat.registry, msg, settings.attention, settings.access
         ).blocked,
         chat=await agent_voice.chat_settings(
-            clients.home, clients.store, chat_id, settings.discriminator.model
+            clients.chat.home, clients.chat.store, chat_id, settings.discriminator.model
         ),
     )
     result = cmds.execute(command, tier, state)
-    applied = await clients.apply_command_changes(result.changes, chat_id=chat_id, now=time.time())
+    applied = await clients.records.apply_command_changes(
+        result.changes, chat_id=chat_id, now=time.time()
+    )
     reply = applied.reply(result, msg.author.id)
     label = tier_label(tier)
-    trigger_event(clients.events, msg, tier, mode=mode, command=name)
+    trigger_event(clients.records.events, msg, tier, mode=mode, command=name)
     forgot = {
         "forgotten": [
             {"user_id": f.user_id, "messages": f.messages, "observations": f.observations}
             for f in applied.forgotten
         ]
     }
-    clients.events.emit(
+    clients.records.events.emit(
         "command",
         message_id=msg.id,
         channel_id=msg.channel_id,
@@ -131,8 +135,10 @@ async def execute(
         **(forgot if applied.forgotten else {}),
     )
     for f in applied.forgotten:
-        clients.triggers.forget_author(f.user_id)
-    clients.triggers.add(entry_from_message(msg, trusted=tier is not None, command=command_text))
+        clients.records.triggers.forget_author(f.user_id)
+    clients.records.triggers.add(
+        entry_from_message(msg, trusted=tier is not None, command=command_text)
+    )
     article = "an" if label[0] in "aeiou" else "a"
-    decision_event(clients.events, msg, "command", f"{name} command from {article} {label}")
+    decision_event(clients.records.events, msg, "command", f"{name} command from {article} {label}")
     return name, reply, applied.poll, result

@@ -44,6 +44,11 @@ class AnswerSink(Protocol):
         """Where a streamed answer grows (None: the reply policy's channel or DM)."""
         ...
 
+    async def post_poll(self, text: str) -> Snowflake | None:
+        """Post a poll's question where the whole chat sees it (anyone's reactions are its
+        votes); the message's id, or None when it did not reach Discord (logged)."""
+        ...
+
     async def fail(self, sentence: str) -> None:
         """No answer came: say why in one sentence where the person waits for one."""
         ...
@@ -79,6 +84,19 @@ class ChannelReply:
 
     def surface(self) -> AnswerSurface | None:
         return None
+
+    async def post_poll(self, text: str) -> Snowflake | None:
+        # In the channel whatever the response policy says: a poll in a DM gets one voter.
+        trigger = self.trigger
+        plan = policy.plan_post(
+            "channel",
+            channel_id=trigger.channel_id,
+            author_id=trigger.author.id,
+            message_id=trigger.id,
+            in_dm=trigger.is_dm,
+        )
+        posted = await self.replies.post(plan, text, command="poll", trigger_id=trigger.id)
+        return posted[0] if posted else None
 
     async def fail(self, sentence: str) -> None:
         return None

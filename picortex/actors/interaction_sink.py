@@ -252,6 +252,12 @@ class InteractionSink:
         self._surface = AnswerSurface(self._clients, self.interaction, self._deferral_over.wait)
         return self._surface
 
+    async def post_poll(self, text: str) -> Snowflake | None:
+        """A poll started by slash command: its question is the interaction's public response."""
+        if not await self.respond(text, ephemeral=False, command="poll"):
+            return None
+        return await self.original_message_id()
+
     async def fail(self, sentence: str) -> None:
         """An `ask` that got no answer still gets one sentence saying why."""
         if self._answered or (self._surface is not None and self._surface.message_ids):

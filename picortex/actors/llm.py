@@ -14,7 +14,7 @@ import inspect
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
@@ -556,24 +556,28 @@ async def _stream(
     stopped = False
     try:
         async with events as stream:
-            async for event in stream:
-                kind = event.type
-                if kind == "content_block_delta" and event.delta.type == "text_delta":
-                    text += event.delta.text
-                    on_text(text)
-                elif kind == "message_start":
-                    call.input_tokens, call.output_tokens = usage_tokens(event.message.usage)
-                elif kind == "message_delta":
-                    # Cumulative counts (Anthropic's streaming docs); input may be restated.
-                    delta_in, delta_out = usage_tokens(event.usage)
-                    call.input_tokens = max(call.input_tokens, delta_in)
-                    call.output_tokens = max(call.output_tokens, delta_out)
-                elif kind == "message_stop":
-                    stopped = True
-                    if on_end is not None:
-                        pending = on_end(text)
-                        if pending is not None:
-                            await pending
+            reader = aiter(stream)
+            try:
+                async for event in reader:
+                    kind = event.type
+                    if kind == "content_block_delta" and event.delta.type == "text_delta":
+                        text += event.delta.text
+                        on_text(text)
+                    elif kind == "message_start":
+                        call.input_tokens, call.output_tokens = usage_tokens(event.message.usage)
+                    elif kind == "message_delta":
+                        # Cumulative counts (Anthropic's streaming docs); input may be restated.
+                        delta_in, delta_out = usage_tokens(event.usage)
+                        call.input_tokens = max(call.input_tokens, delta_in)
+                        call.output_tokens = max(call.output_tokens, delta_out)
+                    elif kind == "message_stop":
+                        stopped = True
+                        if on_end is not None:
+                            pending = on_end(text)
+                            if pending is not None:
+                                await pending
+            finally:
+                await _end_read(reader)
     except Exception as exc:
         if stopped:
             logger.debug("the model's response failed after message_stop: %s", exc)
@@ -585,6 +589,27 @@ async def _stream(
     if not stopped:
         raise StreamCut("it ended before message_stop", text, call.input_tokens, call.output_tokens)
     return ModelAnswer(text, call.input_tokens, call.output_tokens)
+
+
+async def _end_read(reader: AsyncIterator[Any]) -> None:
+    """End a read of the SDK's event stream that stopped at an event (a cancellation or a
+    failure while the answer was being posted or shown), so that none of its generators is
+    left for the garbage collector.
+
+    The SDK's iterators (its stream's, the SSE decoder's, the HTTP response's) each read the
+    next one with `async for`, which never closes what it reads from: closing the outermost
+    would leave the others. Read on under a cancelled scope instead: the first wait for the
+    network raises `Cancelled` in the innermost, and it runs out through every one of them,
+    each closing what it holds (the response too). A read that ran to its end, or that
+    failed inside the SDK, is over already, and this costs nothing.
+    """
+    with trio.CancelScope(shield=True) as scope:
+        scope.cancel()
+        try:
+            async for _ in reader:
+                pass  # events still buffered: the answer has what it needs
+        except Exception as exc:
+            logger.debug("the model's abandoned response ended with %s", type(exc).__name__)
 
 
 def sdk_httpx() -> ModuleType:

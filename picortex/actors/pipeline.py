@@ -54,6 +54,15 @@ CRASH_DRAIN_SECONDS: Final = ANSWER_TIMEOUT_SECONDS + 10.0
 MEMBER_ROLES_KEPT: Final = 10_000
 
 
+@attrs.frozen
+class AnswerDeadlines:
+    """How long one answer's model call may take, and answers in flight may finish after a
+    crash (tests shorten them)."""
+
+    answer_timeout: float = ANSWER_TIMEOUT_SECONDS
+    crash_drain_seconds: float = CRASH_DRAIN_SECONDS
+
+
 class Rest(ChannelRest, PostingRest, IdentityRest, CatchUpRest, Protocol):
     """The REST calls the router, catch-up and channel side make (`RestClient`)."""
 
@@ -230,8 +239,9 @@ class TriggerBook:
 @attrs.define
 class Pipeline:
     """The composition root of the message path: the one object the app builds that provides
-    every narrow client (`RouterClients`, `CatchUpClients`, `ChannelClients`,
-    `PersonaClients`, `InteractionClients`, `PollClients`); no code is typed by it whole.
+    the parts the router's and the channel actors' roles are built from
+    (`picortex.actors.router_clients`, `picortex.actors.channel_roles`) and what catch-up
+    uses (`CatchUpClients`); no code is typed by it whole.
     The reply poster, the failure recorder and the handled ledger are built from the fields
     the app passes in."""
 

@@ -44,36 +44,30 @@ class PollClients(Protocol):
 
     @property
     def replies(self) -> Poster:
-        """Posting the poll and its result."""
+        """Posting the poll's result."""
         ...
 
 
-async def run_poll(
-    clients: PollClients,
-    trigger: Message,
-    poll: StartPoll,
-    *,
-    poll_message_id: Snowflake | None = None,
-) -> None:
+class PollSink(Protocol):
+    """Where a poll's question goes: the answer sink of the request that started it."""
+
+    async def post_poll(self, text: str) -> Snowflake | None:
+        """Post the question for all to see; its message's id (None: not posted, logged)."""
+        ...
+
+
+async def run_poll(clients: PollClients, trigger: Message, poll: StartPoll, sink: PollSink) -> None:
     """Run one poll in the trigger's channel; failures are logged, never raised.
 
-    With `poll_message_id` the poll is already posted (a slash command's response).
+    The question is the request's answer, through its sink (a message's reply in the
+    channel, a slash command's response); the result, `poll_seconds` later, replies to it.
     """
     seconds = clients.settings().poll_seconds
-    plan = policy.plan_post(
-        "channel",
-        channel_id=trigger.channel_id,
-        author_id=trigger.author.id,
-        message_id=trigger.id,
-        in_dm=trigger.is_dm,
-    )
     try:
         text = pcore.format_poll(poll.question, poll.options, seconds)
-        if poll_message_id is None:
-            posted = await clients.replies.post(plan, text, command="poll", trigger_id=trigger.id)
-            poll_id = posted[0]
-        else:
-            poll_id = poll_message_id
+        poll_id = await sink.post_poll(text)
+        if poll_id is None:
+            return  # not posted: the sink logged why
         emojis = pcore.NUMBER_EMOJI[: len(poll.options)]
         for emoji in emojis:
             await clients.rest.add_reaction(trigger.channel_id, poll_id, emoji)

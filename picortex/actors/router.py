@@ -25,7 +25,7 @@ from picortex.actors import chats, interactions, persona_answer
 from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.interaction_sink import InteractionSink
 from picortex.actors.interactions import register_commands
-from picortex.actors.router_clients import RouterClients
+from picortex.actors.router_clients import RouterRoles
 from picortex.actors.slash_request import slash_request
 from picortex.core import continuation as cont
 from picortex.core.access import role_tier
@@ -112,7 +112,7 @@ class Router:
     """Routes gateway dispatches; see the module docstring.
 
     Args:
-        clients: what the router reads and feeds (the app passes its `Pipeline`).
+        roles: what the router reads, feeds and posts through, by role (built by the app).
         channels: the supervisor the channel actors run under.
         channel_actor: makes a channel's actor around its mailbox.
         catch_up: run after a fresh IDENTIFY of a shard (its id; None: not known): answers
@@ -121,13 +121,17 @@ class Router:
 
     def __init__(
         self,
-        clients: RouterClients,
+        roles: RouterRoles,
         channels: ChannelSupervisor,
         channel_actor: ChannelActorFactory,
         *,
         catch_up: Callable[[int | None], Awaitable[None]] | None = None,
     ) -> None:
-        self._clients = clients
+        self._reads = roles.reads
+        self._feeds = roles.feeds
+        self._posting = roles.posting
+        self._slash = roles.slash
+        self._personas = roles.personas
         self._channels = channels
         self._new_actor = channel_actor
         self._inbox: Mailbox[tuple[str, Any, int | None]] = Mailbox(ROUTER_QUEUE, name="router")
@@ -165,7 +169,7 @@ class Router:
                     return
                 data = event
         if not self._inbox.send_nowait((name, data, seq)):
-            self._clients.events.emit(
+            self._feeds.events.emit(
                 "error", scope="router", message=f"router queue full: {name} dropped"
             )
 
@@ -174,7 +178,7 @@ class Router:
         found: list[dict[str, object]] = []
         for cid, mb in self._mailboxes.items():
             if mb.depth or self._channels.get(f"channel-{cid}") is not None:
-                channel = self._clients.registry.get(cid)
+                channel = self._feeds.registry.get(cid)
                 name = channel.name if channel is not None and channel.name else "dm"
                 found.append({"channel_id": str(cid), "name": name, "depth": mb.depth})
         return found
@@ -211,7 +215,7 @@ class Router:
         counts = (self.chatter, self.delivered)
         chatter, delivered = (c - r for c, r in zip(counts, self._reported, strict=True))
         if chatter or delivered:
-            self._clients.events.emit(
+            self._feeds.events.emit(
                 "ingest",
                 chatter=chatter,
                 delivered=delivered,
@@ -249,7 +253,7 @@ class Router:
                 name, data, seq = await inbox.receive()
             finally:
                 self._waiting = False
-            self._clients.settings.refresh()
+            self._reads.settings.refresh()
             await self._route(name, data, seq)
             inbox.done()
             # In a burst, take what queued up meanwhile without a scheduler round per dispatch
@@ -267,39 +271,38 @@ class Router:
         try:
             await self._route_event(name, data, seq)
         finally:
-            self._clients.handled.routed(seq)
+            self._feeds.handled.routed(seq)
 
     async def _route_event(self, name: str, data: Any, seq: int | None) -> None:
-        clients = self._clients
         # A message the reader's inline path normalized already comes as a `Message`.
         event = data if type(data) is Message else normalize(name, data)
         if event is None:
             return
         if isinstance(event, NormalizeError):
-            clients.events.emit(
+            self._feeds.events.emit(
                 "error", scope="normalize", event_name=event.event, message=event.reason
             )
             return
         if isinstance(event, Message):
-            if event.author.id == clients.bot.user_id:
+            if event.author.id == self._reads.bot.user_id:
                 # Our own replies feed the context and recall (SPEC 8); the pipeline would
                 # ignore them anyway (SPEC 5 step 1), so they cost no mailbox hop.
-                clients.cache.on_message(event)
+                self._feeds.cache.on_message(event)
                 if name == "MESSAGE_CREATE":
                     self._remember_answer(event)
                     # Before any later message reaches its channel: see AnswersSeen.
-                    clients.answers_seen.saw(event)
+                    self._feeds.answers_seen.saw(event)
                 return
-            store = clients.store
+            store = self._reads.store
             seen = store.seen(event.id, event.guild_id)
             if seen is None:  # an id older than memory holds: only the database knows
                 seen = await store.was_handled(event.id, event.guild_id)
             if name == "MESSAGE_CREATE" and self._decide_chatter(event, seen):
                 return
-            if seen or not clients.handled.take(event.id, seq):
+            if seen or not self._feeds.handled.take(event.id, seq):
                 self.replays_dropped += 1
                 if name == "MESSAGE_CREATE":
-                    clients.events.emit(
+                    self._feeds.events.emit(
                         "decision",
                         message_id=event.id,
                         channel_id=event.channel_id,
@@ -311,79 +314,77 @@ class Router:
                 return
             # In hand: marked handled (persisted with the store's next group) only once its
             # decision is final, so a kill before that leaves it to be handled again.
-            clients.cache.on_message(event)
+            self._feeds.cache.on_message(event)
             await self._deliver(self._message_delivery(event, seq))
         elif isinstance(event, Interaction):
             # A replayed interaction was answered (or is past answering) already: handled
             # once taken (its token lasts minutes, a restart's replay comes after).
-            store = clients.store
+            store = self._reads.store
             seen = store.seen(event.id, event.guild_id)
             if seen is None:
                 seen = await store.was_handled(event.id, event.guild_id)
-            if seen or not clients.handled.take(event.id, seq):
+            if seen or not self._feeds.handled.take(event.id, seq):
                 self.replays_dropped += 1
             else:
-                clients.handled.finish((event.id,), event.channel_id, event.guild_id)
+                self._feeds.handled.finish((event.id,), event.channel_id, event.guild_id)
                 await self._deliver(self._interaction_delivery(event, seq))
         elif isinstance(event, MessageUpdate):
-            clients.cache.on_update(event)
+            self._feeds.cache.on_update(event)
             # Recall must never show the text as it was before an edit.
-            persona_answer.reindex(clients, event)
+            persona_answer.reindex(self._personas, event)
         elif isinstance(event, MessageDelete):
             self._forget_triggers(event.channel_id, (event.id,))
-            clients.cache.on_delete(event)
+            self._feeds.cache.on_delete(event)
             # A deleted message (a pasted secret, say) must not come back in a recall.
-            persona_answer.forget(clients, [event.id])
+            persona_answer.forget(self._personas, [event.id])
         elif isinstance(event, MessageDeleteBulk):
             # A purge: the messages leave the trigger log, the cache and memory with their
             # observations.
             self._forget_triggers(event.channel_id, event.ids)
-            clients.cache.on_delete(event)
-            persona_answer.forget(clients, event.ids)
+            self._feeds.cache.on_delete(event)
+            persona_answer.forget(self._personas, event.ids)
         elif isinstance(event, ChannelDelete):
             self._channel_deleted(event)
         elif isinstance(event, ReactionEvent):
             self._reaction(event)
         elif isinstance(event, Ready):
-            clients.bot.user_id = event.user.id
-            clients.bot.username = event.user.username
+            self._reads.bot.user_id = event.user.id
+            self._reads.bot.username = event.user.username
             # A new session (not a RESUME) of one shard: events of its guilds may have been
             # missed since the last one.
-            shard_id = clients.handled.new_session(seq)
-            clients.cache.on_session_start()
+            shard_id = self._feeds.handled.new_session(seq)
+            self._feeds.cache.on_session_start()
             if self._catch_up is not None:
-                clients.spawn(self._catch_up, shard_id)
+                self._posting.spawn(self._catch_up, shard_id)
             if event.application_id is not None:
-                clients.spawn(register_commands, clients, event.application_id)
+                self._posting.spawn(register_commands, self._slash, event.application_id)
         elif isinstance(event, GuildCreate):
-            clients.registry.name_guild(event.id, event.name)
+            self._feeds.registry.name_guild(event.id, event.name)
             for channel in (*event.channels, *event.threads):
-                clients.registry.add(channel)
+                self._feeds.registry.add(channel)
         elif isinstance(event, ChannelCreate):
-            clients.registry.add(event.channel)
+            self._feeds.registry.add(event.channel)
         elif isinstance(event, ThreadListSync):
             for thread in event.threads:
-                clients.registry.add(thread)
+                self._feeds.registry.add(thread)
 
     def _route_chatter_now(self, event: Message, seq: int | None) -> bool:
         """Decide a MESSAGE_CREATE inline if it is chatter; False: the task must route it."""
-        clients = self._clients
-        if event.author.id == clients.bot.user_id:
+        if event.author.id == self._reads.bot.user_id:
             return False
-        seen = clients.store.seen(event.id, event.guild_id)
+        seen = self._reads.store.seen(event.id, event.guild_id)
         if seen is None:  # only the database knows: the task asks it
             return False
-        clients.settings.refresh()
+        self._reads.settings.refresh()
         if not self._decide_chatter(event, seen):
             return False
-        clients.handled.routed(seq)
+        self._feeds.handled.routed(seq)
         return True
 
     def _decide_chatter(self, event: Message, seen: bool) -> bool:
         """Decide a MESSAGE_CREATE here if it is chatter (a replay of it included)."""
-        clients = self._clients
         if event.guild_id is not None:
-            clients.registry.note_roles(event.author.id, event.member_roles)
+            self._feeds.registry.note_roles(event.author.id, event.member_roles)
         chatter = self._chatter(event)
         if chatter is _STRANGER_CHATTER:
             # Decided here: counted, fed to the context, never logged one by one and never
@@ -391,12 +392,12 @@ class Router:
             if seen:
                 self.replays_dropped += 1
                 return True
-            clients.store.note_seen(event.id)
+            self._reads.store.note_seen(event.id)
             self.chatter += 1
-            clients.cache.on_message(event)
+            self._feeds.cache.on_message(event)
             return True
-        if chatter is _TRUSTED_CHATTER and not seen and not clients.handled.known(event.id):
-            clients.cache.on_message(event)
+        if chatter is _TRUSTED_CHATTER and not seen and not self._feeds.handled.known(event.id):
+            self._feeds.cache.on_message(event)
             self._trusted_chatter(event)
             return True
         return False
@@ -404,12 +405,12 @@ class Router:
     async def _learn_identity(self) -> None:
         """Who the bot is, before routing: READY says so, but a restarted process that RESUMEd
         its session gets no READY, and replayed messages must still see their mentions."""
-        bot = self._clients.bot
+        bot = self._reads.bot
         if bot.user_id is not None:
             return
         with trio.move_on_after(IDENTITY_TIMEOUT_SECONDS):
             try:
-                me = await self._clients.rest.get_current_user()
+                me = await self._posting.rest.get_current_user()
                 bot.user_id = int(me["id"])
                 bot.username = str(me.get("username") or bot.username)
             except Exception as exc:
@@ -422,42 +423,40 @@ class Router:
 
         `on_taken` runs once it is taken, before its channel can decide it (the log's order).
         """
-        if not self._clients.handled.take(message.id, None):
+        if not self._feeds.handled.take(message.id, None):
             return False
         if on_taken is not None:
             on_taken()
-        self._clients.cache.on_message(message)
+        self._feeds.cache.on_message(message)
         await self._deliver(self._message_delivery(message, None))
         return True
 
     def _message_delivery(self, message: Message, seq: int | None) -> Delivery:
         """A message's request: answered by a reply in its channel (or a DM, as policy says)."""
         return Delivery(
-            message, seq, trio.current_time(), ChannelReply(self._clients.replies, message)
+            message, seq, trio.current_time(), ChannelReply(self._posting.replies, message)
         )
 
     def _interaction_delivery(self, interaction: Interaction, seq: int | None) -> Delivery:
         """An interaction's request: answered through the interaction, which is deferred by a
         timer if its channel is late (Discord waits 3 s for the first response)."""
-        clients = self._clients
         arrived = trio.current_time()
         command = interaction.type == InteractionType.APPLICATION_COMMAND
-        ephemeral = command and interactions.predicted_ephemeral(clients, interaction)
-        sink = InteractionSink(clients, interaction, ephemeral=ephemeral)
+        ephemeral = command and interactions.predicted_ephemeral(self._slash, interaction)
+        sink = InteractionSink(self._slash, interaction, ephemeral=ephemeral)
         if command:
-            clients.spawn(sink.defer_at, arrived + interactions.DEFER_AFTER_SECONDS)
+            self._posting.spawn(sink.defer_at, arrived + interactions.DEFER_AFTER_SECONDS)
         return Delivery(slash_request(interaction), seq, arrived, sink)
 
     def _channel_deleted(self, event: ChannelDelete) -> None:
         """A channel or thread is gone: forget it (and its threads) in registry, cache, memory."""
-        clients = self._clients
-        gone = clients.registry.remove(event.id)
-        home = clients.settings().home
+        gone = self._feeds.registry.remove(event.id)
+        home = self._reads.settings().home
         for channel_id in gone:
-            clients.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
+            self._feeds.cache.on_channel_delete(attrs.evolve(event, id=channel_id))
             # Queued for the store's next group; nothing is left to catch up there either.
-            clients.store.forget_channel(channel_id, home)
-        clients.events.emit(
+            self._reads.store.forget_channel(channel_id, home)
+        self._feeds.events.emit(
             "channel-delete",
             channel_id=event.id,
             guild_id=event.guild_id,
@@ -474,16 +473,15 @@ class Router:
         """
         if message.guild_id is None:
             return _NOT_CHATTER  # a DM always addresses the bot
-        clients = self._clients
-        settings = clients.settings()
+        settings = self._reads.settings()
         access = settings.access
         mode = chats.mode_choice(
-            clients.store, clients.registry, message, settings.attention, access
+            self._reads.store, self._feeds.registry, message, settings.attention, access
         ).mode
-        if not is_chatter(message, bot_user_id=clients.bot.user_id, trusted=False, mode=mode):
+        if not is_chatter(message, bot_user_id=self._reads.bot.user_id, trusted=False, mode=mode):
             return _NOT_CHATTER
         # The bot's own messages never get here (routed before as answers).
-        if not is_trusted(message.author.id, settings.owner_id, clients.store.get_tier) and (
+        if not is_trusted(message.author.id, settings.owner_id, self._reads.store.get_tier) and (
             role_tier(message.member_roles, access.allow_roles) is None
         ):
             return _STRANGER_CHATTER
@@ -500,10 +498,9 @@ class Router:
         on, every message goes the mailbox's way; so does a message without text, which an
         attention rule of its own weighs (attachments only: answered in `always` alone).
         """
-        clients = self._clients
-        if mode not in QUIET_MODES or clients.faults or not message.text.strip():
+        if mode not in QUIET_MODES or self._reads.faults or not message.text.strip():
             return False
-        if should_ignore(message, clients.bot.user_id) is not None:
+        if should_ignore(message, self._reads.bot.user_id) is not None:
             return False
         mailbox = self._mailboxes.get(message.channel_id)
         if mailbox is None:
@@ -518,10 +515,10 @@ class Router:
     def _forget_triggers(self, channel_id: Snowflake, ids: Sequence[Snowflake]) -> None:
         """Take deleted messages' text out of the trigger log (status, panel activity), the
         context lines it shows included; read from the cache before it drops them."""
-        book = self._clients.triggers
+        book = self._feeds.triggers
         if not book.has_channel(channel_id):
             return  # nothing of this channel is shown: no cache read on a busy purge
-        book.forget(ids, self._clients.cache.recent(channel_id, TRIGGER_CONTEXT_SCAN))
+        book.forget(ids, self._feeds.cache.recent(channel_id, TRIGGER_CONTEXT_SCAN))
 
     def _trusted_chatter(self, message: Message) -> None:
         """Decide a trusted author's chatter inline: stored for recall, observed, counted.
@@ -529,26 +526,24 @@ class Router:
         What its channel actor would do (SPEC 5, 8), less the mailbox hop, the task switch and
         the `decision` line: chatter nobody addressed to the bot is counted, not logged.
         """
-        clients = self._clients
         self.chatter += 1
         self.trusted_chatter += 1
-        chats.remember(clients.store, message, message.text)
-        if clients.personas is not None:
-            text = strip_mention(message.text, clients.bot.user_id)
-            persona_answer.observe(clients, message, text)
-        clients.handled.finish((message.id,), message.channel_id, message.guild_id)
+        chats.remember(self._reads.store, message, message.text)
+        if self._personas.personas is not None:
+            text = strip_mention(message.text, self._reads.bot.user_id)
+            persona_answer.observe(self._personas, message, text)
+        self._feeds.handled.finish((message.id,), message.channel_id, message.guild_id)
 
     def _remember_answer(self, message: Message) -> None:
         """Store one of the bot's own answers for recall."""
-        chats.remember(self._clients.store, message, message.content)
+        chats.remember(self._reads.store, message, message.content)
 
     def _reaction(self, event: ReactionEvent) -> None:
-        clients = self._clients
-        owner = clients.settings().owner_id
+        owner = self._reads.settings().owner_id
         # The bot's own reactions (a poll's seeded options) are not logged.
-        trusted = is_trusted(event.user_id, owner, clients.store.get_tier)
-        if trusted and event.user_id != clients.bot.user_id:
-            clients.events.emit(
+        trusted = is_trusted(event.user_id, owner, self._reads.store.get_tier)
+        if trusted and event.user_id != self._reads.bot.user_id:
+            self._feeds.events.emit(
                 "reaction",
                 action="add" if event.added else "remove",
                 message_id=event.message_id,
@@ -566,8 +561,8 @@ class Router:
             self._mailboxes[channel_id] = mailbox
         self.delivered += 1
         if not mailbox.send_nowait(delivery):
-            self._clients.handled.release([message.id])
-            self._clients.events.emit(
+            self._feeds.handled.release([message.id])
+            self._feeds.events.emit(
                 "error",
                 scope="mailbox",
                 channel_id=channel_id,

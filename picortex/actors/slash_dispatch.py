@@ -8,7 +8,6 @@ other answer).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
@@ -24,7 +23,7 @@ from picortex.core import continuation as cont
 from picortex.core import slash as sl
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import may_run
-from picortex.types import InteractionType, Message, Snowflake
+from picortex.types import InteractionType, Message
 
 
 @runtime_checkable
@@ -40,10 +39,6 @@ class SlashSink(AnswerSink, Protocol):
 
     async def autocomplete(self, choices: list[dict[str, str]]) -> None:
         """Offer autocomplete choices."""
-        ...
-
-    async def original_message_id(self) -> Snowflake | None:
-        """The id of the response's message, when Discord tells it."""
         ...
 
 
@@ -64,11 +59,11 @@ async def dispatch(
 ) -> None:
     """Handle one slash command or autocomplete interaction."""
     inter = slash.interaction
-    clients.settings.refresh()
-    if inter.user.bot or inter.user.id == clients.bot.user_id:
+    clients.chat.settings.refresh()
+    if inter.user.bot or inter.user.id == clients.chat.bot.user_id:
         return
     author = inter.user.id
-    tier = tier_of_requester(clients, author, inter.member_roles)
+    tier = tier_of_requester(clients.chat, author, inter.member_roles)
     if inter.type == InteractionType.APPLICATION_COMMAND_AUTOCOMPLETE:
         # Config keys are for those who may change config; others see no suggestions.
         allowed = tier is not None and may_run("config", tier)
@@ -78,7 +73,7 @@ async def dispatch(
     if inter.type != InteractionType.APPLICATION_COMMAND:
         return
     action, msg = slash.action, slash.message
-    events = clients.events
+    events = clients.records.events
 
     def reply(answer: str, *, ephemeral: bool, command: str | None, refused: bool = False) -> None:
         side.spawn(
@@ -97,10 +92,10 @@ async def dispatch(
         return
     if isinstance(action, sl.Ask):
         if tier is not None:
-            mode = chat_mode(clients, msg)
+            mode = chat_mode(clients.chat, msg)
             decision_event(events, msg, "respond", "slash command: always answered", mode=mode)
             trigger_event(events, msg, tier, mode=mode, command=sl.Ask.NAME)
-            clients.triggers.add(entry_from_message(msg, trusted=True, command=msg.content))
+            clients.records.triggers.add(entry_from_message(msg, trusted=True, command=msg.content))
             side.spawn(sink.acknowledge)
             side.answer(*slash.ask(), sink)
         return
@@ -108,19 +103,15 @@ async def dispatch(
         clients, msg, action, slash.text, tier, source="slash"
     )
     ephemeral = sl.answer_is_private(
-        name, trusted=tier is not None, ok=result.ok, target=clients.replies.reply_target(name)
+        name,
+        trusted=tier is not None,
+        ok=result.ok,
+        target=clients.posting.replies.reply_target(name),
     )
     if poll is None:
         reply(answer, ephemeral=ephemeral, command=name)
         return
+    from picortex.actors.polls import run_poll
 
-    async def start_poll() -> None:
-        if not await sink.respond(answer, ephemeral=False, command=name):
-            return
-        poll_id = await sink.original_message_id()
-        if poll_id is not None:
-            from picortex.actors.polls import run_poll
-
-            clients.spawn(functools.partial(run_poll, poll_message_id=poll_id), clients, msg, poll)
-
-    side.spawn(start_poll)
+    # Its question is the response, posted by the poll like a typed poll's (the same text).
+    clients.posting.spawn(run_poll, clients.polls, msg, poll, sink)

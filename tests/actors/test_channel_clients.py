@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import attrs
@@ -11,6 +11,7 @@ import trio.testing
 
 from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.channel import ChannelActor
+from picortex.actors.channel_roles import ChannelRoles
 from picortex.actors.command_changes import Applied
 from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.interactions import REFUSAL
@@ -87,8 +88,9 @@ class FakeClients:
     handled: FakeHandled = attrs.Factory(FakeHandled)
     answers_seen: AnswersSeen = attrs.Factory(AnswersSeen)
     faults: None = None
-    spawn: None = None
+    spawn: Callable[..., None] | None = None
     fatal: None = None
+    rest: object = None
     crash_drain_seconds: float = 1.0
     finished: list[int] = attrs.Factory(list)
     replies: FakeReplies = attrs.Factory(FakeReplies)
@@ -101,7 +103,7 @@ class FakeClients:
         self, changes: Sequence[cmds.Change], *, chat_id: int | None, now: float
     ) -> Applied:
         self.changes.extend(changes)
-        return Applied()
+        return Applied(poll=next((c for c in changes if isinstance(c, cmds.StartPoll)), None))
 
 
 class FakeInbox:
@@ -140,6 +142,11 @@ def message(i: int, author: User, content: str) -> Message:
     )
 
 
+def roles(fake: FakeClients) -> ChannelRoles:
+    """Every role the channel actor takes, played by the one fake."""
+    return ChannelRoles(fake, fake, fake, fake, fake, fake, fake, fake)
+
+
 def clients(tmp_path: Path) -> FakeClients:
     env = {"PICORTEX_HOME": str(tmp_path), "PICORTEX_OWNER_ID": str(OWNER.id)}
     return FakeClients(settings=FakeSettings(load_settings(env)), home=tmp_path)
@@ -147,7 +154,7 @@ def clients(tmp_path: Path) -> FakeClients:
 
 async def run_until_handled(fake: FakeClients, messages: list[Message | Delivery]) -> None:
     inbox = FakeInbox(list(messages), fake.replies)
-    actor = ChannelActor(CHANNEL, inbox, fake)
+    actor = ChannelActor(CHANNEL, inbox, roles(fake))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(actor.run)
         while inbox.handled < len(messages) or len(fake.finished) < len(messages):
@@ -213,8 +220,8 @@ class FakeSlashSink:
     async def autocomplete(self, choices: list[dict[str, str]]) -> None:
         raise AssertionError("not an autocomplete")
 
-    async def original_message_id(self) -> int | None:
-        return None
+    async def post_poll(self, text: str) -> int | None:
+        raise AssertionError("no poll in these tests")
 
 
 def slash(i: int, user: User, subcommand: str) -> Interaction:
@@ -267,6 +274,7 @@ class RecordingAnswers:
 
     def __init__(self) -> None:
         self.posted: list[tuple[str, str | None]] = []
+        self.polls: list[str] = []
 
     async def acknowledge(self) -> None:
         return None
@@ -276,6 +284,10 @@ class RecordingAnswers:
 
     def surface(self) -> None:
         return None
+
+    async def post_poll(self, text: str) -> int | None:
+        self.polls.append(text)
+        return 500
 
     async def fail(self, sentence: str) -> None:
         return None
@@ -293,3 +305,40 @@ async def test_a_typed_commands_reply_leaves_through_its_deliverys_sink(
     assert "!s" in text
     assert fake.replies.posted == []  # the channel posts no other way
     assert fake.finished == [9]
+
+
+class PollRest:
+    """Reactions on a poll: the bot's seeds recorded, one vote for each option."""
+
+    def __init__(self) -> None:
+        self.seeded: list[tuple[int, str]] = []
+
+    async def add_reaction(self, channel_id: int, message_id: int, emoji: str) -> None:
+        self.seeded.append((message_id, emoji))
+
+    async def get_reactions(
+        self, channel_id: int, message_id: int, emoji: str, *, after: int | None = None
+    ) -> list[dict[str, object]]:
+        return [{"id": str(OWNER.id)}]
+
+
+async def test_a_typed_polls_question_leaves_through_its_deliverys_sink(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    fake = clients(tmp_path)
+    fake.settings.settings = attrs.evolve(fake.settings.settings, poll_enabled=True)
+    rest = PollRest()
+    sink = RecordingAnswers()
+    trigger = message(11, OWNER, f'<@{BOT_ID}> !s poll "Lunch?" Pizza // Soup')
+    async with trio.open_nursery() as background:
+        fake.spawn = background.start_soon
+        fake.rest = rest
+        await run_until_handled(fake, [Delivery(trigger, 78, 0.0, sink)])
+    [question] = sink.polls
+    assert "Lunch?" in question
+    assert sink.posted == []
+    assert [message_id for message_id, _ in rest.seeded] == [500, 500]
+    # The result, `poll_seconds` later, replies to the poll's message through the poster.
+    [(result, command, trigger_id)] = fake.replies.posted
+    assert (command, trigger_id) == ("poll", 11)
+    assert "Lunch?" in result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -15,7 +16,7 @@ import attrs
 import orjson
 import pytest
 import trio
-from trio.testing import MockClock
+from trio.testing import MockClock, wait_all_tasks_blocked
 
 from picortex.actors import llm
 from picortex.actors.ledger import LedgerBudget
@@ -866,3 +867,34 @@ async def test_a_follow_up_storm_pays_for_every_call_and_each_restart_reserves_a
     ]
     assert spent == pytest.approx(expected, abs=1e-9)
     assert sum(e["cost_usd"] for e in events) == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(streamed(["All ", "of it."]), id="a body read at once"),
+        pytest.param(slow_stream(["All ", "of it."], pace=0.1), id="a body still arriving"),
+    ],
+)
+async def test_a_call_cancelled_while_its_answer_is_posted_leaves_no_stream_for_the_collector(
+    jump_clock: MockClock, answer: Answer
+) -> None:
+    # Cancelled at `message_stop` (a shutdown while the reply's post is out): the SDK's stream
+    # readers are closed by the call, not left half read for the garbage collector to find.
+    sink = RecordingSink()
+    model = FakeModel(answer)
+
+    async def post(text: str) -> None:
+        await trio.sleep_forever()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        async with running(make_actor(model, sink)) as actor:
+            with trio.move_on_after(30.0) as waited:
+                await actor.complete(request(), on_text=lambda _text: None, on_end=post)
+            gc.collect()
+            await wait_all_tasks_blocked()
+    assert waited.cancelled_caught
+    assert [e["outcome"] for e in sink.of("llm")] == ["cancelled"]
+    left = [str(w.message) for w in caught if "garbage collected" in str(w.message)]
+    assert left == []

@@ -16,6 +16,7 @@ from picortex.actors.answers_seen import AnswersSeen
 from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.pipeline import ChannelRegistry
 from picortex.actors.router import Router
+from picortex.actors.router_clients import RouterRoles
 from picortex.actors.slash_request import SlashRequest
 from picortex.config import load_settings
 from picortex.core import commands as cmds
@@ -126,6 +127,11 @@ class FakeActor:
         task_status.started()
 
 
+def roles(fake: FakeClients) -> RouterRoles:
+    """Every role the router takes, played by the one fake."""
+    return RouterRoles(reads=fake, feeds=fake, posting=fake, slash=fake, personas=fake)
+
+
 def payload(i: int, author_id: int, content: str, *, channel: int = CHANNEL) -> dict[str, Any]:
     """A MESSAGE_CREATE as Discord sends it (the fields the router reads)."""
     mentions = [{"id": str(BOT_ID), "username": "bot"}] if f"<@{BOT_ID}>" in content else []
@@ -175,7 +181,7 @@ async def routing(
         actors[channel_id] = FakeActor(mailbox, windows)
         return actors[channel_id]
 
-    router = Router(clients, channels, new_actor)
+    router = Router(roles(clients), channels, new_actor)
     chatter_at_dispatch = []
     async with trio.open_nursery() as nursery:
         await nursery.start(router.run)
@@ -336,7 +342,7 @@ async def test_a_trusted_authors_chatter_that_may_continue_a_request_goes_to_its
         actors[channel_id] = FakeActor(mailbox, windows)
         return actors[channel_id]
 
-    router = Router(clients, channels, new_actor)
+    router = Router(roles(clients), channels, new_actor)
     trigger = payload(30, TRUSTED_ID, f"<@{BOT_ID}> what is the plan")
     async with trio.open_nursery() as nursery:
         await nursery.start(router.run)

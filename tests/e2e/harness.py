@@ -32,6 +32,7 @@ import orjson
 import trio
 import trio.testing
 
+from picortex.actors.pipeline import AnswerDeadlines
 from picortex.app import Bot
 from picortex.cli import main
 from picortex.config import load_settings
@@ -426,12 +427,14 @@ async def running_bot(
     files: Mapping[str, str] | None = None,
     relaxed_limits: bool = False,
     shards: tuple[tuple[int, int], ...] = (),
+    deadlines: AnswerDeadlines | None = None,
 ) -> AsyncIterator[Running]:
     """Start a simulator with its default world and a bot owned by alice; stop both after.
 
     `relaxed_limits` raises the per-channel write limits (5 per 5 s on Discord), so a test
     that posts many replies in one channel does not spend its time waiting them out.
-    `shards`: the (id, count) shards the bot serves (default: 0/1).
+    `shards`: the (id, count) shards the bot serves (default: 0/1). `deadlines`: an
+    answer's, shortened.
     """
     sim = sim or Simulator(heartbeat_interval_ms=5000)
     if relaxed_limits:
@@ -463,6 +466,7 @@ async def running_bot(
             settings,
             shards=shards,
             gateway_timings=GatewayTimings(backoff_base=0.05, backoff_cap=0.5),
+            deadlines=deadlines,
         )
         if isinstance(trio.lowlevel.current_clock(), trio.testing.MockClock):
             # On virtual time the loop is never late, and a probe every 10 ms would hold the

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from picortex.actors.pipeline import AnswerDeadlines
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import running_bot
 
@@ -75,9 +76,9 @@ async def test_a_crash_lets_the_answer_in_progress_finish(tmp_path: Path) -> Non
 
 async def test_an_answer_a_crash_cannot_wait_for_is_logged_as_abandoned(tmp_path: Path) -> None:
     env = {"PICORTEX_FAULT_INJECT": "mailbox:BOOM"}
-    async with running_bot(tmp_path, env=env) as run:
+    deadlines = AnswerDeadlines(crash_drain_seconds=0.3)
+    async with running_bot(tmp_path, env=env, deadlines=deadlines) as run:
         w = run.world
-        run.bot.pipe.crash_drain_seconds = 0.3
         run.sim.model.script(ModelReply(text="never posted", delay=3.0))
         asked = run.say(w.general_id, w.alice_id, f"{run.mention()} think very hard")
         await run.wait_until(lambda: len(run.sim.model.calls) == 1)

@@ -7,6 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from picortex.actors.pipeline import AnswerDeadlines
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running, running_bot
 
@@ -66,9 +67,10 @@ async def test_model_error_is_recorded_redacted_and_not_retried(tmp_path: Path) 
 
 
 async def test_model_timeout_is_a_generate_failure(tmp_path: Path) -> None:
-    async with running_bot(tmp_path, toml=TOML) as run:
+    async with running_bot(
+        tmp_path, toml=TOML, deadlines=AnswerDeadlines(answer_timeout=0.3)
+    ) as run:
         w = run.world
-        run.bot.pipe.answer_timeout = 0.3
         run.sim.model.script(ModelReply(text="too late", delay=2.0))
         msg = run.say(w.general_id, w.alice_id, f"{run.mention()} think hard")
         failed = await run.wait_event("cortex.invocation_failed")
