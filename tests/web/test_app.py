@@ -496,6 +496,38 @@ async def test_overview_lists_the_shards_this_process_holds(env: Env) -> None:
     page = await env.client.get("/")
     assert "<td>0/2</td><td>ready</td><td>s-zero</td><td>4.5 ms</td>" in page.text
     assert "<td>1/2</td><td>resuming</td><td>\u2013</td><td>\u2013</td>" in page.text
+    assert '<dd id="gateway-shard">0,1/2</dd>' in page.text
+
+
+async def test_overview_shows_the_shards_held_by_lease_and_the_database(env: Env) -> None:
+    """SPEC 17: status and the panel show the shards a process holds (with their lease
+    epochs), none while it holds none, and whether the shared database is reachable."""
+    await env.login()
+    snapshot = env.panel.snapshot
+    shards = [
+        {
+            "shard": [3, 8],
+            "state": "ready",
+            "session_id": "s3",
+            "heartbeat_latency_ms": 2.0,
+            "epoch": 4,
+        },
+    ]
+    env.panel.snapshot = lambda: {**snapshot(), "shards": shards, "database": "up"}
+    page = await env.client.get("/")
+    assert '<dd id="gateway-shard">3/8</dd>' in page.text
+    assert "<th>Lease epoch</th>" in page.text
+    assert "<td>3/8</td><td>ready</td><td>s3</td><td>2.0 ms</td><td>4</td>" in page.text
+    assert '<dd id="database-state">up</dd>' in page.text
+    env.panel.snapshot = lambda: {
+        **snapshot(),
+        "shards": [],
+        "gateway": {"state": "no shard held", "shard": None},
+        "database": "unreachable since 2026-12-03 19:00:00 UTC",
+    }
+    page = await env.client.get("/")
+    assert '<dd id="gateway-shard">none held</dd>' in page.text
+    assert "unreachable since" in page.text
 
 
 async def test_pages_show_writes_the_store_actor_has_not_committed_yet(env: Env) -> None:
