@@ -415,6 +415,7 @@ async def phase_triggers(ctx: Context) -> None:
         sent=len(sent),
         once=once,
         lost=lost,
+        lost_by_shard=unanswered_shards(world, sent),
         doubled=doubled,
         by_sole_holder=kinds["sole holder"],
         by_several=kinds["several"],
@@ -424,6 +425,15 @@ async def phase_triggers(ctx: Context) -> None:
         ready_s=_seconds(ready),
         seconds=f"{took:.1f}",
     )
+
+
+def unanswered_shards(world: World, sent: Sequence[dict[str, Any]]) -> str:
+    """The shards of the triggers never answered, with how many on each."""
+    answered = {
+        str((m.get("message_reference") or {}).get("message_id")) for m in world.sim.bot_messages()
+    }
+    lost = Counter(world.shard_of(int(m["channel_id"])) for m in sent if m["id"] not in answered)
+    return ";".join(f"{s}:{n}" for s, n in sorted(lost.items())) or "-"
 
 
 def _taker(by: str | None, held: list[str] | None) -> str:
@@ -660,7 +670,7 @@ async def phase_kill(ctx: Context) -> None:
                 )
                 await trio.sleep(max(0.0, killed_at + args.restart_after - trio.current_time()))
                 await victim.start()
-                await wait_shards(world, nodes, args.start_patience)
+                await _answers_status(victim, args.start_patience)
             await settle(world, sent, args.settle)
             once, lost, doubled = tally(world.sim.bot_messages(), sent)
     done = [t for t in takeovers if t is not None]
@@ -670,12 +680,22 @@ async def phase_kill(ctx: Context) -> None:
         triggers=len(sent),
         once=once,
         lost=lost,
+        lost_by_shard=unanswered_shards(world, sent),
         doubled=doubled,
         takeover_median_s=f"{statistics.median(done):.2f}" if done else "-",
         takeover_worst_s=f"{max(done):.2f}" if done else "-",
         not_taken_over=len(takeovers) - len(done),
         shards_already_held_by_another=still_held,
     )
+
+
+async def _answers_status(node: Node, patience: float) -> None:
+    """Until a (re)started process answers status with a shard it is connected on."""
+    with trio.move_on_after(patience):
+        while True:
+            if node.ready_shards():
+                return
+            await trio.sleep(POLL_SECONDS)
 
 
 async def _taken_over(
@@ -751,6 +771,7 @@ async def phase_burst(ctx: Context) -> None:
         triggers=len(sent),
         once=once,
         lost=lost,
+        lost_by_shard=unanswered_shards(world, sent),
         doubled=doubled,
         requests=stats.requests,
         global_429s=stats.global_429s,
@@ -768,27 +789,33 @@ async def phase_cpu(ctx: Context) -> None:
         ("cluster", ctx.database, args.processes, cluster_args(args)),
         ("embedded", lambda: None, 1, []),
     ):
-        async with simulator(args) as world:
-            async with cluster(world, ctx.root, url_of(), count, run) as nodes:
-                await wait_shards(world, nodes, args.start_patience)
-                await _idle(nodes)
-                measured[label] = (
-                    await _chatter_cpu(world, nodes, args.chatter),
-                    await _latency(world, args.latency_triggers, ctx.rng),
-                )
-    (cluster_cpu, cluster_lat), (embedded_cpu, embedded_lat) = (
-        measured["cluster"],
-        measured["embedded"],
+        async with (
+            simulator(args) as world,
+            cluster(world, ctx.root, url_of(), count, run) as nodes,
+        ):
+            await wait_shards(world, nodes, args.start_patience)
+            await _idle(nodes, await _idle_rate(nodes))
+            measured[label] = (
+                await _chatter_cpu(world, nodes, args.chatter),
+                await _latency(world, args.latency_triggers, ctx.rng),
+            )
+    (many, cluster_lat), (embedded, embedded_lat) = measured["cluster"], measured["embedded"]
+    cluster_p50, embedded_p50 = (
+        statistics.median(lat) if lat else math.nan for lat in (cluster_lat, embedded_lat)
     )
     show(
         "cpu",
         chatter=args.chatter,
-        cluster_us_per_msg=f"{cluster_cpu * 1e6:.0f}",
-        embedded_us_per_msg=f"{embedded_cpu * 1e6:.0f}",
-        ratio=f"{cluster_cpu / embedded_cpu:.2f}" if embedded_cpu else "-",
-        cluster_reply_p50_ms=f"{statistics.median(cluster_lat) * 1000:.1f}",
-        embedded_reply_p50_ms=f"{statistics.median(embedded_lat) * 1000:.1f}",
-        delta_ms=f"{(statistics.median(cluster_lat) - statistics.median(embedded_lat)) * 1000:.1f}",
+        cluster_us_per_msg=f"{many.per_message * 1e6:.0f}",
+        embedded_us_per_msg=f"{embedded.per_message * 1e6:.0f}",
+        ratio=f"{many.per_message / embedded.per_message:.2f}" if embedded.per_message else "-",
+        cluster_frames=many.frames,
+        embedded_frames=embedded.frames,
+        idle_cpu_per_s=f"{many.idle_rate:.3f}/{embedded.idle_rate:.3f}",
+        cluster_reply_p50_ms=f"{cluster_p50 * 1000:.1f}",
+        embedded_reply_p50_ms=f"{embedded_p50 * 1000:.1f}",
+        delta_ms=f"{(cluster_p50 - embedded_p50) * 1000:.1f}",
+        replies=f"{len(cluster_lat)}/{len(embedded_lat)}",
     )
 
 
@@ -796,41 +823,60 @@ def _cpu(nodes: Sequence[Node]) -> float:
     return sum(process_cpu(n.proc.pid) or 0.0 for n in nodes if n.proc is not None)
 
 
-async def _idle(nodes: Sequence[Node], *, window: float = 1.0, busy: float = 0.05) -> None:
-    """Until the processes together use under `busy` CPU seconds in `window` seconds."""
+async def _idle_rate(nodes: Sequence[Node], seconds: float = 3.0) -> float:
+    """CPU seconds per second the processes use while nothing happens (heartbeats, polls)."""
+    before = _cpu(nodes)
+    await trio.sleep(seconds)
+    return (_cpu(nodes) - before) / seconds
+
+
+async def _idle(nodes: Sequence[Node], rate: float, *, window: float = 1.0) -> None:
+    """Until the processes use no more than their idle `rate` (plus 0.05) over `window`."""
     with trio.move_on_after(IDLE_PATIENCE_SECONDS):
         before = _cpu(nodes)
         while True:
             await trio.sleep(window)
             now = _cpu(nodes)
-            if now - before < busy:
+            if now - before <= (rate + 0.05) * window:
                 return
             before = now
 
 
-async def _chatter_cpu(world: World, nodes: Sequence[Node], count: int) -> float:
+@attrs.frozen
+class ChatterCost:
+    per_message: float  # CPU seconds per chatter message sent (the idle rate taken out)
+    frames: int  # MESSAGE_CREATE frames delivered over every session
+    idle_rate: float
+
+
+async def _chatter_cpu(world: World, nodes: Sequence[Node], count: int) -> ChatterCost:
     """CPU seconds the processes spent per chatter message, spread over every shard."""
-    before = _cpu(nodes)
-    by_shard = {}
+    rate = await _idle_rate(nodes)
+    by_shard: dict[int, list[int]] = {}
     for guild, channels in world.guilds:
         by_shard.setdefault((guild >> 22) % world.shard_count, channels)
     per = max(1, count // len(by_shard))
+    start, before = trio.current_time(), _cpu(nodes)
+    frames = 0
     for channels in by_shard.values():
-        await world.sim.blast(per, channels)
-    await _idle(nodes)
-    return (_cpu(nodes) - before) / (per * len(by_shard))
+        frames += (await world.sim.blast(per, channels)).frames
+    await _idle(nodes, rate)
+    spent = _cpu(nodes) - before - rate * (trio.current_time() - start)
+    return ChatterCost(spent / (per * len(by_shard)), frames, rate)
 
 
 async def _latency(world: World, count: int, rng: random.Random) -> list[float]:
-    """Trigger -> reply seconds, one trigger at a time over the shards' channels."""
+    """Trigger -> reply seconds, one trigger at a time over the channels of the shards that
+    have a session (a trigger nobody receives measures loss, not latency)."""
     lags = []
-    channels = world.all_channels()
+    live = world.live_shards()
+    channels = [c for c in world.all_channels() if world.shard_of(c) in live]
     for n in range(count):
         channel = rng.choice(channels)
         start = trio.current_time()
         message = world.post_trigger(channel, world.owner, f"lat{n}?")
         target = str(message["id"])
-        with trio.move_on_after(30):
+        with trio.move_on_after(10):
             await world.sim.wait_until(
                 lambda t=target, c=channel: any(
                     (m.get("message_reference") or {}).get("message_id") == t
