@@ -332,7 +332,7 @@ def holders(nodes: Sequence[Node]) -> dict[int, list[str]]:
 
 
 def taken_by(nodes: Sequence[Node]) -> dict[str, str]:
-    """Trigger message id -> the process whose action log took it as a trigger (last word)."""
+    """Trigger message id -> the processes whose action logs took it as a trigger (a, b)."""
     taken: dict[str, str] = {}
     for node in nodes:
         for row in node.actions():
@@ -608,6 +608,7 @@ async def _trust_in_force(
         start = time.perf_counter()
         store.set_tier(user, "trusted")
         seen: dict[str, float] = {}
+        read = {node.name: len(node.actions()) for node in nodes}
         with trio.move_on_after(10.0):
             while len(seen) < len(channel_for):
                 for name, channel in channel_for.items():
@@ -620,7 +621,9 @@ async def _trust_in_force(
                 for node in nodes:
                     if node.name in seen:
                         continue
-                    for row in node.actions()[-200:]:
+                    rows = node.actions()
+                    fresh, read[node.name] = rows[read[node.name] :], len(rows)
+                    for row in fresh:
                         key = str(row.get("message_id"))
                         if row.get("event") == "trigger" and key in probes:
                             seen[node.name] = min(seen.get(node.name, math.inf), probes[key])
@@ -796,7 +799,7 @@ async def phase_cpu(ctx: Context) -> None:
             await wait_shards(world, nodes, args.start_patience)
             await _idle(nodes, await _idle_rate(nodes))
             measured[label] = (
-                await _chatter_cpu(world, nodes, args.chatter),
+                await _chatter_cpu(world, nodes, args.chatter, ctx.server),
                 await _latency(world, args.latency_triggers, ctx.rng),
             )
     (many, cluster_lat), (embedded, embedded_lat) = measured["cluster"], measured["embedded"]
@@ -809,6 +812,7 @@ async def phase_cpu(ctx: Context) -> None:
         cluster_us_per_msg=f"{many.per_message * 1e6:.0f}",
         embedded_us_per_msg=f"{embedded.per_message * 1e6:.0f}",
         ratio=f"{many.per_message / embedded.per_message:.2f}" if embedded.per_message else "-",
+        postgres_us_per_msg=f"{many.server_per_message * 1e6:.0f}",
         cluster_frames=many.frames,
         embedded_frames=embedded.frames,
         idle_cpu_per_s=f"{many.idle_rate:.3f}/{embedded.idle_rate:.3f}",
@@ -821,6 +825,26 @@ async def phase_cpu(ctx: Context) -> None:
 
 def _cpu(nodes: Sequence[Node]) -> float:
     return sum(process_cpu(n.proc.pid) or 0.0 for n in nodes if n.proc is not None)
+
+
+def _server_cpu(server: Server) -> float:
+    """CPU seconds of the PostgreSQL server: its postmaster (with the backends it reaped)
+    and the backends still running."""
+    try:
+        postmaster = int((server.root / "data" / "postmaster.pid").read_text().split()[0])
+        fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    total = sum(int(f) for f in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            child = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(child[1]) == postmaster:
+            total += (int(child[11]) + int(child[12])) / tick
+    return total
 
 
 async def _idle_rate(nodes: Sequence[Node], seconds: float = 3.0) -> float:
@@ -845,24 +869,28 @@ async def _idle(nodes: Sequence[Node], rate: float, *, window: float = 1.0) -> N
 @attrs.frozen
 class ChatterCost:
     per_message: float  # CPU seconds per chatter message sent (the idle rate taken out)
+    server_per_message: float  # the PostgreSQL server's, apart
     frames: int  # MESSAGE_CREATE frames delivered over every session
     idle_rate: float
 
 
-async def _chatter_cpu(world: World, nodes: Sequence[Node], count: int) -> ChatterCost:
+async def _chatter_cpu(
+    world: World, nodes: Sequence[Node], count: int, server: Server
+) -> ChatterCost:
     """CPU seconds the processes spent per chatter message, spread over every shard."""
     rate = await _idle_rate(nodes)
     by_shard: dict[int, list[int]] = {}
     for guild, channels in world.guilds:
         by_shard.setdefault((guild >> 22) % world.shard_count, channels)
     per = max(1, count // len(by_shard))
-    start, before = trio.current_time(), _cpu(nodes)
+    start, before, server_before = trio.current_time(), _cpu(nodes), _server_cpu(server)
     frames = 0
     for channels in by_shard.values():
         frames += (await world.sim.blast(per, channels)).frames
     await _idle(nodes, rate)
     spent = _cpu(nodes) - before - rate * (trio.current_time() - start)
-    return ChatterCost(spent / (per * len(by_shard)), frames, rate)
+    sent = per * len(by_shard)
+    return ChatterCost(spent / sent, (_server_cpu(server) - server_before) / sent, frames, rate)
 
 
 async def _latency(world: World, count: int, rng: random.Random) -> list[float]:
