@@ -7,23 +7,33 @@ limit, then real `picortex run` processes, each with its own PICORTEX_HOME and t
 PICORTEX_DATABASE_URL. Every figure comes from what the simulator saw (sessions per shard,
 IDENTIFYs, op 9s, requests per second, the bot's messages, model calls) and from each
 process's action log (which process took which trigger). Nothing is asserted: each phase
-prints one line of what it saw, and a fresh database and simulator.
+prints one line of what it saw.
 
-Phases (`--phase`, default all):
-  triggers  triggers across all guilds and DMs: answered once, by the process holding the shard
-  ceiling   a global ceiling, calls costing exactly their worst case: spend, 1 process and N
-  config    a runtime config change on one process in force on every process (listener up;
-            listener connections cut), and a trust change (probed by triggers)
-  kill      SIGKILL a random process with triggers in flight, restart it later: lost,
-            doubled, takeover time
-  cold      all processes start at once: op 9s, time until every shard is READY
-  burst     triggers aimed at one shard: global 429s, the busiest second, the sustained rate
-  cpu       chatter: CPU per message of the cluster against one embedded process (no
-            database URL); trigger -> reply latency of both
+Phases (`--phase`, default all; each on a fresh database and simulator):
+  triggers  triggers across all guilds and DMs: answered once, and by the one process
+            connected on the trigger's shard (each process's action log says what it took)
+  ceiling   a global ceiling, every model call costing exactly its worst case: what was
+            spent (by the simulator's count and the ledger's), with 1 process and with N
+  config    a runtime config change (`config set budget.global_ceiling_usd`) through one
+            process's database, until every process's status shows it: listener up, and
+            listener connections cut; a trust change, until each process takes a probe
+            from the newly trusted user as a trigger (probes every --probe-ms)
+  kill      SIGKILL a random process with triggers in flight, restart it --restart-after s
+            later: lost, doubled, seconds until others are connected on its shards
+  cold      all processes start at once: op 9s, IDENTIFYs per shard, time until every
+            shard is READY against ceil(shards / max_concurrency) x 5.25 s
+  burst     triggers aimed at one shard's channels: global 429s, the busiest one-second
+            span, requests per whole second while busy
+  cpu       chatter spread over every shard: CPU per message of the N processes (and of
+            PostgreSQL, apart) against one embedded process (no database URL, one shard);
+            trigger -> reply latency of both
 
-Usage (from the repository root):
-    python scripts/bench_cluster.py [--phase PHASE] [--guilds 1000] [--triggers 2000] ...
-Small sizes while developing: --guilds 50 --triggers 100 --kills 3 --chatter 2000.
+Usage (from the repository root; PostgreSQL's server binaries and psycopg are needed):
+    python scripts/bench_cluster.py                       # every phase, the issue's sizes
+    python scripts/bench_cluster.py --phase triggers      # (or ceiling, config, kill, ...)
+Small sizes while developing:
+    python scripts/bench_cluster.py --guilds 50 --triggers 100 --kills 3 --chatter 2000 \
+        --changes 20 --trust-changes 3 --burst 200 --start-patience 30
 """
 
 from __future__ import annotations
