@@ -14,10 +14,11 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
             connected on the trigger's shard (each process's action log says what it took)
   ceiling   a global ceiling, every model call costing exactly its worst case: what was
             spent (by the simulator's count and the ledger's), with 1 process and with N
-  config    a runtime config change (`config set budget.global_ceiling_usd`) through one
-            process's database, until every process's status shows it: listener up, and
-            listener connections cut; a trust change, until each process takes a probe
-            from the newly trusted user as a trigger (probes every --probe-ms)
+  config    a runtime config change (what `picortex config set budget.global_ceiling_usd`
+            stores), until every process's status shows it: listener up, and listener
+            connections cut; a trust change (the owner's `whitelist add` in chat, taken by
+            one process), until each process takes a probe from the newly trusted user as a
+            trigger (probes every --probe-ms)
   kill      SIGKILL a random process with triggers in flight, restart it --restart-after s
             later: lost, doubled, seconds until others are connected on its shards
   cold      all processes start at once: op 9s, IDENTIFYs per shard, time until every
@@ -543,6 +544,7 @@ async def phase_config(ctx: Context) -> None:
         async with cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes:
             await wait_shards(world, nodes, args.start_patience)
             store = open_admin(load_settings(nodes[0].env))
+            held = holders(nodes)
             channels = _channel_per_node(world, nodes)
             live = [n for n in nodes if n.name in channels]
             try:
@@ -553,12 +555,19 @@ async def phase_config(ctx: Context) -> None:
                 for n in range(args.cut_changes):
                     _cut_listeners(url)
                     cut.append(await _config_in_force(world, store, live, channels, 10_000 + n))
-                trust = await _trust_in_force(
-                    world, store, nodes, args.trust_changes, args.probe_ms / 1000
-                )
+                probe = args.probe_ms / 1000
+                trust = await _trust_in_force(world, nodes, args.trust_changes, probe)
             finally:
                 store.close()
-    show("config", processes=len(live), **_lag_figures("up", up), **_lag_figures("cut", cut))
+    first = up[0] if up else None
+    show(
+        "config",
+        processes=len(live),
+        first_change_ms="-" if first is None else f"{first * 1000:.1f}",
+        **_lag_figures("up", up),
+        **_lag_figures("cut", cut),
+        holders=_holders_text(held),
+    )
     show("trust", **_lag_figures("up", trust), probe_ms=args.probe_ms)
 
 
@@ -611,18 +620,20 @@ def _cut_listeners(url: str) -> None:
 
 
 async def _trust_in_force(
-    world: World, store: AdminStore, nodes: Sequence[Node], rounds: int, probe: float
+    world: World, nodes: Sequence[Node], rounds: int, probe: float
 ) -> list[float | None]:
-    """Trust a new user on one process's database, then post a probe from them every few ms
-    to a channel of each process's shards: seconds until each process takes one as a
-    trigger (an untrusted user's are ignored). The worst over processes, per round."""
+    """The owner trusts a new user from chat (`!s whitelist add`) in a channel of the first
+    process's shards, then a probe from that user goes every few ms to a channel of each
+    process's shards: seconds until each process takes one as a trigger (an untrusted
+    user's are ignored). The worst over processes, per round."""
     channel_for = _channel_per_node(world, nodes)
     lags: list[float | None] = []
     for n in range(rounds):
         user = world.sim.add_user(f"newcomer{n}")
         probes: dict[str, float] = {}
         start = time.perf_counter()
-        store.set_tier(user, "trusted")
+        command = f"!s whitelist add <@{user}> trusted"
+        world.post_trigger(next(iter(channel_for.values())), world.owner, command)
         seen: dict[str, float] = {}
         read = {node.name: len(node.actions()) for node in nodes}
         with trio.move_on_after(10.0):
