@@ -89,7 +89,11 @@ IDENTIFY_SPACING_SECONDS: Final = 5.25
 # How often the harness looks at things that happen in other processes.
 POLL_SECONDS: Final = 0.25
 TRUSTED_USERS: Final = 8
+# Ceilings no phase reaches (the config's largest).
+NO_CEILING_USD: Final = 10_000.0
 IDLE_PATIENCE_SECONDS: Final = 300.0
+# While a process does not show a config change yet, a chatter line to it this often.
+NUDGE_SECONDS: Final = 0.005
 
 
 # ------------------------------------------------------------------------------- processes
@@ -250,10 +254,19 @@ async def simulator(args: argparse.Namespace) -> AsyncIterator[World]:
         nursery.cancel_scope.cancel()
 
 
-def home_toml(extra: str = "") -> str:
-    # Each trigger its own request (no continuation window), answered without streaming
-    # edits, so replies and requests match one to one.
-    return "continuation_seconds = 0\n" + extra
+def home_toml(global_ceiling_usd: float = NO_CEILING_USD) -> str:
+    """Each trigger its own request (no continuation window); no panel (the processes would
+    share its port); no per-user limits, so many triggers from a few users are all answered;
+    the global ceiling only where a phase measures it."""
+    return (
+        "continuation_seconds = 0\n"
+        "[web]\nenabled = false\n"
+        "[budget]\n"
+        f"ceiling_usd = {NO_CEILING_USD}\n"
+        f"global_ceiling_usd = {global_ceiling_usd}\n"
+        "user_daily_usd = 0\n"
+        "user_requests_per_minute = 0\n"
+    )
 
 
 def bot_env(world: World, home: Path, database_url: str | None) -> dict[str, str]:
@@ -290,14 +303,14 @@ async def cluster(
     count: int,
     run_args: Sequence[str],
     *,
-    toml: str = "",
+    global_ceiling_usd: float = NO_CEILING_USD,
 ) -> AsyncIterator[list[Node]]:
     """`count` processes started together (not waited for); stopped on the way out."""
     nodes = []
     for n in range(count):
         home = root / f"p{n}-{time.monotonic_ns() % 10**6}"
         home.mkdir(parents=True)
-        (home / "picortex.toml").write_text(home_toml(toml))
+        (home / "picortex.toml").write_text(home_toml(global_ceiling_usd))
         env = bot_env(world, home, database_url)
         argv = [sys.executable, "-m", "picortex", "run", *run_args]
         nodes.append(Node(f"p{n}", home, env, argv))
@@ -469,16 +482,12 @@ async def phase_ceiling(ctx: Context) -> None:
         async with simulator(args) as world:
             world.sim.model.worst_case_usage = True
             url = ctx.database()
-            toml = (
-                f"[budget]\nglobal_ceiling_usd = {args.ceiling}\n"
-                f"ceiling_usd = {args.ceiling * 100}\n"
-            )
-            run = (
-                cluster_args(args)
-                if count > 1
-                else ["--shards", f"0-{args.shards - 1}/{args.shards}"]
-            )
-            async with cluster(world, ctx.root, url, count, run, toml=toml) as nodes:
+            # One process serves every shard; several share them out.
+            one = ["--shards", f"0-{args.shards - 1}/{args.shards}"]
+            run = cluster_args(args) if count > 1 else one
+            async with cluster(
+                world, ctx.root, url, count, run, global_ceiling_usd=args.ceiling
+            ) as nodes:
                 await wait_shards(world, nodes, args.start_patience)
                 sent = [
                     world.post_trigger(channel, author, f"spend {n}?")
@@ -545,7 +554,7 @@ async def phase_config(ctx: Context) -> None:
             await wait_shards(world, nodes, args.start_patience)
             store = open_admin(load_settings(nodes[0].env))
             held = holders(nodes)
-            channels = _channel_per_node(world, nodes)
+            channels = _channels_per_node(world, nodes)
             live = [n for n in nodes if n.name in channels]
             try:
                 up = []
@@ -572,21 +581,30 @@ async def phase_config(ctx: Context) -> None:
 
 
 async def _config_in_force(
-    world: World, store: AdminStore, nodes: Sequence[Node], channels: dict[str, int], n: int
+    world: World,
+    store: AdminStore,
+    nodes: Sequence[Node],
+    channels: dict[str, list[int]],
+    n: int,
 ) -> float | None:
     """Set the global ceiling (what `picortex config set budget.global_ceiling_usd` stores)
     through one process's database; seconds until every process's status shows it.
 
     A process applies runtime config at its next message: while a process does not show the
-    new value yet, a chatter line goes to a channel of its shards every few milliseconds."""
+    new value yet, a chatter line goes to one of its shards' channels every few ms."""
     value = 1000 + n / 100
     start = time.perf_counter()
     store.set_runtime_config("budget.global_ceiling_usd", str(value))
     waiting = list(nodes)
+    nudged = -math.inf
     with trio.move_on_after(10.0):
         while waiting:
-            for node in waiting:
-                world.sim.post_user_message(channels[node.name], world.chatter, "chatter")
+            if time.perf_counter() - nudged >= NUDGE_SECONDS:
+                nudged = time.perf_counter()
+                for node in waiting:
+                    options = channels[node.name]
+                    channel = options[int(nudged * 1000) % len(options)]
+                    world.sim.post_user_message(channel, world.chatter, "chatter")
             await trio.sleep(0.002)
             waiting = [
                 node
@@ -598,11 +616,16 @@ async def _config_in_force(
 
 
 def _channel_per_node(world: World, nodes: Sequence[Node]) -> dict[str, int]:
-    """A channel of one shard each process holds (the first holder of a shard gets it)."""
-    found: dict[str, int] = {}
+    """A channel of one shard each process holds."""
+    return {name: channels[0] for name, channels in _channels_per_node(world, nodes).items()}
+
+
+def _channels_per_node(world: World, nodes: Sequence[Node]) -> dict[str, list[int]]:
+    """The channels of one shard each process holds."""
+    found: dict[str, list[int]] = {}
     for shard, names in sorted(holders(nodes).items()):
         for name in names:
-            found.setdefault(name, world.channels_of(shard)[0])
+            found.setdefault(name, world.channels_of(shard))
     return found
 
 
