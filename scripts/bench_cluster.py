@@ -89,6 +89,7 @@ IDENTIFY_SPACING_SECONDS: Final = 5.25
 # How often the harness looks at things that happen in other processes.
 POLL_SECONDS: Final = 0.25
 TRUSTED_USERS: Final = 8
+ACTION_LOG_BYTES: Final = 1 << 30
 # Ceilings no phase reaches (the config's largest).
 NO_CEILING_USD: Final = 10_000.0
 IDLE_PATIENCE_SECONDS: Final = 300.0
@@ -255,11 +256,13 @@ async def simulator(args: argparse.Namespace) -> AsyncIterator[World]:
 
 
 def home_toml(global_ceiling_usd: float = NO_CEILING_USD) -> str:
-    """Each trigger its own request (no continuation window); no panel (the processes would
+    """Each trigger its own request (no continuation window); one action log file (the
+    harness reads who took what from it, not from rotated ones); no panel (the processes would
     share its port); no per-user limits, so many triggers from a few users are all answered;
     the global ceiling only where a phase measures it."""
     return (
         "continuation_seconds = 0\n"
+        f"action_log_max_bytes = {ACTION_LOG_BYTES}\n"
         "[web]\nenabled = false\n"
         "[budget]\n"
         f"ceiling_usd = {NO_CEILING_USD}\n"
@@ -726,6 +729,8 @@ async def phase_kill(ctx: Context) -> None:
                 await _answers_status(victim, args.start_patience)
             await settle(world, sent, args.settle)
             once, lost, doubled = tally(world.sim.bot_messages(), sent)
+            taken = taken_by(nodes)
+    several = sum(1 for m in sent if "," in taken.get(str(m["id"]), ""))
     done = [t for t in takeovers if t is not None]
     show(
         "kill",
@@ -735,6 +740,7 @@ async def phase_kill(ctx: Context) -> None:
         lost=lost,
         lost_by_shard=unanswered_shards(world, sent),
         doubled=doubled,
+        taken_by_several=several,
         takeover_median_s=f"{statistics.median(done):.2f}" if done else "-",
         takeover_worst_s=f"{max(done):.2f}" if done else "-",
         not_taken_over=len(takeovers) - len(done),
