@@ -27,7 +27,9 @@ scripted reply may cut its stream midway (`cut_after`), by dropping the connecti
 
 A request carrying image blocks gets `(offline model) I see N image(s).` before its answer.
 
-Token counts are estimates: input about len(system + messages text) / 4, output len(text) / 4.
+Token counts are estimates: input about len(system + messages text) / 4, output len(text) / 4;
+with `worst_case_usage` set, every call reports its worst case instead (text / 3 in,
+`max_tokens` out), so a benchmark can spend exactly what a budget reserved.
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ from picortex.sim.httpserver import HttpRequest, HttpResponse
 
 # Characters per token in the usage estimate.
 CHARS_PER_TOKEN: Final = 4
+# The fewest characters a token can be: the worst case (`worst_case_usage`) counts by it.
+WORST_CHARS_PER_TOKEN: Final = 3
 # The longest line the default answer quotes back.
 QUOTE_MAX_CHARS: Final = 300
 # A system prompt line the default answer ends with (`Sign off: -- Captain Pico`).
@@ -132,6 +136,9 @@ class OfflineModel:
         # demo slow streams down to show edits).
         self.stream_pace = STREAM_PACE_SECONDS
         self.stream_chunk_chars = STREAM_CHUNK_CHARS
+        # Report every unscripted usage at a call's worst case (prompt characters / 3 in,
+        # every allowed token out): what a budget ceiling must hold against.
+        self.worst_case_usage = False
 
     def script(self, *replies: str | ModelReply) -> None:
         """Queue answers for the next calls, in order (a str is a plain text answer)."""
@@ -205,9 +212,13 @@ class OfflineModel:
         input_tokens = reply.input_tokens
         if input_tokens is None:
             input_tokens = max(1, prompt_chars // CHARS_PER_TOKEN)
+            if self.worst_case_usage:
+                input_tokens = worst_input_tokens(body)
         output_tokens = reply.output_tokens
         if output_tokens is None:
             output_tokens = max(1, len(text) // CHARS_PER_TOKEN)
+            if self.worst_case_usage:
+                output_tokens = int(body["max_tokens"])
         if body.get("stream") is True:
             return self._stream(body, reply, text, input_tokens, output_tokens, request_id)
         answer = {
@@ -375,6 +386,27 @@ def default_answer(system: Any, messages: list[Any]) -> str:
     if images:
         return f"(offline model) I see {images} image{'s' if images != 1 else ''}. {said}"
     return f"(offline model) {said}"
+
+
+def worst_input_tokens(body: dict[str, Any]) -> int:
+    """The most input tokens a request can be: its text characters / 3, rounded up.
+
+    Text blocks count without separators, as a client reserving its worst case counts them.
+    """
+    chars = _chars_of(body.get("system")) + sum(
+        _chars_of(m.get("content")) for m in body["messages"] if isinstance(m, dict)
+    )
+    return -(-chars // WORST_CHARS_PER_TOKEN)
+
+
+def _chars_of(content: Any) -> int:
+    if isinstance(content, list):
+        return sum(
+            len(str(b.get("text", ""))) if isinstance(b, dict) else len(str(b))
+            for b in content
+            if isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")
+        )
+    return len(_text_of(content))
 
 
 def _text_of(content: Any) -> str:

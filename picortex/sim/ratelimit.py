@@ -6,6 +6,7 @@ clock see limits reset without real waiting).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import math
 from collections import deque
@@ -89,6 +90,10 @@ class RateLimiter:
         self._max_in_any_second = 0
         self._global_requests = 0
         self._global_429s = 0
+        # When each request bound by the global limit came, and each global 429 went out
+        # (in clock order): what `global_stats(since=...)` counts again.
+        self._global_times: list[float] = []
+        self._global_429_times: list[float] = []
 
     def check(
         self, bucket: str, major: str, limit: RouteLimit, now: float, *, global_limit: bool = True
@@ -111,18 +116,33 @@ class RateLimiter:
             glob.remaining -= 1
         return verdict
 
-    def record_global_429(self) -> None:
+    def record_global_429(self, now: float) -> None:
         """Count one 429 with `global: true` sent to the bot."""
         self._global_429s += 1
+        self._global_429_times.append(now)
 
-    def global_stats(self) -> GlobalStats:
-        """A snapshot of what counted against the global limit."""
-        return GlobalStats(
-            self._global_requests,
-            dict(self._per_second),
-            self._max_in_any_second,
-            self._global_429s,
-        )
+    def global_stats(self, since: float | None = None) -> GlobalStats:
+        """A snapshot of what counted against the global limit (from `since` on, if given:
+        a benchmark's one phase, without what the bots did before it)."""
+        if since is None:
+            return GlobalStats(
+                self._global_requests,
+                dict(self._per_second),
+                self._max_in_any_second,
+                self._global_429s,
+            )
+        times = self._global_times[bisect.bisect_left(self._global_times, since) :]
+        per_second: dict[int, int] = {}
+        busiest = 0
+        first = 0
+        for index, at in enumerate(times):
+            second = math.floor(at)
+            per_second[second] = per_second.get(second, 0) + 1
+            while times[first] <= at - GLOBAL_PER_SECONDS:
+                first += 1
+            busiest = max(busiest, index - first + 1)
+        refused = len(self._global_429_times) - bisect.bisect_left(self._global_429_times, since)
+        return GlobalStats(len(times), per_second, busiest, refused)
 
     def _check_route(self, bucket: str, window: _Window, now: float) -> Verdict:
         if now < window.locked_until:
@@ -139,6 +159,7 @@ class RateLimiter:
     def count_global(self, now: float) -> None:
         """Every request the global limit binds counts, refused or not: it is what was sent."""
         self._global_requests += 1
+        self._global_times.append(now)
         second = math.floor(now)
         self._per_second[second] = self._per_second.get(second, 0) + 1
         recent = self._last_second

@@ -392,7 +392,7 @@ class DiscordRest:
         }
         headers: list[tuple[str, str]] = [("Retry-After", str(math.ceil(verdict.retry_after)))]
         if verdict.global_:
-            self.limiter.record_global_429()
+            self.limiter.record_global_429(self._clock())
             headers.append(("X-RateLimit-Global", "true"))
         else:
             headers.extend(self._limit_headers(verdict))

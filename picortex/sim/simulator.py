@@ -439,6 +439,10 @@ class Simulator:
         """Requests against the global limit: per second, the most in any second, global 429s."""
         return self.limiter.global_stats()
 
+    def global_stats_since(self, since: float) -> GlobalStats:
+        """The same, counting only requests from `since` (trio's clock) on."""
+        return self.limiter.global_stats(since)
+
     @property
     def invalid_requests(self) -> int:
         """Requests that Discord counts as invalid (401, 403, and 429 not of shared scope)."""

@@ -253,3 +253,26 @@ def test_picortex_sim_refuses_more_channels_than_discord_allows() -> None:
     assert done.returncode != 0
     assert "Traceback" not in done.stderr
     assert "500 channels" in done.stderr + done.stdout
+
+
+async def test_global_limit_stats_since_a_moment_leave_out_what_came_before(
+    mock_clock: trio.testing.MockClock, sim: Simulator, api: httpx.AsyncClient
+) -> None:
+    start = int(trio.current_time())
+    mock_clock.jump(start + 1.2 - trio.current_time())
+    for _ in range(55):  # 50 served, 5 refused with a global 429
+        await api.get("/users/@me")
+    mock_clock.jump(2.0)
+    since = trio.current_time()
+    for _ in range(20):
+        await api.get("/users/@me")
+    mock_clock.jump(0.9)
+    for _ in range(10):
+        await api.get("/users/@me")
+    later = sim.global_stats_since(since)
+    assert later.requests == 30
+    assert later.per_second == {start + 3: 20, start + 4: 10}
+    assert later.max_in_any_second == 30
+    assert later.global_429s == 0
+    assert sim.global_stats.global_429s == 5
+    assert sim.global_stats.max_in_any_second == 55

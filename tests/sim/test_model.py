@@ -286,3 +286,25 @@ def test_the_default_answer_signs_off_as_the_system_prompt_says() -> None:
         "(offline model) You said: hello there -- Captain Pico, at sea"
     )
     assert default_answer("Be brief.", turn) == "(offline model) You said: hello there"
+
+
+async def test_worst_case_usage_reports_text_over_three_in_and_max_tokens_out(
+    claude: anthropic.AsyncAnthropic, sim: Simulator
+) -> None:
+    sim.model.worst_case_usage = True
+    system = [{"type": "text", "text": "You are helpful."}, {"type": "text", "text": "Be brief."}]
+    turn = [{"type": "text", "text": "alice: hello"}, {"type": "text", "text": "bob: hi"}]
+    reply = await claude.messages.create(
+        model="claude-sonnet-5-5",
+        max_tokens=321,
+        system=system,  # type: ignore[arg-type]
+        messages=[{"role": "user", "content": turn}],  # type: ignore[list-item]
+    )
+    chars = len("You are helpful.") + len("Be brief.") + len("alice: hello") + len("bob: hi")
+    assert reply.usage.input_tokens == -(-chars // 3)
+    assert reply.usage.output_tokens == 321
+    sim.model.script(ModelReply(text="scripted", input_tokens=7, output_tokens=2))
+    scripted = await claude.messages.create(
+        model="claude-sonnet-5-5", max_tokens=321, messages=[{"role": "user", "content": "x"}]
+    )
+    assert (scripted.usage.input_tokens, scripted.usage.output_tokens) == (7, 2)

@@ -1,0 +1,1050 @@
+"""Benchmark of a cluster on PostgreSQL: several `picortex run --shards auto/N` processes as one
+bot against the built-in simulator (SPEC 17).
+
+Starts a throwaway PostgreSQL server (Debian's binaries, as the tests do), the simulator with
+many guilds, `max_concurrency` identify buckets (op 9 on a clash) and Discord's global REST
+limit, then real `picortex run` processes, each with its own PICORTEX_HOME and the one
+PICORTEX_DATABASE_URL. Every figure comes from what the simulator saw (sessions per shard,
+IDENTIFYs, op 9s, requests per second, the bot's messages, model calls) and from each
+process's action log (which process took which trigger). Nothing is asserted: each phase
+prints one line of what it saw.
+
+Phases (`--phase`, default all; each on a fresh database and simulator):
+  triggers  triggers across all guilds and DMs: answered once, and by the one process
+            connected on the trigger's shard (each process's action log says what it took)
+  ceiling   a global ceiling, every model call costing exactly its worst case: what was
+            spent (by the simulator's count and the ledger's), with 1 process and with N
+  config    a runtime config change (what `picortex config set budget.global_ceiling_usd`
+            stores), until every process's status shows it: listener up, and listener
+            connections cut; a trust change (the owner's `whitelist add` in chat, taken by
+            one process), until each process takes a probe from the newly trusted user as a
+            trigger (probes every --probe-ms)
+  kill      SIGKILL a random process with triggers in flight, restart it --restart-after s
+            later: lost, doubled, seconds until others are connected on its shards
+  cold      all processes start at once: op 9s, IDENTIFYs per shard, time until every
+            shard is READY against ceil(shards / max_concurrency) x 5.25 s
+  burst     triggers aimed at one shard's channels: global 429s, the busiest one-second
+            span, requests per whole second while busy
+  cpu       chatter spread over every shard: CPU per message of the N processes (and of
+            PostgreSQL, apart) against one embedded process (no database URL, one shard);
+            trigger -> reply latency of both
+
+Usage (from the repository root; PostgreSQL's server binaries and psycopg are needed):
+    python scripts/bench_cluster.py                       # every phase, the issue's sizes
+    python scripts/bench_cluster.py --phase triggers      # (or ceiling, config, kill, ...)
+Small sizes while developing:
+    python scripts/bench_cluster.py --guilds 50 --triggers 100 --kills 3 --chatter 2000 \
+        --changes 20 --trust-changes 3 --burst 200 --start-patience 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import orjson
+import trio
+
+# Runnable from a checkout without installing the package.
+ROOT: Final = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench_support import process_cpu  # noqa: E402
+from chaos_triggers import tally  # noqa: E402
+
+from picortex.actors.control import socket_path, unix_address  # noqa: E402
+from picortex.actors.llm import price_of  # noqa: E402
+from picortex.config import load_settings  # noqa: E402
+from picortex.core.budget import cost_usd  # noqa: E402
+from picortex.sim import Simulator  # noqa: E402
+from picortex.sim.model import ModelReply, worst_input_tokens  # noqa: E402
+from picortex.sim.simulator import SimURLs  # noqa: E402
+from picortex.store.admin import AdminStore  # noqa: E402
+from picortex.store.backends import open_admin  # noqa: E402
+from tests.pg import Server, start_server  # noqa: E402
+
+PHASES: Final = ("triggers", "ceiling", "config", "kill", "cold", "burst", "cpu")
+# Long enough that no heartbeat lands inside a measured burst.
+HEARTBEAT_MS: Final = 41_250
+# Per-route limits that would pace the bots below the global limit: relaxed, so the global
+# limit (kept) is what a burst meets.
+RELAXED_BUCKETS: Final = ("messages.post", "typing", "users/@me/channels", "reactions.me")
+# Discord's identify window and the pause the cluster keeps between a bucket's IDENTIFYs.
+IDENTIFY_SPACING_SECONDS: Final = 5.25
+# How often the harness looks at things that happen in other processes.
+POLL_SECONDS: Final = 0.25
+TRUSTED_USERS: Final = 8
+ACTION_LOG_BYTES: Final = 1 << 30
+# Ceilings no phase reaches (the config's largest).
+NO_CEILING_USD: Final = 10_000.0
+IDLE_PATIENCE_SECONDS: Final = 300.0
+# While a process does not show a config change yet, a chatter line to it this often.
+NUDGE_SECONDS: Final = 0.005
+
+
+# ------------------------------------------------------------------------------- processes
+
+
+@attrs.define(eq=False)
+class Node:
+    """One `picortex run` process and its home; restarted on the same home."""
+
+    name: str
+    home: Path
+    env: dict[str, str]
+    argv: list[str]
+    proc: trio.Process | None = None
+    starts: int = 0
+    _read: int = 0  # action-log bytes already parsed
+    rows: list[dict[str, Any]] = attrs.Factory(list)
+
+    async def start(self) -> None:
+        self.starts += 1
+        out = (self.home / f"run{self.starts}.out").open("wb")
+        try:
+            self.proc = await trio.lowlevel.open_process(
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        finally:
+            out.close()
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGKILL)
+            await self.proc.wait()
+
+    async def stop(self) -> None:
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        self.proc.terminate()
+        with trio.move_on_after(20), trio.CancelScope(shield=True):
+            await self.proc.wait()
+        if self.proc.returncode is None:
+            await self.kill()
+
+    def actions(self) -> list[dict[str, Any]]:
+        """Every action-log row so far (read on from where the last look stopped)."""
+        path = self.home / "actions.jsonl"
+        if not path.exists():
+            return self.rows
+        with path.open("rb") as f:
+            f.seek(self._read)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # a torn last line waits for the next look
+        for line in data[:end].splitlines():
+            try:
+                self.rows.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue  # the last line, torn by a kill
+        self._read += end
+        return self.rows
+
+    def status(self) -> dict[str, Any] | None:
+        """The process's `picortex status` answer, or None while it cannot answer."""
+        path = socket_path(self.home)
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.settimeout(2.0)
+        try:
+            with unix_address(path) as address:
+                client.connect(address)
+            client.sendall(b"status\n")
+            chunks = []
+            while chunk := client.recv(65536):
+                chunks.append(chunk)
+            answer = orjson.loads(b"".join(chunks))
+        except (OSError, orjson.JSONDecodeError):
+            return None
+        finally:
+            client.close()
+        return answer if isinstance(answer, dict) else None
+
+    def ready_shards(self) -> set[int]:
+        """The shards this process says it is connected on."""
+        status = self.status() if self.alive else None
+        if status is None:
+            return set()
+        return {
+            int(s["shard"][0])
+            for s in status.get("shards", [])
+            if s.get("state") in ("ready", "connected", "resumed")
+        }
+
+
+@attrs.define(eq=False)
+class World:
+    """The simulator's side of a phase: guilds, trusted users, the owner's DM."""
+
+    sim: Simulator
+    urls: SimURLs
+    guilds: list[tuple[int, list[int]]]
+    owner: int
+    users: list[int]
+    dms: list[int]
+    shard_count: int
+    chatter: int  # an untrusted user: what they say is context, never a trigger
+
+    def shard_of(self, channel_id: int) -> int:
+        guild = self.sim.world.channel(channel_id).guild_id
+        return 0 if guild is None else (guild >> 22) % self.shard_count
+
+    def channels_of(self, shard: int) -> list[int]:
+        return [c for g, cs in self.guilds if (g >> 22) % self.shard_count == shard for c in cs]
+
+    def all_channels(self) -> list[int]:
+        return [c for _, cs in self.guilds for c in cs]
+
+    def live_shards(self) -> set[int]:
+        """Shards with a session the simulator holds a connection for."""
+        return {
+            s.shard[0]
+            for s in self.sim.gateway.sessions.values()
+            if s.valid and s.connection is not None and s.shard is not None
+        }
+
+    def post_trigger(self, channel: int, author: int, text: str) -> dict[str, Any]:
+        mention = "" if self.sim.world.channel(channel).guild_id is None else self.mention
+        return self.sim.post_user_message(channel, author, f"{mention} {text}".strip())
+
+    @property
+    def mention(self) -> str:
+        return f"<@{self.sim.bot_user_id}>"
+
+
+def new_simulator(args: argparse.Namespace) -> Simulator:
+    sim = Simulator(
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        limit_identify_concurrency=True,
+        max_concurrency=args.max_concurrency,
+    )
+    for bucket in RELAXED_BUCKETS:
+        sim.set_rate_limit(bucket, 100_000, 1.0)
+    return sim
+
+
+@asynccontextmanager
+async def simulator(args: argparse.Namespace) -> AsyncIterator[World]:
+    """A simulator serving in this process with the phase's guilds and users."""
+    sim = new_simulator(args)
+    async with trio.open_nursery() as nursery:
+        urls: SimURLs = await nursery.start(sim.serve)
+        owner = sim.add_user("owner", global_name="Owner")
+        users = [sim.add_user(f"member{n}") for n in range(TRUSTED_USERS)]
+        guilds = sim.add_guilds(args.guilds, args.channels)
+        dms = [sim.open_dm(u) for u in (owner, *users)]
+        chatter = sim.add_user("chatter")
+        yield World(sim, urls, guilds, owner, users, dms, args.shards, chatter)
+        nursery.cancel_scope.cancel()
+
+
+def home_toml(global_ceiling_usd: float = NO_CEILING_USD) -> str:
+    """Each trigger its own request (no continuation window); one action log file (the
+    harness reads who took what from it, not from rotated ones); no panel (the processes would
+    share its port); no per-user limits, so many triggers from a few users are all answered;
+    the global ceiling only where a phase measures it."""
+    return (
+        "continuation_seconds = 0\n"
+        f"action_log_max_bytes = {ACTION_LOG_BYTES}\n"
+        "[web]\nenabled = false\n"
+        "[budget]\n"
+        f"ceiling_usd = {NO_CEILING_USD}\n"
+        f"global_ceiling_usd = {global_ceiling_usd}\n"
+        "user_daily_usd = 0\n"
+        "user_requests_per_minute = 0\n"
+    )
+
+
+def bot_env(world: World, home: Path, database_url: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PICORTEX_", "DISCORD_"))}
+    env.update(
+        PICORTEX_HOME=str(home),
+        DISCORD_BOT_TOKEN=world.sim.token,
+        DISCORD_API_BASE=world.urls.api_base,
+        ANTHROPIC_API_KEY="sk-ant-bench-0000",
+        ANTHROPIC_BASE_URL=world.urls.anthropic_base_url,
+        PICORTEX_OWNER_ID=str(world.owner),
+        PYTHONPATH=str(ROOT) + os.pathsep + env.get("PYTHONPATH", ""),
+    )
+    if database_url is not None:
+        env["PICORTEX_DATABASE_URL"] = database_url
+    return env
+
+
+def trust_members(world: World, env: dict[str, str]) -> None:
+    """Whitelist the trusted users in the bot's store (what `picortex trust` does)."""
+    store = open_admin(load_settings(env))
+    try:
+        for user in world.users:
+            store.set_tier(user, "trusted")
+    finally:
+        store.close()
+
+
+@asynccontextmanager
+async def cluster(
+    world: World,
+    root: Path,
+    database_url: str | None,
+    count: int,
+    run_args: Sequence[str],
+    *,
+    global_ceiling_usd: float = NO_CEILING_USD,
+) -> AsyncIterator[list[Node]]:
+    """`count` processes started together (not waited for); stopped on the way out."""
+    nodes = []
+    for n in range(count):
+        home = root / f"p{n}-{time.monotonic_ns() % 10**6}"
+        home.mkdir(parents=True)
+        (home / "picortex.toml").write_text(home_toml(global_ceiling_usd))
+        env = bot_env(world, home, database_url)
+        argv = [sys.executable, "-m", "picortex", "run", *run_args]
+        nodes.append(Node(f"p{n}", home, env, argv))
+    trust_members(world, nodes[0].env)
+    if database_url is None:
+        for node in nodes[1:]:
+            trust_members(world, node.env)
+    try:
+        for node in nodes:
+            await node.start()
+        yield nodes
+    finally:
+        with trio.CancelScope(shield=True):
+            for node in nodes:
+                await node.stop()
+
+
+def cluster_args(args: argparse.Namespace) -> list[str]:
+    return ["--shards", f"auto/{args.shards}", "--capacity", str(args.capacity)]
+
+
+async def wait_shards(world: World, nodes: Sequence[Node], patience: float) -> float | None:
+    """Seconds until every shard has a live session and every process answers status."""
+    start = trio.current_time()
+    with trio.move_on_after(patience):
+        while True:
+            if len(world.live_shards()) == world.shard_count and all(
+                n.status() is not None for n in nodes if n.alive
+            ):
+                return trio.current_time() - start
+            with trio.move_on_after(POLL_SECONDS):
+                await world.sim.changed()
+    return None
+
+
+def holders(nodes: Sequence[Node]) -> dict[int, list[str]]:
+    """Shard -> the processes that say they are connected on it."""
+    held: dict[int, list[str]] = {}
+    for node in nodes:
+        for shard in node.ready_shards():
+            held.setdefault(shard, []).append(node.name)
+    return held
+
+
+def taken_by(nodes: Sequence[Node]) -> dict[str, str]:
+    """Trigger message id -> the processes whose action logs took it as a trigger (a, b)."""
+    taken: dict[str, str] = {}
+    for node in nodes:
+        for row in node.actions():
+            if row.get("event") == "trigger" and row.get("message_id") is not None:
+                key = str(row["message_id"])
+                taken[key] = taken[key] + "," + node.name if key in taken else node.name
+    return taken
+
+
+async def settle(world: World, sent: Sequence[dict[str, Any]], stall: float) -> None:
+    """Until every trigger `sent` has a reply, or no reply came for `stall` seconds (a bot
+    paced by the global limit takes its time; one that lost triggers never ends)."""
+    last, count = trio.current_time(), -1
+    while trio.current_time() - last < stall:
+        messages = world.sim.bot_messages()
+        if not tally(messages, sent)[1]:
+            break
+        if len(messages) != count:
+            last, count = trio.current_time(), len(messages)
+        with trio.move_on_after(1.0):
+            await world.sim.changed()
+    # Late doubles: a second holder's answer may still be on its way.
+    await trio.sleep(2.0)
+
+
+def spread_targets(world: World, count: int, rng: random.Random) -> Iterator[tuple[int, int]]:
+    """(channel, author) pairs over every guild channel and the DMs, authors among the trusted."""
+    channels = world.all_channels()
+    rng.shuffle(channels)
+    authors = (world.owner, *world.users)
+    for n in range(count):
+        if n % 20 == 19:  # one in twenty in a DM (shard 0's)
+            index = n // 20 % len(world.dms)
+            yield world.dms[index], authors[index]
+        else:
+            yield channels[n % len(channels)], authors[n % len(authors)]
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else math.nan
+
+
+def show(name: str, **figures: object) -> None:
+    line = "  ".join(f"{k}={v}" for k, v in figures.items())
+    print(f"{name:<9} {line}", flush=True)
+
+
+# ------------------------------------------------------------------------------- phases
+
+
+@attrs.frozen
+class Context:
+    args: argparse.Namespace
+    server: Server
+    root: Path
+    rng: random.Random
+
+    def database(self) -> str:
+        return self.server.database()
+
+
+async def phase_triggers(ctx: Context) -> None:
+    args = ctx.args
+    async with simulator(args) as world:
+        url = ctx.database()
+        async with cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes:
+            ready = await wait_shards(world, nodes, args.start_patience)
+            held = holders(nodes)
+            sent = []
+            started = trio.current_time()
+            for channel, author in spread_targets(world, args.triggers, ctx.rng):
+                sent.append(world.post_trigger(channel, author, f"q{len(sent)}?"))
+                if len(sent) % args.rate == 0:
+                    await trio.sleep(1.0)
+            await settle(world, sent, args.settle)
+            took = trio.current_time() - started
+            once, lost, doubled = tally(world.sim.bot_messages(), sent)
+            taken = taken_by(nodes)
+            kinds = Counter(
+                _taker(taken.get(str(m["id"])), held.get(world.shard_of(int(m["channel_id"]))))
+                for m in sent
+            )
+    show(
+        "triggers",
+        sent=len(sent),
+        once=once,
+        lost=lost,
+        lost_by_shard=unanswered_shards(world, sent),
+        doubled=doubled,
+        by_sole_holder=kinds["sole holder"],
+        by_several=kinds["several"],
+        by_non_holder=kinds["non-holder"],
+        taken_by_none=kinds["none"],
+        holders=_holders_text(held),
+        ready_s=_seconds(ready),
+        seconds=f"{took:.1f}",
+    )
+
+
+def unanswered_shards(world: World, sent: Sequence[dict[str, Any]]) -> str:
+    """The shards of the triggers never answered, with how many on each."""
+    answered = {
+        str((m.get("message_reference") or {}).get("message_id")) for m in world.sim.bot_messages()
+    }
+    lost = Counter(world.shard_of(int(m["channel_id"])) for m in sent if m["id"] not in answered)
+    return ";".join(f"{s}:{n}" for s, n in sorted(lost.items())) or "-"
+
+
+def _taker(by: str | None, held: list[str] | None) -> str:
+    """Who took a trigger, against the processes holding its shard when the phase began."""
+    if by is None:
+        return "none"
+    takers = by.split(",")
+    if len(takers) > 1:
+        return "several"
+    return "sole holder" if held == takers else "non-holder"
+
+
+async def phase_ceiling(ctx: Context) -> None:
+    args = ctx.args
+    for count in (1, args.processes):
+        async with simulator(args) as world:
+            world.sim.model.worst_case_usage = True
+            url = ctx.database()
+            # One process serves every shard; several share them out.
+            one = ["--shards", f"0-{args.shards - 1}/{args.shards}"]
+            run = cluster_args(args) if count > 1 else one
+            async with cluster(
+                world, ctx.root, url, count, run, global_ceiling_usd=args.ceiling
+            ) as nodes:
+                await wait_shards(world, nodes, args.start_patience)
+                sent = [
+                    world.post_trigger(channel, author, f"spend {n}?")
+                    for n, (channel, author) in enumerate(
+                        spread_targets(world, args.ceiling_triggers, ctx.rng)
+                    )
+                ]
+                await _quiet(world, seconds=5.0, patience=IDLE_PATIENCE_SECONDS)
+                settings = load_settings(nodes[0].env)
+                ledger = _ledger_spend(nodes[0].env)
+            costs = [_call_cost(call.body, settings.prices) for call in world.sim.model.calls]
+            spent = sum(costs)
+            dearest = max(costs, default=0.0)
+            show(
+                "ceiling",
+                processes=count,
+                triggers=len(sent),
+                calls=len(costs),
+                spent_usd=f"{spent:.4f}",
+                ledger_usd=f"{ledger:.4f}",
+                ceiling_usd=args.ceiling,
+                one_call_usd=f"{dearest:.4f}",
+                over_by_calls=f"{max(0.0, spent - args.ceiling) / dearest if dearest else 0:.2f}",
+                within=spent <= args.ceiling + dearest,
+            )
+
+
+def _call_cost(body: dict[str, Any], prices: Any) -> float:
+    """What a call costs at its reported usage: the worst case (the model reports it)."""
+    price = price_of(str(body["model"]), prices)
+    return cost_usd(worst_input_tokens(body), int(body["max_tokens"]), price)
+
+
+def _ledger_spend(env: dict[str, str]) -> float:
+    """This period's spend over all workspaces, as the shared ledger holds it."""
+    from datetime import UTC, datetime
+
+    from picortex.core.budget import period_key
+
+    settings = load_settings(env)
+    store: AdminStore = open_admin(settings)
+    try:
+        key = period_key(datetime.now(UTC), settings.budget.period)
+        return sum(store.spend_by_workspace(key).values())
+    finally:
+        store.close()
+
+
+async def _quiet(world: World, *, seconds: float, patience: float) -> None:
+    """Until no model call and no bot message came for `seconds` (or `patience` passed)."""
+    with trio.move_on_after(patience):
+        while True:
+            before = (len(world.sim.model.calls), len(world.sim.requests))
+            await trio.sleep(seconds)
+            if (len(world.sim.model.calls), len(world.sim.requests)) == before:
+                return
+
+
+async def phase_config(ctx: Context) -> None:
+    args = ctx.args
+    async with simulator(args) as world:
+        url = ctx.database()
+        async with cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes:
+            await wait_shards(world, nodes, args.start_patience)
+            store = open_admin(load_settings(nodes[0].env))
+            held = holders(nodes)
+            channels = _channels_per_node(world, nodes)
+            live = [n for n in nodes if n.name in channels]
+            try:
+                up = []
+                for n in range(args.changes):
+                    up.append(await _config_in_force(world, store, live, channels, 1 + n))
+                cut = []
+                for n in range(args.cut_changes):
+                    _cut_listeners(url)
+                    cut.append(await _config_in_force(world, store, live, channels, 10_000 + n))
+                probe = args.probe_ms / 1000
+                trust = await _trust_in_force(world, nodes, args.trust_changes, probe)
+            finally:
+                store.close()
+    first = up[0] if up else None
+    show(
+        "config",
+        processes=len(live),
+        first_change_ms="-" if first is None else f"{first * 1000:.1f}",
+        **_lag_figures("up", up),
+        **_lag_figures("cut", cut),
+        holders=_holders_text(held),
+    )
+    show("trust", **_lag_figures("up", trust), probe_ms=args.probe_ms)
+
+
+async def _config_in_force(
+    world: World,
+    store: AdminStore,
+    nodes: Sequence[Node],
+    channels: dict[str, list[int]],
+    n: int,
+) -> float | None:
+    """Set the global ceiling (what `picortex config set budget.global_ceiling_usd` stores)
+    through one process's database; seconds until every process's status shows it.
+
+    A process applies runtime config at its next message: while a process does not show the
+    new value yet, a chatter line goes to one of its shards' channels every few ms."""
+    value = 1000 + n / 100
+    start = time.perf_counter()
+    store.set_runtime_config("budget.global_ceiling_usd", str(value))
+    waiting = list(nodes)
+    nudged = -math.inf
+    with trio.move_on_after(10.0):
+        while waiting:
+            if time.perf_counter() - nudged >= NUDGE_SECONDS:
+                nudged = time.perf_counter()
+                for node in waiting:
+                    options = channels[node.name]
+                    channel = options[int(nudged * 1000) % len(options)]
+                    world.sim.post_user_message(channel, world.chatter, "chatter")
+            await trio.sleep(0.002)
+            waiting = [
+                node
+                for node in waiting
+                if ((node.status() or {}).get("budget_global") or {}).get("ceiling_usd") != value
+            ]
+        return time.perf_counter() - start
+    return None
+
+
+def _channel_per_node(world: World, nodes: Sequence[Node]) -> dict[str, int]:
+    """A channel of one shard each process holds."""
+    return {name: channels[0] for name, channels in _channels_per_node(world, nodes).items()}
+
+
+def _channels_per_node(world: World, nodes: Sequence[Node]) -> dict[str, list[int]]:
+    """The channels of one shard each process holds."""
+    found: dict[str, list[int]] = {}
+    for shard, names in sorted(holders(nodes).items()):
+        for name in names:
+            found.setdefault(name, world.channels_of(shard))
+    return found
+
+
+def _cut_listeners(url: str) -> None:
+    """End every process's listener connection (they reconnect and reload)."""
+    import psycopg
+
+    from picortex.store.pg.listener import APPLICATION_NAME
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            (APPLICATION_NAME,),
+        )
+
+
+async def _trust_in_force(
+    world: World, nodes: Sequence[Node], rounds: int, probe: float
+) -> list[float | None]:
+    """The owner trusts a new user from chat (`!s whitelist add`) in a channel of the first
+    process's shards, then a probe from that user goes every few ms to a channel of each
+    process's shards: seconds until each process takes one as a trigger (an untrusted
+    user's are ignored). The worst over processes, per round."""
+    channel_for = _channel_per_node(world, nodes)
+    lags: list[float | None] = []
+    for n in range(rounds):
+        user = world.sim.add_user(f"newcomer{n}")
+        probes: dict[str, float] = {}
+        start = time.perf_counter()
+        command = f"!s whitelist add <@{user}> trusted"
+        world.post_trigger(next(iter(channel_for.values())), world.owner, command)
+        seen: dict[str, float] = {}
+        read = {node.name: len(node.actions()) for node in nodes}
+        with trio.move_on_after(10.0):
+            while len(seen) < len(channel_for):
+                for name, channel in channel_for.items():
+                    if name not in seen:
+                        at = time.perf_counter() - start
+                        message = world.sim.post_user_message(
+                            channel, user, f"{world.mention} probe {n}"
+                        )
+                        probes[str(message["id"])] = at
+                for node in nodes:
+                    if node.name in seen:
+                        continue
+                    rows = node.actions()
+                    fresh, read[node.name] = rows[read[node.name] :], len(rows)
+                    for row in fresh:
+                        key = str(row.get("message_id"))
+                        if row.get("event") == "trigger" and key in probes:
+                            seen[node.name] = min(seen.get(node.name, math.inf), probes[key])
+                await trio.sleep(probe)
+        lags.append(max(seen.values()) if len(seen) == len(channel_for) else None)
+        await trio.sleep(1.0)
+    return lags
+
+
+def _lag_figures(name: str, lags: Sequence[float | None]) -> dict[str, object]:
+    done = [s * 1000 for s in lags if s is not None]
+    return {
+        f"{name}_n": len(lags),
+        f"{name}_missed": len(lags) - len(done),
+        f"{name}_p50_ms": f"{statistics.median(done):.1f}" if done else "-",
+        f"{name}_p99_ms": f"{pct(done, 0.99):.1f}" if done else "-",
+        f"{name}_max_ms": f"{max(done):.1f}" if done else "-",
+    }
+
+
+async def phase_kill(ctx: Context) -> None:
+    args = ctx.args
+    async with simulator(args) as world:
+        url = ctx.database()
+        async with cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes:
+            await wait_shards(world, nodes, args.start_patience)
+            sent: list[dict[str, Any]] = []
+            takeovers: list[float | None] = []
+            still_held = 0
+            targets = spread_targets(world, 10**9, ctx.rng)
+            for _cycle in range(args.kills):
+                victim = ctx.rng.choice([n for n in nodes if n.alive])
+                lost_shards = victim.ready_shards()
+                others = set().union(*(n.ready_shards() for n in nodes if n is not victim))
+                world.sim.model.script(
+                    *[ModelReply(delay=ctx.rng.uniform(0.1, 0.6)) for _ in range(args.per_kill)]
+                )
+                for _ in range(args.per_kill):
+                    channel, author = next(targets)
+                    sent.append(world.post_trigger(channel, author, f"k{len(sent)}?"))
+                await trio.sleep(ctx.rng.uniform(0.05, 0.5))
+                await victim.kill()
+                killed_at = trio.current_time()
+                still_held += len(lost_shards & others)
+                takeovers.append(
+                    await _taken_over(world, nodes, lost_shards, killed_at, args.restart_after)
+                )
+                await trio.sleep(max(0.0, killed_at + args.restart_after - trio.current_time()))
+                await victim.start()
+                await _answers_status(victim, args.start_patience)
+            await settle(world, sent, args.settle)
+            once, lost, doubled = tally(world.sim.bot_messages(), sent)
+            taken = taken_by(nodes)
+    several = sum(1 for m in sent if "," in taken.get(str(m["id"]), ""))
+    done = [t for t in takeovers if t is not None]
+    show(
+        "kill",
+        kills=args.kills,
+        triggers=len(sent),
+        once=once,
+        lost=lost,
+        lost_by_shard=unanswered_shards(world, sent),
+        doubled=doubled,
+        taken_by_several=several,
+        takeover_median_s=f"{statistics.median(done):.2f}" if done else "-",
+        takeover_worst_s=f"{max(done):.2f}" if done else "-",
+        not_taken_over=len(takeovers) - len(done),
+        shards_already_held_by_another=still_held,
+    )
+
+
+async def _answers_status(node: Node, patience: float) -> None:
+    """Until a (re)started process answers status with a shard it is connected on."""
+    with trio.move_on_after(patience):
+        while True:
+            if node.ready_shards():
+                return
+            await trio.sleep(POLL_SECONDS)
+
+
+async def _taken_over(
+    world: World, nodes: Sequence[Node], shards: set[int], since: float, patience: float
+) -> float | None:
+    """Seconds from `since` until another process is connected on every shard in `shards`."""
+    with trio.move_on_after(max(0.0, since + patience - trio.current_time())):
+        while True:
+            live = set().union(*(n.ready_shards() for n in nodes if n.alive))
+            if shards <= live:
+                return trio.current_time() - since
+            await trio.sleep(0.1)
+    return None
+
+
+async def phase_cold(ctx: Context) -> None:
+    args = ctx.args
+    async with simulator(args) as world:
+        url = ctx.database()
+        launched = trio.current_time()
+        async with cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes:
+            shard_ready: dict[int, float] = {}
+            with trio.move_on_after(args.cold_patience):
+                while len(shard_ready) < world.shard_count:
+                    for shard in world.live_shards():
+                        shard_ready.setdefault(shard, trio.current_time() - launched)
+                    with trio.move_on_after(POLL_SECONDS):
+                        await world.sim.changed()
+            stats = world.sim.gateway_stats
+            held = holders(nodes)
+    times = stats.identify_times
+    first = min(times) - launched if times else math.nan
+    expected = math.ceil(args.shards / args.max_concurrency) * IDENTIFY_SPACING_SECONDS
+    last = max(shard_ready.values()) if len(shard_ready) == args.shards else None
+    show(
+        "cold",
+        shards_ready=f"{len(shard_ready)}/{args.shards}",
+        op9_pacing=stats.identify_rate_limited,
+        identifies=stats.identifies,
+        per_shard=dict(sorted(stats.shard_identifies.items())),
+        all_ready_s=_seconds(last),
+        from_first_identify_s=_seconds(None if last is None else last - first),
+        expected_s=f"{expected:.2f}",
+        holders=_holders_text(held),
+    )
+
+
+async def phase_burst(ctx: Context) -> None:
+    args = ctx.args
+    async with simulator(args) as world:
+        url = ctx.database()
+        async with cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes:
+            await wait_shards(world, nodes, args.start_patience)
+            held = holders(nodes)
+            shard = args.burst_shard
+            channels = world.channels_of(shard)
+            authors = (world.owner, *world.users)
+            since = trio.current_time()
+            sent = [
+                world.post_trigger(channels[n % len(channels)], authors[n % len(authors)], f"b{n}?")
+                for n in range(args.burst)
+            ]
+            await settle(world, sent, args.settle)
+            stats = world.sim.global_stats_since(since)
+            once, lost, doubled = tally(world.sim.bot_messages(), sent)
+    seconds = sorted(stats.per_second)
+    # Whole seconds only: the first and the last are cut by the burst's start and end.
+    inner = [stats.per_second[s] for s in seconds[1:-1]]
+    show(
+        "burst",
+        shard=shard,
+        holders=",".join(held.get(shard, [])) or "-",
+        triggers=len(sent),
+        once=once,
+        lost=lost,
+        lost_by_shard=unanswered_shards(world, sent),
+        doubled=doubled,
+        requests=stats.requests,
+        global_429s=stats.global_429s,
+        max_in_any_second=stats.max_in_any_second,
+        sustained_median=f"{statistics.median(inner):.0f}" if inner else "-",
+        sustained_min=min(inner) if inner else "-",
+        busy_seconds=len(seconds),
+    )
+
+
+async def phase_cpu(ctx: Context) -> None:
+    args = ctx.args
+    measured = {}
+    for label, url_of, count, run in (
+        ("cluster", ctx.database, args.processes, cluster_args(args)),
+        ("embedded", lambda: None, 1, []),
+    ):
+        async with (
+            simulator(args) as world,
+            cluster(world, ctx.root, url_of(), count, run) as nodes,
+        ):
+            await wait_shards(world, nodes, args.start_patience)
+            await _idle(nodes, await _idle_rate(nodes))
+            measured[label] = (
+                await _chatter_cpu(world, nodes, args.chatter, ctx.server),
+                await _latency(world, args.latency_triggers, ctx.rng),
+            )
+    (many, cluster_lat), (embedded, embedded_lat) = measured["cluster"], measured["embedded"]
+    cluster_p50, embedded_p50 = (
+        statistics.median(lat) if lat else math.nan for lat in (cluster_lat, embedded_lat)
+    )
+    show(
+        "cpu",
+        chatter=args.chatter,
+        cluster_us_per_msg=f"{many.per_message * 1e6:.0f}",
+        embedded_us_per_msg=f"{embedded.per_message * 1e6:.0f}",
+        ratio=f"{many.per_message / embedded.per_message:.2f}" if embedded.per_message else "-",
+        postgres_us_per_msg=f"{many.server_per_message * 1e6:.0f}",
+        cluster_frames=many.frames,
+        embedded_frames=embedded.frames,
+        idle_cpu_per_s=f"{many.idle_rate:.3f}/{embedded.idle_rate:.3f}",
+        cluster_reply_p50_ms=f"{cluster_p50 * 1000:.1f}",
+        embedded_reply_p50_ms=f"{embedded_p50 * 1000:.1f}",
+        delta_ms=f"{(cluster_p50 - embedded_p50) * 1000:.1f}",
+        replies=f"{len(cluster_lat)}/{len(embedded_lat)}",
+    )
+
+
+def _cpu(nodes: Sequence[Node]) -> float:
+    return sum(process_cpu(n.proc.pid) or 0.0 for n in nodes if n.proc is not None)
+
+
+def _server_cpu(server: Server) -> float:
+    """CPU seconds of the PostgreSQL server: its postmaster (with the backends it reaped)
+    and the backends still running."""
+    try:
+        postmaster = int((server.root / "data" / "postmaster.pid").read_text().split()[0])
+        fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    total = sum(int(f) for f in fields[11:15]) / tick  # utime, stime, cutime, cstime
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            child = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(child[1]) == postmaster:
+            total += (int(child[11]) + int(child[12])) / tick
+    return total
+
+
+async def _idle_rate(nodes: Sequence[Node], seconds: float = 3.0) -> float:
+    """CPU seconds per second the processes use while nothing happens (heartbeats, polls)."""
+    before = _cpu(nodes)
+    await trio.sleep(seconds)
+    return (_cpu(nodes) - before) / seconds
+
+
+async def _idle(nodes: Sequence[Node], rate: float, *, window: float = 1.0) -> None:
+    """Until the processes use no more than their idle `rate` (plus 0.05) over `window`."""
+    with trio.move_on_after(IDLE_PATIENCE_SECONDS):
+        before = _cpu(nodes)
+        while True:
+            await trio.sleep(window)
+            now = _cpu(nodes)
+            if now - before <= (rate + 0.05) * window:
+                return
+            before = now
+
+
+@attrs.frozen
+class ChatterCost:
+    per_message: float  # CPU seconds per chatter message sent (the idle rate taken out)
+    server_per_message: float  # the PostgreSQL server's, apart
+    frames: int  # MESSAGE_CREATE frames delivered over every session
+    idle_rate: float
+
+
+async def _chatter_cpu(
+    world: World, nodes: Sequence[Node], count: int, server: Server
+) -> ChatterCost:
+    """CPU seconds the processes spent per chatter message, spread over every shard."""
+    rate = await _idle_rate(nodes)
+    by_shard: dict[int, list[int]] = {}
+    for guild, channels in world.guilds:
+        by_shard.setdefault((guild >> 22) % world.shard_count, channels)
+    per = max(1, count // len(by_shard))
+    start, before, server_before = trio.current_time(), _cpu(nodes), _server_cpu(server)
+    frames = 0
+    for channels in by_shard.values():
+        frames += (await world.sim.blast(per, channels)).frames
+    await _idle(nodes, rate)
+    spent = _cpu(nodes) - before - rate * (trio.current_time() - start)
+    sent = per * len(by_shard)
+    return ChatterCost(spent / sent, (_server_cpu(server) - server_before) / sent, frames, rate)
+
+
+async def _latency(world: World, count: int, rng: random.Random) -> list[float]:
+    """Trigger -> reply seconds, one trigger at a time over the channels of the shards that
+    have a session (a trigger nobody receives measures loss, not latency)."""
+    lags = []
+    live = world.live_shards()
+    channels = [c for c in world.all_channels() if world.shard_of(c) in live]
+    for n in range(count):
+        channel = rng.choice(channels)
+        start = trio.current_time()
+        message = world.post_trigger(channel, world.owner, f"lat{n}?")
+        target = str(message["id"])
+        with trio.move_on_after(10):
+            await world.sim.wait_until(
+                lambda t=target, c=channel: any(
+                    (m.get("message_reference") or {}).get("message_id") == t
+                    for m in world.sim.bot_messages(c)[-5:]
+                )
+            )
+            lags.append(trio.current_time() - start)
+    return lags
+
+
+def _holders_text(held: dict[int, list[str]]) -> str:
+    return ";".join(f"{s}:{'+'.join(names)}" for s, names in sorted(held.items())) or "-"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+RUNNERS: Final[dict[str, Callable[[Context], Any]]] = {
+    "triggers": phase_triggers,
+    "ceiling": phase_ceiling,
+    "config": phase_config,
+    "kill": phase_kill,
+    "cold": phase_cold,
+    "burst": phase_burst,
+    "cpu": phase_cpu,
+}
+
+
+@contextmanager
+def postgres() -> Iterator[Server]:
+    servers = start_server()
+    server = next(servers)
+    try:
+        yield server
+    finally:
+        servers.close()
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--phase", choices=(*PHASES, "all"), default="all")
+    p.add_argument("--guilds", type=int, default=1000)
+    p.add_argument("--channels", type=int, default=2, help="text channels per guild")
+    p.add_argument("--shards", type=int, default=8)
+    p.add_argument("--max-concurrency", type=int, default=2)
+    p.add_argument("--processes", type=int, default=4)
+    p.add_argument("--capacity", type=int, default=4)
+    p.add_argument("--triggers", type=int, default=2000)
+    p.add_argument("--rate", type=int, default=40, help="triggers posted per second")
+    p.add_argument("--ceiling", type=float, default=0.25, help="global ceiling, USD")
+    p.add_argument("--ceiling-triggers", type=int, default=200)
+    p.add_argument("--changes", type=int, default=200, help="config changes, listener up")
+    p.add_argument("--cut-changes", type=int, default=10, help="config changes, listener cut")
+    p.add_argument("--trust-changes", type=int, default=20)
+    p.add_argument("--probe-ms", type=float, default=20.0)
+    p.add_argument("--kills", type=int, default=20)
+    p.add_argument("--per-kill", type=int, default=6, help="triggers in flight per kill")
+    p.add_argument("--restart-after", type=float, default=15.0, help="seconds")
+    p.add_argument("--cold-patience", type=float, default=60.0, help="seconds")
+    p.add_argument("--burst", type=int, default=1000, help="triggers aimed at one shard")
+    p.add_argument("--burst-shard", type=int, default=3)
+    p.add_argument("--chatter", type=int, default=50_000)
+    p.add_argument("--latency-triggers", type=int, default=100)
+    p.add_argument("--start-patience", type=float, default=60.0, help="seconds for every shard")
+    p.add_argument(
+        "--settle", type=float, default=30.0, help="stop waiting for answers after N s without one"
+    )
+    p.add_argument("--seed", type=int, default=28)
+    return p.parse_args(argv)
+
+
+async def bench(args: argparse.Namespace, server: Server, root: Path) -> None:
+    ctx = Context(args, server, root, random.Random(args.seed))
+    for phase in PHASES if args.phase == "all" else (args.phase,):
+        await RUNNERS[phase](ctx)
+
+
+def main() -> int:
+    args = parse()
+    with postgres() as server, tempfile.TemporaryDirectory(prefix="picortex-cluster-") as tmp:
+        trio.run(bench, args, server, Path(tmp))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
