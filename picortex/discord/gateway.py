@@ -81,9 +81,10 @@ CONNECT_TIMEOUT: Final = 30.0
 SEND_TIMEOUT: Final = 10.0
 # Seconds we wait for the peer to answer our close frame before dropping the socket.
 CLOSE_TIMEOUT: Final = 5.0
-# When the actor is cancelled or fails, the close frame gets this long to go out; nobody is
-# left to read the reply.
-ABANDON_CLOSE_TIMEOUT: Final = 0.5
+# When the actor is cancelled or fails, the close frame gets this long to go out. Nobody is
+# left to read the reply (the library's reader is cancelled too), so the whole wait is spent
+# on every shutdown and hand-back; the frame itself reaches the kernel within a send call.
+ABANDON_CLOSE_TIMEOUT: Final = 0.1
 # Seconds for GET /gateway/bot (the REST client retries inside this).
 REST_TIMEOUT: Final = 60.0
 # Retrying the first GET /gateway/bot: quick at first, then at most once a minute.

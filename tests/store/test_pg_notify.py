@@ -8,6 +8,7 @@ generous timeout and never assert how fast it was.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -183,3 +184,20 @@ def test_the_notification_carries_the_new_counter(pg_url: str) -> None:
         notes = list(listening.notifies(timeout=PATIENCE_SECONDS, stop_after=after - before))
     # One per statement the triggers saw (an upsert is two), each the counter's new value.
     assert [n.payload for n in notes] == [str(v) for v in range(before + 1, after + 1)]
+
+
+def test_stop_wakes_a_listener_waiting_for_notifications(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A listener that would wait an hour for a notification: only a wake-up ends it soon.
+    monkeypatch.setattr(pg_listener, "WAIT_SECONDS", 3600.0)
+    listener = pg_listener.ConfigListener(pg_url, "PostgreSQL test", lambda v, r: None)
+    listener.start()
+    try:
+        _wait_for(lambda: listener.listening)
+    finally:
+        stopper = threading.Thread(target=listener.stop, daemon=True)
+        stopper.start()
+        stopper.join(PATIENCE_SECONDS)
+    assert not stopper.is_alive(), "stop() waited for the listener's timeout"
+    assert not listener.alive

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import select
 import threading
 import time
 from collections.abc import Callable
@@ -25,8 +27,9 @@ logger = logging.getLogger(__name__)
 
 CHANNEL: Final = "picortex_config"
 APPLICATION_NAME: Final = "picortex config listener"  # how it shows in pg_stat_activity
-# How long the thread waits for a notification before looking whether it should stop.
-WAIT_SECONDS: Final = 0.5
+# How long the thread waits for a notification before polling the connection anyway; `stop()`
+# wakes it at once through a pipe, so this bounds nothing a caller waits for.
+WAIT_SECONDS: Final = 5.0
 CONNECT_TIMEOUT_SECONDS: Final = 10
 # Waits between reconnection attempts: quick at first, then no more than one every 10 s.
 BACKOFF_SECONDS: Final = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0)
@@ -59,6 +62,7 @@ class ConfigListener:
         self._on_change = on_change
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._wake: tuple[int, int] | None = None  # (read, write) ends: `stop()` writes
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._name = name or "picortex-config-listener"
         self.listening = False  # connected and listening: the slow poll may be slower
@@ -72,15 +76,24 @@ class ConfigListener:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stopping.clear()
+        self._wake = os.pipe()
         self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         """Stop the thread and close its connection."""
         self._stopping.set()
+        wake = self._wake
+        if wake is not None:
+            with contextlib.suppress(OSError):
+                os.write(wake[1], b"!")
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(WAIT_SECONDS + CONNECT_TIMEOUT_SECONDS)
+            thread.join(CONNECT_TIMEOUT_SECONDS + 1)
+            if wake is not None and not thread.is_alive():
+                self._wake = None
+                for end in wake:
+                    os.close(end)
         self._thread = None
         self.listening = False
 
@@ -130,8 +143,13 @@ class ConfigListener:
         self._connections += 1
         self._on_change(last, True)  # anything may have changed while nobody listened
         self.listening = True
+        wake = self._wake
         while not self._stopping.is_set():
-            for note in conn.notifies(timeout=WAIT_SECONDS):
+            waiting = [conn.fileno()] if wake is None else [conn.fileno(), wake[0]]
+            ready, _, _ = select.select(waiting, [], [], WAIT_SECONDS)
+            if wake is not None and wake[0] in ready:
+                break  # stop() asked
+            for note in conn.notifies(timeout=0):
                 if note.channel != CHANNEL:
                     continue
                 try:
