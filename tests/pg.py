@@ -3,7 +3,9 @@
 The server runs from Debian's binaries (`initdb`, `pg_ctl`) on a unix socket in a temporary
 folder, with fsync off. PostgreSQL refuses to run as root, so as root (CI) it runs as the
 `postgres` user through `runuser`. The schema is made once, in a template database; each
-test gets a copy (`CREATE DATABASE ... TEMPLATE`), which takes milliseconds.
+test gets a copy (`CREATE DATABASE ... TEMPLATE`, a tenth of a second of the server's CPU),
+or a copy an earlier test of this worker used, put back to the template's rows (a few
+milliseconds) once nothing is connected to it and its schema is still the template's.
 
 Without the binaries the PostgreSQL tests are skipped, unless PICORTEX_REQUIRE_POSTGRES is
 set (CI sets it): then a missing server fails them.
@@ -21,6 +23,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, Final
 
 import attrs
 import pytest
@@ -63,6 +66,12 @@ class Server:
     bin: Path
     as_root: bool
     counter: Iterator[int] = attrs.field(factory=itertools.count)
+    # The template's rows and sequences, and a fingerprint of its schema (see `_recycle`).
+    seed: list[tuple[str, bytes]] = attrs.field(factory=list)
+    sequences: list[tuple[str, int, bool]] = attrs.field(factory=list)
+    shape: str = ""
+    lent: list[str] = attrs.field(factory=list)  # copies handed out, not yet looked at again
+    spare: list[str] = attrs.field(factory=list)  # copies put back, ready to hand out
 
     @property
     def socket_dir(self) -> Path:
@@ -107,18 +116,92 @@ class Server:
             conn.execute(sql)  # type: ignore[arg-type]
 
     def make_template(self) -> None:
+        import psycopg
+
         from picortex.store.pg.database import PgDatabase
 
         self.admin_sql(f"CREATE DATABASE {TEMPLATE}")
         PgDatabase.open(self.url(TEMPLATE)).close()
+        with psycopg.connect(self.url(TEMPLATE), autocommit=True) as conn:
+            self.shape = _shape(conn)
+            for (table,) in conn.execute(_TABLES).fetchall():
+                with conn.cursor().copy(f'COPY "{table}" TO STDOUT') as copy:
+                    self.seed.append((table, b"".join(bytes(block) for block in copy)))
+            for (name,) in conn.execute(_SEQUENCES).fetchall():
+                row = conn.execute(f'SELECT last_value, is_called FROM "{name}"').fetchone()
+                assert row is not None
+                self.sequences.append((name, int(row[0]), bool(row[1])))
 
     def database(self, *, schema: bool = True) -> str:
-        """The URL of a new database: a copy of the template, or empty."""
+        """The URL of a database of its own: a copy of the template, or empty."""
+        if schema:
+            for name in self.lent:
+                if self._recycle(name):
+                    self.spare.append(name)
+            self.lent.clear()
+            if self.spare:
+                name = self.spare.pop()
+                self.lent.append(name)
+                return self.url(name)
         name = f"t_{next(self.counter)}"
         # FILE_COPY: a small template is copied faster as files than through the WAL.
         copy = f" TEMPLATE {TEMPLATE} STRATEGY FILE_COPY" if schema else ""
         self.admin_sql(f"CREATE DATABASE {name}{copy}")
+        if schema:
+            self.lent.append(name)
         return self.url(name)
+
+    def _recycle(self, name: str) -> bool:
+        """Put a used copy back to the template's rows; False if it cannot be trusted to be.
+
+        A copy something still connects to (a leaked thread or process), that refuses
+        connections, or whose tables, columns, indexes or functions differ from the
+        template's is left alone.
+        """
+        import psycopg
+
+        try:
+            with psycopg.connect(self.url(name), autocommit=True) as conn:
+                others = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                ).fetchone()
+                if others is None or others[0] or _shape(conn) != self.shape:
+                    return False
+                with conn.transaction():
+                    # As a replica would: no foreign key or trigger checks while refilling.
+                    conn.execute("SET LOCAL session_replication_role = replica")
+                    for table, rows in self.seed:
+                        conn.execute(f'DELETE FROM "{table}"')
+                        if rows:
+                            with conn.cursor().copy(f'COPY "{table}" FROM STDIN') as copy:
+                                copy.write(rows)
+                    for seq, value, called in self.sequences:
+                        conn.execute("SELECT setval(%s, %s, %s)", (seq, value, called))
+        except psycopg.Error:
+            return False
+        return True
+
+
+_TABLES: Final = "SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY 1"
+_SEQUENCES: Final = "SELECT sequencename FROM pg_sequences WHERE schemaname = 'public' ORDER BY 1"
+# Everything of the schema a test could change: columns, indexes, functions, triggers.
+_SHAPE: Final = """
+SELECT md5(string_agg(part, ';' ORDER BY part)) FROM (
+    SELECT format('%s.%s %s %s %s', table_name, column_name, data_type, is_nullable,
+                  column_default) AS part
+      FROM information_schema.columns WHERE table_schema = 'public'
+    UNION ALL SELECT indexdef FROM pg_indexes WHERE schemaname = 'public'
+    UNION ALL SELECT p.proname || md5(p.prosrc)
+      FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public'
+    UNION ALL SELECT tgname FROM pg_trigger WHERE NOT tgisinternal
+) AS parts
+"""
+
+
+def _shape(conn: Any) -> str:
+    row = conn.execute(_SHAPE).fetchone()
+    return str(row[0]) if row else ""
 
 
 def start_server() -> Iterator[Server]:

@@ -168,6 +168,9 @@ class StoreActor:
         # with them (-n), results already on their way: for a test clock that must not jump
         # while the thread works. None in a running bot: no extra hand-back per group.
         self.on_worker_ops: Callable[[int], None] | None = None
+        # How long writes wait for company before their group commits. A test clock held
+        # while the thread works would spend this wall time on every group: it sets 0.
+        self.group_seconds = GROUP_SECONDS
         self._complaints = _Complaints(COMPLAINT_SECONDS)
         # The shards this process serves, as its cluster heartbeat tells (PostgreSQL only);
         # catch-up reads their channels.
@@ -408,10 +411,10 @@ class StoreActor:
                 # Kept writes are tried again at a calm pace; what arrives meanwhile joins.
                 with contextlib.suppress(queue.Empty):
                     pending.extend(q.get(timeout=RETRY_SECONDS))
-            # Writes wait up to GROUP_SECONDS for company, unless a read (or stop) is
+            # Writes wait up to `group_seconds` for company, unless a read (or stop) is
             # already waiting behind them.
             urgent = any(op.kind in (_READ, _STOP) for op in pending)
-            deadline = time.monotonic() + GROUP_SECONDS
+            deadline = time.monotonic() + self.group_seconds
             while not urgent and not waiting and len(pending) < GROUP_ROWS:
                 left = deadline - time.monotonic()
                 if left <= 0:

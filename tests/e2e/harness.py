@@ -472,6 +472,9 @@ async def running_bot(
             # On virtual time the loop is never late, and a probe every 10 ms would hold the
             # clock back to wall speed (it jumps only when every task waits).
             bot.lag.probe_seconds = LAG_PROBE_ON_VIRTUAL_TIME
+            # The clock is held while the store thread works: a group's wait for company
+            # would be spent in wall time on every write. Each group commits at once.
+            bot.store.group_seconds = 0.0
         _hold_on_store_work(bot)
         try:
             # The bot stops first, while the simulator still answers its goodbyes.

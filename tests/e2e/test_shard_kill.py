@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 import trio
 
@@ -65,6 +66,13 @@ async def _until(predicate: Any, timeout: float = START_TIMEOUT) -> None:
             await trio.sleep(POLL_SECONDS)
 
 
+def _replied(home: Path) -> set[str]:
+    """The triggers whose answer a process logged as posted (or found posted)."""
+    log = home / "actions.jsonl"
+    rows = [orjson.loads(line) for line in log.read_bytes().splitlines()] if log.exists() else []
+    return {str(r.get("trigger_id")) for r in rows if r.get("event") == "reply"}
+
+
 def _holders(table: ShardLeases) -> dict[int, str]:
     now, leases = table.leases()
     return {i: lease.node for i, lease in leases.items() if lease.live(now) and lease.node}
@@ -116,7 +124,6 @@ async def test_sigkill_of_a_holder_then_the_other_takes_its_shard_over(
                     },
                 )
             assert answer.status_code == 200, answer.text
-            await trio.sleep(1.5)  # its seq is in a saved session: the save is once a second
             resumes = sim.gateway_stats.resumes
             a.send_signal(signal.SIGKILL)
             killed_at = time.monotonic()
@@ -141,7 +148,9 @@ async def test_sigkill_of_a_holder_then_the_other_takes_its_shard_over(
             await _until(lambda: replies(in_flight) and replies(meanwhile))
             assert sim.gateway_stats.resumes == resumes + 1  # a's saved session
             await _until(lambda: len(sim.model.calls) >= calls + 5)  # posted's answered too
-            await trio.sleep(2)  # anything more that would come, would have come
+            # b is done with all three once it logged how each answer ended.
+            triggers = {str(m["id"]) for m in (in_flight, posted, meanwhile)}
+            await _until(lambda: triggers <= _replied(tmp_path / "b"))
             assert len(replies(in_flight)) == len(replies(meanwhile)) == 1
             # Answered again by b (a model call), posted once: Discord returned a's message
             # for the nonce, and b finished that one.
