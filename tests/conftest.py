@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, settings
 settings.register_profile("picortex", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("picortex")
 
-pytest_plugins = ["tests.bytecode"]
+# tests.pg: one PostgreSQL server per worker for every module that asks for `pg_url`.
+pytest_plugins = ["tests.bytecode", "tests.pg"]
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -26,9 +26,6 @@ from picortex.errors import DatabaseUnreachable
 from picortex.store.pg.ceilings import Answer, Ask, Ceilings, Settlement
 from tests.actors.test_llm import FakeModel, estimate, make_actor, request, running
 from tests.helpers import RecordingSink
-from tests.pg import pg_server, pg_url
-
-__all__ = ["pg_server", "pg_url"]
 
 LOGGER = "picortex.actors.cluster_budget"
 NOON = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -34,9 +34,6 @@ from picortex.sim import Simulator
 from picortex.store.pg.limits import PgLimits
 from tests.discord.test_gateway import TOKEN, SimRest, wait_until
 from tests.helpers import RecordingSink
-from tests.pg import pg_server, pg_url
-
-__all__ = ["pg_server", "pg_url"]
 
 API = "https://discord.test/api/v10"
 WINDOW = 5.0  # Discord's identify window

@@ -23,9 +23,6 @@ from picortex.store.backends import connect_postgres
 from picortex.store.pg.leases import ShardLeases
 from tests.e2e.forkserver import ForkedBot, ForkServer, fork_server
 from tests.e2e.harness import RELAXED_BUCKETS
-from tests.pg import pg_server, pg_url
-
-__all__ = ["pg_server", "pg_url"]
 
 LEASE_SECONDS = 3
 START_TIMEOUT = 30.0

@@ -23,9 +23,6 @@ from tests.e2e.harness import (
     Running,
     _hold_on_store_work,
 )
-from tests.pg import pg_server, pg_url
-
-__all__ = ["pg_server", "pg_url"]
 
 pytestmark = pytest.mark.virtual_time
 

@@ -20,9 +20,7 @@ import pytest
 from picortex.discord.ratelimit import GLOBAL_BUDGET, GLOBAL_WINDOW
 from picortex.discord.shared_limits import BucketClaim, Grant
 from picortex.store.pg.limits import LimitsWorker, PgLimits
-from tests.pg import Server, pg_server, pg_url
-
-__all__ = ["pg_server", "pg_url"]
+from tests.pg import Server
 
 
 class FakeClock:
