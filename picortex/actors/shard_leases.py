@@ -2,9 +2,11 @@
 
 Every `lease_seconds / 3` it renews every held lease in one statement, then takes free
 shards (`picortex.core.leases.plan_shards` decides which) and hands back one above its fair
-share. Each held shard's gateway runs in a cancel scope whose deadline is the lease's end on
-OUR clock (the renewal's send time + lease - margin): a renewal that does not come back in
-time stops the shard by trio's clock alone, before the lease can end on the database's.
+share. A lease another process stopped renewing is looked at again the moment it ends, so a
+dead process's shards are taken without waiting for the next renewal. Each held shard's
+gateway runs in a cancel scope whose deadline is the lease's end on OUR clock (the
+renewal's send time + lease - margin): a renewal that does not come back in time stops the
+shard by trio's clock alone, before the lease can end on the database's.
 
 A shard taken RESUMEs the session its last holder saved (read from the database when it is
 taken), after the store has adopted that shard's recent handled marks. A clean stop hands
@@ -26,7 +28,16 @@ from typing import Any, Final, Literal, Protocol
 import attrs
 import trio
 
-from picortex.core.leases import Lease, Plan, Want, deadline, plan_shards, renew_every
+from picortex.core.leases import (
+    EXPIRY_NUDGE_SECONDS,
+    Lease,
+    Plan,
+    Want,
+    deadline,
+    plan_shards,
+    renew_every,
+    soonest_expiry,
+)
 from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, RestartPolicy
 from picortex.types import EventSink
 
@@ -36,6 +47,8 @@ logger = logging.getLogger(__name__)
 HAND_BACK_SECONDS: Final = 10.0
 # An unreachable database is complained about once per this long.
 COMPLAINT_SECONDS: Final = 60.0
+# Surveys in a row within one round while other processes win the races for free shards.
+TAKE_ROUNDS: Final = 3
 
 Shard = tuple[int, int]
 Session = tuple[str, str, int]
@@ -124,6 +137,9 @@ class ShardLeaseKeeper:
         self._on_held = on_held
         self._present = present
         self.held: dict[int, HeldShard] = {}
+        # When (our clock) a lease another process stopped renewing may be taken: the keeper
+        # looks then, between its renewals.
+        self._look_at = math.inf
         self._complained_at = -math.inf
         self._call = call or functools.partial(trio.to_thread.run_sync, abandon_on_cancel=True)
 
@@ -145,6 +161,9 @@ class ShardLeaseKeeper:
                 await self.tick()
                 # At a fixed rate: a slow round never pushes the next renewal later.
                 next_at = max(next_at + every, trio.current_time())
+                while self._look_at < next_at:
+                    await trio.sleep_until(self._look_at)
+                    await self.look()
                 await trio.sleep_until(next_at)
         except BaseException as exc:
             leaving = _only_cancelled(exc)
@@ -160,21 +179,34 @@ class ShardLeaseKeeper:
         self._forget_ended()
         if self.held:
             await self._renew()
+        await self.look()
+
+    async def look(self) -> None:
+        """Take and hand back as planned; again at once when another process was quicker to
+        a free shard (another one may still be free)."""
         table = self._table
 
         def survey() -> tuple[float, dict[int, Lease], list[str]]:
             now, leases = table.leases()
             return now, leases, table.live_nodes(now)
 
-        try:
-            now, leases, nodes = await self._thread(survey)
-        except Exception as exc:
-            self._complain(exc)
-            return
-        plan = plan_shards(
-            self._want, me=self._node, held=self.held, leases=leases, nodes=nodes, now=now
-        )
-        await self._follow(plan)
+        self._look_at = math.inf
+        for _ in range(TAKE_ROUNDS):
+            try:
+                now, leases, nodes = await self._thread(survey)
+            except Exception as exc:
+                self._complain(exc)
+                return
+            surveyed = trio.current_time()
+            held = self.held
+            plan = plan_shards(
+                self._want, me=self._node, held=held, leases=leases, nodes=nodes, now=now
+            )
+            ends = soonest_expiry(self._want, me=self._node, held=held, leases=leases, now=now)
+            if ends is not None:
+                self._look_at = surveyed + ends + EXPIRY_NUDGE_SECONDS
+            if await self._follow(plan):
+                return
 
     async def _renew(self) -> None:
         ids = sorted(self.held)
@@ -197,28 +229,32 @@ class ShardLeaseKeeper:
             else:
                 await self._stop(held, "lost")
 
-    async def _follow(self, plan: Plan) -> None:
+    async def _follow(self, plan: Plan) -> bool:
+        """Act on a plan; False when another process took a shard first."""
         await self._hand_back([self.held[i] for i in plan.give_back if i in self.held])
+        won = True
         for shard_id in plan.take:
-            await self._take((shard_id, self._want.count))
+            won = await self._take((shard_id, self._want.count)) and won
+        return won
 
-    async def _take(self, shard: Shard) -> None:
+    async def _take(self, shard: Shard) -> bool:
+        """Take a free shard and start its gateway; False when another process was quicker."""
         sent = trio.current_time()
         try:
             epoch = await self._thread(
                 functools.partial(self._table.take, shard, self._node, self._lease)
             )
             if epoch is None:
-                return  # another process was quicker
+                return False
             # Read now, not at start: the session its last holder saved when it left.
             saved = await self._thread(functools.partial(self._table.gateway_session, shard))
             await self._adopt(shard)
         except Exception as exc:
             self._complain(exc)
-            return
+            return True
         until = deadline(sent, self._lease)
         if until <= trio.current_time():
-            return  # too slow to trust: the lease lapses, or the next round takes it again
+            return True  # too slow to trust: the lease lapses, or the next round takes it
         gateway = self._make_gateway(shard, saved)
         gateway.leaving = "lost"  # unless handed back: cancelled means the lease ended
         held = HeldShard(shard, epoch, until, gateway)
@@ -239,6 +275,7 @@ class ShardLeaseKeeper:
             )
         )
         self._on_held(self.shards())
+        return True
 
     async def _serve(
         self, held: HeldShard, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED

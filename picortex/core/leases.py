@@ -22,6 +22,9 @@ MARGIN_SECONDS: Final = 3.0
 MARGIN_SHARE: Final = 0.3
 # Renewals per lease period: two may fail before the lease is at risk.
 RENEWALS_PER_LEASE: Final = 3
+# A lease another process stopped renewing is looked at again this long after its end (on
+# the database's clock its end is strict: at `expires_at` it is still held).
+EXPIRY_NUDGE_SECONDS: Final = 0.05
 
 
 def renew_every(lease_seconds: float) -> float:
@@ -87,6 +90,24 @@ def peers(
         if lease.node is not None:
             holders[lease.node] = holders.get(lease.node, False) or lease.live(now)
     return frozenset(n for n in nodes if holders.get(n, True)) | {me}
+
+
+def soonest_expiry(
+    want: Want, *, me: str, held: Collection[int], leases: Mapping[int, Lease], now: float
+) -> float | None:
+    """Seconds until the first lease that another process holds on a shard this one may take
+    ends (the database's clock), or None. A dead holder's shards are free from then on: the
+    keeper looks again at that moment rather than at its next renewal, up to a third of a
+    lease later."""
+    ends = [
+        lease.expires_at
+        for shard_id, lease in leases.items()
+        if shard_id in want.candidates()
+        and shard_id not in held
+        and lease.node not in (None, me)
+        and lease.live(now)
+    ]
+    return min(ends) - now if ends else None
 
 
 def plan_shards(

@@ -379,3 +379,47 @@ async def test_a_crashed_keeper_hands_back_but_stays_one_of_the_live_processes(
         assert table.leases[0].node is None  # handed back
         assert table.nodes == ["me"] and presence == [True]  # a restart is coming: not gone
         nursery.cancel_scope.cancel()
+
+
+async def test_a_dead_holders_shard_is_taken_as_its_lease_ends_not_at_the_next_renewal(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    table = FakeTable()
+    # Renewals come at 0, 3.3, ... 23.3, 26.7: the lease ends in between.
+    table.leases[1] = Lease(1, "dead", 4, 25.0)
+
+    async def body(r: Rig) -> None:
+        await trio.sleep(30)
+        taken_at = next(at for what, at in table.log if what == "take 1")
+        assert 25.0 <= taken_at <= 25.0 + 0.1
+        assert [g.shard for g in r.gateways] == [(0, 2), (1, 2)]
+
+    await _running(table, Want(ids=(0, 1), count=2, capacity=2), body)
+
+
+@attrs.define
+class Raced(FakeTable):
+    """Another process takes shard 0 the moment it is free, just before this one asks."""
+
+    def take(self, shard: Shard, node: str, seconds: float) -> int | None:
+        if shard[0] == 0 and self.leases[0].node == "dead":
+            super().take(shard, "other", seconds)
+        return super().take(shard, node, seconds)
+
+
+async def test_a_shard_another_process_took_first_leads_to_the_next_free_one_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    table = Raced(nodes=["me", "other"])
+    # Two dead holders' shards end together; "other" wins the race for the first.
+    table.leases.update({0: Lease(0, "dead", 1, 5.0), 1: Lease(1, "dead", 1, 5.0)})
+
+    async def body(r: Rig) -> None:
+        await trio.sleep(5.5)
+        assert sorted(r.keeper.held) == [1]
+        assert table.leases[0].node == "other"
+
+    # Shards 2 and 3 are held by live processes; the share of three processes is 1 or 2.
+    table.leases.update({2: Lease(2, "other", 1, 1e9), 3: Lease(3, "third", 1, 1e9)})
+    table.nodes.append("third")
+    await _running(table, Want(ids=(), count=4, capacity=1, auto=True), body)

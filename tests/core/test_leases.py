@@ -12,6 +12,7 @@ from picortex.core.leases import (
     peers,
     plan_shards,
     renew_every,
+    soonest_expiry,
 )
 
 NOW = 1000.0
@@ -92,3 +93,18 @@ def test_auto_keeps_an_uneven_split_that_is_the_best_there_is() -> None:
     assert (
         plan_shards(want, me="me", held=(0, 1), leases=leases, nodes=["me", "b"], now=NOW) == Plan()
     )
+
+
+def test_the_soonest_end_of_a_lease_held_elsewhere_on_a_shard_this_one_may_take() -> None:
+    leases = {
+        **held_by("b", 0, until=NOW + 7),
+        **held_by("c", 1, until=NOW + 4),
+        **held_by("me", 2, until=NOW + 1),  # its own
+        **held_by(None, 3, until=NOW + 2),  # handed back: free already
+        **held_by("d", 4, until=NOW - 1),  # lapsed: free already
+        **held_by("e", 9, until=NOW + 2),  # not one it may take
+    }
+    want = Want(ids=(0, 1, 2, 3, 4), count=10, capacity=5)
+    assert soonest_expiry(want, me="me", held=(2,), leases=leases, now=NOW) == 4
+    assert soonest_expiry(want, me="me", held=(1, 2), leases=leases, now=NOW) == 7
+    assert soonest_expiry(want, me="me", held=(0, 1, 2), leases=leases, now=NOW) is None
