@@ -544,6 +544,13 @@ def test_pacer_spaces_identifies_per_max_concurrency_bucket() -> None:
     assert pacer.remaining == 997
 
 
+def test_by_default_identifies_of_a_bucket_are_more_than_discords_5_s_apart() -> None:
+    # Two IDENTIFYs sent exactly 5 s apart may arrive closer after network jitter: op 9.
+    for pacer in (IdentifyPacer(), IdentifyPacer(window=GatewayTimings().identify_window)):
+        pacer.record(0.0, 0)
+        assert 5.0 < pacer.delay(0.0, 0) <= 5.5
+
+
 def test_a_new_max_concurrency_keeps_every_bucket_waiting() -> None:
     pacer = IdentifyPacer(window=5.0)
     pacer.record(0.0, 0)
