@@ -473,20 +473,18 @@ class RestClient:
             response: httpx.Response | None = None
             slot = False
             try:
-                if not optional:
-                    await self._global_slot(background)
-                elif not self._global.try_take(trio.current_time(), optional=True):
-                    return None  # the bucket reservation is returned below
-                slot = True
-                # The cluster's slot too; interaction endpoints are not bound by the global
-                # limit (Discord's docs). An optional request goes only if one is free now.
-                shared = self._shared
-                if (
-                    shared is not None
-                    and INTERACTION_TOKEN not in template
-                    and not await shared.take(wait=not optional)
-                ):
-                    return None
+                # Interaction endpoints are not bound by the global limit (Discord's docs):
+                # a slash command's answer never waits behind other requests for it.
+                if INTERACTION_TOKEN not in template:
+                    if not optional:
+                        await self._global_slot(background)
+                    elif not self._global.try_take(trio.current_time(), optional=True):
+                        return None  # the bucket reservation is returned below
+                    slot = True
+                    # The cluster's slot too. An optional request goes only if one is free.
+                    shared = self._shared
+                    if shared is not None and not await shared.take(wait=not optional):
+                        return None
                 self._check_allowed()
                 response = await self._http.request(
                     method,

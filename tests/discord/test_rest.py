@@ -575,3 +575,19 @@ async def test_a_client_handed_in_is_left_open() -> None:
         pass
     assert not http.is_closed
     await http.aclose()
+
+
+async def test_interaction_responses_never_wait_for_the_global_limit(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    fake = FakeDiscord(lambda request: ok({"id": "1"}))
+    async with fake.client() as client:
+        for _ in range(rest.GLOBAL_BUDGET):
+            await client.get_current_user()
+        start = trio.current_time()
+        # Discord does not count interaction endpoints against the global limit.
+        await client.create_interaction_response(5, "tok", {"type": 5})
+        await client.edit_original_interaction_response(9, "tok", {"content": "done"})
+        assert trio.current_time() == start
+        await client.get_current_user()  # anything else waits for its slot
+        assert trio.current_time() >= start + 0.9
