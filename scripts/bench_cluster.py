@@ -371,18 +371,32 @@ def taken_by(nodes: Sequence[Node]) -> dict[str, str]:
 
 async def settle(world: World, sent: Sequence[dict[str, Any]], stall: float) -> None:
     """Until every trigger `sent` has a reply, or no reply came for `stall` seconds (a bot
-    paced by the global limit takes its time; one that lost triggers never ends)."""
+    paced by the global limit takes its time; one that lost triggers never ends).
+
+    The simulator serves on this event loop: it looks every POLL_SECONDS, and renders the
+    replies for a full count only once there are enough of them (rendering every reply at
+    each change of the simulator would slow the very answers being measured)."""
     last, count = trio.current_time(), -1
     while trio.current_time() - last < stall:
-        messages = world.sim.bot_messages()
-        if not tally(messages, sent)[1]:
+        posted = bot_message_count(world)
+        if posted >= len(sent) and not tally(world.sim.bot_messages(), sent)[1]:
             break
-        if len(messages) != count:
-            last, count = trio.current_time(), len(messages)
-        with trio.move_on_after(1.0):
-            await world.sim.changed()
+        if posted != count:
+            last, count = trio.current_time(), posted
+        await trio.sleep(POLL_SECONDS)
     # Late doubles: a second holder's answer may still be on its way.
     await trio.sleep(2.0)
+
+
+def bot_message_count(world: World) -> int:
+    """Messages the bot posted so far (counted, not rendered)."""
+    bot = world.sim.bot_user_id
+    return sum(
+        1
+        for channel in world.sim.world.channels.values()
+        for message in channel.messages
+        if message.author_id == bot
+    )
 
 
 def spread_targets(world: World, count: int, rng: random.Random) -> Iterator[tuple[int, int]]:

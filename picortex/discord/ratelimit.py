@@ -36,6 +36,9 @@ HELD_SLOT_SECONDS: Final = 2.0
 # At most ten background grants a second: when a full window expires at once, the slots it
 # frees must not all go to catch-up, whose answers would then come back as one burst.
 BACKGROUND_SPACING: Final = 0.1
+# How far ahead of its own next free slots a process of a cluster asks the shared table for
+# slots (`SharedGlobalLimit.prefetch`): a few round trips through a busy process's worker.
+PREFETCH_LOOKAHEAD: Final = 0.05
 # Discord bans an IP for a while after 10,000 invalid requests (401, 403, 429) in 10 minutes.
 INVALID_WINDOW: Final = 600.0
 # Refuse to send well before the ban: a bot that has burned 8,000 is broken, not busy.
@@ -329,6 +332,26 @@ class GlobalLimit:
         slot is given back (inf: only an answer frees one)."""
         answered = self._answered[0] + GLOBAL_WINDOW if self._answered else math.inf
         return min(answered, self._held[0]) if self._held else answered
+
+    @property
+    def waiting(self) -> int:
+        """Requests registered as waiting for a slot, in both lanes."""
+        return self._foreground_waiting + len(self._background)
+
+    def freeing_by(self, until: float) -> int:
+        """Slots that free by themselves by `until` (answers leaving the window, held slots
+        given back); those free already are `_used`'s to drop, so call after a `try_take`."""
+        answered = 0
+        for at in self._answered:
+            if at + GLOBAL_WINDOW > until:  # the sum `next_free` makes, so its slot counts
+                break
+            answered += 1
+        held = 0
+        for at in self._held:
+            if at > until:
+                break
+            held += 1
+        return answered + held
 
     def next_chance(self, waiter: GlobalWaiter, now: float) -> float:
         """When `waiter` should look again, unless woken: a slot frees, the background lane's

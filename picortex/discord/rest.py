@@ -31,9 +31,11 @@ from picortex.discord.ratelimit import (
     INVALID_REFUSE_AT,
     INVALID_WARN_AT,
     INVALID_WINDOW,
+    PREFETCH_LOOKAHEAD,
     Bucket,
     Buckets,
     GlobalLimit,
+    GlobalWaiter,
     InvalidRequests,
     is_global_429,
     major_parameter,
@@ -116,6 +118,8 @@ class RestClient:
         self._bucket_changed: dict[Bucket, trio.Event] = {}
         self._global = GlobalLimit()
         self._global_freed = trio.Event()
+        # Foreground requests waiting for a global slot, in arrival order (`_global_slot`).
+        self._foreground_line = trio.Lock()
         self._shared = shared
         self._invalid = InvalidRequests()
         self._fatal = False
@@ -687,34 +691,60 @@ class RestClient:
 
     async def _global_slot(self, background: bool, *, hold: bool = False) -> None:
         """Wait until sending keeps us under the global limit, then take a slot (`hold`:
-        hold one for an answer about to be made instead, see `hold_slot_for_answer`)."""
+        hold one for an answer about to be made instead, see `hold_slot_for_answer`).
+
+        Foreground requests that must wait queue in line and only the first looks at the
+        limit: a burst of hundreds of answers would otherwise all wake for every slot
+        that frees, and the loop time spent so delays the answers that free the next.
+        """
         limit = self._global
         now = trio.current_time()
-        # A background request waits in line from the start (its patience counts from
-        # here); a foreground one only once it finds no free slot.
-        waiter = limit.wait(now, background=True) if background else None
+        line = self._foreground_line
+        if not background and not line.locked() and limit.try_take(now):
+            return
+        # Registered at once: a waiting foreground request holds the background lane back
+        # (and a background one's patience counts from here).
+        waiter = limit.wait(now, background=background)
         try:
-            while True:
-                now = trio.current_time()
-                if now < limit.blocked_until:
-                    await trio.sleep_until(limit.blocked_until)
-                    continue
-                if hold and waiter is not None:
-                    taken = limit.hold(now, waiter)
-                else:
-                    taken = limit.try_take(now, waiter)
-                if taken:
-                    return
-                if waiter is None:
-                    waiter = limit.wait(now)
-                # Full, or not our lane's turn: the oldest answer leaves the window, an
-                # answer comes back and its slot starts its last second, a waiter ahead
-                # leaves, or (background) our patience ends.
-                with trio.move_on_at(limit.next_chance(waiter, now)):
-                    await self._global_freed.wait()
+            if background:
+                await self._wait_global(waiter, hold=hold)
+            else:
+                async with line:
+                    await self._wait_global(waiter, hold=False)
         finally:
-            if waiter is not None and limit.leave(waiter, trio.current_time()):
+            if limit.leave(waiter, trio.current_time()):
                 self._wake_global()
+
+    async def _wait_global(self, waiter: GlobalWaiter, *, hold: bool) -> None:
+        limit = self._global
+        while True:
+            now = trio.current_time()
+            if now < limit.blocked_until:
+                await trio.sleep_until(limit.blocked_until)
+                continue
+            taken = limit.hold(now, waiter) if hold else limit.try_take(now, waiter)
+            if taken:
+                return
+            # Full, or not our lane's turn: the oldest answer leaves the window, an answer
+            # comes back and its slot starts its last second, a waiter ahead leaves, or
+            # (background) our patience ends.
+            chance = limit.next_chance(waiter, now)
+            if self._shared is not None:
+                chance = self._ask_cluster_ahead(now, chance)
+            with trio.move_on_at(chance):
+                await self._global_freed.wait()
+
+    def _ask_cluster_ahead(self, now: float, chance: float) -> float:
+        """When to look again, a little before `chance` so that the cluster's slots for the
+        requests about to go are asked for while our own slots are still busy."""
+        ahead = chance - PREFETCH_LOOKAHEAD
+        if now < ahead:
+            return ahead
+        limit = self._global
+        soon = min(limit.freeing_by(max(chance, now + PREFETCH_LOOKAHEAD)), limit.waiting)
+        if soon > 0 and self._shared is not None:
+            self._shared.prefetch(soon)
+        return chance
 
     def _global_release(self) -> None:
         """A request's answer (or failure) is in: its slot lasts one more GLOBAL_WINDOW."""

@@ -13,6 +13,7 @@ import orjson
 import pytest
 import trio
 
+from picortex.discord import rest as rest_module
 from picortex.discord.ratelimit import (
     BACKGROUND_PATIENCE,
     BACKGROUND_SPACING,
@@ -21,6 +22,7 @@ from picortex.discord.ratelimit import (
     GLOBAL_WINDOW,
     HELD_SLOT_SECONDS,
     GlobalLimit,
+    GlobalWaiter,
 )
 from picortex.discord.rest import RestClient
 
@@ -218,3 +220,30 @@ async def test_catch_up_hands_triggers_over_at_the_pace_the_answers_leave_free(
     assert handed == pytest.approx([n * BACKGROUND_SPACING for n in range(40)])
     assert discord.times("POST", "/messages") == handed
     assert discord.busiest_second() <= GLOBAL_BUDGET
+
+
+async def test_answers_waiting_for_a_slot_look_at_the_limit_one_at_a_time(
+    autojump_clock: trio.abc.Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks = 0
+
+    class CountingLimit(GlobalLimit):
+        def try_take(
+            self, now: float, waiter: GlobalWaiter | None = None, *, optional: bool = False
+        ) -> bool:
+            nonlocal looks
+            looks += 1
+            return super().try_take(now, waiter, optional=optional)
+
+    monkeypatch.setattr(rest_module, "GlobalLimit", CountingLimit)
+    discord = Discord()
+    answers = GLOBAL_BUDGET * 10
+    async with discord.client() as client, trio.open_nursery() as nursery:
+        for n in range(answers):
+            nursery.start_soon(client.create_message, 7, f"answer {n}")
+    times = discord.times("POST", "/messages")
+    assert len(times) == answers
+    assert discord.busiest_second() <= GLOBAL_BUDGET
+    # About one look each: not every waiter woken for every slot that frees.
+    assert max(times) < answers / GLOBAL_BUDGET
+    assert looks <= 2 * answers

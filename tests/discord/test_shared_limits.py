@@ -469,3 +469,72 @@ async def test_a_cold_start_of_eight_shards_over_four_processes_takes_four_windo
         # Every shard READY within ceil(8 / 2) windows of 5.25 s (here: the last IDENTIFY's).
         assert started <= 4 * 5.25
         nursery.cancel_scope.cancel()
+
+
+class SlowLimits(DirectLimits):
+    """A process's connection whose grants answer `delay` seconds after the asking (a round
+    trip through a busy process's worker thread)."""
+
+    def __init__(self, db: PgLimits, nursery: trio.Nursery, delay: float) -> None:
+        super().__init__(db)
+        self.nursery = nursery
+        self.delay = delay
+
+    def grant(self, wanted: int, done: Callable[[Grant | None], None]) -> None:
+        async def later() -> None:
+            await trio.sleep(self.delay)
+            super(SlowLimits, self).grant(wanted, done)
+
+        self.nursery.start_soon(later)
+
+
+class SlowDiscord(Discord):
+    """Answers every request `latency` seconds after it arrived."""
+
+    def __init__(self, latency: float) -> None:
+        super().__init__()
+        self.latency = latency
+
+    async def answer(self, request: httpx.Request) -> httpx.Response:
+        response = self(request)
+        await trio.sleep(self.latency)
+        return response
+
+    def client(self, backend: DirectLimits) -> RestClient:
+        http = httpx.AsyncClient(transport=httpx.MockTransport(self.answer))
+        return RestClient(API, "tok", client=http, shared=SharedGlobalLimit(backend))
+
+
+async def test_a_process_at_its_own_limit_asks_the_table_before_its_slots_free(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    discord = SlowDiscord(latency=0.1)
+    waves = 5
+    async with trio.open_nursery() as worker:
+        backend = SlowLimits(processes().db, worker, delay=0.02)
+        async with discord.client(backend) as client, trio.open_nursery() as nursery:
+            for n in range(GLOBAL_BUDGET * waves):
+                nursery.start_soon(client.create_message, 100 + n, "hello")
+        worker.cancel_scope.cancel()
+    arrivals = sorted(at for at, _ in discord.arrivals)
+    assert len(arrivals) == GLOBAL_BUDGET * waves
+    assert busiest_second(arrivals) <= GLOBAL_BUDGET
+    # Each wave goes when the one before it has been answered a window ago (the process's own
+    # limit); the table's round trip is made meanwhile, not added to every wave.
+    first_wave = 2 * backend.delay  # the first asker's round trip, then everyone behind it
+    assert arrivals[-1] == pytest.approx(
+        first_wave + (waves - 1) * (GLOBAL_WINDOW + discord.latency)
+    )
+
+
+def test_slots_asked_for_ahead_are_only_those_not_in_hand() -> None:
+    book = GrantBook()
+    assert book.ask(0.0, ahead=3) == 3
+    assert book.ask(0.01, ahead=3) == 0  # the answer is awaited
+    book.answered(Grant(wanted=3, granted=3, now=0.02, retry_at=0.02), 0.02)
+    assert book.ask(0.5, ahead=3) == 0  # in hand already
+    assert book.ask(0.5, ahead=5) == 2
+    book.answered(Grant(wanted=2, granted=2, now=0.6, retry_at=0.6), 0.6)
+    assert len(book) == 5
+    assert book.ask(GLOBAL_WINDOW, ahead=3) == 1  # the first three are no longer usable
