@@ -44,6 +44,13 @@ ANSWER_PATIENCE: Final = 2.0
 # one by one (as they were granted), and waiting a little gathers several into one round
 # trip, at a cost of a few percent of the rate while the cluster is at the limit.
 MIN_RETRY: Final = 0.02
+# A slot a process keeps in hand beyond those its requests wait for, asked for with them (or
+# after a request used the last one) while the table grants in full: an answer's requests
+# (history, typing, the reply) then each find one in hand instead of waiting a round trip.
+SPARE_SLOTS: Final = 1
+# ... used this soon after it was asked for, or let go: a pause another process's global 429
+# started is heard of only with the next grant, and a spare never outlives that by more.
+SPARE_SECONDS: Final = 0.25
 
 
 @attrs.frozen
@@ -167,24 +174,31 @@ class GrantBook:
     anyone else.
     """
 
-    def __init__(self, budget: int = GLOBAL_BUDGET, window: float = GLOBAL_WINDOW) -> None:
+    def __init__(
+        self, budget: int = GLOBAL_BUDGET, window: float = GLOBAL_WINDOW, spare: int = SPARE_SLOTS
+    ) -> None:
         self._budget = budget
         self._window = window
-        # When each granted slot stops being usable, soonest first.
+        self._spare = spare
+        # When each granted slot stops being usable, soonest first: those asked for requests
+        # that waited, and the spares (used only when none of the others is left).
         self._stock: collections.deque[float] = collections.deque()
+        self._spares: collections.deque[float] = collections.deque()
         self.waiting = 0  # requests that want a slot now
         self.asking_since: float | None = None
+        self._asked_spare = 0  # of the slots asked for, spares
+        self._full = True  # the last grant gave all that was asked (the table has room)
         self.retry_at = -math.inf
         self.answers = 0  # answers received (a request that may not wait sees one and goes)
 
     def take(self, now: float) -> bool:
         """Use a granted slot, if one is still usable."""
-        stock = self._stock
-        while stock and stock[0] <= now:
-            stock.popleft()
-        if stock:
-            stock.popleft()
-            return True
+        for stock in (self._stock, self._spares):
+            while stock and stock[0] <= now:
+                stock.popleft()
+            if stock:
+                stock.popleft()
+                return True
         return False
 
     def ask(self, now: float) -> int:
@@ -192,7 +206,25 @@ class GrantBook:
         if self.asking_since is not None or now < self.retry_at:
             return 0
         self.asking_since = now
-        return max(1, min(self.waiting, self._budget))
+        wanted = max(1, min(self.waiting, self._budget))
+        self._asked_spare = min(self._spare_room(), self._budget - wanted)
+        return wanted + self._asked_spare
+
+    def refill(self, now: float) -> int:
+        """How many spares to ask for after a request used a slot in hand (0: none now, nor
+        while other requests wait: they ask, spares included, once they look again)."""
+        if self.asking_since is not None or now < self.retry_at or self.waiting > 1:
+            return 0
+        room = self._spare_room()
+        if room <= 0:
+            return 0
+        self.asking_since = now
+        self._asked_spare = room
+        return room
+
+    def _spare_room(self) -> int:
+        """Spares to ask for: none while the table is short of slots."""
+        return max(0, self._spare - len(self)) if self._full else 0
 
     def stalled(self, now: float) -> bool:
         """Whether the awaited answer is late enough to go on the share meanwhile."""
@@ -205,9 +237,16 @@ class GrantBook:
         self.answers += 1
         if grant is None:
             return
+        spares, self._asked_spare = self._asked_spare, 0
         if grant.paused:
-            self._stock.clear()  # granted before the pause: Discord would refuse them now
-        self._stock.extend([asked + self._window] * grant.granted)
+            # Granted before the pause: Discord would refuse them now.
+            self._stock.clear()
+            self._spares.clear()
+        self._full = grant.granted >= grant.wanted
+        # The slots waited for first; what is left of a full grant are spares.
+        waited = max(0, grant.granted - spares) if self._full else grant.granted
+        self._stock.extend([asked + self._window] * waited)
+        self._spares.extend([asked + min(self._window, SPARE_SECONDS)] * (grant.granted - waited))
         if grant.granted < grant.wanted:
             # The table's clock: how much later than its `now` a slot frees or the pause ends.
             self.retry_at = now + max(MIN_RETRY, grant.retry_at - grant.now)
@@ -215,10 +254,11 @@ class GrantBook:
     def block(self, until: float) -> None:
         """Ask for nothing before `until` (a global 429 seen here)."""
         self._stock.clear()
+        self._spares.clear()
         self.retry_at = max(self.retry_at, until)
 
     def __len__(self) -> int:
-        return len(self._stock)
+        return len(self._stock) + len(self._spares)
 
 
 def _deliver(token: trio.lowlevel.TrioToken, fn: Callable[[T], None]) -> Callable[[T], None]:
@@ -260,6 +300,8 @@ class SharedGlobalLimit:
             while True:
                 now = trio.current_time()
                 if book.take(now):
+                    if self._backend.reachable:
+                        self._ask(book.refill(now))  # the next request finds one in hand too
                     return True
                 if not self._backend.reachable or book.stalled(now):
                     if self._share.take(now, fair_share(self._backend.live)):
@@ -272,8 +314,7 @@ class SharedGlobalLimit:
                     return False  # the table answered since we came and had nothing for us
                 wanted = book.ask(now)
                 if wanted:
-                    token = trio.lowlevel.current_trio_token()
-                    self._backend.grant(wanted, _deliver(token, self._answered))
+                    self._ask(wanted)
                 elif book.asking_since is None and not wait:
                     return False  # nothing frees before retry_at
                 changed = self._changed
@@ -285,6 +326,11 @@ class SharedGlobalLimit:
                     await changed.wait()
         finally:
             book.waiting -= 1
+
+    def _ask(self, wanted: int) -> None:
+        if wanted:
+            token = trio.lowlevel.current_trio_token()
+            self._backend.grant(wanted, _deliver(token, self._answered))
 
     def _answered(self, grant: Grant | None) -> None:
         self._book.answered(grant, trio.current_time())
