@@ -212,6 +212,21 @@ class World:
     def all_channels(self) -> list[int]:
         return [c for _, cs in self.guilds for c in cs]
 
+    def covered_channels(self) -> set[int]:
+        """Guild channels a live session receives, by that session's own shard count (one
+        embedded process with one session receives every guild)."""
+        live = {
+            s.shard or (0, 1)
+            for s in self.sim.gateway.sessions.values()
+            if s.valid and s.connection is not None
+        }
+        return {
+            c
+            for g, cs in self.guilds
+            for c in cs
+            if any((g >> 22) % count == shard for shard, count in live)
+        }
+
     def live_shards(self) -> set[int]:
         """Shards with a session the simulator holds a connection for."""
         return {
@@ -870,7 +885,7 @@ async def phase_cpu(ctx: Context) -> None:
             await _idle(nodes, await _idle_rate(nodes))
             measured[label] = (
                 await _chatter_cpu(world, nodes, args.chatter, ctx.server),
-                await _latency(world, args.latency_triggers, ctx.rng),
+                await _latency(world, args.latency_triggers, args.seed, args.latency_spacing),
             )
     (many, cluster_lat), (embedded, embedded_lat) = measured["cluster"], measured["embedded"]
     cluster_p50, embedded_p50 = (
@@ -963,12 +978,16 @@ async def _chatter_cpu(
     return ChatterCost(spent / sent, (_server_cpu(server) - server_before) / sent, frames, rate)
 
 
-async def _latency(world: World, count: int, rng: random.Random) -> list[float]:
-    """Trigger -> reply seconds, one trigger at a time over the channels of the shards that
-    have a session (a trigger nobody receives measures loss, not latency)."""
+async def _latency(world: World, count: int, seed: int, spacing: float) -> list[float]:
+    """Trigger -> reply seconds, one trigger at a time, at most one per `spacing` seconds:
+    a trigger costs a few requests (history, typing, the reply), and back to back they would
+    reach Discord's global limit, measuring its queue instead of the answer's path. Channels
+    from one seeded sequence over those a live session receives (whatever the shard count
+    of that session), so both sides answer in the same channels."""
     lags = []
-    live = world.live_shards()
-    channels = [c for c in world.all_channels() if world.shard_of(c) in live]
+    covered = world.covered_channels()
+    channels = [c for c in world.all_channels() if c in covered]
+    rng = random.Random(seed)
     for n in range(count):
         channel = rng.choice(channels)
         start = trio.current_time()
@@ -982,6 +1001,7 @@ async def _latency(world: World, count: int, rng: random.Random) -> list[float]:
                 )
             )
             lags.append(trio.current_time() - start)
+        await trio.sleep_until(start + spacing)
     return lags
 
 
@@ -1039,6 +1059,13 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--burst-shard", type=int, default=3)
     p.add_argument("--chatter", type=int, default=50_000)
     p.add_argument("--latency-triggers", type=int, default=100)
+    p.add_argument(
+        "--latency-spacing",
+        type=float,
+        default=0.1,
+        help="seconds from one latency trigger to the next (its few requests stay well under"
+        " Discord's global limit)",
+    )
     p.add_argument("--start-patience", type=float, default=60.0, help="seconds for every shard")
     p.add_argument(
         "--settle", type=float, default=30.0, help="stop waiting for answers after N s without one"

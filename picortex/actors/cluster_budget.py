@@ -11,15 +11,19 @@ was left when the database last answered, and logs one error a minute.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Final, Protocol
 
+import outcome
 import trio
 
+from picortex.actors.admission import PendingReservation
 from picortex.actors.ledger import WarnOnce, loop_clock, refusal_period, report_refusal
 from picortex.config import Settings
 from picortex.core import budget
@@ -111,11 +115,55 @@ class ClusterBudget:
         (in the database) logs it.
         """
         settings = self._settings()
+        ask = self._ask(settings, workspace, user_id, worst_usd)
+        try:
+            # Not cancellable once sent: its answer (a reservation) is never dropped.
+            answer = await trio.to_thread.run_sync(self._ceilings.reserve, ask)
+        except DatabaseUnreachable as exc:
+            self._complain(exc)
+            return self._reserve_here(ask, settings)
+        # No checkpoint from here on: the reservation reaches the caller.
+        return self._decide(ask, answer, settings)
+
+    def reserve_ahead(
+        self, workspace: str, user_id: int | None, worst_usd: float
+    ) -> PendingReservation:
+        """`reserve`, answered into the returned pending reservation: the database is asked
+        on a worker thread at once, while the caller builds the call's request."""
+        settings = self._settings()
+        ask = self._ask(settings, workspace, user_id, worst_usd)
+        pending = PendingReservation(self.settle)
+        token = trio.lowlevel.current_trio_token()
+
+        def decide(result: outcome.Outcome[Answer]) -> None:  # on the event loop
+            verdict: Reservation | Refusal | Exception
+            try:
+                try:
+                    answer = result.unwrap()
+                except DatabaseUnreachable as exc:
+                    self._complain(exc)
+                    verdict = self._reserve_here(ask, settings)
+                else:
+                    verdict = self._decide(ask, answer, settings)
+            except Exception as exc:  # a bug: the call is not made, and says why
+                verdict = exc
+            pending.resolve(verdict)
+
+        def deliver(result: outcome.Outcome[Answer]) -> None:  # on the worker thread
+            with contextlib.suppress(trio.RunFinishedError):
+                token.run_sync_soon(decide, result)
+
+        trio.lowlevel.start_thread_soon(partial(self._ceilings.reserve, ask), deliver)
+        return pending
+
+    def _ask(
+        self, settings: Settings, workspace: str, user_id: int | None, worst_usd: float
+    ) -> Ask:
         now = self._now()
         key = budget.period_key(now, settings.budget.period)
         day = budget.period_key(now, "day")
         b = settings.budget
-        ask = Ask(
+        return Ask(
             id=uuid.uuid4(),
             workspace=workspace,
             user_id=user_id,
@@ -128,13 +176,9 @@ class ClusterBudget:
             user_rate=max(0, b.user_requests_per_minute),
             user_limited=user_id is not None and user_id != settings.owner_id,
         )
-        try:
-            # Not cancellable once sent: its answer (a reservation) is never dropped.
-            answer = await trio.to_thread.run_sync(self._ceilings.reserve, ask)
-        except DatabaseUnreachable as exc:
-            self._complain(exc)
-            return self._reserve_here(ask, settings)
-        # No checkpoint from here on: the reservation reaches the caller.
+
+    def _decide(self, ask: Ask, answer: Answer, settings: Settings) -> Reservation | Refusal:
+        """The database's answer to `ask`: the reservation held here, or the refusal."""
         self._learn(ask, answer)
         limits = _limits(settings)
         if answer.refused is not None:

@@ -22,6 +22,7 @@ import anthropic
 import attrs
 import trio
 
+from picortex.actors.admission import Admission, ReservesAhead, admit_request, gated
 from picortex.actors.clients import FaultCheck
 from picortex.actors.failures import failure_text
 from picortex.config import ModelTiers, Price
@@ -151,6 +152,8 @@ EndSink = Callable[[str], Awaitable[None] | None]
 async def _trace_sent(request: Any) -> None:
     """The model client's request hook: tell the task's `when_sent` watch (the model call
     being made, see `LLMActor.complete`) that its request starts, and have `on_sent` traced."""
+    # Not a byte before the call is admitted (a cluster's reservation, asked for meanwhile).
+    await admit_request()
     watch = task_watch()
     if watch is None:
         return
@@ -223,6 +226,8 @@ class LLMActor:
         self._prices = prices
         self._events = events
         self._budget = budget
+        # A budget that reserves while the request is built (a cluster's), else None.
+        self._ahead = budget if isinstance(budget, ReservesAhead) else None
         self._faults = faults
         self._http_client_factory = http_client_factory
         self._client: anthropic.AsyncAnthropic | None = None
@@ -339,12 +344,21 @@ class LLMActor:
             return self._finish(request, model, start, "no_key")
         price = price_of(model, self._prices)
         held: Reservation | None = None
+        admission: Admission | None = None
         if self._budget is not None:
             worst = budget_core.worst_case_usd(request.prompt_chars, request.max_tokens, price)
             try:
-                answer = self._budget.reserve(request.workspace, request.user_id, worst)
-                if not isinstance(answer, Reservation | Refusal):
-                    answer = await answer  # a cluster's ceilings ask the database
+                answer: Reservation | Refusal | None = None
+                if self._ahead is not None:
+                    # Its round trip overlaps the building of the request, which waits for it.
+                    admission = Admission(
+                        self._ahead.reserve_ahead(request.workspace, request.user_id, worst)
+                    )
+                else:
+                    reserved = self._budget.reserve(request.workspace, request.user_id, worst)
+                    if not isinstance(reserved, Reservation | Refusal):
+                        reserved = await reserved  # a cluster's ceilings ask the database
+                    answer = reserved
             except Exception as exc:  # a broken ledger must not spend money blindly: no call
                 logger.exception("budget check failed for workspace %s", request.workspace)
                 return self._finish(request, model, start, "error", failure=exc)
@@ -361,7 +375,8 @@ class LLMActor:
             with trio.fail_after(request.timeout) as deadline:
                 if on_text is not None:
                     on_text = _moving_deadline(on_text, deadline, start, request.timeout)
-                response = await self._call(request, model, call, on_text, on_end)
+                with gated(admission):
+                    response = await self._call(request, model, call, on_text, on_end)
             outcome = "ok"
         except trio.TooSlowError as exc:
             outcome, failure = "timeout", exc
@@ -376,10 +391,33 @@ class LLMActor:
         finally:
             # Settled and logged however the call ends, before a cancellation goes on: no
             # checkpoint in here, so nothing can interrupt it.
-            result = self._paid(request, model, price, held, call, start, outcome, failure)
+            if admission is not None:
+                held = admission.pending.held()
+            if admission is None or not admission.cut:
+                result = self._paid(request, model, price, held, call, start, outcome, failure)
+        if admission is not None and admission.cut:
+            return self._not_admitted(request, model, start, admission)
         if response is not None:
             result = attrs.evolve(result, text=response.text)
         return result
+
+    def _not_admitted(
+        self, request: LLMRequest, model: str, start: float, admission: Admission
+    ) -> LLMResult:
+        """A call stopped at its gate, unsent: refused by a ceiling, or the budget failed."""
+        pending = admission.pending
+        if pending.failure is not None:
+            logger.error(
+                "budget check failed for workspace %s",
+                request.workspace,
+                exc_info=pending.failure,
+            )
+            return self._finish(request, model, start, "error", failure=pending.failure)
+        refused = pending.verdict
+        assert isinstance(refused, Refusal)
+        return self._finish(
+            request, model, start, "budget", limit=refused.limit, notice=refused.notice
+        )
 
     def _paid(
         self,

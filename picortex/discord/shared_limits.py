@@ -44,6 +44,13 @@ ANSWER_PATIENCE: Final = 2.0
 # one by one (as they were granted), and waiting a little gathers several into one round
 # trip, at a cost of a few percent of the rate while the cluster is at the limit.
 MIN_RETRY: Final = 0.02
+# A slot a process keeps in hand beyond those its requests wait for, asked for with them (or
+# after a request used the last one) while the table grants in full: an answer's requests
+# (history, typing, the reply) then each find one in hand instead of waiting a round trip.
+SPARE_SLOTS: Final = 1
+# ... used this soon after it was asked for, or let go: a pause another process's global 429
+# started is heard of only with the next grant, and a spare never outlives that by more.
+SPARE_SECONDS: Final = 0.25
 
 
 @attrs.frozen
@@ -170,28 +177,39 @@ class GrantBook:
     anyone else.
     """
 
-    def __init__(self, budget: int = GLOBAL_BUDGET, window: float = GLOBAL_WINDOW) -> None:
+    def __init__(
+        self, budget: int = GLOBAL_BUDGET, window: float = GLOBAL_WINDOW, spare: int = SPARE_SLOTS
+    ) -> None:
         self._budget = budget
         self._window = window
-        # When each granted slot stops being usable, soonest first.
+        self._spare = spare
+        # When each granted slot stops being usable, soonest first: those asked for requests
+        # that waited, and the spares (used only when none of the others is left).
         self._stock: collections.deque[float] = collections.deque()
+        self._spares: collections.deque[float] = collections.deque()
         self.waiting = 0  # requests that want a slot now
         self.asking_since: float | None = None
+        self.refilling_since: float | None = None  # a refill's question is out (see `refill`)
+        self._asked_spare = 0  # of the slots asked for, spares
+        self._full = True  # the last grant gave all that was asked (the table has room)
         self.retry_at = -math.inf
         self.answers = 0  # answers received (a request that may not wait sees one and goes)
 
     def take(self, now: float) -> bool:
         """Use a granted slot, if one is still usable."""
-        if self._usable(now):
-            self._stock.popleft()
-            return True
+        self._usable(now)
+        for stock in (self._stock, self._spares):
+            if stock:
+                stock.popleft()
+                return True
         return False
 
     def _usable(self, now: float) -> int:
-        stock = self._stock
-        while stock and stock[0] <= now:
-            stock.popleft()
-        return len(stock)
+        """Drop the slots no longer usable; how many are left (spares included)."""
+        for stock in (self._stock, self._spares):
+            while stock and stock[0] <= now:
+                stock.popleft()
+        return len(self)
 
     def ask(self, now: float, ahead: int = 0) -> int:
         """How many slots to ask for now: 0 while an answer is awaited or none will be free.
@@ -208,7 +226,39 @@ class GrantBook:
         else:
             wanted = max(1, min(self.waiting, self._budget))
         self.asking_since = now
-        return wanted
+        self._asked_spare = min(self._spare_room(), self._budget - wanted)
+        return wanted + self._asked_spare
+
+    def refill(self, now: float) -> int:
+        """How many spares to ask for after a request used a slot in hand (0: none now).
+
+        A refill is a question of its own (`refilled` takes its answer): a request that wants
+        a slot meanwhile asks at once rather than wait behind it.
+        """
+        if self.refilling_since is not None or now < self.retry_at or self.waiting > 1:
+            return 0
+        room = self._spare_room()
+        if room > 0:
+            self.refilling_since = now
+        return room
+
+    def refilled(self, grant: Grant | None, now: float) -> None:
+        """The table's answer to a refill (None: out of reach)."""
+        asked = now if self.refilling_since is None else self.refilling_since
+        self.refilling_since = None
+        if grant is None:
+            return
+        if grant.paused:
+            self.block(now + max(MIN_RETRY, grant.retry_at - grant.now))
+            return
+        self._full = grant.granted >= grant.wanted
+        self._spares.extend([asked + min(self._window, SPARE_SECONDS)] * grant.granted)
+
+    def _spare_room(self) -> int:
+        """Spares to ask for: none while the table is short of slots or a refill is out."""
+        if not self._full or self.refilling_since is not None:
+            return 0
+        return max(0, self._spare - len(self))
 
     def stalled(self, now: float) -> bool:
         """Whether the awaited answer is late enough to go on the share meanwhile."""
@@ -221,9 +271,16 @@ class GrantBook:
         self.answers += 1
         if grant is None:
             return
+        spares, self._asked_spare = self._asked_spare, 0
         if grant.paused:
-            self._stock.clear()  # granted before the pause: Discord would refuse them now
-        self._stock.extend([asked + self._window] * grant.granted)
+            # Granted before the pause: Discord would refuse them now.
+            self._stock.clear()
+            self._spares.clear()
+        self._full = grant.granted >= grant.wanted
+        # The slots waited for first; what is left of a full grant are spares.
+        waited = max(0, grant.granted - spares) if self._full else grant.granted
+        self._stock.extend([asked + self._window] * waited)
+        self._spares.extend([asked + min(self._window, SPARE_SECONDS)] * (grant.granted - waited))
         if grant.granted < grant.wanted:
             # The table's clock: how much later than its `now` a slot frees or the pause ends.
             self.retry_at = now + max(MIN_RETRY, grant.retry_at - grant.now)
@@ -231,10 +288,11 @@ class GrantBook:
     def block(self, until: float) -> None:
         """Ask for nothing before `until` (a global 429 seen here)."""
         self._stock.clear()
+        self._spares.clear()
         self.retry_at = max(self.retry_at, until)
 
     def __len__(self) -> int:
-        return len(self._stock)
+        return len(self._stock) + len(self._spares)
 
 
 def _deliver(token: trio.lowlevel.TrioToken, fn: Callable[[T], None]) -> Callable[[T], None]:
@@ -276,6 +334,8 @@ class SharedGlobalLimit:
             while True:
                 now = trio.current_time()
                 if book.take(now):
+                    if self._backend.reachable:
+                        self._refill(book.refill(now))  # the next request finds one in hand too
                     return True
                 if not self._backend.reachable or book.stalled(now):
                     if self._share.take(now, fair_share(self._backend.live)):
@@ -288,7 +348,7 @@ class SharedGlobalLimit:
                     return False  # the table answered since we came and had nothing for us
                 wanted = book.ask(now)
                 if wanted:
-                    self._grant(wanted)
+                    self._ask(wanted)
                 elif book.asking_since is None and not wait:
                     return False  # nothing frees before retry_at
                 changed = self._changed
@@ -314,13 +374,21 @@ class SharedGlobalLimit:
         book = self._book
         if not self._backend.reachable or book.stalled(now):
             return
-        wanted = book.ask(now, ahead=count)
-        if wanted:
-            self._grant(wanted)
+        self._ask(book.ask(now, ahead=count))
 
-    def _grant(self, wanted: int) -> None:
-        token = trio.lowlevel.current_trio_token()
-        self._backend.grant(wanted, _deliver(token, self._answered))
+    def _ask(self, wanted: int) -> None:
+        if wanted:
+            token = trio.lowlevel.current_trio_token()
+            self._backend.grant(wanted, _deliver(token, self._answered))
+
+    def _refill(self, room: int) -> None:
+        if room:
+            token = trio.lowlevel.current_trio_token()
+            self._backend.grant(room, _deliver(token, self._refilled))
+
+    def _refilled(self, grant: Grant | None) -> None:
+        self._book.refilled(grant, trio.current_time())
+        self._wake()
 
     def _answered(self, grant: Grant | None) -> None:
         self._book.answered(grant, trio.current_time())

@@ -19,12 +19,22 @@ import trio
 
 from picortex.actors.cluster_budget import RETRY_SECONDS, ClusterBudget
 from picortex.actors.ledger import LedgerBudget
+from picortex.actors.llm import LLMActor
 from picortex.app import Bot
-from picortex.config import BudgetSettings, Settings, load_settings
+from picortex.config import BUILTIN_PRICES, BudgetSettings, Settings, load_settings
 from picortex.core.budget import Refusal, Reservation
 from picortex.errors import DatabaseUnreachable
 from picortex.store.pg.ceilings import Answer, Ask, Ceilings, Settlement
-from tests.actors.test_llm import FakeModel, estimate, make_actor, request, running
+from tests.actors.test_llm import (
+    KEY,
+    MODELS,
+    FakeModel,
+    estimate,
+    make_actor,
+    request,
+    running,
+    sdk_http,
+)
 from tests.helpers import RecordingSink
 
 LOGGER = "picortex.actors.cluster_budget"
@@ -290,6 +300,103 @@ async def test_a_users_requests_per_minute_are_shared_out_while_the_database_is_
     assert isinstance(refused_again, Refusal) and refused_again.notice is None
     # A refusal here releases what the database may have taken before it went away.
     assert budget.unsettled() == 2
+
+
+def actor_over(budget: ClusterBudget, model: FakeModel, sink: RecordingSink, built: Any) -> Any:
+    """An LLM actor whose model client tells `built` (a threading.Event) once it has built a
+    request, before anything of it is sent."""
+
+    async def on_request(request: Any) -> None:
+        built.set()
+
+    return LLMActor(
+        api_key=KEY,
+        base_url="http://model.test",
+        models=MODELS,
+        prices=BUILTIN_PRICES,
+        events=sink,
+        budget=budget,
+        http_client_factory=lambda: sdk_http.AsyncClient(
+            transport=sdk_http.MockTransport(model), event_hooks={"request": [on_request]}
+        ),
+    )
+
+
+async def test_the_reservation_is_asked_while_the_request_is_built_and_sent_only_after_it(
+    tmp_path: Path,
+) -> None:
+    built = threading.Event()
+    order: list[str] = []
+
+    class Overlapped(FakeCeilings):
+        def reserve(self, ask: Ask) -> Answer:
+            # The database's round trip and the building of the request go on together.
+            order.append("built before the answer" if built.wait(2) else "built after")
+            return super().reserve(ask)
+
+    sink = RecordingSink()
+    budget = budget_over(Overlapped(), settings_with(tmp_path, BudgetSettings(5.0, "day")), sink)
+    model = FakeModel()
+    original = model.answer
+
+    async def answer_after(body: dict[str, Any]) -> Any:
+        order.append("sent")
+        return await original(body)
+
+    model.answer = answer_after
+    async with running(actor_over(budget, model, sink, built)) as actor:
+        result = await actor.complete(request())
+    assert result.ok
+    assert order == ["built before the answer", "sent"]
+    assert budget.held_usd() == 0.0 and budget.unsettled() == 1
+
+
+async def test_a_call_the_cluster_refuses_is_cut_before_it_is_sent(tmp_path: Path) -> None:
+    sink = RecordingSink()
+    refused = answer(refused="global", global_spent=20_000_000)
+    budget = budget_over(
+        FakeCeilings(refused), settings_with(tmp_path, BudgetSettings(5.0, "day", 20.0)), sink
+    )
+    model = FakeModel()
+    async with running(actor_over(budget, model, sink, threading.Event())) as actor:
+        result = await actor.complete(request())
+    assert (result.outcome, result.limit) == ("budget", "global")
+    assert model.requests == []
+    (event,) = sink.of("llm")
+    assert (event["outcome"], event["cost_usd"]) == ("budget", 0.0)
+    assert budget.held_usd() == 0.0 and budget.unsettled() == 0
+
+
+async def test_a_call_cancelled_before_its_reservation_came_releases_it_unsent(
+    tmp_path: Path,
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(FakeCeilings):
+        def reserve(self, ask: Ask) -> Answer:
+            entered.set()
+            release.wait(10)
+            return super().reserve(ask)
+
+    sink = RecordingSink()
+    ceilings = Slow()
+    budget = budget_over(ceilings, settings_with(tmp_path, BudgetSettings(5.0, "day")), sink)
+    model = FakeModel()
+    async with running(actor_over(budget, model, sink, threading.Event())) as actor:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(actor.complete, request())
+            while not entered.is_set():
+                await trio.sleep(0.001)
+            nursery.cancel_scope.cancel()  # a follow-up restarting the answer
+        release.set()
+        with trio.fail_after(5):
+            while not budget.unsettled():
+                await trio.sleep(0.001)
+    assert model.requests == []
+    assert budget.held_usd() == 0.0
+    await budget.deliver()
+    (settled,) = ceilings.settled
+    assert settled.id == ceilings.asked[0].id and settled.cost == 0
 
 
 def test_the_bot_takes_the_clusters_ceilings_only_with_a_database_url(

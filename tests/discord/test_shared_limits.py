@@ -22,6 +22,7 @@ from picortex.discord.ratelimit import GLOBAL_BUDGET, GLOBAL_WINDOW
 from picortex.discord.rest import RestClient
 from picortex.discord.shared_limits import (
     ANSWER_PATIENCE,
+    SPARE_SECONDS,
     BucketClaim,
     Grant,
     GrantBook,
@@ -94,7 +95,7 @@ def busiest_second(times: list[float]) -> int:
 
 
 def test_a_granted_slot_is_used_within_the_window_it_was_asked_in_or_never() -> None:
-    book = GrantBook()
+    book = GrantBook(spare=0)
     book.waiting = 3
     assert book.ask(10.0) == 3
     assert book.ask(10.1) == 0  # the answer is awaited
@@ -106,7 +107,7 @@ def test_a_granted_slot_is_used_within_the_window_it_was_asked_in_or_never() -> 
 
 
 def test_a_short_grant_waits_for_the_next_free_slot_on_the_tables_clock() -> None:
-    book = GrantBook()
+    book = GrantBook(spare=0)
     book.waiting = 5
     assert book.ask(0.0) == 5
     book.answered(Grant(wanted=5, granted=2, now=100.0, retry_at=100.5), 0.25)
@@ -115,7 +116,7 @@ def test_a_short_grant_waits_for_the_next_free_slot_on_the_tables_clock() -> Non
 
 
 def test_a_pause_drops_the_slots_in_hand() -> None:
-    book = GrantBook()
+    book = GrantBook(spare=0)
     assert book.ask(0.0) == 1
     book.answered(Grant(wanted=1, granted=1, now=0.0, retry_at=0.0), 0.0)
     book.block(3.0)
@@ -170,6 +171,50 @@ async def test_a_burst_is_granted_in_few_round_trips(
             nursery.start_soon(limit.take)
     assert sum(g.granted for g in backend.grants) == GLOBAL_BUDGET
     assert len(backend.grants) <= 2  # one for the first asker, one for everyone behind it
+
+
+async def test_the_next_request_of_an_answer_finds_a_slot_in_hand(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    busy, backend = processes(), processes()
+    limit = SharedGlobalLimit(backend)
+    assert await limit.take()  # the history read: one slot for it, one kept in hand
+    assert [g.granted for g in backend.grants] == [2]
+    assert busy.db.grant(GLOBAL_BUDGET).granted == GLOBAL_BUDGET - 2
+    # The typing indicator goes on the slot in hand, without waiting for the table.
+    assert await limit.take(wait=False)
+    assert trio.current_time() == 0.0
+    # With the table full, nothing more is kept in hand: the reply waits for a free slot.
+    assert not await limit.take(wait=False)
+
+
+async def test_a_slot_kept_in_hand_is_let_go_soon(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    busy, limit = processes(), SharedGlobalLimit(processes())
+    assert await limit.take()
+    await trio.sleep(SPARE_SECONDS)
+    assert busy.db.grant(GLOBAL_BUDGET).granted == GLOBAL_BUDGET - 2
+    assert not await limit.take(wait=False)
+
+
+def test_spares_are_asked_for_only_while_the_table_grants_in_full() -> None:
+    book = GrantBook()
+    book.waiting = 1
+    assert book.ask(0.0) == 2
+    book.answered(Grant(wanted=2, granted=1, now=0.0, retry_at=0.5), 0.0)
+    assert book.take(0.0) and not book.take(0.0)
+    assert book.ask(0.5) == 1  # the table is short: no spare
+    book.answered(Grant(wanted=1, granted=1, now=0.5, retry_at=0.5), 0.5)
+    assert book.take(0.5)
+    assert book.refill(0.5) == 1  # it had room again
+    assert book.ask(0.5) == 1  # a refill out holds back no request that wants a slot
+    assert book.refill(0.5) == 0  # one refill out at a time
+    book.refilled(Grant(wanted=1, granted=1, now=0.51, retry_at=0.51), 0.51)
+    assert book.take(0.5 + SPARE_SECONDS - 0.01)
+    assert not book.take(0.5 + SPARE_SECONDS - 0.01)
 
 
 async def test_a_global_429_on_one_process_pauses_the_other(
@@ -529,7 +574,7 @@ async def test_a_process_at_its_own_limit_asks_the_table_before_its_slots_free(
 
 
 def test_slots_asked_for_ahead_are_only_those_not_in_hand() -> None:
-    book = GrantBook()
+    book = GrantBook(spare=0)
     assert book.ask(0.0, ahead=3) == 3
     assert book.ask(0.01, ahead=3) == 0  # the answer is awaited
     book.answered(Grant(wanted=3, granted=3, now=0.02, retry_at=0.02), 0.02)
