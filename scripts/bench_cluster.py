@@ -120,9 +120,11 @@ class Node:
     starts: int = 0
     _read: int = 0  # action-log bytes already parsed
     rows: list[dict[str, Any]] = attrs.Factory(list)
+    started_at: list[int] = attrs.Factory(list)  # the row each (re)start began at
 
     async def start(self) -> None:
         self.starts += 1
+        self.started_at.append(len(self.actions()))
         out = (self.home / f"run{self.starts}.out").open("wb")
         try:
             self.proc = await trio.lowlevel.open_process(
@@ -454,6 +456,10 @@ async def phase_triggers(ctx: Context) -> None:
             marks = {node.name: len(node.actions()) for node in nodes}
             sent = []
             started = trio.current_time()
+            span = args.triggers / args.rate
+            for n in range(args.trigger_restarts):
+                at = started + span * (n + 1) / (args.trigger_restarts + 1)
+                watching.start_soon(_restart_at, at, ctx.rng.choice(nodes), args)
             for channel, author in spread_targets(world, args.triggers, ctx.rng):
                 sent.append(world.post_trigger(channel, author, f"q{len(sent)}?"))
                 if len(sent) % args.rate == 0:
@@ -477,6 +483,7 @@ async def phase_triggers(ctx: Context) -> None:
         lost_by_shard=unanswered_shards(world, sent),
         doubled=doubled,
         start=args.triggers_from,
+        restarts=args.trigger_restarts,
         by_receiver=seen.kinds["receiver"],
         by_other=seen.kinds["other"],
         several=seen.kinds["several"],
@@ -492,6 +499,15 @@ async def phase_triggers(ctx: Context) -> None:
         handoffs_to_balance=handoffs,
         seconds=f"{took:.1f}",
     )
+
+
+async def _restart_at(at: float, node: Node, args: argparse.Namespace) -> None:
+    """At `at`, stop `node` cleanly (it hands its shards back) and start it again a few
+    seconds later (the others hand it shards back): handoffs while triggers arrive."""
+    await trio.sleep_until(at)
+    await node.stop()
+    await trio.sleep(args.trigger_restart_after)
+    await node.start()
 
 
 def unanswered_shards(world: World, sent: Sequence[dict[str, Any]]) -> str:
@@ -630,7 +646,9 @@ def attribute(
     after_lease: set[str] = set()
     for node in nodes:
         held: set[int] = set()
-        for row in node.actions():
+        for index, row in enumerate(node.actions()):
+            if index in node.started_at:
+                held = set()  # a new process: it holds nothing yet
             event, action = row.get("event"), row.get("action")
             if event == "gateway" and action == "lease_taken":
                 held.add(int(row["shard"][0]))
@@ -1205,6 +1223,15 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default="balanced",
         help="start the triggers once the cluster is balanced, or as soon as every shard is"
         " ready (while processes still hand shards to each other)",
+    )
+    p.add_argument(
+        "--trigger-restarts",
+        type=int,
+        default=0,
+        help="while the triggers arrive, stop a random process cleanly this many times",
+    )
+    p.add_argument(
+        "--trigger-restart-after", type=float, default=5.0, help="seconds until it starts again"
     )
     p.add_argument("--ceiling", type=float, default=0.25, help="global ceiling, USD")
     p.add_argument("--ceiling-triggers", type=int, default=200)
