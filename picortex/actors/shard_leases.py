@@ -1,9 +1,11 @@
 """The lease keeper (SPEC 17): serves a shard only while this process holds its lease.
 
-Every `lease_seconds / 3` it renews every held lease in one statement, then takes free
-shards (`picortex.core.leases.plan_shards` decides which) and hands back one above its fair
-share. Each held shard's gateway runs in a cancel scope whose deadline is the lease's end on
-OUR clock (the renewal's send time + lease - margin): a renewal that does not come back in
+Every `lease_seconds / 3` it renews every held lease in one statement (a task of its own,
+so a slow take or hand-back never delays it); it takes free shards
+(`picortex.core.leases.plan_shards` decides which) and hands back one above its fair share.
+A shard being handed back stays renewed until it is released. Each held shard's gateway
+runs in a cancel scope whose deadline is the lease's end on OUR clock (the renewal's send
+time + lease - margin): a renewal that does not come back in
 time stops the shard by trio's clock alone, before the lease can end on the database's.
 
 A shard taken RESUMEs the session its last holder saved (read from the database when it is
@@ -27,6 +29,7 @@ import attrs
 import trio
 
 from picortex.core.leases import Lease, Plan, Want, deadline, plan_shards, renew_every
+from picortex.runtime.groups import lone_error
 from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, RestartPolicy
 from picortex.types import EventSink
 
@@ -124,6 +127,9 @@ class ShardLeaseKeeper:
         self._on_held = on_held
         self._present = present
         self.held: dict[int, HeldShard] = {}
+        # Shards stopped for a hand-back, renewed until released: their messages in hand
+        # finish under a lease that is still ours.
+        self._handing_back: dict[int, HeldShard] = {}
         self._complained_at = -math.inf
         self._call = call or functools.partial(trio.to_thread.run_sync, abandon_on_cancel=True)
 
@@ -140,26 +146,46 @@ class ShardLeaseKeeper:
         every = renew_every(self._lease)
         leaving = False
         try:
-            next_at = trio.current_time()
-            while True:
-                await self.tick()
-                # At a fixed rate: a slow round never pushes the next renewal later.
-                next_at = max(next_at + every, trio.current_time())
-                await trio.sleep_until(next_at)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._renewing, every)
+                    next_at = trio.current_time()
+                    while True:
+                        await self.tick()
+                        next_at = max(next_at + every, trio.current_time())
+                        await trio.sleep_until(next_at)
+            except BaseExceptionGroup as group:
+                # A crash is reported as itself, not as a group around it.
+                lone = lone_error(group)
+                if lone is None:
+                    raise
+                raise lone from None
         except BaseException as exc:
             leaving = _only_cancelled(exc)
             raise
         finally:
             with trio.CancelScope(shield=True):
-                await self.hand_back_all(leave=leaving)
+                # Renewed meanwhile: what is in hand finishes under leases still ours.
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._renewing, every)
+                    await self.hand_back_all(leave=leaving)
+                    nursery.cancel_scope.cancel()
 
     # ---- one round -------------------------------------------------------------------------
 
+    async def _renewing(self, every: float) -> None:
+        """Renew every held lease at a fixed rate: a slow round never pushes the next later."""
+        next_at = trio.current_time()
+        while True:
+            self._forget_ended()
+            if self.held or self._handing_back:
+                await self._renew()
+            next_at = max(next_at + every, trio.current_time())
+            await trio.sleep_until(next_at)
+
     async def tick(self) -> None:
-        """Renew, then take and hand back as planned."""
+        """Take and hand back as planned (the renewals run on their own)."""
         self._forget_ended()
-        if self.held:
-            await self._renew()
         table = self._table
 
         def survey() -> tuple[float, dict[int, Lease], list[str]]:
@@ -177,7 +203,7 @@ class ShardLeaseKeeper:
         await self._follow(plan)
 
     async def _renew(self) -> None:
-        ids = sorted(self.held)
+        ids = sorted({*self.held, *self._handing_back})
         sent = trio.current_time()
         try:
             mine = await self._thread(
@@ -284,6 +310,15 @@ class ShardLeaseKeeper:
         4000, what was in hand finished and committed, then the leases released."""
         if not shards:
             return
+        for held in shards:
+            self._handing_back[held.shard[0]] = held
+        try:
+            await self._stop_and_release(shards)
+        finally:
+            for held in shards:
+                self._handing_back.pop(held.shard[0], None)
+
+    async def _stop_and_release(self, shards: list[HeldShard]) -> None:
         async with trio.open_nursery() as nursery:
             for held in shards:
                 nursery.start_soon(self._stop, held, "hand_back")
