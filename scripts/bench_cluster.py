@@ -10,8 +10,11 @@ process's action log (which process took which trigger). Nothing is asserted: ea
 prints one line of what it saw.
 
 Phases (`--phase`, default all; each on a fresh database and simulator):
-  triggers  triggers across all guilds and DMs: answered once, and by the one process
-            connected on the trigger's shard (each process's action log says what it took)
+  triggers  once the cluster is balanced (every process at its fair share, no handoff for
+            a few seconds), triggers across all guilds and DMs: answered once, and taken by
+            the process the simulator delivered each one to (the gateway connection's
+            client port, looked up in /proc, names the process); and no process taking or
+            answering a trigger of a shard after its lease there ended (its action log)
   ceiling   a global ceiling, every model call costing exactly its worst case: what was
             spent (by the simulator's count and the ledger's), with 1 process and with N
   config    a runtime config change (what `picortex config set budget.global_ceiling_usd`
@@ -55,6 +58,7 @@ from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import attrs
 import orjson
@@ -93,6 +97,10 @@ ACTION_LOG_BYTES: Final = 1 << 30
 # Ceilings no phase reaches (the config's largest).
 NO_CEILING_USD: Final = 10_000.0
 IDLE_PATIENCE_SECONDS: Final = 300.0
+# Balanced: no shard changed hands for this long (two renewal rounds of a 10 s lease).
+BALANCED_QUIET_SECONDS: Final = 7.0
+# A connection whose process could not be found yet is looked up again after this long.
+LOOKUP_RETRY_SECONDS: Final = 0.05
 # While a process does not show a config change yet, a chatter line to it this often.
 NUDGE_SECONDS: Final = 0.005
 
@@ -112,9 +120,11 @@ class Node:
     starts: int = 0
     _read: int = 0  # action-log bytes already parsed
     rows: list[dict[str, Any]] = attrs.Factory(list)
+    started_at: list[int] = attrs.Factory(list)  # the row each (re)start began at
 
     async def start(self) -> None:
         self.starts += 1
+        self.started_at.append(len(self.actions()))
         out = (self.home / f"run{self.starts}.out").open("wb")
         try:
             self.proc = await trio.lowlevel.open_process(
@@ -244,11 +254,12 @@ class World:
         return f"<@{self.sim.bot_user_id}>"
 
 
-def new_simulator(args: argparse.Namespace) -> Simulator:
+def new_simulator(args: argparse.Namespace, *, record_deliveries: bool = False) -> Simulator:
     sim = Simulator(
         heartbeat_interval_ms=HEARTBEAT_MS,
         limit_identify_concurrency=True,
         max_concurrency=args.max_concurrency,
+        record_deliveries=record_deliveries,
     )
     for bucket in RELAXED_BUCKETS:
         sim.set_rate_limit(bucket, 100_000, 1.0)
@@ -256,9 +267,11 @@ def new_simulator(args: argparse.Namespace) -> Simulator:
 
 
 @asynccontextmanager
-async def simulator(args: argparse.Namespace) -> AsyncIterator[World]:
+async def simulator(
+    args: argparse.Namespace, *, record_deliveries: bool = False
+) -> AsyncIterator[World]:
     """A simulator serving in this process with the phase's guilds and users."""
-    sim = new_simulator(args)
+    sim = new_simulator(args, record_deliveries=record_deliveries)
     async with trio.open_nursery() as nursery:
         urls: SimURLs = await nursery.start(sim.serve)
         owner = sim.add_user("owner", global_name="Owner")
@@ -453,13 +466,29 @@ class Context:
 
 async def phase_triggers(ctx: Context) -> None:
     args = ctx.args
-    async with simulator(args) as world:
+    async with simulator(args, record_deliveries=True) as world:
         url = ctx.database()
-        async with cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes:
+        launched = trio.current_time()
+        async with (
+            cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes,
+            trio.open_nursery() as watching,
+        ):
+            receivers = Receivers(world, nodes)
+            watching.start_soon(receivers.watch)
             ready = await wait_shards(world, nodes, args.start_patience)
+            balanced, handoffs = None, 0
+            if args.triggers_from == "balanced":
+                balanced, handoffs = await wait_balanced(
+                    world, nodes, BALANCED_QUIET_SECONDS, args.start_patience
+                )
             held = holders(nodes)
+            marks = {node.name: len(node.actions()) for node in nodes}
             sent = []
             started = trio.current_time()
+            span = args.triggers / args.rate
+            for n in range(args.trigger_restarts):
+                at = started + span * (n + 1) / (args.trigger_restarts + 1)
+                watching.start_soon(_restart_at, at, ctx.rng.choice(nodes), args)
             for channel, author in spread_targets(world, args.triggers, ctx.rng):
                 sent.append(world.post_trigger(channel, author, f"q{len(sent)}?"))
                 if len(sent) % args.rate == 0:
@@ -467,10 +496,13 @@ async def phase_triggers(ctx: Context) -> None:
             await settle(world, sent, args.settle)
             took = trio.current_time() - started
             once, lost, doubled = tally(world.sim.bot_messages(), sent)
-            taken = taken_by(nodes)
-            kinds = Counter(
-                _taker(taken.get(str(m["id"])), held.get(world.shard_of(int(m["channel_id"]))))
-                for m in sent
+            watching.cancel_scope.cancel()
+            seen = attribute(world, nodes, receivers, sent)
+            during = sum(
+                1
+                for node in nodes
+                for row in node.actions()[marks[node.name] :]
+                if row.get("event") == "gateway" and row.get("action") == "lease_taken"
             )
     show(
         "triggers",
@@ -479,14 +511,32 @@ async def phase_triggers(ctx: Context) -> None:
         lost=lost,
         lost_by_shard=unanswered_shards(world, sent),
         doubled=doubled,
-        by_sole_holder=kinds["sole holder"],
-        by_several=kinds["several"],
-        by_non_holder=kinds["non-holder"],
-        taken_by_none=kinds["none"],
+        start=args.triggers_from,
+        restarts=args.trigger_restarts,
+        by_receiver=seen.kinds["receiver"],
+        by_other=seen.kinds["other"],
+        several=seen.kinds["several"],
+        none=seen.kinds["none"],
+        answered_by_other=seen.answered_by_other,
+        after_lease=seen.after_lease,
+        received_by_several=seen.received_by_several,
+        receiver_unknown=seen.receiver_unknown,
+        handoffs_during=during,
         holders=_holders_text(held),
         ready_s=_seconds(ready),
+        balanced_s=_seconds(None if balanced is None else balanced - launched),
+        handoffs_to_balance=handoffs,
         seconds=f"{took:.1f}",
     )
+
+
+async def _restart_at(at: float, node: Node, args: argparse.Namespace) -> None:
+    """At `at`, stop `node` cleanly (it hands its shards back) and start it again a few
+    seconds later (the others hand it shards back): handoffs while triggers arrive."""
+    await trio.sleep_until(at)
+    await node.stop()
+    await trio.sleep(args.trigger_restart_after)
+    await node.start()
 
 
 def unanswered_shards(world: World, sent: Sequence[dict[str, Any]]) -> str:
@@ -498,14 +548,170 @@ def unanswered_shards(world: World, sent: Sequence[dict[str, Any]]) -> str:
     return ";".join(f"{s}:{n}" for s, n in sorted(lost.items())) or "-"
 
 
-def _taker(by: str | None, held: list[str] | None) -> str:
-    """Who took a trigger, against the processes holding its shard when the phase began."""
-    if by is None:
-        return "none"
-    takers = by.split(",")
-    if len(takers) > 1:
-        return "several"
-    return "sole holder" if held == takers else "non-holder"
+# ------------------------------------------------------------------- who received what
+
+
+@attrs.define(eq=False)
+class Receivers:
+    """Which process each gateway connection belongs to: the client's port, looked up in
+    /proc (Linux) while the connection is open, names the process whose socket it is."""
+
+    world: World
+    nodes: Sequence[Node]
+    owner: dict[int, str] = attrs.Factory(dict)  # connection serial -> process name
+    _looked: float = -math.inf
+
+    def look(self) -> None:
+        """Find the process of every open connection not placed yet."""
+        pending = [
+            c
+            for c in self.world.sim.gateway.connections
+            if c.serial not in self.owner and c.peer is not None
+        ]
+        if not pending:
+            return
+        self._looked = trio.current_time()
+        server_port = urlsplit(self.world.urls.gateway_url).port
+        sockets = _client_sockets(server_port)
+        processes = _socket_owners(
+            {n.proc.pid: n.name for n in self.nodes if n.proc is not None and n.alive}
+        )
+        for conn in pending:
+            assert conn.peer is not None
+            name = processes.get(sockets.get(conn.peer[1], -1))
+            if name is not None:
+                self.owner[conn.serial] = name
+
+    async def watch(self) -> None:
+        """Place each connection as it opens (a change of the simulator wakes this)."""
+        while True:
+            if trio.current_time() - self._looked >= LOOKUP_RETRY_SECONDS:
+                self.look()
+            with trio.move_on_after(LOOKUP_RETRY_SECONDS):
+                await self.world.sim.changed()
+
+    def of(self, message_id: int) -> list[str | None]:
+        """The processes a message was delivered to (None: a connection not placed)."""
+        return [self.owner.get(d.connection) for d in self.world.sim.deliveries(message_id)]
+
+
+def _client_sockets(server_port: int | None) -> dict[int, int]:
+    """Local port -> socket inode of every TCP socket connected to `server_port`."""
+    found: dict[int, int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            local, remote, inode = fields[1], fields[2], int(fields[9])
+            if int(remote.rsplit(":", 1)[1], 16) == server_port and inode:
+                found[int(local.rsplit(":", 1)[1], 16)] = inode
+    return found
+
+
+def _socket_owners(processes: dict[int, str]) -> dict[int, str]:
+    """Socket inode -> the name of the process (by pid) holding it open."""
+    owners: dict[int, str] = {}
+    for pid, name in processes.items():
+        fds = Path(f"/proc/{pid}/fd")
+        try:
+            links = [os.readlink(fd) for fd in fds.iterdir()]
+        except OSError:
+            continue  # gone meanwhile
+        for link in links:
+            if link.startswith("socket:["):
+                owners[int(link[8:-1])] = name
+    return owners
+
+
+async def wait_balanced(
+    world: World, nodes: Sequence[Node], quiet: float, patience: float
+) -> tuple[float | None, int]:
+    """When (trio's clock) every shard had one holder and every live process its fair share
+    (the shard count over the live processes, rounded down or up), unchanged for `quiet`
+    seconds; None if not within `patience`. Also how often the holders changed meanwhile."""
+    live = [n for n in nodes if n.alive]
+    low, high = world.shard_count // len(live), math.ceil(world.shard_count / len(live))
+    last: dict[int, list[str]] | None = None
+    since: float | None = None
+    changes = 0
+    with trio.move_on_after(patience):
+        while True:
+            held = holders(live)
+            counts = Counter(name for names in held.values() for name in names)
+            fair = (
+                len(held) == world.shard_count
+                and all(len(names) == 1 for names in held.values())
+                and all(low <= counts[n.name] <= high for n in live)
+            )
+            if held != last:
+                changes += last is not None
+                last, since = held, trio.current_time()
+            if fair and since is not None and trio.current_time() - since >= quiet:
+                return since, changes
+            await trio.sleep(POLL_SECONDS)
+    return None, changes
+
+
+@attrs.frozen
+class Attribution:
+    """Who took and answered each trigger, against who it was delivered to."""
+
+    kinds: Counter[str]  # receiver, other, several, none: by the processes that took it
+    answered_by_other: int  # answered (a reply posted) by a process it was not delivered to
+    after_lease: int  # taken or answered by a process after its lease on the shard ended
+    received_by_several: int  # delivered to more than one process (handed on unanswered)
+    receiver_unknown: int  # delivered on a connection whose process was not found
+
+
+def attribute(
+    world: World, nodes: Sequence[Node], receivers: Receivers, sent: Sequence[dict[str, Any]]
+) -> Attribution:
+    ids = {str(m["id"]): m for m in sent}
+    took: dict[str, set[str]] = {}
+    answered: dict[str, set[str]] = {}
+    after_lease: set[str] = set()
+    for node in nodes:
+        held: set[int] = set()
+        for index, row in enumerate(node.actions()):
+            if index in node.started_at:
+                held = set()  # a new process: it holds nothing yet
+            event, action = row.get("event"), row.get("action")
+            if event == "gateway" and action == "lease_taken":
+                held.add(int(row["shard"][0]))
+            elif event == "gateway" and action in ("lease_lost", "lease_released"):
+                held.discard(int(row["shard"][0]))
+            if event == "trigger":
+                key = str(row.get("message_id"))
+                found = took
+            elif event == "reply" and row.get("result") in ("posted", "cut"):
+                key = str(row.get("trigger_id"))
+                found = answered
+            else:
+                continue
+            if key not in ids:
+                continue
+            found.setdefault(key, set()).add(node.name)
+            if world.shard_of(int(ids[key]["channel_id"])) not in held:
+                after_lease.add(key)
+    kinds: Counter[str] = Counter()
+    by_other = several = unknown = 0
+    for key in ids:
+        got = receivers.of(int(key))
+        delivered = {name for name in got if name is not None}
+        unknown += None in got
+        several += len(delivered) > 1
+        takers = took.get(key, set())
+        if not takers:
+            kinds["none"] += 1
+        elif len(takers) > 1:
+            kinds["several"] += 1
+        else:
+            kinds["receiver" if takers <= delivered else "other"] += 1
+        by_other += not answered.get(key, set()) <= delivered
+    return Attribution(kinds, by_other, len(after_lease), several, unknown)
 
 
 async def phase_ceiling(ctx: Context) -> None:
@@ -1045,6 +1251,22 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--capacity", type=int, default=4)
     p.add_argument("--triggers", type=int, default=2000)
     p.add_argument("--rate", type=int, default=40, help="triggers posted per second")
+    p.add_argument(
+        "--triggers-from",
+        choices=("balanced", "ready"),
+        default="balanced",
+        help="start the triggers once the cluster is balanced, or as soon as every shard is"
+        " ready (while processes still hand shards to each other)",
+    )
+    p.add_argument(
+        "--trigger-restarts",
+        type=int,
+        default=0,
+        help="while the triggers arrive, stop a random process cleanly this many times",
+    )
+    p.add_argument(
+        "--trigger-restart-after", type=float, default=5.0, help="seconds until it starts again"
+    )
     p.add_argument("--ceiling", type=float, default=0.25, help="global ceiling, USD")
     p.add_argument("--ceiling-triggers", type=int, default=200)
     p.add_argument("--changes", type=int, default=200, help="config changes, listener up")

@@ -1,12 +1,14 @@
 """The lease keeper (SPEC 17): serves a shard only while this process holds its lease.
 
-Every `lease_seconds / 3` it renews every held lease in one statement, then takes free
-shards (`picortex.core.leases.plan_shards` decides which) and hands back one above its fair
-share. A lease another process stopped renewing is looked at again the moment it ends, so a
-dead process's shards are taken without waiting for the next renewal. Each held shard's
-gateway runs in a cancel scope whose deadline is the lease's end on OUR clock (the
-renewal's send time + lease - margin): a renewal that does not come back in time stops the
-shard by trio's clock alone, before the lease can end on the database's.
+Every `lease_seconds / 3` it renews every held lease in one statement (a task of its own,
+so a slow take or hand-back never delays it); it takes free shards
+(`picortex.core.leases.plan_shards` decides which) and hands back one above its fair share.
+A lease another process stopped renewing is looked at again the moment it ends, so a dead
+process's shards are taken without waiting for the next round. A shard being handed back
+stays renewed until it is released. Each held shard's gateway runs in a cancel scope whose
+deadline is the lease's end on OUR clock (the renewal's send time + lease - margin): a
+renewal that does not come back in time stops the shard by trio's clock alone, before the
+lease can end on the database's.
 
 A shard taken RESUMEs the session its last holder saved (read from the database when it is
 taken), after the store has adopted that shard's recent handled marks. A clean stop hands
@@ -38,6 +40,7 @@ from picortex.core.leases import (
     renew_every,
     soonest_expiry,
 )
+from picortex.runtime.groups import lone_error
 from picortex.runtime.supervisor import ChildSpec, DynamicSupervisor, RestartPolicy
 from picortex.types import EventSink
 
@@ -138,8 +141,11 @@ class ShardLeaseKeeper:
         self._present = present
         self.held: dict[int, HeldShard] = {}
         # When (our clock) a lease another process stopped renewing may be taken: the keeper
-        # looks then, between its renewals.
+        # looks then, between its rounds.
         self._look_at = math.inf
+        # Shards stopped for a hand-back, renewed until released: their messages in hand
+        # finish under a lease that is still ours.
+        self._handing_back: dict[int, HeldShard] = {}
         self._complained_at = -math.inf
         self._call = call or functools.partial(trio.to_thread.run_sync, abandon_on_cancel=True)
 
@@ -156,29 +162,50 @@ class ShardLeaseKeeper:
         every = renew_every(self._lease)
         leaving = False
         try:
-            next_at = trio.current_time()
-            while True:
-                await self.tick()
-                # At a fixed rate: a slow round never pushes the next renewal later.
-                next_at = max(next_at + every, trio.current_time())
-                while self._look_at < next_at:
-                    await trio.sleep_until(self._look_at)
-                    await self.look()
-                await trio.sleep_until(next_at)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._renewing, every)
+                    next_at = trio.current_time()
+                    while True:
+                        await self.tick()
+                        # At a fixed rate: a slow round never pushes the next one later.
+                        next_at = max(next_at + every, trio.current_time())
+                        while self._look_at < next_at:
+                            await trio.sleep_until(self._look_at)
+                            await self.look()
+                        await trio.sleep_until(next_at)
+            except BaseExceptionGroup as group:
+                # A crash is reported as itself, not as a group around it.
+                lone = lone_error(group)
+                if lone is None:
+                    raise
+                raise lone from None
         except BaseException as exc:
             leaving = _only_cancelled(exc)
             raise
         finally:
             with trio.CancelScope(shield=True):
-                await self.hand_back_all(leave=leaving)
+                # Renewed meanwhile: what is in hand finishes under leases still ours.
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._renewing, every)
+                    await self.hand_back_all(leave=leaving)
+                    nursery.cancel_scope.cancel()
 
     # ---- one round -------------------------------------------------------------------------
 
+    async def _renewing(self, every: float) -> None:
+        """Renew every held lease at a fixed rate: a slow round never pushes the next later."""
+        next_at = trio.current_time()
+        while True:
+            self._forget_ended()
+            if self.held or self._handing_back:
+                await self._renew()
+            next_at = max(next_at + every, trio.current_time())
+            await trio.sleep_until(next_at)
+
     async def tick(self) -> None:
-        """Renew, then take and hand back as planned."""
+        """Take and hand back as planned (the renewals run on their own)."""
         self._forget_ended()
-        if self.held:
-            await self._renew()
         await self.look()
 
     async def look(self) -> None:
@@ -209,7 +236,7 @@ class ShardLeaseKeeper:
                 return
 
     async def _renew(self) -> None:
-        ids = sorted(self.held)
+        ids = sorted({*self.held, *self._handing_back})
         sent = trio.current_time()
         try:
             mine = await self._thread(
@@ -321,6 +348,15 @@ class ShardLeaseKeeper:
         4000, what was in hand finished and committed, then the leases released."""
         if not shards:
             return
+        for held in shards:
+            self._handing_back[held.shard[0]] = held
+        try:
+            await self._stop_and_release(shards)
+        finally:
+            for held in shards:
+                self._handing_back.pop(held.shard[0], None)
+
+    async def _stop_and_release(self, shards: list[HeldShard]) -> None:
         async with trio.open_nursery() as nursery:
             for held in shards:
                 nursery.start_soon(self._stop, held, "hand_back")

@@ -8,6 +8,7 @@ message) and frames them itself so that a burst goes out in a few large socket w
 
 from __future__ import annotations
 
+import itertools
 import math
 import secrets
 import struct
@@ -136,6 +137,18 @@ class GatewayStats:
     shard_identifies: dict[int, int] = attrs.Factory(dict)
 
 
+@attrs.frozen
+class Delivery:
+    """A MESSAGE_CREATE handed to a connection: which connection (its serial number and the
+    client's address and port), on which session, at which seq."""
+
+    message_id: int
+    connection: int
+    peer: tuple[str, int] | None
+    session_id: str
+    seq: int
+
+
 @attrs.define(eq=False)
 class Session:
     """A gateway session: survives its connections until invalidated."""
@@ -179,9 +192,20 @@ def _dispatch_frame(name: bytes, seq: int, body: bytes) -> bytes:
 class GatewayConnection:
     """One websocket client: an outgoing queue drained by a writer task."""
 
-    def __init__(self, ws: Any, compress: str | None, path: str, now: float) -> None:
+    def __init__(
+        self,
+        ws: Any,
+        compress: str | None,
+        path: str,
+        now: float,
+        *,
+        serial: int = 0,
+        peer: tuple[str, int] | None = None,
+    ) -> None:
         self.ws = ws
         self.path = path
+        self.serial = serial
+        self.peer = peer  # the client's address and port
         self.compress = compress
         self.session: Session | None = None
         self.delivered = 0
@@ -349,6 +373,7 @@ class GatewayHub:
         limit_identify_concurrency: bool = False,
         max_concurrency: int = 1,
         recommended_shards: int | None = None,
+        record_deliveries: bool = False,
         notify: Callable[[], None] = lambda: None,
     ) -> None:
         if max_concurrency < 1:
@@ -376,6 +401,9 @@ class GatewayHub:
         # rate_limit_key (shard_id % max_concurrency) -> when that bucket last started a session.
         self._last_identify_at: dict[int, float] = {}
         self._nursery: trio.Nursery | None = None
+        self._serials = itertools.count(1)
+        # Message id -> every connection its MESSAGE_CREATE was handed to (None: not kept).
+        self.deliveries: dict[int, list[Delivery]] | None = {} if record_deliveries else None
 
     # ------------------------------------------------------------------ serving
 
@@ -404,7 +432,16 @@ class GatewayHub:
         query = dict(parse_qsl(split.query))
         compress = query.get("compress")
         ws = await request.accept()
-        conn = GatewayConnection(ws, compress, request.path, trio.current_time())
+        remote = ws.remote
+        peer = None if isinstance(remote, str) else (str(remote.address), int(remote.port))
+        conn = GatewayConnection(
+            ws,
+            compress,
+            request.path,
+            trio.current_time(),
+            serial=next(self._serials),
+            peer=peer,
+        )
         self.connections.add(conn)
         self.counters.connections += 1
         self.counters.last_connect_path = request.path
@@ -614,7 +651,7 @@ class GatewayHub:
         self._attach(session, conn)
         for entry_seq, name, body in session.buffer:
             if entry_seq > seq:
-                conn.push(_dispatch_frame(name, entry_seq, body))
+                self._deliver(conn, session, entry_seq, name, body)
         conn.delivered = session.seq
         self.counters.resumes += 1
         self._append(session, b"RESUMED", _RESUMED_BODY)
@@ -682,8 +719,21 @@ class GatewayHub:
         session.buffer.append((seq, name, body))
         conn = session.connection
         if conn is not None and not self.hold:
-            conn.push(_dispatch_frame(name, seq, body))
+            self._deliver(conn, session, seq, name, body)
             conn.delivered = seq
+
+    def _deliver(
+        self, conn: GatewayConnection, session: Session, seq: int, name: bytes, body: bytes
+    ) -> None:
+        """Queue one dispatch on `conn`; a MESSAGE_CREATE is recorded when deliveries are."""
+        if conn.server_closing:
+            return  # what a closing connection would drop anyway
+        conn.push(_dispatch_frame(name, seq, body))
+        if self.deliveries is not None and name == b"MESSAGE_CREATE":
+            message_id = int(orjson.loads(body)["id"])
+            self.deliveries.setdefault(message_id, []).append(
+                Delivery(message_id, conn.serial, conn.peer, session.id, seq)
+            )
 
     async def blast(self, bodies: list[bytes], *, guild_id: int, intent: int) -> int:
         """Send pre-serialized MESSAGE_CREATE bodies to every live session; frames sent."""
@@ -771,7 +821,7 @@ class GatewayHub:
                 continue
             for seq, name, body in session.buffer:
                 if seq > conn.delivered:
-                    conn.push(_dispatch_frame(name, seq, body))
+                    self._deliver(conn, session, seq, name, body)
             conn.delivered = session.seq
 
     # -------------------------------------------------------------------- queries

@@ -17,7 +17,7 @@ import orjson
 import trio
 
 from picortex.sim.control import handle_control
-from picortex.sim.gateway import DEFAULT_HEARTBEAT_MS, GatewayHub, GatewayStats
+from picortex.sim.gateway import DEFAULT_HEARTBEAT_MS, Delivery, GatewayHub, GatewayStats
 from picortex.sim.httpserver import HttpRequest, HttpResponse, serve_http
 from picortex.sim.interactions import SimInteraction
 from picortex.sim.model import OfflineModel
@@ -103,6 +103,8 @@ class Simulator:
         max_concurrency: `session_start_limit.max_concurrency` of GET /gateway/bot.
         recommended_shards: `shards` of GET /gateway/bot; None: one per 1,000 guilds.
         rate_limits: enforce REST per-route and global limits with real 429s.
+        record_deliveries: remember which gateway connection each MESSAGE_CREATE was
+            handed to (`deliveries`), for a harness that tells bot processes apart.
     """
 
     def __init__(
@@ -119,6 +121,7 @@ class Simulator:
         recommended_shards: int | None = None,
         rate_limits: bool = True,
         control_token: str | None = None,
+        record_deliveries: bool = False,
     ) -> None:
         self.token = token or "sim-" + secrets.token_urlsafe(BOT_TOKEN_BYTES)
         # The control API can post as anyone (the owner included) and spend a real model
@@ -136,6 +139,7 @@ class Simulator:
             limit_identify_concurrency=limit_identify_concurrency,
             max_concurrency=max_concurrency,
             recommended_shards=recommended_shards,
+            record_deliveries=record_deliveries,
             notify=self._notify,
         )
         self.limiter = RateLimiter(enabled=rate_limits)
@@ -433,6 +437,13 @@ class Simulator:
     def gateway_stats(self) -> GatewayStats:
         """A snapshot of gateway counters."""
         return self.gateway.stats()
+
+    def deliveries(self, message_id: int) -> list[Delivery]:
+        """The gateway connections a message's MESSAGE_CREATE was handed to, in order (a
+        resume replays it on the new connection); needs `record_deliveries`."""
+        if self.gateway.deliveries is None:
+            raise SimError("deliveries are recorded only with record_deliveries=True")
+        return list(self.gateway.deliveries.get(message_id, ()))
 
     @property
     def global_stats(self) -> GlobalStats:

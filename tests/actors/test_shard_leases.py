@@ -13,7 +13,7 @@ import attrs
 import trio
 import trio.testing
 
-from picortex.actors.shard_leases import ShardLeaseKeeper
+from picortex.actors.shard_leases import HAND_BACK_SECONDS, ShardLeaseKeeper
 from picortex.core.leases import Lease, Want, margin
 from picortex.runtime.supervisor import DynamicSupervisor
 from tests.helpers import RecordingSink
@@ -226,10 +226,11 @@ async def test_a_shard_not_renewed_stops_before_its_lease_ends_on_the_databases_
         await trio.sleep(30)
         [gateway] = r.gateways
         assert gateway.running
-        # The database stops answering: renewals hang from here on.
+        # The database stops answering: renewals hang from here on (one sent just before
+        # may still land).
         table.before = math.inf
-        ends.append(table.leases[0].expires_at)
         await trio.sleep(3 * LEASE)
+        ends.append(table.leases[0].expires_at)
         assert not gateway.running
         assert gateway.left == "lost"
         # Stopped by our clock alone, at least the margin before the lease ends on the
@@ -423,3 +424,48 @@ async def test_a_shard_another_process_took_first_leads_to_the_next_free_one_at_
     table.leases.update({2: Lease(2, "other", 1, 1e9), 3: Lease(3, "third", 1, 1e9)})
     table.nodes.append("third")
     await _running(table, Want(ids=(), count=4, capacity=1, auto=True), body)
+
+
+async def test_a_slow_hand_back_neither_holds_up_renewals_nor_lets_its_shard_lapse(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    table = FakeTable(nodes=["me"])
+    supervisor = DynamicSupervisor("gateways", events=RecordingSink())
+    gateways: list[FakeGateway] = []
+    live_when_settled: list[bool] = []
+
+    def make(shard: Shard, saved: Session | None) -> FakeGateway:
+        gateways.append(FakeGateway(shard, saved))
+        return gateways[-1]
+
+    async def settle(shard: Shard) -> None:
+        # The messages in hand take nearly all the time a hand-back has.
+        await trio.sleep(HAND_BACK_SECONDS - 0.5)
+        live_when_settled.append(table.leases[shard[0]].live(table.now()))
+
+    keeper = ShardLeaseKeeper(
+        _Table(table),
+        Want(ids=(), count=2, capacity=2, auto=True),
+        node="me",
+        lease_seconds=LEASE,
+        gateways=supervisor,
+        make_gateway=make,
+        adopt=lambda shard: trio.sleep(0),
+        settle=settle,
+        events=RecordingSink(),
+        call=table.call,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        nursery.start_soon(keeper.run)
+        await trio.sleep(1)
+        assert sorted(keeper.held) == [0, 1]
+        table.nodes.append("b")  # one shard goes to "b", slowly
+        await trio.sleep(LEASE / 3 + HAND_BACK_SECONDS + 1)
+        # Shard 0 was renewed meanwhile: never stopped.
+        assert gateways[0].running and sorted(keeper.held) == [0]
+        assert table.leases[0].node == "me" and table.leases[0].live(table.now())
+        assert gateways[1].left == "hand_back"
+        assert live_when_settled == [True]  # ours all along until released
+        assert table.leases[1].node is None
+        nursery.cancel_scope.cancel()

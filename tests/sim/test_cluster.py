@@ -276,3 +276,47 @@ async def test_global_limit_stats_since_a_moment_leave_out_what_came_before(
     assert later.global_429s == 0
     assert sim.global_stats.global_429s == 5
     assert sim.global_stats.max_in_any_second == 55
+
+
+async def test_deliveries_name_the_connection_each_message_went_to(
+    nursery: trio.Nursery,
+) -> None:
+    sim = Simulator(TOKEN, record_deliveries=True)
+    urls = await nursery.start(sim.serve)
+    made = sim.add_guilds(4, 1)
+    alice = sim.add_user("alice")
+    channel = {(g >> 22) % 2: c for g, (c,) in made}
+    async with raw_gateway(urls.gateway_url) as zero, raw_gateway(urls.gateway_url) as one:
+        await zero.identify(shard=[0, 2])
+        await one.identify(shard=[1, 2])
+        for _ in range(2):  # read, so that the client's reader is free to close
+            await zero.recv_dispatch("GUILD_CREATE")
+        first = sim.post_user_message(channel[1], alice, "one")
+        await one.recv_dispatch("MESSAGE_CREATE")
+        session = next(s for s in sim.gateway.sessions.values() if s.shard == (1, 2))
+        assert session.connection is not None
+        serial = session.connection.serial
+        port = one.ws.local.port
+    # Both clients left; shard 1's session stays resumable, and what came meanwhile waits.
+    second = sim.post_user_message(channel[1], alice, "two")
+    assert sim.deliveries(int(second["id"])) == []
+    [delivery] = sim.deliveries(int(first["id"]))
+    assert delivery.connection == serial
+    assert delivery.peer == ("127.0.0.1", port)
+    assert (delivery.session_id, delivery.seq) == (session.id, session.seq - 1)
+    async with raw_gateway(urls.gateway_url) as again:
+        await again.resume(session.id, session.seq - 1)
+        replayed = await again.recv_dispatch("MESSAGE_CREATE")
+        assert replayed["d"]["id"] == second["id"]
+        [later] = sim.deliveries(int(second["id"]))
+        assert later.connection not in (serial, 0)
+        assert later.peer == ("127.0.0.1", again.ws.local.port)
+        assert later.session_id == session.id
+    assert [d.connection for d in sim.deliveries(int(first["id"]))] == [serial]
+
+
+def test_deliveries_are_kept_only_when_asked_for() -> None:
+    sim = Simulator(TOKEN)
+    with pytest.raises(SimError):
+        sim.deliveries(1)
+    assert sim.gateway.deliveries is None
