@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
-from typing import Final, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import trio
 
 from picortex.core.budget import Refusal, Reservation
+from picortex.discord.http import task_watch, when_sent
 
 Verdict = Reservation | Refusal
 
@@ -87,25 +87,17 @@ class Admission:
             await trio.lowlevel.checkpoint()  # the cancellation, here, inside the call
 
 
-_GATE: Final[ContextVar[Admission | None]] = ContextVar("picortex_admission", default=None)
-
-
 @contextlib.contextmanager
 def gated(admission: Admission | None) -> Iterator[None]:
-    """Within the block, this task's model request waits at `admission` (none: goes)."""
+    """Within the block, this task's model request waits at `admission` (none: goes).
+
+    The gate rides on the task's request watch (`discord.http.when_sent`), which the model
+    client's request hook reads: one variable carries what a request must do as it starts.
+    """
     if admission is None:
         yield
         return
-    token = _GATE.set(admission)
-    try:
-        with admission.scope:
-            yield
-    finally:
-        _GATE.reset(token)
-
-
-async def admit_request() -> None:
-    """The model client's request hook: wait at this task's gate, if it has one."""
-    admission = _GATE.get()
-    if admission is not None:
-        await admission.admit()
+    watch = task_watch()
+    on_sent, on_start = (None, None) if watch is None else (watch.on_sent, watch.on_start)
+    with when_sent(on_sent, on_start=on_start, admit=admission.admit), admission.scope:
+        yield

@@ -22,7 +22,7 @@ import anthropic
 import attrs
 import trio
 
-from picortex.actors.admission import Admission, ReservesAhead, admit_request, gated
+from picortex.actors.admission import Admission, ReservesAhead, gated
 from picortex.actors.clients import FaultCheck
 from picortex.actors.failures import failure_text
 from picortex.config import ModelTiers, Price
@@ -152,11 +152,12 @@ EndSink = Callable[[str], Awaitable[None] | None]
 async def _trace_sent(request: Any) -> None:
     """The model client's request hook: tell the task's `when_sent` watch (the model call
     being made, see `LLMActor.complete`) that its request starts, and have `on_sent` traced."""
-    # Not a byte before the call is admitted (a cluster's reservation, asked for meanwhile).
-    await admit_request()
     watch = task_watch()
     if watch is None:
         return
+    if watch.admit is not None:
+        # Not a byte before the call is admitted (a cluster's reservation, asked for meanwhile).
+        await watch.admit()
     if watch.on_start is not None:
         watch.on_start()
     if watch.on_sent is not None:

@@ -71,15 +71,20 @@ class Once:
 class RequestWatch:
     """What a task wants told about the HTTP requests it makes: `on_start` when one starts
     (only a client whose request hook asks for it calls it: the model client's), `on_sent`
-    once one is written to the socket."""
+    once one is written to the socket; `admit`, awaited by that hook before the request goes
+    (a model call's reservation, see `picortex.actors.admission`)."""
 
-    __slots__ = ("on_sent", "on_start")
+    __slots__ = ("admit", "on_sent", "on_start")
 
     def __init__(
-        self, on_sent: Callable[[], None] | None, on_start: Callable[[], None] | None = None
+        self,
+        on_sent: Callable[[], None] | None,
+        on_start: Callable[[], None] | None = None,
+        admit: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.on_sent = on_sent
         self.on_start = on_start
+        self.admit = admit
 
 
 # The task's `RequestWatch` (`when_sent`). It exists because the code that must know a request
@@ -92,16 +97,19 @@ _WATCH: ContextVar[RequestWatch | None] = ContextVar("picortex_request_watch", d
 
 @contextmanager
 def when_sent(
-    on_sent: Callable[[], None] | None, *, on_start: Callable[[], None] | None = None
+    on_sent: Callable[[], None] | None,
+    *,
+    on_start: Callable[[], None] | None = None,
+    admit: Callable[[], Awaitable[None]] | None = None,
 ) -> Iterator[None]:
     """Within the block, each request this task makes calls `on_sent` once written (and
-    `on_start`, for a client that reports it, as it starts).
+    `on_start`, for a client that reports it, as it starts; that client awaits `admit` first).
 
     For a caller whose request is made a few layers down (a streamed reply's surface, a model
     call), where passing a callback through every layer would widen each of them for one
     signal.
     """
-    token = _WATCH.set(RequestWatch(on_sent, on_start))
+    token = _WATCH.set(RequestWatch(on_sent, on_start, admit))
     try:
         yield
     finally:
