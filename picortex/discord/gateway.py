@@ -363,16 +363,19 @@ class GatewayActor:
         self._restore_session()
         fetched = False
         while True:
-            if not fetched or not proto.will_resume:
-                # Discord: fetch the URL first, and again when a fresh session is needed.
+            if not proto.will_resume or not (fetched or proto.resume_gateway_url):
+                # Discord: fetch the URL first, and again when a fresh session is needed. A
+                # saved session resumes on its own URL at once (a shard taken over does not
+                # wait for the fetch); the fetch comes if it has to IDENTIFY after all.
                 fetched = await self._fetch_gateway(required=not fetched) or fetched
             resume = proto.will_resume
             try:
                 if not resume:
                     await self._take_turn()
-                assert self._base_url is not None
                 target = proto.resume_gateway_url if resume and proto.resume_gateway_url else None
-                url = build_gateway_url(target or self._base_url, self._compress)
+                target = target or self._base_url
+                assert target is not None  # fetched above unless a resume URL is known
+                url = build_gateway_url(target, self._compress)
                 self._events.emit(
                     "gateway", action="connect", url=url, resume=resume, shard=list(proto.shard)
                 )

@@ -643,9 +643,10 @@ async def test_a_new_process_resumes_the_persisted_session_and_gets_the_replay(
         sim.post_user_message(world.general_id, world.alice_id, "sent while it was down")
 
         second: list[tuple[str, Any]] = []
+        rest = SimRest(sim)
         restarted = GatewayActor(
             TOKEN,
-            SimRest(sim),
+            rest,
             RecordingSink(),
             lambda n, d, s: second.append((n, d)),
             sessions=sessions,
@@ -654,6 +655,8 @@ async def test_a_new_process_resumes_the_persisted_session_and_gets_the_replay(
         await wait_until(lambda: any(n == "RESUMED" for n, _ in second))
         assert sim.gateway_stats.identifies == 1
         assert sim.gateway_stats.resumes == 1
+        # A RESUME goes to the saved resume URL: no GET /gateway/bot stands before it.
+        assert rest.calls == 0
         replayed = [d["content"] for n, d in second if n == "MESSAGE_CREATE"]
         # Not the finished one; the one in hand at the kill and the one missed meanwhile.
         assert replayed == ["caught mid-answer", "sent while it was down"]
