@@ -1088,6 +1088,10 @@ async def phase_cpu(ctx: Context) -> None:
             cluster(world, ctx.root, url_of(), count, run) as nodes,
         ):
             await wait_shards(world, nodes, args.start_patience)
+            if count > 1:
+                # Measured once no shard changes hands (the one process is measured once
+                # ready): a handoff's work would count as chatter's cost and delay replies.
+                await wait_balanced(world, nodes, BALANCED_QUIET_SECONDS, args.start_patience)
             await _idle(nodes, await _idle_rate(nodes))
             measured[label] = (
                 await _chatter_cpu(world, nodes, args.chatter, ctx.server),
@@ -1189,26 +1193,43 @@ async def _latency(world: World, count: int, seed: int, spacing: float) -> list[
     a trigger costs a few requests (history, typing, the reply), and back to back they would
     reach Discord's global limit, measuring its queue instead of the answer's path. Channels
     from one seeded sequence over those a live session receives (whatever the shard count
-    of that session), so both sides answer in the same channels."""
-    lags = []
+    of that session), so both sides answer in the same channels. First, one trigger in a
+    channel of each shard, not measured: every process has answered once (its connections
+    open) before the first measured one, on both sides alike."""
     covered = world.covered_channels()
+    for shard in range(world.shard_count):
+        warm = [c for c in world.channels_of(shard) if c in covered]
+        if warm:
+            start = trio.current_time()
+            await _reply_lag(world, warm[0], f"warm{shard}?")
+            await trio.sleep_until(start + spacing)
+    lags = []
     channels = [c for c in world.all_channels() if c in covered]
     rng = random.Random(seed)
     for n in range(count):
         channel = rng.choice(channels)
         start = trio.current_time()
-        message = world.post_trigger(channel, world.owner, f"lat{n}?")
-        target = str(message["id"])
-        with trio.move_on_after(10):
-            await world.sim.wait_until(
-                lambda t=target, c=channel: any(
-                    (m.get("message_reference") or {}).get("message_id") == t
-                    for m in world.sim.bot_messages(c)[-5:]
-                )
-            )
-            lags.append(trio.current_time() - start)
+        lag = await _reply_lag(world, channel, f"lat{n}?")
+        if lag is not None:
+            lags.append(lag)
         await trio.sleep_until(start + spacing)
     return lags
+
+
+async def _reply_lag(world: World, channel: int, text: str) -> float | None:
+    """Seconds from a trigger posted in `channel` to the bot's reply to it (None: no reply
+    within 10 s)."""
+    start = trio.current_time()
+    target = str(world.post_trigger(channel, world.owner, text)["id"])
+    with trio.move_on_after(10):
+        await world.sim.wait_until(
+            lambda: any(
+                (m.get("message_reference") or {}).get("message_id") == target
+                for m in world.sim.bot_messages(channel)[-5:]
+            )
+        )
+        return trio.current_time() - start
+    return None
 
 
 def _holders_text(held: dict[int, list[str]]) -> str:
