@@ -1093,8 +1093,13 @@ async def phase_cpu(ctx: Context) -> None:
                 # ready): a handoff's work would count as chatter's cost and delay replies.
                 await wait_balanced(world, nodes, BALANCED_QUIET_SECONDS, args.start_patience)
             await _idle(nodes, await _idle_rate(nodes))
+            quiet = await _idle_rate(nodes, ctx.server)
+            chatter = await _chatter_cpu(world, nodes, args.chatter, ctx.server)
+            # What the chatter left to the database (its writes, their indexes) is done
+            # before replies are timed: the one process has no such work left either.
+            await _idle(nodes, quiet, ctx.server)
             measured[label] = (
-                await _chatter_cpu(world, nodes, args.chatter, ctx.server),
+                chatter,
                 await _latency(world, args.latency_triggers, args.seed, args.latency_spacing),
             )
     (many, cluster_lat), (embedded, embedded_lat) = measured["cluster"], measured["embedded"]
@@ -1118,8 +1123,10 @@ async def phase_cpu(ctx: Context) -> None:
     )
 
 
-def _cpu(nodes: Sequence[Node]) -> float:
-    return sum(process_cpu(n.proc.pid) or 0.0 for n in nodes if n.proc is not None)
+def _cpu(nodes: Sequence[Node], server: Server | None = None) -> float:
+    """CPU seconds of the processes so far, and of `server` when given."""
+    own = sum(process_cpu(n.proc.pid) or 0.0 for n in nodes if n.proc is not None)
+    return own + (_server_cpu(server) if server is not None else 0.0)
 
 
 def _server_cpu(server: Server) -> float:
@@ -1142,20 +1149,26 @@ def _server_cpu(server: Server) -> float:
     return total
 
 
-async def _idle_rate(nodes: Sequence[Node], seconds: float = 3.0) -> float:
-    """CPU seconds per second the processes use while nothing happens (heartbeats, polls)."""
-    before = _cpu(nodes)
+async def _idle_rate(
+    nodes: Sequence[Node], server: Server | None = None, seconds: float = 3.0
+) -> float:
+    """CPU seconds per second the processes (and `server`) use while nothing happens
+    (heartbeats, polls)."""
+    before = _cpu(nodes, server)
     await trio.sleep(seconds)
-    return (_cpu(nodes) - before) / seconds
+    return (_cpu(nodes, server) - before) / seconds
 
 
-async def _idle(nodes: Sequence[Node], rate: float, *, window: float = 1.0) -> None:
-    """Until the processes use no more than their idle `rate` (plus 0.05) over `window`."""
+async def _idle(
+    nodes: Sequence[Node], rate: float, server: Server | None = None, *, window: float = 1.0
+) -> None:
+    """Until the processes (and `server`) use no more than their idle `rate` (plus 0.05)
+    over `window`."""
     with trio.move_on_after(IDLE_PATIENCE_SECONDS):
-        before = _cpu(nodes)
+        before = _cpu(nodes, server)
         while True:
             await trio.sleep(window)
-            now = _cpu(nodes)
+            now = _cpu(nodes, server)
             if now - before <= (rate + 0.05) * window:
                 return
             before = now
