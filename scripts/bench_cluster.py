@@ -30,7 +30,9 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
             span, requests per whole second while busy
   cpu       chatter spread over every shard: CPU per message of the N processes (and of
             PostgreSQL, apart) against one embedded process (no database URL, one shard);
-            trigger -> reply latency of both
+            trigger -> reply latency of both, measured alike: the cluster once balanced,
+            both once idle again after the chatter (the database too), after one unmeasured
+            answer per shard, in the same channels
 
 Usage (from the repository root; PostgreSQL's server binaries and psycopg are needed):
     python scripts/bench_cluster.py                       # every phase, the sizes
