@@ -30,7 +30,9 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
             span, requests per whole second while busy
   cpu       chatter spread over every shard: CPU per message of the N processes (and of
             PostgreSQL, apart) against one embedded process (no database URL, one shard);
-            trigger -> reply latency of both
+            trigger -> reply latency of both, measured alike: the cluster once balanced,
+            both once idle again after the chatter (the database too), after one unmeasured
+            answer per shard, in the same channels
 
 Usage (from the repository root; PostgreSQL's server binaries and psycopg are needed):
     python scripts/bench_cluster.py                       # every phase, the issue's sizes
@@ -1088,9 +1090,18 @@ async def phase_cpu(ctx: Context) -> None:
             cluster(world, ctx.root, url_of(), count, run) as nodes,
         ):
             await wait_shards(world, nodes, args.start_patience)
+            if count > 1:
+                # Measured once no shard changes hands (the one process is measured once
+                # ready): a handoff's work would count as chatter's cost and delay replies.
+                await wait_balanced(world, nodes, BALANCED_QUIET_SECONDS, args.start_patience)
             await _idle(nodes, await _idle_rate(nodes))
+            quiet = await _idle_rate(nodes, ctx.server)
+            chatter = await _chatter_cpu(world, nodes, args.chatter, ctx.server)
+            # What the chatter left to the database (its writes, their indexes) is done
+            # before replies are timed: the one process has no such work left either.
+            await _idle(nodes, quiet, ctx.server)
             measured[label] = (
-                await _chatter_cpu(world, nodes, args.chatter, ctx.server),
+                chatter,
                 await _latency(world, args.latency_triggers, args.seed, args.latency_spacing),
             )
     (many, cluster_lat), (embedded, embedded_lat) = measured["cluster"], measured["embedded"]
@@ -1114,8 +1125,10 @@ async def phase_cpu(ctx: Context) -> None:
     )
 
 
-def _cpu(nodes: Sequence[Node]) -> float:
-    return sum(process_cpu(n.proc.pid) or 0.0 for n in nodes if n.proc is not None)
+def _cpu(nodes: Sequence[Node], server: Server | None = None) -> float:
+    """CPU seconds of the processes so far, and of `server` when given."""
+    own = sum(process_cpu(n.proc.pid) or 0.0 for n in nodes if n.proc is not None)
+    return own + (_server_cpu(server) if server is not None else 0.0)
 
 
 def _server_cpu(server: Server) -> float:
@@ -1138,20 +1151,26 @@ def _server_cpu(server: Server) -> float:
     return total
 
 
-async def _idle_rate(nodes: Sequence[Node], seconds: float = 3.0) -> float:
-    """CPU seconds per second the processes use while nothing happens (heartbeats, polls)."""
-    before = _cpu(nodes)
+async def _idle_rate(
+    nodes: Sequence[Node], server: Server | None = None, seconds: float = 3.0
+) -> float:
+    """CPU seconds per second the processes (and `server`) use while nothing happens
+    (heartbeats, polls)."""
+    before = _cpu(nodes, server)
     await trio.sleep(seconds)
-    return (_cpu(nodes) - before) / seconds
+    return (_cpu(nodes, server) - before) / seconds
 
 
-async def _idle(nodes: Sequence[Node], rate: float, *, window: float = 1.0) -> None:
-    """Until the processes use no more than their idle `rate` (plus 0.05) over `window`."""
+async def _idle(
+    nodes: Sequence[Node], rate: float, server: Server | None = None, *, window: float = 1.0
+) -> None:
+    """Until the processes (and `server`) use no more than their idle `rate` (plus 0.05)
+    over `window`."""
     with trio.move_on_after(IDLE_PATIENCE_SECONDS):
-        before = _cpu(nodes)
+        before = _cpu(nodes, server)
         while True:
             await trio.sleep(window)
-            now = _cpu(nodes)
+            now = _cpu(nodes, server)
             if now - before <= (rate + 0.05) * window:
                 return
             before = now
@@ -1189,26 +1208,43 @@ async def _latency(world: World, count: int, seed: int, spacing: float) -> list[
     a trigger costs a few requests (history, typing, the reply), and back to back they would
     reach Discord's global limit, measuring its queue instead of the answer's path. Channels
     from one seeded sequence over those a live session receives (whatever the shard count
-    of that session), so both sides answer in the same channels."""
-    lags = []
+    of that session), so both sides answer in the same channels. First, one trigger in a
+    channel of each shard, not measured: every process has answered once (its connections
+    open) before the first measured one, on both sides alike."""
     covered = world.covered_channels()
+    for shard in range(world.shard_count):
+        warm = [c for c in world.channels_of(shard) if c in covered]
+        if warm:
+            start = trio.current_time()
+            await _reply_lag(world, warm[0], f"warm{shard}?")
+            await trio.sleep_until(start + spacing)
+    lags = []
     channels = [c for c in world.all_channels() if c in covered]
     rng = random.Random(seed)
     for n in range(count):
         channel = rng.choice(channels)
         start = trio.current_time()
-        message = world.post_trigger(channel, world.owner, f"lat{n}?")
-        target = str(message["id"])
-        with trio.move_on_after(10):
-            await world.sim.wait_until(
-                lambda t=target, c=channel: any(
-                    (m.get("message_reference") or {}).get("message_id") == t
-                    for m in world.sim.bot_messages(c)[-5:]
-                )
-            )
-            lags.append(trio.current_time() - start)
+        lag = await _reply_lag(world, channel, f"lat{n}?")
+        if lag is not None:
+            lags.append(lag)
         await trio.sleep_until(start + spacing)
     return lags
+
+
+async def _reply_lag(world: World, channel: int, text: str) -> float | None:
+    """Seconds from a trigger posted in `channel` to the bot's reply to it (None: no reply
+    within 10 s)."""
+    start = trio.current_time()
+    target = str(world.post_trigger(channel, world.owner, text)["id"])
+    with trio.move_on_after(10):
+        await world.sim.wait_until(
+            lambda: any(
+                (m.get("message_reference") or {}).get("message_id") == target
+                for m in world.sim.bot_messages(channel)[-5:]
+            )
+        )
+        return trio.current_time() - start
+    return None
 
 
 def _holders_text(held: dict[int, list[str]]) -> str:

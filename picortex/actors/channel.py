@@ -484,6 +484,8 @@ class ChannelActor:
                     return
             files = await answer_prompt.request_files(clients, trigger, asked)
             request = await answer_prompt.answer_request(clients, trigger, asked, lines, files)
+            if typing:
+                clients.posting.replies.expect_posts()
             if clients.chat.settings().replies.stream:
                 await self._stream_answer(gen, request, shown, sent.set)
                 return

@@ -394,6 +394,10 @@ class ReplyPoster(ReplyTarget, Poster, Protocol):
         """Show the typing indicator while the block runs (from when `hold` is set)."""
         ...
 
+    def expect_posts(self) -> None:
+        """An answer's typing indicator and reply go in a moment: ask for their slots now."""
+        ...
+
     async def stream_answer(
         self,
         request: LLMRequest,

@@ -72,6 +72,8 @@ class PostingRest(Protocol):
 
     async def create_dm(self, user_id: int) -> dict[str, Any]: ...
 
+    def expect(self, count: int) -> None: ...
+
     async def trigger_typing(
         self,
         channel_id: int,
@@ -195,6 +197,12 @@ class Replies:
                 yield shown
             finally:
                 nursery.cancel_scope.cancel()
+
+    def expect_posts(self) -> None:
+        """An answer's model request is about to go, its typing indicator right behind it
+        and its reply once the model answers: their slots of the global limit are asked
+        for now (a cluster's process asks the shared table; one process has nothing to ask)."""
+        self.rest.expect(2)
 
     async def dm_channel(self, user_id: Snowflake) -> Snowflake:
         """The DM channel with a user (opened once, then remembered)."""

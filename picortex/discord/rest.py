@@ -287,6 +287,13 @@ class RestClient:
         )
         return _as_list(result)
 
+    def expect(self, count: int) -> None:
+        """`count` requests bound by the global limit go in a moment (an answer's typing
+        indicator and reply): a process of a cluster asks the shared table for their slots
+        now, so none waits a round trip when it goes. Nothing to do without a cluster."""
+        if self._shared is not None:
+            self._shared.expect(count)
+
     async def trigger_typing(
         self,
         channel_id: int,

@@ -123,6 +123,9 @@ class GlobalSlots(Protocol):
     def prefetch(self, count: int) -> None:
         """Ask now for the slots `count` requests about to go will take."""
 
+    def expect(self, count: int) -> None:
+        """`count` requests (an answer's typing and reply) go in a moment: ask for them now."""
+
     def pause(self, seconds: float) -> None:
         """A global 429: every process waits `seconds`."""
 
@@ -228,6 +231,20 @@ class GrantBook:
         self.asking_since = now
         self._asked_spare = min(self._spare_room(), self._budget - wanted)
         return wanted + self._asked_spare
+
+    def expect(self, now: float, count: int) -> int:
+        """How many slots to ask for now for `count` requests that go in a moment (an
+        answer's typing indicator and reply), beyond the usable slots in hand: a spare
+        stands for the last of them while the table grants in full. 0: none (in hand, an
+        answer awaited, or none free before `retry_at`)."""
+        if self.asking_since is not None or now < self.retry_at:
+            return 0
+        short = min(count - self._usable(now), self._budget)
+        if short <= 0:
+            return 0
+        self.asking_since = now
+        self._asked_spare = min(self._spare_room(), short)
+        return short
 
     def refill(self, now: float) -> int:
         """How many spares to ask for after a request used a slot in hand (0: none now).
@@ -375,6 +392,21 @@ class SharedGlobalLimit:
         if not self._backend.reachable or book.stalled(now):
             return
         self._ask(book.ask(now, ahead=count))
+
+    def expect(self, count: int) -> None:
+        """`count` requests go in a moment: ask now for those the slots in hand do not
+        cover, so that none of them waits a round trip to the table when it goes.
+
+        An answer calls it as its model request is built: its typing indicator goes as soon
+        as that request is written, its reply as soon as the model answers, and the round
+        trip overlaps the request's own (its budget reservation). The reply's slot is a
+        spare, let go soon if the model is slow (as after a typing request today).
+        """
+        now = trio.current_time()
+        book = self._book
+        if not self._backend.reachable or book.stalled(now):
+            return
+        self._ask(book.expect(now, count))
 
     def _ask(self, wanted: int) -> None:
         if wanted:

@@ -121,6 +121,9 @@ class FakeRest:
     async def create_dm(self, user_id: int) -> dict[str, Any]:
         return {"id": str(DM + user_id), "type": 1}
 
+    def expect(self, count: int) -> None:
+        pass
+
 
 def ok(text: str) -> LLMResult:
     return LLMResult(text, "m", 10, 5, 0.00001, 3, "ok")

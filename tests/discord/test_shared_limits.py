@@ -583,3 +583,60 @@ def test_slots_asked_for_ahead_are_only_those_not_in_hand() -> None:
     book.answered(Grant(wanted=2, granted=2, now=0.6, retry_at=0.6), 0.6)
     assert len(book) == 5
     assert book.ask(GLOBAL_WINDOW, ahead=3) == 1  # the first three are no longer usable
+
+
+def test_an_answers_posts_are_asked_for_beyond_the_slots_in_hand() -> None:
+    book = GrantBook()
+    # Nothing in hand: one slot for the typing indicator, a spare for the reply.
+    assert book.expect(0.0, 2) == 2
+    assert book.expect(0.0, 2) == 0  # the answer is awaited
+    book.answered(Grant(wanted=2, granted=2, now=0.0, retry_at=0.0), 0.0)
+    assert len(book) == 2
+    # The spare is let go soon, the other slot keeps its window.
+    assert book.take(SPARE_SECONDS) and not book.take(SPARE_SECONDS)
+    # A spare in hand already: one more.
+    book.answered(Grant(wanted=1, granted=1, now=1.0, retry_at=1.0), 1.0)
+    assert book.expect(1.1, 2) == 1
+    book.answered(Grant(wanted=1, granted=1, now=1.1, retry_at=1.1), 1.1)
+    assert book.expect(1.2, 2) == 0  # both in hand
+
+
+async def test_an_answers_typing_and_reply_go_on_slots_asked_for_ahead(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    busy, backend = processes(), processes()
+    limit = SharedGlobalLimit(backend)
+    assert await limit.take()  # the history read, and a spare kept in hand
+    limit.expect(2)  # the model request is being built
+    assert [g.granted for g in backend.grants] == [2, 1]
+    assert busy.db.grant(GLOBAL_BUDGET).granted == GLOBAL_BUDGET - 3
+    # The typing indicator, then the reply: neither waits for the table, which is full now.
+    assert await limit.take(wait=False)
+    assert await limit.take(wait=False)
+    assert trio.current_time() == 0.0
+
+
+async def test_a_rest_client_asks_for_expected_requests_only_in_a_cluster() -> None:
+    class Slots:
+        def __init__(self) -> None:
+            self.expected: list[int] = []
+
+        async def take(self, *, wait: bool = True) -> bool:
+            return True
+
+        def prefetch(self, count: int) -> None:
+            pass
+
+        def expect(self, count: int) -> None:
+            self.expected.append(count)
+
+        def pause(self, seconds: float) -> None:
+            pass
+
+    slots = Slots()
+    async with RestClient(API, TOKEN, shared=slots) as rest:
+        rest.expect(2)
+    assert slots.expected == [2]
+    async with RestClient(API, TOKEN) as alone:
+        alone.expect(2)  # one process: nothing to ask
