@@ -1,12 +1,12 @@
 """Which shards this process may answer for (SPEC 17): each held shard until its lease's
 deadline on our clock.
 
-The lease keeper says when a shard is taken or renewed (`serve`) and when it stops holding it
-(`end`: a hand-back past its settle time, a lease lost or taken). Each request of a held shard
-carries a `RequestFence` (see `picortex.discord.fence`): a post for it is refused once the
-shard is no longer held, and the answers being generated for it are cancelled at `end`. A
-request stopped that way is not marked handled: the shard's next holder answers it. Each check
-is one dict lookup and one clock read.
+The lease keeper says when a shard is taken (`serve`) or renewed (`extend`) and when this
+process stops holding it (`end`: a hand-back past its settle time, a lease lost or taken).
+Each request of a held shard carries a `RequestFence` (see `picortex.discord.fence`): a post
+for it is refused once the shard is no longer held, and the answers being generated for it
+are cancelled at `end`. A request stopped that way is not marked handled: the shard's next
+holder answers it. Each check is one dict lookup and one clock read.
 """
 
 from __future__ import annotations
@@ -65,8 +65,14 @@ class ShardFence:
         return trio.current_time() < self._until.get(shard_id, -math.inf)
 
     def serve(self, shard_id: int, until: float) -> None:
-        """The shard's lease is held until `until` (our clock): taken, or renewed."""
+        """The shard's lease is taken: held until `until` (our clock)."""
         self._until[shard_id] = until
+
+    def extend(self, shard_id: int, until: float) -> None:
+        """The shard's lease is renewed: held until `until`, unless it ended here already (a
+        late renewal never serves again a shard whose answers were stopped)."""
+        if shard_id in self._until:
+            self._until[shard_id] = until
 
     def end(self, shard_id: int) -> int:
         """The shard is no longer held: its requests are refused from now on and the answers

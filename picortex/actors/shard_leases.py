@@ -88,6 +88,8 @@ class Fence(Protocol):
 
     def serve(self, shard_id: int, until: float) -> None: ...
 
+    def extend(self, shard_id: int, until: float) -> None: ...
+
     def end(self, shard_id: int) -> int: ...
 
     async def stopped(self, shard_id: int) -> None: ...
@@ -279,7 +281,7 @@ class ShardLeaseKeeper:
             if shard_id in mine:
                 held.extend(until)
                 if self._fence is not None:
-                    self._fence.serve(shard_id, held.deadline)
+                    self._fence.extend(shard_id, held.deadline)
             else:
                 await self._stop(held, "lost")
 

@@ -39,7 +39,7 @@ async def test_a_request_is_allowed_until_its_shards_deadline_on_our_clock(
     assert not other.allows() and other.stopped
     await trio.sleep(4.9)
     assert request.allows()
-    fence.serve(1, start + 10)  # renewed
+    fence.extend(1, start + 10)  # renewed
     await trio.sleep(1)
     assert request.allows()
     await trio.sleep(4.1)
@@ -119,3 +119,15 @@ async def test_rest_refuses_a_post_of_a_shard_no_longer_held_before_it_is_sent(
     await rest.create_message(7, "no fence, no check")  # a request outside any cluster
     assert len(sent) == 2
     await client.aclose()
+
+
+async def test_a_late_renewal_never_serves_again_a_shard_that_ended(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fence = ShardFence(2)
+    fence.serve(1, trio.current_time() + 5)
+    fence.end(1)
+    fence.extend(1, trio.current_time() + 10)
+    assert not fence.holds(1)
+    fence.serve(1, trio.current_time() + 5)  # taken again
+    assert fence.holds(1)
