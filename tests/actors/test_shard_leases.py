@@ -532,3 +532,39 @@ async def test_a_hand_back_past_its_settle_time_stops_what_is_in_hand_then_commi
         assert stopped <= release_at
         assert fence.holds(0)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_lease_taken_or_not_renewed_ends_the_shard_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    table = FakeTable()
+    fence = ShardFence(2)
+    supervisor = DynamicSupervisor("gateways", events=RecordingSink())
+    keeper = ShardLeaseKeeper(
+        _Table(table),
+        Want(ids=(0, 1), count=2, capacity=2),
+        node="me",
+        lease_seconds=LEASE,
+        gateways=supervisor,
+        make_gateway=lambda shard, saved: FakeGateway(shard, saved),
+        adopt=lambda shard: trio.sleep(0),
+        settle=lambda shard: trio.sleep(0),
+        events=RecordingSink(),
+        call=table.call,
+        fence=fence,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        nursery.start_soon(keeper.run)
+        await trio.sleep(1)
+        assert fence.holds(0) and fence.holds(1)
+        # Another process took shard 0: ended at the next renewal, before its lease would
+        # have run out on our clock.
+        table.leases[0] = Lease(0, "other", 2, table.now() + 100)
+        await trio.sleep(LEASE / 3 + 0.1)
+        assert not fence.holds(0) and fence.holds(1)
+        # The database stops answering: shard 1 ends by our clock alone, and stays ended.
+        table.before = math.inf
+        await trio.sleep(LEASE)
+        assert not fence.holds(1)
+        nursery.cancel_scope.cancel()
