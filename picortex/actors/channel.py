@@ -41,7 +41,8 @@ from picortex.core.llm import LLMRequest
 from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore
-from picortex.discord.fence import LeaseEnded, fenced, task_fence
+from picortex.discord.fence import LeaseEnded
+from picortex.discord.http import fenced, task_fence
 from picortex.runtime.groups import lone_error
 from picortex.types import Message, Snowflake
 

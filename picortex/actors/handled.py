@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from picortex.discord.fence import task_fence
+from picortex.discord.http import task_fence
 from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,8 @@ import trio.testing
 
 from picortex.actors.handled import HandledLedger
 from picortex.actors.shard_fence import ShardFence, shard_of
-from picortex.discord.fence import LeaseEnded, fenced, task_fence
+from picortex.discord.fence import LeaseEnded
+from picortex.discord.http import fenced, task_fence, when_sent
 from picortex.discord.rest import RestClient
 from tests.actors.test_handled import FakeStore
 from tests.helpers import RecordingSink
@@ -131,3 +132,16 @@ async def test_a_late_renewal_never_serves_again_a_shard_that_ended(
     assert not fence.holds(1)
     fence.serve(1, trio.current_time() + 5)  # taken again
     assert fence.holds(1)
+
+
+async def test_a_watch_set_inside_a_fenced_task_keeps_its_fence(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    fence = ShardFence(2)
+    request = fence.request(None)
+    with fenced(request):
+        # A streamed reply's surface, a model call's gate: the same request all along.
+        with when_sent(lambda: None):
+            assert task_fence() is request
+        assert task_fence() is request
+    assert task_fence() is None
