@@ -59,6 +59,7 @@ from picortex.actors.router_clients import (
     RouterRoles,
     SlashRole,
 )
+from picortex.actors.shard_fence import ShardFence
 from picortex.actors.shard_leases import HAND_BACK_SECONDS, ShardLeaseKeeper
 from picortex.actors.web import WebActor
 from picortex.config import Settings
@@ -237,6 +238,8 @@ class Bot:
             fatal=self.on_fatal,
         )
         self.channels = DynamicSupervisor("channels", events=self.events)
+        # Shards by lease: a request is answered only while its shard is held (SPEC 17).
+        self.fence = ShardFence(self.leased.count) if self.leased is not None else None
         pipe = self.pipe
         channel_side = channel_roles(pipe)
         self.router = Router(
@@ -264,7 +267,7 @@ class Bot:
             ),
             self.channels,
             lambda channel_id, inbox, windows: ChannelActor(
-                channel_id, inbox, channel_side, windows=windows
+                channel_id, inbox, channel_side, windows=windows, fence=self.fence
             ),
             catch_up=self._catch_up,
         )
@@ -407,19 +410,20 @@ class Bot:
             make_gateway=make,
             adopt=self.store.adopt_shard,
             settle=self._settle_shard,
+            flush=self.store.flush,
+            fence=self.fence,
             events=self.events,
             on_held=on_held,
             present=functools.partial(setattr, self.store, "beating"),
         )
 
     async def _settle_shard(self, shard: tuple[int, int]) -> None:
-        """A shard handed back: its messages in hand finish (while the channels still run),
-        then every queued write (handled marks, its session) is committed."""
+        """A shard handed back: its messages in hand finish (while the channels still run);
+        the keeper then commits every queued write (handled marks, its session)."""
         handled = self.pipe.handled
         # A short poll (the ledger tells nobody when a message is done), bounded by the keeper.
         while self.root.running("channels") and handled.in_hand_of(shard[0]):  # noqa: ASYNC110
             await trio.sleep(SETTLE_POLL_SECONDS)
-        await self.store.flush()
 
     def on_fatal(self, exc: FatalDiscordError) -> None:
         """Discord refused us for good (a 401 on REST): stop the bot with exit code 3."""

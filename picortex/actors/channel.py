@@ -10,7 +10,8 @@ the decision; a `context` event (context_count) once the answer's context is bui
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import nullcontext
 from typing import Final
 
 import attrs
@@ -29,6 +30,7 @@ from picortex.actors.command_run import (
 from picortex.actors.delivery import AnswerSink, ChannelReply, Delivery
 from picortex.actors.failures import error_line, failure_text
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
+from picortex.actors.shard_fence import ShardFence
 from picortex.actors.slash_request import SlashRequest
 from picortex.core import commands as cmds
 from picortex.core import continuation as cont
@@ -39,6 +41,8 @@ from picortex.core.llm import LLMRequest
 from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore
+from picortex.discord.fence import LeaseEnded
+from picortex.discord.http import fenced, task_fence
 from picortex.runtime.groups import lone_error
 from picortex.types import Message, Snowflake
 
@@ -63,6 +67,8 @@ class ChannelActor:
         clients: its roles, each built whole by the app (`channel_roles`).
         windows: told each new state of the channel's open requests (immutable values: the
             router decides a trusted author's chatter inline when it cannot continue one).
+        fence: in a cluster, the shards this process holds (SPEC 17): a request of a shard
+            no longer held is left to its next holder, and its answer in progress stopped.
     """
 
     def __init__(
@@ -72,8 +78,10 @@ class ChannelActor:
         clients: ChannelClients,
         *,
         windows: Callable[[cont.ContinuationState], None] = lambda state: None,
+        fence: ShardFence | None = None,
     ) -> None:
         self.channel_id = channel_id
+        self._fence = fence
         self._inbox = inbox
         self._clients = clients
         self._publish_windows = windows
@@ -106,19 +114,16 @@ class ChannelActor:
                             break
                         continue
                     for _ in range(DRAIN_BATCH):
-                        self._deferred = False
-                        try:
-                            await self._handle(delivery, nursery)
-                        except Exception:
-                            # Only the message in hand is lost (SPEC 12): it is not retried,
-                            # even after a restart; answers to earlier messages finish first,
-                            # or are logged as abandoned.
-                            self._clients.records.finish(delivery.message)
-                            await self._drain()
-                            raise
-                        if not self._deferred:
-                            # Decided here and now (skipped, refused, context): final.
-                            self._clients.records.finish(delivery.message)
+                        if self._fence is None:
+                            await self._decide(delivery, nursery)
+                        else:
+                            # Its posts (and its tasks' posts) pass its shard's fence.
+                            with fenced(self._fence.request(delivery.message.guild_id)) as fence:
+                                if fence.allows():
+                                    await self._decide(delivery, nursery)
+                                else:
+                                    msg = delivery.message
+                                    self._left_to_next_holder(msg, (msg.id,))
                         self._inbox.done()
                         if not self._inbox.depth:
                             break
@@ -129,6 +134,35 @@ class ChannelActor:
             if lone is None:
                 raise
             raise lone from None
+
+    async def _decide(self, delivery: Delivery, nursery: trio.Nursery) -> None:
+        """Handle one message; final now unless its answer or reply comes later."""
+        self._deferred = False
+        try:
+            await self._handle(delivery, nursery)
+        except Exception:
+            # Only the message in hand is lost (SPEC 12): it is not retried, even after a
+            # restart; answers to earlier messages finish first, or are logged as abandoned.
+            self._clients.records.finish(delivery.message)
+            await self._drain()
+            raise
+        if not self._deferred:
+            # Decided here and now (skipped, refused, context): final.
+            self._clients.records.finish(delivery.message)
+
+    def _left_to_next_holder(self, msg: Message, message_ids: Sequence[Snowflake]) -> None:
+        """The request's shard is no longer held (SPEC 17): say so, and leave its messages
+        unmarked (this task's fence is stopped) for the process that holds the shard now."""
+        fence = task_fence()
+        if fence is not None:
+            fence.stopped = True
+        decision_event(
+            self._clients.records.events,
+            msg,
+            "skip",
+            "shard lease ended: left to the shard's next holder",
+        )
+        self._clients.records.handled.finish(message_ids, msg.channel_id, msg.guild_id)
 
     @property
     def _cont(self) -> cont.ContinuationState:
@@ -422,8 +456,14 @@ class ChannelActor:
         self._spawn(nursery, lambda: self._generate(gen, typing))
 
     async def _generate(self, gen: Generation, typing: bool) -> None:
+        final = False
+        shard = (
+            nullcontext()
+            if self._fence is None
+            else self._fence.working(gen.trigger.guild_id, gen.scope)
+        )
         try:
-            with gen.scope:
+            with shard, gen.scope:
                 for replaced in gen.after:
                     await replaced.wait()
                 try:
@@ -437,12 +477,16 @@ class ChannelActor:
                 # Posted, skipped or failed (and logged): the decision is final. Not when a
                 # follow-up replaced this answer, nor when a shutdown cancelled it.
                 if not gen.replaced:
+                    final = True
                     self._clients.records.handled.finish(
                         gen.request.message_ids, gen.trigger.channel_id, gen.trigger.guild_id
                     )
                 # A skipped or failed answer still holds its place until the earlier ones post.
                 await gen.slot.turn()
                 await gen.sink.fail(gen.failure)
+            if gen.scope.cancelled_caught and not (final or gen.replaced):
+                # Stopped as its shard's lease ended (`ShardFence.end`): not final here.
+                self._left_to_next_holder(gen.trigger, gen.request.message_ids)
         finally:
             self._cont = cont.on_answered(self._cont, gen.request)
             self._inflight.discard(gen)
@@ -543,6 +587,8 @@ class ChannelActor:
             command=gen.sink.command,
         )
         result = streamed.result
+        if isinstance(streamed.reply.failure, LeaseEnded):
+            return  # not a failure: the shard's next holder answers (its fence is stopped)
         if streamed.reply.failure is not None:
             message, trace = failure_text(streamed.reply.failure)
             clients.records.failures.record(
@@ -586,6 +632,8 @@ class ChannelActor:
         with trio.CancelScope(shield=True):
             try:
                 await gen.sink.post(text)
+            except LeaseEnded:
+                pass  # not a failure: the shard's next holder answers (its fence is stopped)
             except Exception as exc:
                 message, trace = failure_text(exc)
                 clients.records.failures.record(

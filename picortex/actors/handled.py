@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from picortex.discord.http import task_fence
 from picortex.types import Snowflake
 
 logger = logging.getLogger(__name__)
@@ -110,12 +111,19 @@ class HandledLedger:
     def finish(
         self, message_ids: Sequence[Snowflake], channel_id: Snowflake, guild_id: Snowflake | None
     ) -> None:
-        """The decision on these messages is final: mark them handled (never again).
+        """The decision on these messages is final: mark them handled (never again); unless
+        the task's request was stopped as its shard's lease ended (`picortex.discord.fence`).
 
         In memory at once, in SQLite with the store's next group (milliseconds), together with
         the channel's activity, which catch-up reads after a new session.
         """
         if not message_ids:
+            return
+        fence = task_fence()
+        if fence is not None and fence.stopped:
+            # Its shard's lease ended before it was answered (SPEC 17): not final here, the
+            # shard's next holder handles it.
+            self.release(message_ids)
             return
         now = self._clock()
         store = self._store

@@ -27,6 +27,7 @@ from picortex.core import policy
 from picortex.core.llm import LLMRequest, LLMResult
 from picortex.core.split import split_reply
 from picortex.core.stream import with_cut_notice
+from picortex.discord.fence import LeaseEnded
 from picortex.errors import FatalDiscordError
 from picortex.types import EventSink, Message, Snowflake
 
@@ -276,7 +277,9 @@ class Replies:
         if isinstance(exc, FatalDiscordError):
             self._fatal(exc)
         where = {k: fields.pop(k) for k in ("command", "mode", "target", "trigger_id")}
-        self.events.emit("reply", **where, result="failed", error=error_line(exc), **fields)
+        # Not sent: its shard's lease ended here (SPEC 17); the shard's next holder answers.
+        result = "lease_ended" if isinstance(exc, LeaseEnded) else "failed"
+        self.events.emit("reply", **where, result=result, error=error_line(exc), **fields)
 
     async def resolve_plan(self, plan: policy.PostPlan) -> policy.PostPlan:
         """The plan with its DM channel opened, when it goes to a DM."""

@@ -16,6 +16,11 @@ every shard back: the gateway saves its session and closes with 4000, messages i
 finish (or stay unhandled below the saved seq, so the next holder gets them again), the
 handled marks and the session are committed, and only then is the lease released.
 
+The fence (`picortex.actors.shard_fence`) is told the same deadlines: from the moment a shard
+is no longer held (a hand-back past its settle time, a lease not renewed in time, or taken)
+nothing more is posted for its requests, and the answers in progress for them are stopped,
+unmarked, for the next holder.
+
 The lease statements run on a connection of the keeper's own, from a thread.
 """
 
@@ -48,6 +53,9 @@ logger = logging.getLogger(__name__)
 
 # A shard handed back: its gateway's close (4000) and its messages in hand get this long.
 HAND_BACK_SECONDS: Final = 10.0
+# A shard's answers cancelled at a hand-back get this long to unwind (a post already on its
+# way ends, and its handled mark is queued) before the marks are committed.
+STOPPED_SECONDS: Final = 2.0
 # An unreachable database is complained about once per this long.
 COMPLAINT_SECONDS: Final = 60.0
 # Surveys in a row within one round while other processes win the races for free shards.
@@ -73,6 +81,18 @@ class LeaseTable(Protocol):
     def live_nodes(self, now: float) -> list[str]: ...
 
     def gateway_session(self, shard: Shard) -> Session | None: ...
+
+
+class Fence(Protocol):
+    """The shards this process may answer for (`picortex.actors.shard_fence.ShardFence`)."""
+
+    def serve(self, shard_id: int, until: float) -> None: ...
+
+    def extend(self, shard_id: int, until: float) -> None: ...
+
+    def end(self, shard_id: int) -> int: ...
+
+    async def stopped(self, shard_id: int) -> None: ...
 
 
 class ShardGateway(Protocol):
@@ -120,10 +140,14 @@ class ShardLeaseKeeper:
         on_held: Callable[[tuple[Shard, ...]], None] = lambda held: None,
         present: Callable[[bool], None] = lambda here: None,
         call: Callable[[Callable[[], Any]], Awaitable[Any]] | None = None,
+        fence: Fence | None = None,
+        flush: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """`adopt`: load a taken shard's recent handled marks (before its gateway starts);
-        `settle`: let a stopped shard's messages in hand finish and commit what is queued
-        (before its lease is released); `on_held`: told the shards held after each change;
+        `settle`: let a stopped shard's messages in hand finish (before its lease is
+        released, at most HAND_BACK_SECONDS); `flush`: commit what is queued (the handled
+        marks, the session) before a lease is released; `fence`: told each shard's deadline,
+        and when it is no longer held; `on_held`: told the shards held after each change;
         `present`: told True when it starts, False when it stops (cancelled) before it
         leaves the live processes (its heartbeat must stop first); `call`: runs a lease
         statement (default: on a thread, abandoned when cancelled, so a database that hangs
@@ -136,6 +160,8 @@ class ShardLeaseKeeper:
         self._make_gateway = make_gateway
         self._adopt = adopt
         self._settle = settle
+        self._flush = flush
+        self._fence = fence
         self._events = events
         self._on_held = on_held
         self._present = present
@@ -248,11 +274,14 @@ class ShardLeaseKeeper:
             return
         until = deadline(sent, self._lease)
         for shard_id in ids:
-            held = self.held.get(shard_id)
+            # A shard being handed back is renewed too: its answers finish under its lease.
+            held = self.held.get(shard_id) or self._handing_back.get(shard_id)
             if held is None:
                 continue
             if shard_id in mine:
                 held.extend(until)
+                if self._fence is not None:
+                    self._fence.extend(shard_id, held.deadline)
             else:
                 await self._stop(held, "lost")
 
@@ -286,6 +315,8 @@ class ShardLeaseKeeper:
         gateway.leaving = "lost"  # unless handed back: cancelled means the lease ended
         held = HeldShard(shard, epoch, until, gateway)
         self.held[shard[0]] = held
+        if self._fence is not None:
+            self._fence.serve(shard[0], until)
         self._events.emit(
             "gateway",
             action="lease_taken",
@@ -320,6 +351,7 @@ class ShardLeaseKeeper:
         if not held.stopping:
             # Not renewed in time: the lease may end on the database's clock any moment.
             held.stopping = True
+            self._end(held)
             self._events.emit(
                 "gateway", action="lease_lost", shard=list(held.shard), reason="not renewed"
             )
@@ -329,6 +361,9 @@ class ShardLeaseKeeper:
 
     async def _stop(self, held: HeldShard, how: Literal["hand_back", "lost"]) -> None:
         """Stop serving a shard: its gateway leaves as `how` says; wait until it has."""
+        if how == "lost":
+            # Another process holds it now (or may any moment): nothing more is posted.
+            self._end(held)
         if not held.stopping:
             held.stopping = True
             if how == "lost":
@@ -365,6 +400,10 @@ class ShardLeaseKeeper:
                 async with trio.open_nursery() as nursery:
                     for held in shards:
                         nursery.start_soon(self._settle, held.shard)
+            await self._stop_answers(shards)
+            if self._flush is not None:
+                with trio.fail_after(HAND_BACK_SECONDS):
+                    await self._flush()
             ids = [held.shard[0] for held in shards]
             await self._thread(functools.partial(self._table.release, ids, self._node))
         except Exception as exc:
@@ -375,6 +414,17 @@ class ShardLeaseKeeper:
             self._events.emit(
                 "gateway", action="lease_released", shard=list(held.shard), epoch=held.epoch
             )
+
+    async def _stop_answers(self, shards: list[HeldShard]) -> None:
+        """Past their settle time, what is still in hand for these shards is stopped,
+        unposted and unmarked: the next holder answers it, never both."""
+        for held in shards:
+            self._end(held)
+        fence = self._fence
+        if fence is not None:
+            with trio.move_on_after(STOPPED_SECONDS):
+                for held in shards:
+                    await fence.stopped(held.shard[0])
 
     async def hand_back_all(self, *, leave: bool = True) -> None:
         """Hand every held shard back and (`leave`) leave the live processes, so that the
@@ -388,6 +438,16 @@ class ShardLeaseKeeper:
                 await self._thread(functools.partial(self._table.leave, self._node))
             except Exception as exc:
                 self._complain(exc)
+
+    def _end(self, held: HeldShard) -> None:
+        """Tell the fence the shard is no longer held: its answers in progress are stopped."""
+        if self._fence is None:
+            return
+        stopped = self._fence.end(held.shard[0])
+        if stopped:
+            self._events.emit(
+                "gateway", action="answers_stopped", shard=list(held.shard), answers=stopped
+            )
 
     def _forget_ended(self) -> None:
         for shard_id, held in list(self.held.items()):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import httpx
 
@@ -68,23 +68,39 @@ class Once:
             callback()
 
 
+class SendFence(Protocol):
+    """One request's fence in a cluster (`picortex.actors.shard_fence.RequestFence`)."""
+
+    # Set once the request was refused or its work stopped: its decision is not final here,
+    # the shard's next holder makes it (its handled mark is not written).
+    stopped: bool
+
+    def allows(self) -> bool:
+        """Whether the request's shard is still held (False also sets `stopped`)."""
+        ...
+
+
 class RequestWatch:
     """What a task wants told about the HTTP requests it makes: `on_start` when one starts
     (only a client whose request hook asks for it calls it: the model client's), `on_sent`
     once one is written to the socket; `admit`, awaited by that hook before the request goes
-    (a model call's reservation, see `picortex.actors.admission`)."""
+    (a model call's reservation, see `picortex.actors.admission`); `fence`, the shard fence
+    of the Discord request the task answers, checked by the REST client just before each
+    request leaves (`picortex.discord.fence`)."""
 
-    __slots__ = ("admit", "on_sent", "on_start")
+    __slots__ = ("admit", "fence", "on_sent", "on_start")
 
     def __init__(
         self,
         on_sent: Callable[[], None] | None,
         on_start: Callable[[], None] | None = None,
         admit: Callable[[], Awaitable[None]] | None = None,
+        fence: SendFence | None = None,
     ) -> None:
         self.on_sent = on_sent
         self.on_start = on_start
         self.admit = admit
+        self.fence = fence
 
 
 # The task's `RequestWatch` (`when_sent`). It exists because the code that must know a request
@@ -109,11 +125,36 @@ def when_sent(
     call), where passing a callback through every layer would widen each of them for one
     signal.
     """
-    token = _WATCH.set(RequestWatch(on_sent, on_start, admit))
+    outer = _WATCH.get()
+    fence = None if outer is None else outer.fence  # the task still answers the same request
+    token = _WATCH.set(RequestWatch(on_sent, on_start, admit, fence))
     try:
         yield
     finally:
         _WATCH.reset(token)
+
+
+@contextmanager
+def fenced(fence: SendFence) -> Iterator[SendFence]:
+    """Within the block (and in the tasks it starts), Discord requests pass `fence` (a
+    cluster's shard fence: see `picortex.discord.fence`)."""
+    outer = _WATCH.get()
+    watch = (
+        RequestWatch(None, fence=fence)
+        if outer is None
+        else RequestWatch(outer.on_sent, outer.on_start, outer.admit, fence)
+    )
+    token = _WATCH.set(watch)
+    try:
+        yield fence
+    finally:
+        _WATCH.reset(token)
+
+
+def task_fence() -> SendFence | None:
+    """The shard fence of the request this task answers, if any (only in a cluster)."""
+    watch = _WATCH.get()
+    return None if watch is None else watch.fence
 
 
 def task_watch() -> RequestWatch | None:

@@ -23,6 +23,7 @@ import trio
 
 from picortex import PROJECT_URL, __version__
 from picortex.core import attachments
+from picortex.discord.fence import check_fence
 from picortex.discord.http import Once, discord_client, sent_trace, task_on_sent
 from picortex.discord.ratelimit import (
     GLOBAL_BUDGET,
@@ -497,6 +498,8 @@ class RestClient:
                     if shared is not None and not await shared.take(wait=not optional):
                         return None
                 self._check_allowed()
+                # The last moment: a request of a shard no longer held never leaves (SPEC 17).
+                check_fence()
                 response = await self._http.request(
                     method,
                     url,

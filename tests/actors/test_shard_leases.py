@@ -13,6 +13,7 @@ import attrs
 import trio
 import trio.testing
 
+from picortex.actors.shard_fence import ShardFence
 from picortex.actors.shard_leases import HAND_BACK_SECONDS, ShardLeaseKeeper
 from picortex.core.leases import Lease, Want, margin
 from picortex.runtime.supervisor import DynamicSupervisor
@@ -468,4 +469,102 @@ async def test_a_slow_hand_back_neither_holds_up_renewals_nor_lets_its_shard_lap
         assert gateways[1].left == "hand_back"
         assert live_when_settled == [True]  # ours all along until released
         assert table.leases[1].node is None
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_hand_back_past_its_settle_time_stops_what_is_in_hand_then_commits_then_releases(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    table = FakeTable(nodes=["me"])
+    supervisor = DynamicSupervisor("gateways", events=RecordingSink())
+    fence = ShardFence(2)
+    order: list[str] = []
+    answer_stopped_at: list[float] = []
+
+    async def settle(shard: Shard) -> None:
+        await trio.sleep_forever()  # an answer still with the model
+
+    async def flush() -> None:
+        order.append(f"flush, shard 1 held: {fence.holds(1)}")
+
+    async def answer() -> None:
+        # An answer in progress on shard 1 (a guild routed there).
+        scope = trio.CancelScope()
+        with fence.working(1 << 22, scope), scope:
+            await trio.sleep_forever()
+        answer_stopped_at.append(trio.current_time())
+
+    class Releases(_Table):
+        def release(self, shard_ids: Sequence[int], node: str) -> int:
+            order.append(f"release {list(shard_ids)}")
+            return super().release(shard_ids, node)
+
+    keeper = ShardLeaseKeeper(
+        Releases(table),
+        Want(ids=(), count=2, capacity=2, auto=True),
+        node="me",
+        lease_seconds=LEASE,
+        gateways=supervisor,
+        make_gateway=lambda shard, saved: FakeGateway(shard, saved),
+        adopt=lambda shard: trio.sleep(0),
+        settle=settle,
+        events=RecordingSink(),
+        call=table.call,
+        fence=fence,
+        flush=flush,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        nursery.start_soon(keeper.run)
+        await trio.sleep(1)
+        assert sorted(keeper.held) == [0, 1] and fence.holds(0) and fence.holds(1)
+        nursery.start_soon(answer)
+        await trio.sleep(LEASE)  # renewed meanwhile: still held
+        assert fence.holds(1) and answer_stopped_at == []
+        table.nodes.append("b")  # one shard goes to "b"
+        await trio.sleep(LEASE / 3 + HAND_BACK_SECONDS + 1)
+        # The highest shard goes back: its answer is stopped at the settle time, before the
+        # marks are committed and the lease released; the other shard's stays held.
+        assert table.leases[1].node is None and table.leases[0].node == "me"
+        assert order == ["flush, shard 1 held: False", "release [1]"]
+        [stopped] = answer_stopped_at
+        release_at = next(at for what, at in table.log if what == "release 1")
+        assert stopped <= release_at
+        assert fence.holds(0)
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_lease_taken_or_not_renewed_ends_the_shard_at_once(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    table = FakeTable()
+    fence = ShardFence(2)
+    supervisor = DynamicSupervisor("gateways", events=RecordingSink())
+    keeper = ShardLeaseKeeper(
+        _Table(table),
+        Want(ids=(0, 1), count=2, capacity=2),
+        node="me",
+        lease_seconds=LEASE,
+        gateways=supervisor,
+        make_gateway=lambda shard, saved: FakeGateway(shard, saved),
+        adopt=lambda shard: trio.sleep(0),
+        settle=lambda shard: trio.sleep(0),
+        events=RecordingSink(),
+        call=table.call,
+        fence=fence,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(supervisor.run)
+        nursery.start_soon(keeper.run)
+        await trio.sleep(1)
+        assert fence.holds(0) and fence.holds(1)
+        # Another process took shard 0: ended at the next renewal, before its lease would
+        # have run out on our clock.
+        table.leases[0] = Lease(0, "other", 2, table.now() + 100)
+        await trio.sleep(LEASE / 3 + 0.1)
+        assert not fence.holds(0) and fence.holds(1)
+        # The database stops answering: shard 1 ends by our clock alone, and stays ended.
+        table.before = math.inf
+        await trio.sleep(LEASE)
+        assert not fence.holds(1)
         nursery.cancel_scope.cancel()
