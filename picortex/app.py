@@ -270,6 +270,7 @@ class Bot:
                 channel_id, inbox, channel_side, windows=windows, fence=self.fence
             ),
             catch_up=self._catch_up,
+            fence=self.fence,
         )
         # One gateway actor per shard, all handing dispatches to the one router (a message's
         # channel decides its mailbox) and sharing the session start limit.
@@ -410,7 +411,7 @@ class Bot:
             make_gateway=make,
             adopt=self.store.adopt_shard,
             settle=self._settle_shard,
-            flush=self.store.flush,
+            flush=self._flush_handed_back,
             fence=self.fence,
             events=self.events,
             on_held=on_held,
@@ -424,6 +425,15 @@ class Bot:
         # A short poll (the ledger tells nobody when a message is done), bounded by the keeper.
         while self.root.running("channels") and handled.in_hand_of(shard[0]):  # noqa: ASYNC110
             await trio.sleep(SETTLE_POLL_SECONDS)
+
+    async def _flush_handed_back(self) -> None:
+        """Before leases are released: a shard whose stopped requests came by catch-up loses
+        its saved session (a RESUME would not replay them: its next holder IDENTIFYs and
+        catches up), then every queued write is committed."""
+        count = self.pipe.handled.shard_count
+        for shard_id in sorted(self.pipe.handled.unreplayable_left()):
+            self.store.clear_gateway_session((shard_id, count))
+        await self.store.flush()
 
     def on_fatal(self, exc: FatalDiscordError) -> None:
         """Discord refused us for good (a 401 on REST): stop the bot with exit code 3."""

@@ -11,6 +11,7 @@ the actor, with backoff and within its intensity).
     +-- DiscordHTTPError             Discord answered an error REST does not retry retryable
     |   +-- InvalidRequestGuardError refused locally before Discord's ban          retryable
     +-- GatewayError                 the gateway had nothing usable to connect to  retryable
+    +-- LeaseEnded                   a post for a shard no longer held: refused    retryable
     +-- ModelError                   the model endpoint's answer was unusable      retryable
     |   +-- StreamCut                a streamed answer stopped before its end
     +-- AttachmentRefused            an attachment body not fetched (host, size)   retryable
@@ -103,6 +104,11 @@ class InvalidRequestGuardError(DiscordHTTPError):
 
 class GatewayError(PicortexError):
     """The gateway could not connect: no usable websocket URL, or the upgrade was refused."""
+
+
+class LeaseEnded(PicortexError):
+    """A request of a shard this process no longer holds (SPEC 17): refused before it was
+    sent; the shard's next holder answers it."""
 
 
 class ModelError(PicortexError):

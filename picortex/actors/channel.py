@@ -10,14 +10,14 @@ the decision; a `context` event (context_count) once the answer's context is bui
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from typing import Final
 
 import attrs
 import trio
 
-from picortex.actors import answer_prompt, chats, persona_answer, slash_dispatch
+from picortex.actors import answer_post, answer_prompt, chats, persona_answer, slash_dispatch
 from picortex.actors.answer_state import Generation, ReplySlot
 from picortex.actors.channel_clients import ChannelClients, Inbox
 from picortex.actors.classify import classify
@@ -28,7 +28,7 @@ from picortex.actors.command_run import (
     trigger_event,
 )
 from picortex.actors.delivery import AnswerSink, ChannelReply, Delivery
-from picortex.actors.failures import error_line, failure_text
+from picortex.actors.failures import error_line
 from picortex.actors.replies import TYPING_FIRST_WAIT_SECONDS
 from picortex.actors.shard_fence import ShardFence
 from picortex.actors.slash_request import SlashRequest
@@ -36,13 +36,10 @@ from picortex.core import commands as cmds
 from picortex.core import continuation as cont
 from picortex.core import personas as pcore
 from picortex.core.attention import decide_attention
-from picortex.core.budget import workspace_id
-from picortex.core.llm import LLMRequest
 from picortex.core.merged import held_request
 from picortex.core.triggerlog import entry_from_message
 from picortex.core.trust import Tier, should_ignore
-from picortex.discord.fence import LeaseEnded
-from picortex.discord.http import fenced, task_fence
+from picortex.discord.http import fenced
 from picortex.runtime.groups import lone_error
 from picortex.types import Message, Snowflake
 
@@ -123,7 +120,9 @@ class ChannelActor:
                                     await self._decide(delivery, nursery)
                                 else:
                                     msg = delivery.message
-                                    self._left_to_next_holder(msg, (msg.id,))
+                                    answer_post.left_to_next_holder(
+                                        self._clients.records, msg, (msg.id,)
+                                    )
                         self._inbox.done()
                         if not self._inbox.depth:
                             break
@@ -149,20 +148,6 @@ class ChannelActor:
         if not self._deferred:
             # Decided here and now (skipped, refused, context): final.
             self._clients.records.finish(delivery.message)
-
-    def _left_to_next_holder(self, msg: Message, message_ids: Sequence[Snowflake]) -> None:
-        """The request's shard is no longer held (SPEC 17): say so, and leave its messages
-        unmarked (this task's fence is stopped) for the process that holds the shard now."""
-        fence = task_fence()
-        if fence is not None:
-            fence.stopped = True
-        decision_event(
-            self._clients.records.events,
-            msg,
-            "skip",
-            "shard lease ended: left to the shard's next holder",
-        )
-        self._clients.records.handled.finish(message_ids, msg.channel_id, msg.guild_id)
 
     @property
     def _cont(self) -> cont.ContinuationState:
@@ -486,7 +471,9 @@ class ChannelActor:
                 await gen.sink.fail(gen.failure)
             if gen.scope.cancelled_caught and not (final or gen.replaced):
                 # Stopped as its shard's lease ended (`ShardFence.end`): not final here.
-                self._left_to_next_holder(gen.trigger, gen.request.message_ids)
+                answer_post.left_to_next_holder(
+                    self._clients.records, gen.trigger, gen.request.message_ids
+                )
         finally:
             self._cont = cont.on_answered(self._cont, gen.request)
             self._inflight.discard(gen)
@@ -531,7 +518,15 @@ class ChannelActor:
             if typing:
                 clients.posting.replies.expect_posts()
             if clients.chat.settings().replies.stream:
-                await self._stream_answer(gen, request, shown, sent.set)
+                await answer_post.stream_answer(
+                    clients,
+                    gen,
+                    request,
+                    claim=self._claim,
+                    typing_shown=shown,
+                    on_sent=sent.set,
+                    post_notice=lambda text: self._post_answer(gen, text, persona=None),
+                )
                 return
             result = await clients.model.llm.complete(request, on_sent=sent.set)
             if result.ok and not shown.is_set():
@@ -547,64 +542,6 @@ class ChannelActor:
             return
         await self._post_answer(gen, result.text, persona=None)
 
-    async def _stream_answer(
-        self,
-        gen: Generation,
-        request: LLMRequest,
-        typing_shown: trio.Event,
-        on_sent: Callable[[], None],
-    ) -> None:
-        """The answer streamed into its reply (SPEC 16), in the reply's turn."""
-        clients = self._clients
-        trigger = gen.trigger
-        plan = clients.posting.replies.reply_plan(trigger, None)
-
-        async def before_first_post() -> bool:
-            await gen.slot.turn()
-            if cont.is_superseded(self._cont, gen.request):
-                decision_event(
-                    self._clients.records.events,
-                    trigger,
-                    "skip",
-                    "answer superseded by a follow-up: not posted",
-                )
-                return False
-            # From here on the answer is posted whatever comes: a follow-up is a new request.
-            self._cont = cont.on_answered(self._cont, gen.request)
-            if not typing_shown.is_set():
-                with trio.move_on_after(TYPING_FIRST_WAIT_SECONDS):
-                    await typing_shown.wait()
-            return True
-
-        streamed = await clients.posting.replies.stream_answer(
-            request,
-            lambda: clients.posting.replies.resolve_plan(plan),
-            trigger_id=trigger.id,
-            before_first_post=before_first_post,
-            # A slash `ask`'s answer grows in the deferred response (SPEC 15).
-            surface=gen.sink.surface(),
-            on_sent=on_sent,
-            command=gen.sink.command,
-        )
-        result = streamed.result
-        if isinstance(streamed.reply.failure, LeaseEnded):
-            return  # not a failure: the shard's next holder answers (its fence is stopped)
-        if streamed.reply.failure is not None:
-            message, trace = failure_text(streamed.reply.failure)
-            clients.records.failures.record(
-                stage="post",
-                workspace=workspace_id(trigger.guild_id),
-                persona=None,
-                signal_id=trigger.id,
-                error=message,
-                stack_trace=trace,
-            )
-        elif result is not None and not result.ok:
-            answer_prompt.log_no_answer(clients.records, trigger, result)
-            if result.notice and not streamed.reply.started:
-                # A user over their own limit is told once per period, politely.
-                await self._post_answer(gen, result.notice, persona=None)
-
     def _held(self, gen: Generation) -> cont.Request:
         """The request as the model gets it: follow-ups held to `context_chars` (SPEC 9)."""
         return held_request(gen.request, self._clients.chat.settings().context_chars)
@@ -615,32 +552,26 @@ class ChannelActor:
         personas = persona_answer.current_personas(self._clients.personas)
         return pcore.match(personas, request.text) if personas is not None else []
 
-    async def _post_answer(self, gen: Generation, text: str, *, persona: str | None) -> None:
-        clients = self._clients
-        trigger = gen.trigger
+    async def _claim(self, gen: Generation) -> bool:
+        """Wait for the answer's turn; whether it is still to be posted (from then on it is,
+        whatever comes: a follow-up is a new request)."""
         await gen.slot.turn()
         if cont.is_superseded(self._cont, gen.request):
             decision_event(
                 self._clients.records.events,
-                trigger,
+                gen.trigger,
                 "skip",
                 "answer superseded by a follow-up: not posted",
             )
-            return
-        # From here on the answer is posted whatever comes: a follow-up now is a new request.
+            return False
         self._cont = cont.on_answered(self._cont, gen.request)
+        return True
+
+    async def _post_answer(self, gen: Generation, text: str, *, persona: str | None) -> None:
+        if not await self._claim(gen):
+            return
         with trio.CancelScope(shield=True):
             try:
                 await gen.sink.post(text)
-            except LeaseEnded:
-                pass  # not a failure: the shard's next holder answers (its fence is stopped)
             except Exception as exc:
-                message, trace = failure_text(exc)
-                clients.records.failures.record(
-                    stage="post",
-                    workspace=workspace_id(trigger.guild_id),
-                    persona=persona,
-                    signal_id=trigger.id,
-                    error=message,
-                    stack_trace=trace,
-                )
+                answer_post.post_failed(self._clients.records, gen.trigger, exc, persona)

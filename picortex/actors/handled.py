@@ -49,6 +49,9 @@ class HandledLedger:
         # With many shards in one process, each gateway hands on `seq * shard_count +
         # shard_id`: one number says both the shard and its session's seq.
         self.shard_count = 1
+        # Shards whose stopped requests a RESUME would not replay (found by catch-up): their
+        # next holder must IDENTIFY and catch up (see `unreplayable_left`).
+        self._left_unreplayable: set[int] = set()
 
     @property
     def in_hand(self) -> int:
@@ -123,6 +126,8 @@ class HandledLedger:
         if fence is not None and fence.stopped:
             # Its shard's lease ended before it was answered (SPEC 17): not final here, the
             # shard's next holder handles it.
+            if any(self._in_hand.get(m, 0) is None for m in message_ids):
+                self._left_unreplayable.add(fence.shard)
             self.release(message_ids)
             return
         now = self._clock()
@@ -136,6 +141,13 @@ class HandledLedger:
             store.note_channel_activity(channel_id, guild_id, newest, now)
         except Exception:
             logger.exception("could not note activity in channel %s", channel_id)
+
+    def unreplayable_left(self) -> set[int]:
+        """The shards (ids) whose requests left to the next holder came without a seq (found
+        by catch-up), taken: a RESUME would not replay them, so that shard's saved session
+        must go and its next holder IDENTIFY and catch up."""
+        left, self._left_unreplayable = self._left_unreplayable, set()
+        return left
 
     def release(self, message_ids: Sequence[Snowflake]) -> None:
         """Let go of messages without a final decision (never queued), so they may come again."""

@@ -26,12 +26,14 @@ from picortex.actors.delivery import ChannelReply, Delivery
 from picortex.actors.interaction_sink import InteractionSink
 from picortex.actors.interactions import register_commands
 from picortex.actors.router_clients import RouterRoles
+from picortex.actors.shard_fence import ShardFence
 from picortex.actors.slash_request import slash_request
 from picortex.core import continuation as cont
 from picortex.core.access import role_tier
 from picortex.core.chatter import QUIET_MODES, is_chatter
 from picortex.core.commands import strip_mention
 from picortex.core.trust import is_trusted, should_ignore
+from picortex.discord.fence import LEFT_TO_NEXT_HOLDER
 from picortex.discord.normalize import normalize
 from picortex.runtime.mailbox import Mailbox
 from picortex.runtime.supervisor import ChildSpec, RestartPolicy
@@ -126,7 +128,9 @@ class Router:
         channel_actor: ChannelActorFactory,
         *,
         catch_up: Callable[[int | None], Awaitable[None]] | None = None,
+        fence: ShardFence | None = None,
     ) -> None:
+        self._fence = fence
         self._reads = roles.reads
         self._feeds = roles.feeds
         self._posting = roles.posting
@@ -325,6 +329,18 @@ class Router:
                 seen = await store.was_handled(event.id, event.guild_id)
             if seen or not self._feeds.handled.take(event.id, seq):
                 self.replays_dropped += 1
+            elif self._fence is not None and not self._fence.request(event.guild_id).allows():
+                # Its shard's lease ended as it came (SPEC 17): not marked, so the shard's next
+                # holder, resuming below its seq, answers it.
+                self._feeds.handled.release((event.id,))
+                self._feeds.events.emit(
+                    "decision",
+                    interaction_id=event.id,
+                    channel_id=event.channel_id,
+                    guild_id=event.guild_id,
+                    outcome="skip",
+                    reason=LEFT_TO_NEXT_HOLDER,
+                )
             else:
                 self._feeds.handled.finish((event.id,), event.channel_id, event.guild_id)
                 await self._deliver(self._interaction_delivery(event, seq))

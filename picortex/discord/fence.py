@@ -10,14 +10,16 @@ lookup.
 from __future__ import annotations
 
 from picortex.discord.http import task_fence
+from picortex.errors import LeaseEnded
 
+__all__ = ["LEFT_TO_NEXT_HOLDER", "LeaseEnded", "check_fence"]
 
-class LeaseEnded(Exception):
-    """A request of a shard this process no longer holds: refused before it was sent."""
+# Why a request of a shard no longer held is not answered here (the action log's reason).
+LEFT_TO_NEXT_HOLDER = "shard lease ended: left to the shard's next holder"
 
 
 def check_fence() -> None:
     """Raise LeaseEnded when this task's request is of a shard no longer held."""
     fence = task_fence()
     if fence is not None and not fence.allows():
-        raise LeaseEnded("shard lease ended: left to the shard's next holder")
+        raise LeaseEnded(LEFT_TO_NEXT_HOLDER)

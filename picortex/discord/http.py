@@ -74,6 +74,7 @@ class SendFence(Protocol):
     # Set once the request was refused or its work stopped: its decision is not final here,
     # the shard's next holder makes it (its handled mark is not written).
     stopped: bool
+    shard: int  # the shard id its request came on
 
     def allows(self) -> bool:
         """Whether the request's shard is still held (False also sets `stopped`)."""

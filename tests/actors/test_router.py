@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from picortex.actors import channel as channel_mod
+from picortex.actors.shard_fence import ShardFence
 from picortex.sim.model import ModelReply
 from picortex.sim.world import Dispatch
 from tests.e2e.harness import running_bot
@@ -77,6 +79,39 @@ async def test_a_replayed_interaction_is_answered_once(
         assert again.bot.router.replays_dropped == 1
         triggers = [e["message_id"] for e in again.events("trigger")]  # both runs' log
         assert triggers == [str(ask.id), fresh["id"]]
+
+
+async def test_an_interaction_of_a_shard_no_longer_held_is_left_unmarked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SPEC 17: a slash command that comes as its shard's lease ends is not taken as handled,
+    so the shard's next holder (resuming below its seq) answers it."""
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        sent: list[dict[str, Any]] = []
+        dispatch = run.sim.gateway.dispatch
+
+        def recording(event: Dispatch) -> None:
+            if event.name == "INTERACTION_CREATE":
+                sent.append(event.data)
+            dispatch(event)
+
+        monkeypatch.setattr(run.sim.gateway, "dispatch", recording)
+        await run.wait_until(lambda: bool(run.sim.app_commands()))
+        fence = ShardFence(1)  # shard 0 not held (any more)
+        monkeypatch.setattr(run.bot.router, "_fence", fence)
+        run.sim.model.script("Answered by the holder.")
+        ask = run.sim.run_slash(w.general_id, w.alice_id, "picortex ask who answers?")
+        [skip] = await run.wait_event("decision", interaction_id=ask.id)
+        assert skip["outcome"] == "skip" and "next holder" in skip["reason"]
+        assert not run.bot.store.is_seen(ask.id)
+        assert not ask.answers and not run.sim.model.calls
+        # The shard's holder gets it again (a RESUME's replay) and answers it once.
+        fence.serve(0, math.inf)
+        [payload] = sent
+        run.bot.router.on_dispatch("INTERACTION_CREATE", payload)
+        await run.wait_event("reply", trigger_id=ask.id, result="posted")
+        assert len(run.sim.model.calls) == 1
 
 
 async def test_an_idle_channel_actor_exits_and_comes_back(

@@ -93,6 +93,26 @@ async def test_a_stopped_requests_messages_are_released_not_marked(
     assert task_fence() is None
 
 
+async def test_a_stopped_request_found_by_catch_up_leaves_its_shard_to_identify(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    # A RESUME replays only what came with a seq: a stopped request found by catch-up must
+    # make the next holder IDENTIFY (and catch up) instead.
+    ledger = HandledLedger(FakeStore(), clock=lambda: 1000.0)
+    ledger.shard_count = 2
+    fence = ShardFence(2)
+    assert ledger.take(21, seq=7 * 2 + 1) and ledger.take(22, seq=None)
+    with fenced(fence.request(GUILD_ON_SHARD_1)) as request:
+        assert not request.allows()
+        ledger.finish([21], channel_id=7, guild_id=GUILD_ON_SHARD_1)
+    assert ledger.unreplayable_left() == set()  # came with its seq: replayed by a RESUME
+    with fenced(fence.request(GUILD_ON_SHARD_1)) as request:
+        assert not request.allows()
+        ledger.finish([22], channel_id=7, guild_id=GUILD_ON_SHARD_1)
+    assert ledger.unreplayable_left() == {1}
+    assert ledger.unreplayable_left() == set()  # told once
+
+
 async def test_rest_refuses_a_post_of_a_shard_no_longer_held_before_it_is_sent(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
