@@ -41,21 +41,27 @@ async def test_a_replayed_message_is_answered_once(tmp_path: Path) -> None:
         assert triggers == [payload["id"], fresh["id"]]
 
 
+def _interactions_sent(run: Any, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The INTERACTION_CREATE payloads the simulator sends from now on (to replay them)."""
+    sent: list[dict[str, Any]] = []
+    dispatch = run.sim.gateway.dispatch
+
+    def recording(event: Dispatch) -> None:
+        if event.name == "INTERACTION_CREATE":
+            sent.append(event.data)
+        dispatch(event)
+
+    monkeypatch.setattr(run.sim.gateway, "dispatch", recording)
+    return sent
+
+
 async def test_a_replayed_interaction_is_answered_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As a replayed message: an INTERACTION_CREATE delivered again is dropped (SPEC 4)."""
     async with running_bot(tmp_path) as run:
         w = run.world
-        sent: list[dict[str, Any]] = []
-        dispatch = run.sim.gateway.dispatch
-
-        def recording(event: Dispatch) -> None:
-            if event.name == "INTERACTION_CREATE":
-                sent.append(event.data)
-            dispatch(event)
-
-        monkeypatch.setattr(run.sim.gateway, "dispatch", recording)
+        sent = _interactions_sent(run, monkeypatch)
         await run.wait_until(lambda: bool(run.sim.app_commands()))
         run.sim.model.script("Only once.")
         ask = run.sim.run_slash(w.general_id, w.alice_id, "picortex ask once, please")
@@ -88,15 +94,7 @@ async def test_an_interaction_of_a_shard_no_longer_held_is_left_unmarked(
     so the shard's next holder (resuming below its seq) answers it."""
     async with running_bot(tmp_path) as run:
         w = run.world
-        sent: list[dict[str, Any]] = []
-        dispatch = run.sim.gateway.dispatch
-
-        def recording(event: Dispatch) -> None:
-            if event.name == "INTERACTION_CREATE":
-                sent.append(event.data)
-            dispatch(event)
-
-        monkeypatch.setattr(run.sim.gateway, "dispatch", recording)
+        sent = _interactions_sent(run, monkeypatch)
         await run.wait_until(lambda: bool(run.sim.app_commands()))
         fence = ShardFence(1)  # shard 0 not held (any more)
         monkeypatch.setattr(run.bot.router, "_fence", fence)
