@@ -102,6 +102,19 @@ class FakeCeilings:
         self.closed = True
 
 
+class SlowCeilings(FakeCeilings):
+    """Reservations that wait, on the worker thread, until the test lets them go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def reserve(self, ask: Ask) -> Answer:
+        self.entered.set()
+        self.release.wait(10)
+        return super().reserve(ask)
+
+
 def budget_over(
     ceilings: Any, settings: Settings, sink: RecordingSink | None = None
 ) -> ClusterBudget:
@@ -188,15 +201,8 @@ async def test_calls_on_four_processes_overshoot_the_global_ceiling_by_one_call_
 async def test_a_reservation_answered_as_its_caller_is_cancelled_reaches_the_caller(
     tmp_path: Path,
 ) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    class Slow(FakeCeilings):
-        def reserve(self, ask: Ask) -> Answer:
-            entered.set()
-            release.wait(10)
-            return super().reserve(ask)
-
-    ceilings = Slow()
+    ceilings = SlowCeilings()
+    entered, release = ceilings.entered, ceilings.release
     budget = budget_over(ceilings, settings_with(tmp_path, BudgetSettings(5.0, "day")))
     got: list[Reservation | Refusal] = []
     with trio.CancelScope() as scope:
@@ -370,16 +376,9 @@ async def test_a_call_the_cluster_refuses_is_cut_before_it_is_sent(tmp_path: Pat
 async def test_a_call_cancelled_before_its_reservation_came_releases_it_unsent(
     tmp_path: Path,
 ) -> None:
-    entered, release = threading.Event(), threading.Event()
-
-    class Slow(FakeCeilings):
-        def reserve(self, ask: Ask) -> Answer:
-            entered.set()
-            release.wait(10)
-            return super().reserve(ask)
-
+    ceilings = SlowCeilings()
+    entered, release = ceilings.entered, ceilings.release
     sink = RecordingSink()
-    ceilings = Slow()
     budget = budget_over(ceilings, settings_with(tmp_path, BudgetSettings(5.0, "day")), sink)
     model = FakeModel()
     async with running(actor_over(budget, model, sink, threading.Event())) as actor:

@@ -16,28 +16,15 @@ import trio
 from picortex.actors.shard_leases import HAND_BACK_SECONDS
 from picortex.app import Bot
 from picortex.core.leases import margin
-from picortex.sim import Simulator
 from picortex.sim.model import ModelReply
 from tests.e2e.harness import Running
-from tests.e2e.test_shard_takeover import _bot, _held, _ready, _start
+from tests.e2e.test_shard_takeover import _bot, _held, _ready, _simulator, _start
 
 pytestmark = pytest.mark.virtual_time
 
 # Far beyond a hand-back's settle time, and beyond a lease not renewed.
 SLOW_ANSWER_SECONDS = 40.0
 LEASE_SECONDS = 10.0
-
-
-def _simulator() -> Simulator:
-    sim = Simulator(
-        heartbeat_interval_ms=5000,
-        limit_identify_concurrency=True,
-        max_concurrency=2,
-        recommended_shards=2,
-    )
-    for bucket in ("messages.post", "typing"):
-        sim.set_rate_limit(bucket, 1000, 1.0)
-    return sim
 
 
 def _after(events: list[dict[str, Any]], first: dict[str, Any]) -> list[dict[str, Any]]:

@@ -29,6 +29,19 @@ pytestmark = pytest.mark.virtual_time
 AUTO_2 = Want(ids=(), count=2, capacity=2, auto=True)
 
 
+def _simulator() -> Simulator:
+    """Two shards in buckets of two; posting limits out of the way."""
+    sim = Simulator(
+        heartbeat_interval_ms=5000,
+        limit_identify_concurrency=True,
+        max_concurrency=2,
+        recommended_shards=2,
+    )
+    for bucket in ("messages.post", "typing"):
+        sim.set_rate_limit(bucket, 1000, 1.0)
+    return sim
+
+
 def _bot(home: Path, urls: SimURLs, sim: Simulator, world: DefaultWorld, url: str) -> Bot:
     home.mkdir(parents=True)
     settings = load_settings(
@@ -71,14 +84,7 @@ def _held(bot: Bot) -> list[int]:
 async def test_two_processes_split_the_shards_and_one_takes_over_exactly_once(
     tmp_path: Path, pg_url: str
 ) -> None:
-    sim = Simulator(
-        heartbeat_interval_ms=5000,
-        limit_identify_concurrency=True,
-        max_concurrency=2,
-        recommended_shards=2,
-    )
-    for bucket in ("messages.post", "typing"):
-        sim.set_rate_limit(bucket, 1000, 1.0)
+    sim = _simulator()
     guilds = sim.add_guilds(4)
     world = sim.add_default_world()
     channels_of = {s: next(g for g in guilds if (g[0] >> 22) % 2 == s)[1] for s in (0, 1)}
