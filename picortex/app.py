@@ -544,11 +544,18 @@ class Bot:
             async with self.rest:
                 return await run_root(self.root, task_status=task_status)
         finally:
-            if not isinstance(self.budget, LedgerBudget):
-                self.budget.close()  # what is still unsettled reaches the database
-            if self.lease_table is not None:
-                self.lease_table.close()
-            self.store.close()
+            self.close()
+
+    def close(self) -> None:
+        """Release the database connections (idempotent; `run` does it when it ends).
+
+        A bot built and never run holds its store's connections too: call this then.
+        """
+        if not isinstance(self.budget, LedgerBudget):
+            self.budget.close()  # what is still unsettled reaches the database
+        if self.lease_table is not None:
+            self.lease_table.close()
+        self.store.close()
 
 
 def _shard_dispatch(

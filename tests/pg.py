@@ -23,10 +23,13 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import pytest
+
+if TYPE_CHECKING:
+    from picortex.app import Bot
 
 TEMPLATE = "picortex_template"
 _RUN_AS = "postgres"
@@ -247,3 +250,13 @@ def pg_server() -> Iterator[Server]:
 def pg_url(pg_server: Server) -> str:
     """A fresh database with the schema, for this test alone."""
     return pg_server.database()
+
+
+@pytest.fixture
+def built() -> Iterator[list[Bot]]:
+    """Bots a test builds on `pg_url`, closed at its end: one never run (the test failed
+    first) would hold its database connections until collected, during a later test."""
+    bots: list[Bot] = []
+    yield bots
+    for bot in bots:
+        bot.close()

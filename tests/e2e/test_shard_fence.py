@@ -53,7 +53,7 @@ def _marked(bot: Bot, trigger: dict[str, Any]) -> bool:
 
 
 async def test_an_answer_later_than_a_hand_backs_settle_time_is_left_to_the_next_holder(
-    tmp_path: Path, pg_url: str
+    tmp_path: Path, pg_url: str, built: list[Bot]
 ) -> None:
     sim = _simulator()
     guilds = sim.add_guilds(4)
@@ -61,8 +61,8 @@ async def test_an_answer_later_than_a_hand_backs_settle_time_is_left_to_the_next
     channels_of = {s: next(g for g in guilds if (g[0] >> 22) % 2 == s)[1][0] for s in (0, 1)}
     async with trio.open_nursery() as sim_nursery:
         urls = await sim_nursery.start(sim.serve)
-        a = _bot(tmp_path / "a", urls, sim, world, pg_url)
-        b = _bot(tmp_path / "b", urls, sim, world, pg_url)
+        a = _bot(tmp_path / "a", urls, sim, world, pg_url, built)
+        b = _bot(tmp_path / "b", urls, sim, world, pg_url, built)
         async with trio.open_nursery() as a_nursery:
             run_a = await _start(a_nursery, a, sim, world)
             await run_a.wait_until(lambda: _held(a) == [0, 1] and _ready(a))
@@ -106,7 +106,7 @@ async def test_an_answer_later_than_a_hand_backs_settle_time_is_left_to_the_next
 
 
 async def test_a_lease_lost_mid_answer_posts_nothing_after_its_deadline(
-    tmp_path: Path, pg_url: str
+    tmp_path: Path, pg_url: str, built: list[Bot]
 ) -> None:
     sim = _simulator()
     guilds = sim.add_guilds(4)
@@ -114,7 +114,7 @@ async def test_a_lease_lost_mid_answer_posts_nothing_after_its_deadline(
     channel = next(g for g in guilds if (g[0] >> 22) % 2 == 0)[1][0]
     async with trio.open_nursery() as sim_nursery:
         urls = await sim_nursery.start(sim.serve)
-        a = _bot(tmp_path / "a", urls, sim, world, pg_url)
+        a = _bot(tmp_path / "a", urls, sim, world, pg_url, built)
         async with trio.open_nursery() as a_nursery:
             run_a = await _start(a_nursery, a, sim, world)
             await run_a.wait_until(lambda: _held(a) == [0, 1] and _ready(a))

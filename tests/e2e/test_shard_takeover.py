@@ -42,7 +42,9 @@ def _simulator() -> Simulator:
     return sim
 
 
-def _bot(home: Path, urls: SimURLs, sim: Simulator, world: DefaultWorld, url: str) -> Bot:
+def _bot(
+    home: Path, urls: SimURLs, sim: Simulator, world: DefaultWorld, url: str, built: list[Bot]
+) -> Bot:
     home.mkdir(parents=True)
     settings = load_settings(
         {
@@ -63,6 +65,7 @@ def _bot(home: Path, urls: SimURLs, sim: Simulator, world: DefaultWorld, url: st
     )
     bot.lag.probe_seconds = LAG_PROBE_ON_VIRTUAL_TIME
     _hold_on_store_work(bot)
+    built.append(bot)
     return bot
 
 
@@ -82,7 +85,7 @@ def _held(bot: Bot) -> list[int]:
 
 
 async def test_two_processes_split_the_shards_and_one_takes_over_exactly_once(
-    tmp_path: Path, pg_url: str
+    tmp_path: Path, pg_url: str, built: list[Bot]
 ) -> None:
     sim = _simulator()
     guilds = sim.add_guilds(4)
@@ -90,8 +93,8 @@ async def test_two_processes_split_the_shards_and_one_takes_over_exactly_once(
     channels_of = {s: next(g for g in guilds if (g[0] >> 22) % 2 == s)[1] for s in (0, 1)}
     async with trio.open_nursery() as sim_nursery:
         urls = await sim_nursery.start(sim.serve)
-        a = _bot(tmp_path / "a", urls, sim, world, pg_url)
-        b = _bot(tmp_path / "b", urls, sim, world, pg_url)
+        a = _bot(tmp_path / "a", urls, sim, world, pg_url, built)
+        b = _bot(tmp_path / "b", urls, sim, world, pg_url, built)
         async with _running(b, sim, world) as run_b:
             async with trio.open_nursery() as a_nursery:
                 run_a = await _start(a_nursery, a, sim, world)
@@ -148,5 +151,38 @@ async def _start(nursery: trio.Nursery, bot: Bot, sim: Simulator, world: Default
 
 
 def _ready(bot: Bot) -> bool:
-    states = [str(getattr(g.status().state, "value", g.status().state)) for g in bot.gateways]
-    return bool(states) and all(state == "ready" for state in states)
+    """Every shard the bot holds has its gateway READY (a lease is taken before its gateway
+    starts: a trigger sent in between would reach no connection)."""
+    ready = {
+        g.status().shard[0]
+        for g in bot.gateways
+        if str(getattr(g.status().state, "value", g.status().state)) == "ready"
+    }
+    held = set(_held(bot))
+    return bool(held) and held <= ready
+
+
+async def test_a_bot_built_and_never_run_lets_go_of_its_connections_when_closed(
+    tmp_path: Path, pg_url: str
+) -> None:
+    import psycopg
+
+    def others() -> int:
+        with psycopg.connect(pg_url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    sim = _simulator()
+    world = sim.add_default_world()
+    async with trio.open_nursery() as nursery:
+        urls = await nursery.start(sim.serve)
+        bot = _bot(tmp_path / "a", urls, sim, world, pg_url, [])
+        assert others() > 0
+        bot.close()
+        bot.close()  # twice is harmless
+        assert others() == 0
+        nursery.cancel_scope.cancel()
