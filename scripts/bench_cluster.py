@@ -30,9 +30,10 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
             span, requests per whole second while busy
   cpu       chatter spread over every shard: CPU per message of the N processes (and of
             PostgreSQL, apart) against one embedded process (no database URL, one shard);
-            trigger -> reply latency of both, measured alike: the cluster once balanced,
-            both once idle again after the chatter (the database too), after one unmeasured
-            answer per shard, in the same channels
+            trigger -> reply latency of both, measured alike: both sides run side by
+            side, the cluster balanced, both idle again after the chatter (the database
+            too), one unmeasured answer per shard first, then alternating rounds of 10
+            triggers per side in the same channels
 
 Usage (from the repository root; PostgreSQL's server binaries and psycopg are needed):
     python scripts/bench_cluster.py                       # every phase, the issue's sizes
@@ -84,6 +85,8 @@ from picortex.store.admin import AdminStore  # noqa: E402
 from picortex.store.backends import open_admin  # noqa: E402
 from tests.pg import Server, start_server  # noqa: E402
 
+# Latency triggers per side before the other side takes its turn (see `_latency`).
+LATENCY_ROUND: Final = 10
 PHASES: Final = ("triggers", "ceiling", "config", "kill", "cold", "burst", "cpu")
 # Long enough that no heartbeat lands inside a measured burst.
 HEARTBEAT_MS: Final = 41_250
@@ -1080,33 +1083,38 @@ async def phase_burst(ctx: Context) -> None:
 
 async def phase_cpu(ctx: Context) -> None:
     args = ctx.args
-    measured = {}
-    for label, url_of, count, run in (
-        ("cluster", ctx.database, args.processes, cluster_args(args)),
-        ("embedded", lambda: None, 1, []),
+    async with (
+        simulator(args) as many_world,
+        cluster(
+            many_world, ctx.root, ctx.database(), args.processes, cluster_args(args)
+        ) as many_nodes,
+        simulator(args) as one_world,
+        cluster(one_world, ctx.root, None, 1, []) as one_nodes,
     ):
-        async with (
-            simulator(args) as world,
-            cluster(world, ctx.root, url_of(), count, run) as nodes,
-        ):
+        sides = {"cluster": (many_world, many_nodes), "embedded": (one_world, one_nodes)}
+        for world, nodes in sides.values():
             await wait_shards(world, nodes, args.start_patience)
-            if count > 1:
-                # Measured once no shard changes hands (the one process is measured once
-                # ready): a handoff's work would count as chatter's cost and delay replies.
-                await wait_balanced(world, nodes, BALANCED_QUIET_SECONDS, args.start_patience)
+        # Measured once no shard changes hands: a handoff's work would count as chatter's
+        # cost and delay replies.
+        await wait_balanced(many_world, many_nodes, BALANCED_QUIET_SECONDS, args.start_patience)
+        costs = {}
+        for label, (world, nodes) in sides.items():
             await _idle(nodes, await _idle_rate(nodes))
             quiet = await _idle_rate(nodes, ctx.server)
-            chatter = await _chatter_cpu(world, nodes, args.chatter, ctx.server)
+            costs[label] = await _chatter_cpu(world, nodes, args.chatter, ctx.server)
             # What the chatter left to the database (its writes, their indexes) is done
             # before replies are timed: the one process has no such work left either.
             await _idle(nodes, quiet, ctx.server)
-            measured[label] = (
-                chatter,
-                await _latency(world, args.latency_triggers, args.seed, args.latency_spacing),
-            )
-    (many, cluster_lat), (embedded, embedded_lat) = measured["cluster"], measured["embedded"]
+        lags = await _latency(
+            {label: world for label, (world, _) in sides.items()},
+            args.latency_triggers,
+            args.seed,
+            args.latency_spacing,
+        )
+    many, embedded = costs["cluster"], costs["embedded"]
     cluster_p50, embedded_p50 = (
-        statistics.median(lat) if lat else math.nan for lat in (cluster_lat, embedded_lat)
+        statistics.median(lags[label]) if lags[label] else math.nan
+        for label in ("cluster", "embedded")
     )
     show(
         "cpu",
@@ -1121,7 +1129,7 @@ async def phase_cpu(ctx: Context) -> None:
         cluster_reply_p50_ms=f"{cluster_p50 * 1000:.1f}",
         embedded_reply_p50_ms=f"{embedded_p50 * 1000:.1f}",
         delta_ms=f"{(cluster_p50 - embedded_p50) * 1000:.1f}",
-        replies=f"{len(cluster_lat)}/{len(embedded_lat)}",
+        replies=f"{len(lags['cluster'])}/{len(lags['embedded'])}",
     )
 
 
@@ -1203,31 +1211,44 @@ async def _chatter_cpu(
     return ChatterCost(spent / sent, (_server_cpu(server) - server_before) / sent, frames, rate)
 
 
-async def _latency(world: World, count: int, seed: int, spacing: float) -> list[float]:
-    """Trigger -> reply seconds, one trigger at a time, at most one per `spacing` seconds:
-    a trigger costs a few requests (history, typing, the reply), and back to back they would
-    reach Discord's global limit, measuring its queue instead of the answer's path. Channels
-    from one seeded sequence over those a live session receives (whatever the shard count
-    of that session), so both sides answer in the same channels. First, one trigger in a
-    channel of each shard, not measured: every process has answered once (its connections
-    open) before the first measured one, on both sides alike."""
-    covered = world.covered_channels()
-    for shard in range(world.shard_count):
-        warm = [c for c in world.channels_of(shard) if c in covered]
-        if warm:
-            start = trio.current_time()
-            await _reply_lag(world, warm[0], f"warm{shard}?")
-            await trio.sleep_until(start + spacing)
-    lags = []
-    channels = [c for c in world.all_channels() if c in covered]
-    rng = random.Random(seed)
-    for n in range(count):
-        channel = rng.choice(channels)
-        start = trio.current_time()
-        lag = await _reply_lag(world, channel, f"lat{n}?")
-        if lag is not None:
-            lags.append(lag)
-        await trio.sleep_until(start + spacing)
+async def _latency(
+    sides: dict[str, World], count: int, seed: int, spacing: float
+) -> dict[str, list[float]]:
+    """Trigger -> reply seconds of each side, in alternating rounds of LATENCY_ROUND
+    triggers (the side that goes first alternates too), so that whatever else the machine
+    does meanwhile weighs on both alike.
+
+    One trigger at a time, at most one per `spacing` seconds: a trigger costs a few requests
+    (history, typing, the reply), and back to back they would reach Discord's global limit,
+    measuring its queue instead of the answer's path. Each side's channels come from the
+    same seeded sequence over those a live session receives (whatever the shard count of
+    that session), so both answer in the same channels. First, one trigger in a channel of
+    each shard, not measured: every process has answered once (its connections open)."""
+    channels: dict[str, list[int]] = {}
+    picks: dict[str, random.Random] = {}
+    for label, world in sides.items():
+        covered = world.covered_channels()
+        for shard in range(world.shard_count):
+            warm = [c for c in world.channels_of(shard) if c in covered]
+            if warm:
+                start = trio.current_time()
+                await _reply_lag(world, warm[0], f"warm{shard}?")
+                await trio.sleep_until(start + spacing)
+        channels[label] = [c for c in world.all_channels() if c in covered]
+        picks[label] = random.Random(seed)
+    lags: dict[str, list[float]] = {label: [] for label in sides}
+    order = list(sides)
+    for first in range(0, count, LATENCY_ROUND):
+        for label in order:
+            world = sides[label]
+            for n in range(first, min(count, first + LATENCY_ROUND)):
+                channel = picks[label].choice(channels[label])
+                start = trio.current_time()
+                lag = await _reply_lag(world, channel, f"lat{n}?")
+                if lag is not None:
+                    lags[label].append(lag)
+                await trio.sleep_until(start + spacing)
+        order.reverse()
     return lags
 
 

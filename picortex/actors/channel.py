@@ -435,6 +435,11 @@ class ChannelActor:
         after: tuple[trio.Event, ...] = (),
         slash: bool = False,
     ) -> None:
+        if not slash:
+            # The answer's requests are known now: their slots are asked for while its
+            # context is gathered (its history read first, when the cache has to read it).
+            reads = 1 if self._clients.model.cache.will_fetch(trigger.channel_id) else 0
+            self._clients.posting.replies.expect_requests(reads + (2 if typing else 1))
         gen = Generation(request, trigger, slot, sink, after, slash=slash)
         self._inflight.add(gen)
         self._current[request.parent_id] = gen
@@ -516,7 +521,8 @@ class ChannelActor:
             files = await answer_prompt.request_files(clients, trigger, asked)
             request = await answer_prompt.answer_request(clients, trigger, asked, lines, files)
             if typing:
-                clients.posting.replies.expect_posts()
+                # Asked for at the decision too; again in case those slots lapsed meanwhile.
+                clients.posting.replies.expect_requests(2)
             if clients.chat.settings().replies.stream:
                 await answer_post.stream_answer(
                     clients,

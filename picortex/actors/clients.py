@@ -277,6 +277,10 @@ class ContextReader(Protocol):
         """The newest `n` cached messages, oldest first; no fetch."""
         ...
 
+    def will_fetch(self, channel_id: Snowflake) -> bool:
+        """Whether a trigger in this channel now would read its history from Discord."""
+        ...
+
     async def context_for(
         self,
         trigger: Message,
@@ -394,8 +398,9 @@ class ReplyPoster(ReplyTarget, Poster, Protocol):
         """Show the typing indicator while the block runs (from when `hold` is set)."""
         ...
 
-    def expect_posts(self) -> None:
-        """An answer's typing indicator and reply go in a moment: ask for their slots now."""
+    def expect_requests(self, count: int) -> None:
+        """An answer's `count` requests (history, typing, reply) go in a moment: ask for
+        their slots of the global limit now."""
         ...
 
     async def stream_answer(

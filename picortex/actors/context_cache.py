@@ -209,6 +209,14 @@ class ContextCache(CacheState):
             raise ContextUnavailable(request.failure)
         return request.lines
 
+    def will_fetch(self, channel_id: Snowflake) -> bool:
+        """Whether a trigger in this channel now would read its history from Discord: not in
+        sync since this session began, and no fetch under way or in its cooldown."""
+        if channel_id in self._in_sync or channel_id in self._inflight:
+            return False
+        last = self._last_fetch.get(channel_id)
+        return last is None or trio.current_time() - last >= self._cooldown
+
     def recent(self, channel_id: Snowflake, n: int) -> list[Message]:
         """The newest `n` cached messages of a channel, oldest first; no fetch."""
         if n <= 0:

@@ -199,11 +199,11 @@ class Replies:
             finally:
                 nursery.cancel_scope.cancel()
 
-    def expect_posts(self) -> None:
-        """An answer's model request is about to go, its typing indicator right behind it
-        and its reply once the model answers: their slots of the global limit are asked
-        for now (a cluster's process asks the shared table; one process has nothing to ask)."""
-        self.rest.expect(2)
+    def expect_requests(self, count: int) -> None:
+        """An answer's `count` requests go in a moment (its history read, typing indicator,
+        reply): their slots of the global limit are asked for now, so that none waits a round
+        trip to a cluster's shared table when it goes (one process has nothing to ask)."""
+        self.rest.expect(count)
 
     async def dm_channel(self, user_id: Snowflake) -> Snowflake:
         """The DM channel with a user (opened once, then remembered)."""

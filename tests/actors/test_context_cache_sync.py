@@ -207,3 +207,23 @@ async def test_a_live_message_with_nothing_queued_is_applied_at_once(
         cache.on_message(message)  # no checkpoint: applied in the call itself
         assert cache.statistics().pending_live_events == 0
         assert message.id in {m.id for m in cache.recent(CH, 10)}
+
+
+async def test_will_fetch_says_whether_the_next_trigger_reads_history(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    rest = FakeHistory()
+    async with running(make_cache(tmp_path, rest)) as cache:
+        assert cache.will_fetch(CH)  # never read this session
+        await live_trigger(cache, rest.post("q0"))
+        assert len(rest.calls) == 1
+        assert not cache.will_fetch(CH)  # in sync: live messages keep it current
+        cache.on_session_start()
+        # A new session: the next trigger reads what was missed, unless a fetch was made
+        # within the cooldown.
+        assert not cache.will_fetch(CH)
+        await trio.sleep(60)
+        assert cache.will_fetch(CH)
+        await live_trigger(cache, rest.post("q1"))
+        assert len(rest.calls) == 2
+        assert not cache.will_fetch(CH)

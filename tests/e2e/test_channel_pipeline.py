@@ -135,3 +135,19 @@ async def test_a_replayed_message_is_dropped_with_a_decision(tmp_path: Path) -> 
         assert decision[0]["channel_id"] == str(w.general_id)
         assert len(run.replies_to(int(msg["id"]))) == 1
         assert len(run.sim.model.calls) == 1
+
+
+async def test_an_answers_requests_are_announced_at_its_decision(tmp_path: Path) -> None:
+    # A cluster's process asks the shared global limit for an answer's slots while the answer
+    # is prepared: at the decision, the history read (when the cache will read it), the
+    # typing indicator and the reply; again, in case they lapsed, as the model request goes.
+    async with running_bot(tmp_path) as run:
+        w = run.world
+        announced: list[int] = []
+        run.bot.rest.expect = announced.append  # type: ignore[method-assign]
+        first = run.say(w.general_id, w.alice_id, f"{run.mention()} first?")
+        await run.wait_until(lambda: bool(run.replies_to(int(first["id"]))))
+        assert announced == [3, 2]  # read, typing, reply; then typing and reply
+        second = run.say(w.general_id, w.alice_id, f"{run.mention()} second?")
+        await run.wait_until(lambda: bool(run.replies_to(int(second["id"]))))
+        assert announced == [3, 2, 2, 2]  # the channel is in sync now: no read
