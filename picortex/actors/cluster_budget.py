@@ -1,12 +1,13 @@
 """The budget of a cluster on PostgreSQL (SPEC 9, 17): one set of ceilings for every process.
 
 Each call's reservation is one round trip to the database (`picortex.store.pg.ceilings`),
-made from a worker thread so the event loop never waits on it. Settling never waits: the
-LLM actor settles in a `finally` that must not checkpoint, so the settlement is queued here
-and a sender (`run`) delivers it, again after a failure, until the database has it; until
-then the reservation is still held there. With the database unreachable, the ceilings are
-enforced here, conservatively: this process takes its share (1 / live processes) of what
-was left when the database last answered, and logs one error a minute.
+asked by the event loop on a non-blocking connection of its own (`reserve_line`), or from a
+worker thread while that line is down, so the event loop never waits on it. Settling never
+waits: the LLM actor settles in a `finally` that must not checkpoint, so the settlement is
+queued here and a sender (`run`) delivers it, again after a failure, until the database has
+it; until then the reservation is still held there. With the database unreachable, the
+ceilings are enforced here, conservatively: this process takes its share (1 / live
+processes) of what was left when the database last answered, and logs one error a minute.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from picortex.store.pg.ceilings import (
     usd_of,
 )
 from picortex.store.pg.cluster import node_name
+from picortex.store.pg.reserve_line import ReserveLine
 from picortex.types import EventSink
 
 logger = logging.getLogger(__name__)
@@ -81,8 +83,11 @@ class ClusterBudget:
         *,
         wall_clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] | None = None,
+        line: ReserveLine | None = None,
     ) -> None:
         self._ceilings = ceilings
+        # Reservations asked by the event loop itself (`run` keeps it up); else on a thread.
+        self._line = line
         self._settings = settings
         self._events = events
         self._now = wall_clock or (lambda: datetime.now(UTC))
@@ -129,7 +134,8 @@ class ClusterBudget:
         self, workspace: str, user_id: int | None, worst_usd: float
     ) -> PendingReservation:
         """`reserve`, answered into the returned pending reservation: the database is asked
-        on a worker thread at once, while the caller builds the call's request."""
+        at once, while the caller builds the call's request (by the event loop on the
+        reservation line when it is up, else on a worker thread)."""
         settings = self._settings()
         ask = self._ask(settings, workspace, user_id, worst_usd)
         pending = PendingReservation(self.settle)
@@ -153,7 +159,8 @@ class ClusterBudget:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(decide, result)
 
-        trio.lowlevel.start_thread_soon(partial(self._ceilings.reserve, ask), deliver)
+        if self._line is None or not self._line.ask(ask, decide):
+            trio.lowlevel.start_thread_soon(partial(self._ceilings.reserve, ask), deliver)
         return pending
 
     def _ask(
@@ -230,20 +237,23 @@ class ClusterBudget:
         """Deliver settlements as they come (again after a failure), read the cluster's spend
         for `status` now and then, and forget old reservations; at shutdown, deliver what
         is left (within FLUSH_SECONDS)."""
-        task_status.started()
-        status_at = -STATUS_SECONDS
-        try:
-            while True:
-                with trio.move_on_after(RETRY_SECONDS):
-                    await self._wake.wait()
-                self._wake = trio.Event()
-                await self.deliver()
-                if self._monotonic() - status_at >= STATUS_SECONDS:
-                    status_at = self._monotonic()
-                    await self._read_status()
-        finally:
-            with trio.move_on_after(FLUSH_SECONDS, shield=True):
-                await self.deliver()
+        async with trio.open_nursery() as nursery:
+            if self._line is not None:
+                await nursery.start(self._line.run)
+            task_status.started()
+            status_at = -STATUS_SECONDS
+            try:
+                while True:
+                    with trio.move_on_after(RETRY_SECONDS):
+                        await self._wake.wait()
+                    self._wake = trio.Event()
+                    await self.deliver()
+                    if self._monotonic() - status_at >= STATUS_SECONDS:
+                        status_at = self._monotonic()
+                        await self._read_status()
+            finally:
+                with trio.move_on_after(FLUSH_SECONDS, shield=True):
+                    await self.deliver()
 
     async def deliver(self) -> bool:
         """Send the queued settlements in order; False if the database could not be asked."""
@@ -484,4 +494,6 @@ def _keys(workspace: str, user_id: int | None, key: str, day: str) -> list[Key]:
 
 def cluster_budget(url: str, settings: Callable[[], Settings], events: EventSink) -> ClusterBudget:
     """The budget of this process of the cluster at `url`."""
-    return ClusterBudget(Ceilings(url, node_name()), settings, events)
+    node = node_name()
+    line = ReserveLine(url, node)
+    return ClusterBudget(Ceilings(url, node), settings, events, line=line)

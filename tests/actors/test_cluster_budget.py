@@ -25,6 +25,7 @@ from picortex.config import BUILTIN_PRICES, BudgetSettings, Settings, load_setti
 from picortex.core.budget import Refusal, Reservation
 from picortex.errors import DatabaseUnreachable
 from picortex.store.pg.ceilings import Answer, Ask, Ceilings, Settlement
+from picortex.store.pg.reserve_line import ReserveLine
 from tests.actors.test_llm import (
     KEY,
     MODELS,
@@ -123,13 +124,15 @@ def budget_over(
     )
 
 
+@pytest.mark.parametrize("on_line", [False, True], ids=["thread", "line"])
 async def test_a_cancelled_call_is_settled_in_the_clusters_database(
-    pg_url: str, tmp_path: Path
+    pg_url: str, tmp_path: Path, on_line: bool
 ) -> None:
     sink = RecordingSink()
     settings = settings_with(tmp_path, BudgetSettings(5.0, "day", 20.0, 0.0, 0))
     ceilings = Ceilings(pg_url, "node-a")
-    budget = ClusterBudget(ceilings, lambda: settings, sink)
+    line = ReserveLine(pg_url, "node-a") if on_line else None
+    budget = ClusterBudget(ceilings, lambda: settings, sink, line=line)
     arrived = trio.Event()
 
     async def held(body: dict[str, Any]) -> Any:
@@ -140,6 +143,9 @@ async def test_a_cancelled_call_is_settled_in_the_clusters_database(
     actor = make_actor(FakeModel(held), sink, budget=budget)  # type: ignore[arg-type]
     async with trio.open_nursery() as outer:
         await outer.start(budget.run)
+        with trio.fail_after(30):
+            while line is not None and not line.ready:
+                await trio.sleep(0.01)
         async with running(actor), trio.open_nursery() as nursery:
             nursery.start_soon(actor.complete, one)
             await arrived.wait()
@@ -161,6 +167,8 @@ async def test_a_cancelled_call_is_settled_in_the_clusters_database(
         ).fetchone()
     assert ledger == [(one.workspace, pytest.approx(estimate(one), abs=1e-6))]
     assert open_calls == (0,)
+    if line is not None:
+        assert line.reconnects == 0  # the reservation went on the line, not on a thread
 
 
 async def test_calls_on_four_processes_overshoot_the_global_ceiling_by_one_call_at_most(
@@ -477,3 +485,49 @@ async def test_at_shutdown_what_is_unsettled_reaches_the_database_or_is_named(
         budget.close()
     (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert "1 model calls ($0.25)" in error and ceilings.closed
+
+
+async def test_calls_reserved_on_the_line_overshoot_the_global_ceiling_by_one_call_at_most(
+    pg_url: str, tmp_path: Path
+) -> None:
+    ceiling, worst = 0.25, 0.011  # calls that each cost exactly their worst case
+    settings = settings_with(tmp_path, BudgetSettings(100.0, "day", ceiling, 0.0, 0))
+    lines = [ReserveLine(pg_url, f"p{i}") for i in range(4)]
+    budgets = [
+        ClusterBudget(Ceilings(pg_url, f"p{i}"), lambda: settings, RecordingSink(), line=line)
+        for i, line in enumerate(lines)
+    ]
+    asked = 0
+
+    async def calls(budget: ClusterBudget) -> None:
+        nonlocal asked
+        for _ in range(30):
+            pending = budget.reserve_ahead("g1", None, worst)
+            asked += 1
+            await pending.wait()
+            held = pending.held()
+            if held is not None:
+                await trio.sleep(0)  # the call
+                budget.settle(held, worst)
+
+    async with trio.open_nursery() as senders:
+        for budget in budgets:
+            await senders.start(budget.run)
+        with trio.fail_after(30):
+            while not all(line.ready for line in lines):
+                await trio.sleep(0.01)
+        async with trio.open_nursery() as nursery:
+            for budget in budgets * 2:  # two channels per process
+                nursery.start_soon(calls, budget)
+        with trio.fail_after(30):
+            while any(b.unsettled() for b in budgets):
+                await trio.sleep(0.01)
+        senders.cancel_scope.cancel()
+    for budget in budgets:
+        budget.close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute("SELECT sum(cost_usd) FROM budget_ledger").fetchone()
+        reserved = conn.execute("SELECT count(*) FROM budget_reservation").fetchone()
+    assert row is not None and reserved is not None
+    assert ceiling / 2 < row[0] <= ceiling + worst + 1e-9
+    assert asked == 240 and reserved[0] >= ceiling // worst

@@ -40,6 +40,37 @@ STATEMENT_TIMEOUT_MS: Final = 5_000
 RETRY_SECONDS: Final = 2.0
 
 
+# A call's reservation; its parameters are `reserve_params`.
+RESERVE_SQL: Final = (
+    "SELECT * FROM picortex_budget_reserve("
+    "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+)
+
+
+def reserve_params(
+    ask: Ask, node: str, hold_seconds: float, now: float | None
+) -> tuple[object, ...]:
+    """`picortex_budget_reserve`'s parameters, in order: `ask` held by `node` for `hold_seconds`
+    at most; `now` (Unix seconds) for tests, None: the database's clock."""
+    return (
+        ask.id,
+        node,
+        ask.workspace,
+        ask.user_id,
+        ask.amount,
+        ask.period,
+        ask.day,
+        ask.ceiling,
+        ask.global_ceiling,
+        ask.user_daily,
+        ask.user_rate,
+        ask.user_limited,
+        hold_seconds,
+        LIVE_SECONDS,
+        now,
+    )
+
+
 def micros(amount_usd: float) -> int:
     """USD as micro-dollars, rounded up (a call is never cheaper in the database than it
     was); float dust (0.1 * 1e6 = 100000.00000000001) is not a micro-dollar more. Not a
@@ -133,27 +164,7 @@ class Ceilings:
         Raises:
             DatabaseUnreachable: the database could not be asked.
         """
-        row = self._call(
-            "SELECT * FROM picortex_budget_reserve("
-            "%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (
-                ask.id,
-                self.node,
-                ask.workspace,
-                ask.user_id,
-                ask.amount,
-                ask.period,
-                ask.day,
-                ask.ceiling,
-                ask.global_ceiling,
-                ask.user_daily,
-                ask.user_rate,
-                ask.user_limited,
-                self._hold_seconds,
-                LIVE_SECONDS,
-                now,
-            ),
-        )
+        row = self._call(RESERVE_SQL, reserve_params(ask, self.node, self._hold_seconds, now))
         return Answer(*row)  # type: ignore[arg-type]
 
     def settle(self, settled: Settlement, *, now: float | None = None) -> bool:
