@@ -159,8 +159,19 @@ class ClusterBudget:
             with contextlib.suppress(trio.RunFinishedError):
                 token.run_sync_soon(decide, result)
 
-        if self._line is None or not self._line.ask(ask, decide):
+        def on_thread() -> None:
             trio.lowlevel.start_thread_soon(partial(self._ceilings.reserve, ask), deliver)
+
+        def on_line(result: outcome.Outcome[Answer]) -> None:  # on the event loop
+            if isinstance(result, outcome.Error) and isinstance(result.error, DatabaseUnreachable):
+                # The line's connection was lost (an idle one is found out only now): asked
+                # again on a thread, which says whether the database itself is unreachable.
+                on_thread()
+            else:
+                decide(result)
+
+        if self._line is None or not self._line.ask(ask, on_line):
+            on_thread()
         return pending
 
     def _ask(

@@ -531,3 +531,39 @@ async def test_calls_reserved_on_the_line_overshoot_the_global_ceiling_by_one_ca
     assert row is not None and reserved is not None
     assert ceiling / 2 < row[0] <= ceiling + worst + 1e-9
     assert asked == 240 and reserved[0] >= ceiling // worst
+
+
+async def test_a_reservation_whose_line_was_lost_is_asked_again_on_a_thread(
+    pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_with(tmp_path, BudgetSettings(5.0, "day", 20.0, 0.0, 0))
+    line = ReserveLine(pg_url, "node-a")
+    budget = ClusterBudget(Ceilings(pg_url, "node-a"), lambda: settings, RecordingSink(), line=line)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(budget.run)
+        with trio.fail_after(30):
+            while not line.ready:
+                await trio.sleep(0.01)
+        # The server ends the line's idle connection; the line finds out at the next question.
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        pending = budget.reserve_ahead("g1", None, 0.01)
+        with trio.fail_after(30):
+            await pending.wait()
+        held = pending.held()
+        assert held is not None
+        with trio.fail_after(30):
+            while not line.ready:  # and the line is made again
+                await trio.sleep(0.01)
+        assert line.reconnects == 1
+        nursery.cancel_scope.cancel()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT amount_micros FROM budget_reservation WHERE id = %s", (budget._open[held],)
+        ).fetchone()
+    budget.close()
+    assert row == (10_000,)  # held in the database, not on this process's local share
+    assert "cannot be reached" not in caplog.text and "unreachable" not in caplog.text
