@@ -53,6 +53,10 @@ STATUS_SECONDS: Final = 10.0
 PRUNE_SECONDS: Final = 600.0
 # At shutdown, settlements still queued get this long to reach the database.
 FLUSH_SECONDS: Final = 5.0
+# A settlement goes this long after its call ended, with any that came meanwhile: the call's
+# reply is being posted right then, and the database's work would take a core from it. The
+# reservation counts at its worst case until then (conservative for every ceiling).
+GATHER_SECONDS: Final = 0.05
 COMPLAINT_SECONDS: Final = 60.0
 
 Key = tuple[str, str, str]  # (level, name, period) as the database's counters are keyed
@@ -257,6 +261,8 @@ class ClusterBudget:
                 while True:
                     with trio.move_on_after(RETRY_SECONDS):
                         await self._wake.wait()
+                    if self._pending:
+                        await trio.sleep(GATHER_SECONDS)
                     self._wake = trio.Event()
                     await self.deliver()
                     if self._monotonic() - status_at >= STATUS_SECONDS:
@@ -269,16 +275,27 @@ class ClusterBudget:
     async def deliver(self) -> bool:
         """Send the queued settlements in order; False if the database could not be asked."""
         while self._pending:
-            settled = self._pending[0]
-            try:
-                await trio.to_thread.run_sync(self._ceilings.settle, settled)
-            except DatabaseUnreachable as exc:
-                self._complain(exc)
+            batch = list(self._pending)
+            # One trip to the worker thread for the lot, each settlement its own statement.
+            sent, failure = await trio.to_thread.run_sync(self._settle_each, batch)
+            for _ in range(sent):
+                self._pending.popleft()
+            if failure is not None:
+                self._complain(failure)
                 return False
-            except Exception:  # a bug, not an outage: sending it again would loop forever
-                logger.exception("could not record a call's cost (%s)", usd(usd_of(settled.cost)))
-            self._pending.popleft()
         return True
+
+    def _settle_each(self, batch: list[Settlement]) -> tuple[int, DatabaseUnreachable | None]:
+        """(worker thread) Settle `batch` in order: how many went (a bug's counts as gone,
+        as sending it again would loop forever), and the outage that stopped the rest."""
+        for sent, settled in enumerate(batch):
+            try:
+                self._ceilings.settle(settled)
+            except DatabaseUnreachable as exc:
+                return sent, exc
+            except Exception:
+                logger.exception("could not record a call's cost (%s)", usd(usd_of(settled.cost)))
+        return len(batch), None
 
     def close(self) -> None:
         """Deliver what is still queued (the bot has stopped), then close the connection."""

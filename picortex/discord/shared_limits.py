@@ -114,6 +114,19 @@ class LimitsBackend(Protocol):
         """Give the bucket back, recording its IDENTIFY (`identified_ago` seconds ago) or op 9."""
 
 
+class SlotLine(Protocol):
+    """Global slots asked by the event loop itself (a connection it drives): no thread
+    between the ask and the answer. The backend still serves everything else, and slots
+    while the line is down."""
+
+    def grant(self, wanted: int, answered: Callable[[Grant | None], None]) -> bool:
+        """Take up to `wanted` free slots; `answered` gets the grant on the event loop, or
+        None when the line could not answer. False: the line is down, nothing was asked."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Keep the line up until cancelled."""
+
+
 class GlobalSlots(Protocol):
     """The global limit shared with other processes, as the REST client takes it."""
 
@@ -330,8 +343,9 @@ class SharedGlobalLimit:
     next (answers before catch-up); this decides when the cluster lets it go.
     """
 
-    def __init__(self, backend: LimitsBackend) -> None:
+    def __init__(self, backend: LimitsBackend, line: SlotLine | None = None) -> None:
         self._backend = backend
+        self._line = line
         self._book = GrantBook()
         self._share = ShareWindow()
         self._changed = trio.Event()
@@ -410,13 +424,25 @@ class SharedGlobalLimit:
 
     def _ask(self, wanted: int) -> None:
         if wanted:
-            token = trio.lowlevel.current_trio_token()
-            self._backend.grant(wanted, _deliver(token, self._answered))
+            self._grant(wanted, self._answered)
 
     def _refill(self, room: int) -> None:
         if room:
-            token = trio.lowlevel.current_trio_token()
-            self._backend.grant(room, _deliver(token, self._refilled))
+            self._grant(room, self._refilled)
+
+    def _grant(self, wanted: int, then: Callable[[Grant | None], None]) -> None:
+        """Ask for `wanted` slots on the line if it is up, else (or if it is lost before it
+        answers) on the backend's thread; `then` takes the answer on the event loop."""
+        on_thread = _deliver(trio.lowlevel.current_trio_token(), then)
+
+        def on_line(grant: Grant | None) -> None:
+            if grant is None:
+                self._backend.grant(wanted, on_thread)  # it says whether the database is up
+            else:
+                then(grant)
+
+        if self._line is None or not self._line.grant(wanted, on_line):
+            self._backend.grant(wanted, on_thread)
 
     def _refilled(self, grant: Grant | None) -> None:
         self._book.refilled(grant, trio.current_time())
@@ -540,18 +566,24 @@ class SharedLimits:
     """What a process of the cluster shares with the others: the REST client's global limit
     and the gateways' identify buckets, over one backend (`run` is its supervised life)."""
 
-    def __init__(self, backend: LimitsBackend, lifetime: Startable) -> None:
+    def __init__(
+        self, backend: LimitsBackend, lifetime: Startable, *, line: SlotLine | None = None
+    ) -> None:
         self.backend = backend
         self._lifetime = lifetime
-        self.rest = SharedGlobalLimit(backend)
+        self._line = line
+        self.rest = SharedGlobalLimit(backend, line)
         self.identify = SharedIdentify(backend)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled."""
         self._lifetime.start()
-        task_status.started()
         try:
-            await trio.sleep_forever()
+            async with trio.open_nursery() as nursery:
+                if self._line is not None:
+                    await nursery.start(self._line.run)
+                task_status.started()
+                await trio.sleep_forever()
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(self._lifetime.stop)

@@ -17,7 +17,7 @@ import psycopg
 import pytest
 import trio
 
-from picortex.actors.cluster_budget import RETRY_SECONDS, ClusterBudget
+from picortex.actors.cluster_budget import GATHER_SECONDS, RETRY_SECONDS, ClusterBudget
 from picortex.actors.ledger import LedgerBudget
 from picortex.actors.llm import LLMActor
 from picortex.app import Bot
@@ -259,6 +259,26 @@ async def test_a_settlement_waits_out_an_outage_and_is_recorded_once(
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1  # one a minute, however often it tried
     assert "connection refused" in errors[0].getMessage()
+
+
+@pytest.mark.virtual_time
+async def test_settlements_go_a_moment_after_their_calls_together(tmp_path: Path) -> None:
+    ceilings = FakeCeilings()
+    budget = budget_over(ceilings, settings_with(tmp_path, BudgetSettings(5.0, "day")))
+    first, second = await budget.reserve("g1", 7, 0.5), await budget.reserve("g1", 8, 0.5)
+    assert isinstance(first, Reservation) and isinstance(second, Reservation)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(budget.run)
+        budget.settle(first, 0.25)
+        await trio.sleep(GATHER_SECONDS / 2)
+        budget.settle(second, 0.125)
+        # Not while the calls' replies are being posted: held at their worst case meanwhile.
+        assert ceilings.settled == [] and budget.unsettled() == 2
+        await trio.sleep(GATHER_SECONDS * 3 / 4)  # the first's moment is over, not the second's
+        # Both at once, in order: the second did not wait a moment of its own.
+        assert [s.cost for s in ceilings.settled] == [250_000, 125_000]
+        assert budget.unsettled() == 0
+        nursery.cancel_scope.cancel()
 
 
 # The clock stands still while a worker thread asks the database (tests/e2e/harness.py).

@@ -15,16 +15,20 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Self, cast
 
 import attrs
+import outcome
 import psycopg
+from psycopg import pq
 
 from picortex.core.redact import redact
 from picortex.discord.ratelimit import GLOBAL_BUDGET, GLOBAL_WINDOW
 from picortex.discord.shared_limits import BucketClaim, Grant, SharedLimits, fair_share
 from picortex.store.pg.cluster import HEARTBEAT_SECONDS, LIVE_SECONDS, node_name
+from picortex.store.pg.line import BACKOFF_SECONDS as LINE_BACKOFF_SECONDS
+from picortex.store.pg.line import Line, columns
 
 logger = logging.getLogger(__name__)
 
@@ -374,7 +378,52 @@ class LimitsWorker:
             logger.debug("Discord's shared limits still cannot reach %s: %s", self._where, reason)
 
 
+_GRANT: Final = b"picortex_grant"
+_GRANT_SQL: Final = (
+    b"SELECT * FROM picortex_global_grant($1::integer, $2::integer,"
+    b" $3::double precision, NULL::double precision)"
+)
+
+
+class GrantLine(Line):
+    """Global slots asked by the event loop on a line of their own (`SlotLine`): an
+    answer's first request no longer waits for a worker thread to get the interpreter lock
+    twice (to ask, then to hand the answer back)."""
+
+    def __init__(self, url: str, *, backoff: Sequence[float] = LINE_BACKOFF_SECONDS) -> None:
+        super().__init__(url, {_GRANT: _GRANT_SQL}, what="global slots", backoff=backoff)
+
+    def grant(
+        self,
+        wanted: int,
+        answered: Callable[[Grant | None], None],
+        *,
+        budget: int = GLOBAL_BUDGET,
+        window: float = GLOBAL_WINDOW,
+    ) -> bool:
+        """Take up to `wanted` free slots; `answered` gets the grant on the event loop, or
+        None when the line could not answer (ask the worker). False: the line is down."""
+
+        def decode(result: outcome.Outcome[pq.abc.PGresult]) -> None:
+            if isinstance(result, outcome.Error):
+                answered(None)
+                return
+            row = columns(result.unwrap())
+            answered(
+                Grant(
+                    wanted=wanted,
+                    granted=int(row["granted"] or 0),
+                    now=float(row["db_now"] or 0.0),
+                    retry_at=float(row["retry_at"] or 0.0),
+                    paused_until=float(row["paused_until"] or 0.0),
+                )
+            )
+
+        return self.send(_GRANT, (wanted, budget, window), decode)
+
+
 def open_limits(url: str, where: str) -> SharedLimits:
-    """This process's share of Discord's limits over the database at `url`."""
+    """This process's share of Discord's limits over the database at `url`: slots asked on
+    the grant line while it is up, everything else (and slots meanwhile) by the worker."""
     worker = LimitsWorker(url, where)
-    return SharedLimits(worker, worker)
+    return SharedLimits(worker, worker, line=GrantLine(url))

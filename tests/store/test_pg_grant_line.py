@@ -1,0 +1,119 @@
+"""The grant line (SPEC 17): global slots asked by the event loop on a non-blocking connection
+come from the same table the worker thread grants from, a lost line says so (the slots are
+then asked of the worker) and connects again, and a process's limit uses the line while it
+is up and the worker otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+import psycopg
+import trio
+
+from picortex.discord.ratelimit import GLOBAL_BUDGET
+from picortex.discord.shared_limits import BucketClaim, Grant, SharedGlobalLimit
+from picortex.store.pg.limits import GrantLine, PgLimits
+
+WAIT_SECONDS = 30.0
+
+
+@asynccontextmanager
+async def serving(line: GrantLine) -> AsyncIterator[GrantLine]:
+    async with trio.open_nursery() as nursery:
+        await nursery.start(line.run)
+        await until(lambda: line.ready)
+        yield line
+        nursery.cancel_scope.cancel()
+
+
+async def until(predicate: Callable[[], bool]) -> None:
+    with trio.fail_after(WAIT_SECONDS):
+        while not predicate():
+            await trio.sleep(0.005)
+
+
+async def granted(line: GrantLine, wanted: int) -> Grant | None:
+    got: list[Grant | None] = []
+    assert line.grant(wanted, got.append)
+    await until(lambda: bool(got))
+    return got[0]
+
+
+class Worker:
+    """The worker thread's side, answering at once from its own connection."""
+
+    def __init__(self, db: PgLimits) -> None:
+        self.db = db
+        self.reachable = True
+        self.live = 1
+        self.grants: list[int] = []
+
+    def grant(self, wanted: int, done: Callable[[Grant | None], None]) -> None:
+        self.grants.append(wanted)
+        done(self.db.grant(wanted))
+
+    def pause(self, seconds: float) -> None:
+        self.db.pause(seconds)
+
+    def claim_bucket(
+        self, bucket: int, window: float, done: Callable[[BucketClaim | None], None]
+    ) -> None:
+        raise AssertionError("not asked here")
+
+    def release_bucket(
+        self, bucket: int, claim: BucketClaim, identified_ago: float | None, invalid: bool
+    ) -> None:
+        raise AssertionError("not asked here")
+
+
+async def test_slots_on_the_line_come_from_the_table_the_worker_grants_from(pg_url: str) -> None:
+    db = PgLimits.open(pg_url)
+    try:
+        async with serving(GrantLine(pg_url)) as line:
+            first = await granted(line, 30)
+            assert first is not None and first.granted == 30 and not first.paused
+            # The worker's connection finds only what the line left.
+            assert db.grant(GLOBAL_BUDGET).granted == GLOBAL_BUDGET - 30
+            # ... and the line, nothing: the next slot frees a window after the first.
+            none = await granted(line, 1)
+            assert none is not None and none.granted == 0
+            assert none.retry_at > none.now
+    finally:
+        db.close()
+
+
+async def test_a_lost_line_answers_none_and_connects_again(pg_url: str) -> None:
+    line = GrantLine(pg_url, backoff=(0.05,))
+    async with serving(line):
+        assert await granted(line, 1) is not None
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        assert await granted(line, 1) is None
+        await until(lambda: line.ready)
+        again = await granted(line, 1)
+        assert again is not None and again.granted == 1
+        assert line.reconnects == 1
+
+
+async def test_a_process_takes_its_slots_on_the_line_and_on_the_worker_while_it_is_down(
+    pg_url: str,
+) -> None:
+    db = PgLimits.open(pg_url)
+    worker = Worker(db)
+    line = GrantLine(pg_url)
+    limit = SharedGlobalLimit(worker, line)
+    try:
+        # Not connected yet: the worker is asked.
+        assert await limit.take()
+        assert worker.grants == [2]  # the slot, and one kept in hand
+        async with serving(line):
+            limit.expect(5)  # beyond the slot in hand: asked on the line, not of the worker
+            await until(lambda: len(limit.book) == 5)
+            assert worker.grants == [2]
+        assert db.grant(GLOBAL_BUDGET).granted == GLOBAL_BUDGET - 6
+    finally:
+        db.close()
