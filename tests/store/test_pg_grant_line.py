@@ -14,6 +14,7 @@ import trio
 from picortex.discord.ratelimit import GLOBAL_BUDGET
 from picortex.discord.shared_limits import BucketClaim, Grant, SharedGlobalLimit
 from picortex.store.pg.limits import GrantLine, PgLimits
+from picortex.store.pg.reserve_line import ReserveLine
 
 WAIT_SECONDS = 30.0
 
@@ -117,3 +118,24 @@ async def test_a_process_takes_its_slots_on_the_line_and_on_the_worker_while_it_
         assert db.grant(GLOBAL_BUDGET).granted == GLOBAL_BUDGET - 6
     finally:
         db.close()
+
+
+def test_slots_do_not_wait_for_the_servers_disk_and_reservations_do(pg_url: str) -> None:
+    # Where the session's value comes from: "client" when the connection set it itself
+    # (the test server turns it off for everyone, from its command line).
+    sql = "SELECT setting, source FROM pg_settings WHERE name = 'synchronous_commit'"
+
+    def setting(conn: psycopg.Connection[tuple[object, ...]]) -> object:
+        try:
+            return conn.execute(sql).fetchone()
+        finally:
+            conn.close()
+
+    db = PgLimits.open(pg_url)
+    try:
+        assert db._conn.execute(sql).fetchone() == ("off", "client")
+    finally:
+        db.close()
+    assert setting(GrantLine(pg_url)._connect()) == ("off", "client")
+    reserved = setting(ReserveLine(pg_url, "node-a")._connect())
+    assert isinstance(reserved, tuple) and reserved[1] != "client"

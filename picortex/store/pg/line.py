@@ -59,9 +59,13 @@ class Line:
         what: str,
         backoff: Sequence[float] = BACKOFF_SECONDS,
         statement_timeout_ms: int = STATEMENT_TIMEOUT_MS,
+        durable: bool = True,
     ) -> None:
         self._url = url
         self._timeout_ms = statement_timeout_ms
+        # Not durable: a commit does not wait for the server's disk (what a server crash
+        # could lose is worth less than the wait on every question).
+        self._durable = durable
         self._statements = dict(statements)
         self.what = what
         self.where = describe(url)
@@ -132,7 +136,8 @@ class Line:
             self._url,
             autocommit=True,
             connect_timeout=CONNECT_TIMEOUT_SECONDS,
-            options=f"-c statement_timeout={self._timeout_ms}",
+            options=f"-c statement_timeout={self._timeout_ms}"
+            + ("" if self._durable else " -c synchronous_commit=off"),
             # A server that vanishes without a word is noticed in seconds, not hours.
             keepalives=1,
             keepalives_idle=5,
