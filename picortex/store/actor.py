@@ -68,7 +68,9 @@ GROUP_SECONDS: Final = 0.02
 # ... or as soon as it holds this many writes, so one transaction never grows unbounded.
 GROUP_ROWS: Final = 500
 # How often the worker looks for another process's commits (one cheap pragma), so that
-# `picortex config set` reaches the running bot at once without a query per message.
+# `picortex config set` reaches the running bot at once without a query per message. A
+# database that tells of them as they commit (PostgreSQL's listener) wakes the worker
+# instead, and is looked at only as often as its own `coherence_seconds` says.
 COHERENCE_SECONDS: Final = 0.02
 # Handled message ids kept in memory. Ids are time-ordered snowflakes: an id above the
 # highest one let go is known unseen without a query; only an older replay asks SQLite.
@@ -158,6 +160,7 @@ class StoreActor:
         self._user_modes = snap.user_modes
         self.config_version = 0  # bumped whenever the runtime config changes
         self._data_version = store.data_version()
+        self._news = False  # the listener told of another process's change (its thread)
         # The newest handled ids of the shards served: the floor holds for them (and a
         # shard taken over later brings a floor of its own, `adopt_shard`).
         self._seen = SeenIds(SEEN_MEMORY, store.newest_seen(SEEN_MEMORY + 1, shards or None))
@@ -295,7 +298,13 @@ class StoreActor:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._work, name="picortex-store", daemon=True)
             self._thread.start()
-            self.db.listen()  # PostgreSQL: other processes' changes heard as they commit
+            # PostgreSQL: other processes' changes heard as they commit, and the worker told.
+            self.db.listen(self._told_of_change)
+
+    def _told_of_change(self) -> None:
+        """(the listener's thread) Another process committed a change: look now."""
+        self._news = True
+        self._queue.put([])
 
     # ---- queueing ------------------------------------------------------------------------
 
@@ -396,12 +405,14 @@ class StoreActor:
         q = self._queue
         pending: deque[_Op] = deque()
         last_check = time.monotonic()
+        every = self.db.coherence_seconds or COHERENCE_SECONDS
         waiting = False  # the last group was kept: the database is unreachable
         while True:
             if not pending:
-                try:
-                    pending.extend(q.get(timeout=COHERENCE_SECONDS))
-                except queue.Empty:
+                with contextlib.suppress(queue.Empty):
+                    pending.extend(q.get(timeout=every))
+                if not pending:  # nothing came, or the listener told of a change
+                    self._news = False
                     if not self._check_foreign():
                         return
                     last_check = time.monotonic()
@@ -453,7 +464,8 @@ class StoreActor:
                         self.kept,
                     )
                 return
-            if now - last_check >= COHERENCE_SECONDS:
+            if self._news or now - last_check >= every:
+                self._news = False
                 if not self._check_foreign():
                     return
                 last_check = now

@@ -11,7 +11,7 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Final, Self, cast
 
@@ -222,7 +222,11 @@ class Store:
     clustered = False  # one process, one file: no cluster to tell a heartbeat to
     unreachable_since: float | None = None  # a local file is never out of reach
 
-    def listen(self) -> None:
+    # Nothing tells of another connection's commits: `data_version` is looked at this often
+    # (None: the store actor's own pace).
+    coherence_seconds: float | None = None
+
+    def listen(self, on_change: Callable[[], None] | None = None) -> None:
         """Nothing to do: SQLite's `data_version` is polled, cheaply, on the store thread."""
 
     def data_version(self) -> object:

@@ -171,6 +171,34 @@ async def test_a_trust_change_on_one_store_is_in_force_on_another(pg_url: str) -
         there.close()
 
 
+async def test_a_change_heard_wakes_the_other_store_which_never_polls(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Neither the store's own look nor the backstop poll would ever run: only the listener
+    # telling the store's worker brings the change in.
+    monkeypatch.setattr(PgDatabase, "coherence_seconds", 1e9)
+    monkeypatch.setattr(pg_database, "BACKSTOP_SECONDS", 1e9)
+    here, there = StoreActor(connect_postgres(pg_url)), StoreActor(connect_postgres(pg_url))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(here.run)
+            await nursery.start(there.run)
+            listener = there.db._listener  # type: ignore[union-attr]
+            with trio.fail_after(PATIENCE_SECONDS):
+                while listener is None or not listener.listening:
+                    await trio.sleep(0.01)
+                    listener = there.db._listener  # type: ignore[union-attr]
+            here.set_tier(42, "trusted")
+            await here.flush()
+            with trio.fail_after(PATIENCE_SECONDS):
+                while there.get_tier(42) != "trusted":
+                    await trio.sleep(0.01)
+            nursery.cancel_scope.cancel()
+    finally:
+        here.close()
+        there.close()
+
+
 def test_the_notification_carries_the_new_counter(pg_url: str) -> None:
     with psycopg.connect(pg_url, autocommit=True) as listening:
         listening.execute("LISTEN picortex_config")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final, Self, cast
 
 import psycopg
@@ -88,6 +88,7 @@ class PgDatabase:
         self._version_at = -COHERENCE_SECONDS
         self._clock = time.monotonic
         self._listener: ConfigListener | None = None
+        self._on_change: Callable[[], None] | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -122,8 +123,15 @@ class PgDatabase:
 
     clustered = True  # many processes share it (SPEC 17): each tells a heartbeat
 
-    def listen(self) -> None:
-        """Hear other processes' config changes as they commit (a thread of its own)."""
+    # The store actor looks at `data_version` this often by itself; the listener wakes it
+    # for each change it hears (`listen`), so this is only how soon a change is seen while
+    # no listener is up.
+    coherence_seconds: float | None = COHERENCE_SECONDS
+
+    def listen(self, on_change: Callable[[], None] | None = None) -> None:
+        """Hear other processes' config changes as they commit (a thread of its own);
+        `on_change` is told of each (on that thread), after `data_version` has moved."""
+        self._on_change = on_change
         if self._listener is None:
             self._listener = ConfigListener(
                 self._url, self.path, self._heard, told=lambda: self.unreachable_since is not None
@@ -137,6 +145,9 @@ class PgDatabase:
                 self._version = version
             if reload_all:
                 self._reloads += 1
+        told = self._on_change
+        if told is not None:
+            told()
 
     def _reconnected(self) -> None:
         """A lost connection was made again: whatever changed meanwhile is reloaded."""
