@@ -5,33 +5,14 @@ is up and the worker otherwise."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-
 import psycopg
-import trio
 
 from picortex.discord.ratelimit import GLOBAL_BUDGET
-from picortex.discord.shared_limits import BucketClaim, Grant, SharedGlobalLimit
+from picortex.discord.shared_limits import Grant, SharedGlobalLimit
 from picortex.store.pg.limits import GrantLine, PgLimits
 from picortex.store.pg.reserve_line import ReserveLine
-
-WAIT_SECONDS = 30.0
-
-
-@asynccontextmanager
-async def serving(line: GrantLine) -> AsyncIterator[GrantLine]:
-    async with trio.open_nursery() as nursery:
-        await nursery.start(line.run)
-        await until(lambda: line.ready)
-        yield line
-        nursery.cancel_scope.cancel()
-
-
-async def until(predicate: Callable[[], bool]) -> None:
-    with trio.fail_after(WAIT_SECONDS):
-        while not predicate():
-            await trio.sleep(0.005)
+from tests.discord.test_shared_limits import DirectLimits
+from tests.store.lines import serving, until
 
 
 async def granted(line: GrantLine, wanted: int) -> Grant | None:
@@ -39,33 +20,6 @@ async def granted(line: GrantLine, wanted: int) -> Grant | None:
     assert line.grant(wanted, got.append)
     await until(lambda: bool(got))
     return got[0]
-
-
-class Worker:
-    """The worker thread's side, answering at once from its own connection."""
-
-    def __init__(self, db: PgLimits) -> None:
-        self.db = db
-        self.reachable = True
-        self.live = 1
-        self.grants: list[int] = []
-
-    def grant(self, wanted: int, done: Callable[[Grant | None], None]) -> None:
-        self.grants.append(wanted)
-        done(self.db.grant(wanted))
-
-    def pause(self, seconds: float) -> None:
-        self.db.pause(seconds)
-
-    def claim_bucket(
-        self, bucket: int, window: float, done: Callable[[BucketClaim | None], None]
-    ) -> None:
-        raise AssertionError("not asked here")
-
-    def release_bucket(
-        self, bucket: int, claim: BucketClaim, identified_ago: float | None, invalid: bool
-    ) -> None:
-        raise AssertionError("not asked here")
 
 
 async def test_slots_on_the_line_come_from_the_table_the_worker_grants_from(pg_url: str) -> None:
@@ -104,17 +58,17 @@ async def test_a_process_takes_its_slots_on_the_line_and_on_the_worker_while_it_
     pg_url: str,
 ) -> None:
     db = PgLimits.open(pg_url)
-    worker = Worker(db)
+    worker = DirectLimits(db)  # the worker thread's side, answering at once
     line = GrantLine(pg_url)
     limit = SharedGlobalLimit(worker, line)
     try:
         # Not connected yet: the worker is asked.
         assert await limit.take()
-        assert worker.grants == [2]  # the slot, and one kept in hand
+        assert [g.wanted for g in worker.grants] == [2]  # the slot, and one kept in hand
         async with serving(line):
             limit.expect(5)  # beyond the slot in hand: asked on the line, not of the worker
             await until(lambda: len(limit.book) == 5)
-            assert worker.grants == [2]
+            assert [g.wanted for g in worker.grants] == [2]
         assert db.grant(GLOBAL_BUDGET).granted == GLOBAL_BUDGET - 6
     finally:
         db.close()

@@ -5,8 +5,6 @@ what was asked (the caller then decides locally) and is made again."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 
 import outcome
 import psycopg
@@ -16,8 +14,7 @@ import trio
 from picortex.errors import DatabaseUnreachable
 from picortex.store.pg.ceilings import Answer, Ask, Ceilings
 from picortex.store.pg.reserve_line import ReserveLine
-
-WAIT_SECONDS = 30.0
+from tests.store.lines import serving, until
 
 
 def ask(*, amount: int = 5_000, global_ceiling: int = 10**9, user: int | None = 42) -> Ask:
@@ -34,22 +31,6 @@ def ask(*, amount: int = 5_000, global_ceiling: int = 10**9, user: int | None = 
         user_rate=0,
         user_limited=False,
     )
-
-
-@asynccontextmanager
-async def serving(line: ReserveLine) -> AsyncIterator[ReserveLine]:
-    async with trio.open_nursery() as nursery:
-        await nursery.start(line.run)
-        await until(lambda: line.ready)
-        yield line
-        nursery.cancel_scope.cancel()
-
-
-async def until(predicate: object) -> None:
-    assert callable(predicate)
-    with trio.fail_after(WAIT_SECONDS):
-        while not predicate():
-            await trio.sleep(0.005)
 
 
 async def answer(line: ReserveLine, asked: Ask) -> Answer:
