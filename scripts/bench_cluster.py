@@ -59,6 +59,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -945,6 +946,7 @@ async def phase_kill(ctx: Context) -> None:
             await wait_shards(world, nodes, args.start_patience)
             sent: list[dict[str, Any]] = []
             takeovers: list[float | None] = []
+            kills: list[tuple[float, set[int]]] = []  # (wall clock, shards lost) per kill
             still_held = 0
             targets = spread_targets(world, 10**9, ctx.rng)
             for _cycle in range(args.kills):
@@ -960,6 +962,7 @@ async def phase_kill(ctx: Context) -> None:
                 await trio.sleep(ctx.rng.uniform(0.05, 0.5))
                 await victim.kill()
                 killed_at = trio.current_time()
+                kills.append((time.time(), lost_shards))
                 still_held += len(lost_shards & others)
                 takeovers.append(
                     await _taken_over(world, nodes, lost_shards, killed_at, args.restart_after)
@@ -970,6 +973,14 @@ async def phase_kill(ctx: Context) -> None:
             await settle(world, sent, args.settle)
             once, lost, doubled = tally(world.sim.bot_messages(), sent)
             taken = taken_by(nodes)
+            if args.detail:
+                rounds = zip(kills, takeovers, strict=True)
+                for index, ((killed_wall, shards), took) in enumerate(rounds):
+                    until = (took or args.restart_after) + 1.0
+                    steps = "; ".join(
+                        _takeover_steps(nodes, shard, killed_wall, until) for shard in shards
+                    )
+                    print(f"kill {index}: {_seconds(took)}  {steps}", file=sys.stderr)
     several = sum(1 for m in sent if "," in taken.get(str(m["id"]), ""))
     done = [t for t in takeovers if t is not None]
     show(
@@ -986,6 +997,50 @@ async def phase_kill(ctx: Context) -> None:
         not_taken_over=len(takeovers) - len(done),
         shards_already_held_by_another=still_held,
     )
+
+
+# What a takeover's steps are called in the action log (rows of event `gateway`).
+TAKEOVER_STEPS: Final = {
+    "lease_taken": "taken",
+    "connect": "connect",
+    "identify_wait": "wait",
+    "resume": "resume",
+    "identify": "identify",
+    "ready": "READY",
+    "resumed": "RESUMED",
+    "reconnect": "reconnect",
+    "lease_released": "released",
+    "lease_lost": "lost",
+}
+
+
+def _takeover_steps(nodes: Sequence[Node], shard: int, since: float, until: float) -> str:
+    """What the processes did for `shard` from `since` (wall clock) to `until` seconds after
+    it, with the seconds after `since`: why a takeover took as long as it did."""
+    steps: list[tuple[float, str]] = []
+    for node in nodes:
+        for row in node.actions():
+            name = TAKEOVER_STEPS.get(str(row.get("action")))
+            if row.get("event") != "gateway" or name is None:
+                continue
+            if (row.get("shard") or [None])[0] != shard:
+                continue
+            at = _wall(str(row.get("ts"))) - since
+            if not 0 <= at <= until:
+                continue
+            if name == "connect":
+                name += "(resume)" if row.get("resume") else "(identify)"
+            elif name == "wait":
+                name += f"{row.get('seconds')}"
+            steps.append((at, f"{node.name}:{name}@{at:.2f}"))
+    steps.sort()
+    return f"shard {shard}: " + " ".join(text for _, text in steps)
+
+
+def _wall(ts: str) -> float:
+    """An action-log timestamp (RFC 3339, UTC, milliseconds) as seconds since the epoch."""
+    stamp = datetime.fromisoformat(ts.replace("Z", "+00:00"))
+    return stamp.timestamp()
 
 
 async def _answers_status(node: Node, patience: float) -> None:
@@ -1105,7 +1160,7 @@ async def phase_cpu(ctx: Context) -> None:
             # What the chatter left to the database (its writes, their indexes) is done
             # before replies are timed: the one process has no such work left either.
             await _idle(nodes, quiet, ctx.server)
-        lags = await _latency(
+        lags, stages = await _latency(
             {label: world for label, (world, _) in sides.items()},
             args.latency_triggers,
             args.seed,
@@ -1131,6 +1186,8 @@ async def phase_cpu(ctx: Context) -> None:
         delta_ms=f"{(cluster_p50 - embedded_p50) * 1000:.1f}",
         replies=f"{len(lags['cluster'])}/{len(lags['embedded'])}",
     )
+    # Each stage: ms from the trigger, cluster/embedded/difference (medians).
+    show("cpu_stages", **_stage_figures(stages))
 
 
 def _cpu(nodes: Sequence[Node], server: Server | None = None) -> float:
@@ -1213,7 +1270,7 @@ async def _chatter_cpu(
 
 async def _latency(
     sides: dict[str, World], count: int, seed: int, spacing: float
-) -> dict[str, list[float]]:
+) -> tuple[dict[str, list[float]], dict[str, list[dict[str, float]]]]:
     """Trigger -> reply seconds of each side, in alternating rounds of LATENCY_ROUND
     triggers (the side that goes first alternates too), so that whatever else the machine
     does meanwhile weighs on both alike.
@@ -1237,6 +1294,7 @@ async def _latency(
         channels[label] = [c for c in world.all_channels() if c in covered]
         picks[label] = random.Random(seed)
     lags: dict[str, list[float]] = {label: [] for label in sides}
+    stages: dict[str, list[dict[str, float]]] = {label: [] for label in sides}
     order = list(sides)
     for first in range(0, count, LATENCY_ROUND):
         for label in order:
@@ -1247,9 +1305,53 @@ async def _latency(
                 lag = await _reply_lag(world, channel, f"lat{n}?")
                 if lag is not None:
                     lags[label].append(lag)
+                    stages[label].append(_stages(world, channel, start, start + lag))
                 await trio.sleep_until(start + spacing)
         order.reverse()
-    return lags
+    return lags, stages
+
+
+# The requests of an answer, as the simulator received them, in the order an answer makes
+# them: where the time from trigger to reply goes.
+STAGES: Final = ("history", "typing", "model", "reply")
+
+
+def _stages(world: World, channel: int, start: float, end: float) -> dict[str, float]:
+    """Seconds from a trigger posted at `start` until the simulator received each request of
+    its answer (a stage it did not make is left out), and `end`, when its reply was seen."""
+    found: dict[str, float] = {"seen": end - start}
+    prefix = f"/channels/{channel}/"
+    for request in reversed(world.sim.rest.requests):
+        if request.at < start:
+            break
+        if not request.path.startswith(prefix):
+            continue
+        rest = request.path[len(prefix) :]
+        name = {("GET", "messages"): "history", ("POST", "typing"): "typing"}.get(
+            (request.method, rest)
+        )
+        if request.method == "POST" and rest == "messages":
+            name = "reply"
+        if name is not None:
+            found[name] = request.at - start  # walking back: the first one wins
+    for call in reversed(world.sim.model.calls):
+        if call.at < start:
+            break
+        found["model"] = call.at - start
+    return found
+
+
+def _stage_figures(stages: dict[str, list[dict[str, float]]]) -> dict[str, object]:
+    """Per stage, the median ms from the trigger on each side and the difference."""
+    figures: dict[str, object] = {}
+    for stage in (*STAGES, "seen"):
+        medians = {}
+        for label, rows in stages.items():
+            values = [row[stage] for row in rows if stage in row]
+            medians[label] = statistics.median(values) * 1000 if values else math.nan
+        cluster, embedded = medians.get("cluster", math.nan), medians.get("embedded", math.nan)
+        figures[f"{stage}_ms"] = f"{cluster:.2f}/{embedded:.2f}/{cluster - embedded:+.2f}"
+    return figures
 
 
 async def _reply_lag(world: World, channel: int, text: str) -> float | None:
@@ -1333,6 +1435,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kills", type=int, default=20)
     p.add_argument("--per-kill", type=int, default=6, help="triggers in flight per kill")
     p.add_argument("--restart-after", type=float, default=15.0, help="seconds")
+    p.add_argument(
+        "--detail", action="store_true", help="kill: what each takeover did, step by step"
+    )
     p.add_argument("--cold-patience", type=float, default=60.0, help="seconds")
     p.add_argument("--burst", type=int, default=1000, help="triggers aimed at one shard")
     p.add_argument("--burst-shard", type=int, default=3)

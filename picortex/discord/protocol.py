@@ -683,7 +683,14 @@ class GatewayProtocol:
         self._live = True
         self._resume_failures = 0
         out: list[Action] = [
-            Notify("resumed", {"session_id": self.session_id, "replayed": self._replayed}),
+            Notify(
+                "resumed",
+                {
+                    "session_id": self.session_id,
+                    "replayed": self._replayed,
+                    "shard": list(self._shard),
+                },
+            ),
             Dispatch("RESUMED", data, seq),
         ]
         return out
@@ -708,7 +715,10 @@ class GatewayProtocol:
             }
             self._note_sent(now)
             return [
-                Notify("resume", {"session_id": self.session_id, "seq": self.seq}),
+                Notify(
+                    "resume",
+                    {"session_id": self.session_id, "seq": self.seq, "shard": list(self._shard)},
+                ),
                 Send(payload, "resume"),
             ]
         self._forget_session()

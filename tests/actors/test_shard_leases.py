@@ -53,6 +53,9 @@ class FakeTable:
         if old is not None and old.live(now) and old.node != node:
             return None
         epoch = 1 if old is None else old.epoch + (old.node != node)
+        if old is not None and old.node not in (None, node) and old.node in self.nodes:
+            # It let its lease lapse (no heartbeat here to tell it alive since): gone.
+            self.nodes.remove(old.node)
         self.leases[shard[0]] = Lease(shard[0], node, epoch, now + seconds)
         self.log.append((f"take {shard[0]}", now))
         return epoch
@@ -397,6 +400,26 @@ async def test_a_dead_holders_shard_is_taken_as_its_lease_ends_not_at_the_next_r
         assert [g.shard for g in r.gateways] == [(0, 2), (1, 2)]
 
     await _running(table, Want(ids=(0, 1), count=2, capacity=2), body)
+
+
+async def test_a_dead_processs_shards_taken_over_are_kept_not_handed_back_to_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Taking over a dead process's shards leaves this one above its old share: the dead
+    one, gone from the live processes with the take, is owed none of them."""
+    table = FakeTable(nodes=["me", "dead"])
+    table.leases[2] = Lease(2, "dead", 1, 12.0)
+    table.leases[3] = Lease(3, "dead", 1, 12.0)
+
+    async def body(r: Rig) -> None:
+        await trio.sleep(1)
+        assert sorted(r.keeper.held) == [0, 1]  # its share of two processes
+        await trio.sleep(LEASE * 2)
+        assert sorted(r.keeper.held) == [0, 1, 2, 3]
+        assert not [what for what, _ in table.log if what.startswith("release")]
+        assert table.nodes == ["me"]
+
+    await _running(table, Want(ids=(), count=4, capacity=4, auto=True), body)
 
 
 @attrs.define

@@ -13,6 +13,7 @@ import trio
 from picortex.errors import StoreError
 from picortex.store import StoreActor
 from picortex.store.backends import connect_postgres
+from picortex.store.pg.cluster import ClusterNode
 from picortex.store.pg.leases import ShardLeases
 from picortex.store.shards import ADOPT_SECONDS
 from picortex.types import snowflake_at
@@ -85,6 +86,39 @@ def test_release_hands_back_only_our_leases(two: tuple[ShardLeases, ShardLeases]
     assert b.release([0], "b") == 1
     assert b.take((0, 2), "b", LEASE) == 3
     assert a.renew([0], "a", LEASE) == set()
+
+
+def _beat(leases: ShardLeases, node: str, at: float) -> None:
+    """`node` told its heartbeat at `at`."""
+    leases.note_node(ClusterNode(node, "host", 1, "", at, at))
+
+
+def test_taking_a_lapsed_lease_drops_its_holder_if_silent_since(
+    two: tuple[ShardLeases, ShardLeases],
+) -> None:
+    """A holder that let its lease lapse and told no heartbeat since is no longer counted
+    live (else the others owe it a share of shards and hand one back to nobody); one that
+    did tell one, or that handed its shard back, still is."""
+    a, b = two
+    now = a.now()
+    for node in ("dead", "slow", "left"):
+        _beat(a, node, now - 1.0)
+    for shard_id, node in enumerate(("dead", "slow", "left")):
+        assert a.take((shard_id, 4), node, LEASE) == 1
+    _expire(a, 0)
+    _expire(a, 1)
+    _beat(a, "slow", a.now())  # alive: told a heartbeat after its lease ended
+    assert a.release([2], "left") == 1
+    assert b.take((3, 4), "b", LEASE) == 1  # a shard no one held: nobody is dropped
+    assert set(b.live_nodes(b.now())) == {"dead", "slow", "left"}
+    assert b.take((0, 4), "b", LEASE) == 2
+    assert b.take((1, 4), "b", LEASE) == 2
+    assert b.take((2, 4), "b", LEASE) == 2
+    assert set(b.live_nodes(b.now())) == {"slow", "left"}
+    # A take refused (the lease is live) drops no one.
+    _beat(a, "dead", a.now() - 1.0)
+    assert a.take((0, 4), "dead", LEASE) is None
+    assert "dead" in b.live_nodes(b.now())
 
 
 def test_two_connections_racing_for_one_shard_one_wins(

@@ -19,17 +19,29 @@ from picortex.store.pg.database import PgDatabase, Row
 _STATEMENT_TIMEOUT: Final = "SET statement_timeout = '5s'"
 
 # Free (lapsed, or handed back) or already ours: take it. The epoch moves on only when the
-# holder changes, so one epoch is one unbroken holding.
+# holder changes, so one epoch is one unbroken holding. A holder that let the lease lapse and
+# has not told a heartbeat since is gone: its row goes with the take, so that no process
+# counts it among the live ones (it would be owed a fair share of shards: a shard just taken
+# over would be handed back to nobody) until its heartbeat, up to LIVE_SECONDS old, ages out.
 _TAKE: Final = """
-INSERT INTO shard_lease AS l (shard_id, shard_count, node, epoch, expires_at)
-VALUES (%s, %s, %s, 1, picortex_now() + %s)
-ON CONFLICT (shard_id) DO UPDATE
-SET shard_count = excluded.shard_count,
-    node = excluded.node,
-    epoch = l.epoch + CASE WHEN l.node IS NOT DISTINCT FROM excluded.node THEN 0 ELSE 1 END,
-    expires_at = excluded.expires_at
-WHERE l.expires_at <= picortex_now() OR l.node IS NULL OR l.node = excluded.node
-RETURNING epoch
+WITH was AS (
+    SELECT node, expires_at FROM shard_lease WHERE shard_id = %s
+), taken AS (
+    INSERT INTO shard_lease AS l (shard_id, shard_count, node, epoch, expires_at)
+    VALUES (%s, %s, %s, 1, picortex_now() + %s)
+    ON CONFLICT (shard_id) DO UPDATE
+    SET shard_count = excluded.shard_count,
+        node = excluded.node,
+        epoch = l.epoch + CASE WHEN l.node IS NOT DISTINCT FROM excluded.node THEN 0 ELSE 1 END,
+        expires_at = excluded.expires_at
+    WHERE l.expires_at <= picortex_now() OR l.node IS NULL OR l.node = excluded.node
+    RETURNING epoch
+), gone AS (
+    DELETE FROM cluster_node AS n USING was
+    WHERE n.node = was.node AND was.node <> %s AND n.last_seen < was.expires_at
+      AND EXISTS (SELECT 1 FROM taken)
+)
+SELECT epoch FROM taken
 """
 
 # Every held shard in one statement; a lease that lapsed is not renewed (someone may have
@@ -69,7 +81,7 @@ class ShardLeases(PgDatabase):
     def take(self, shard: tuple[int, int], node: str, seconds: float) -> int | None:
         """Take shard `shard` for `seconds` when it is free or ours; its epoch, else None."""
         shard_id, count = shard
-        epoch = self._one(_TAKE, (shard_id, count, node, seconds))
+        epoch = self._one(_TAKE, (shard_id, shard_id, count, node, seconds, node))
         return None if epoch is None else cast(int, epoch)
 
     def renew(self, shard_ids: Sequence[int], node: str, seconds: float) -> set[int]:
