@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 import httpx
 import trio
 
+import picortex.store.unsent as unsent
 from picortex.actors.action_log import ActionLog
 from picortex.actors.catch_up import catch_up
 from picortex.actors.channel import ChannelActor
@@ -167,6 +168,9 @@ class Bot:
             settings.action_log_path, live.action_log_max_bytes, faults=self.faults
         )
         self.store.events = self.events  # where an unreachable database is told
+        if self.store.clustered:
+            # What the last run could not hand to the database before it stopped goes first.
+            self.store.replay_unsent(settings.home / unsent.WRITES_FILE)
         # With a database URL, Discord's global limit and identify buckets are the cluster's.
         self.limits = open_shared_limits(settings)
         self.rest = RestClient(
@@ -190,7 +194,9 @@ class Bot:
             # A cluster's ceilings hold across its processes (SPEC 17): in the database.
             from picortex.actors.cluster_budget import cluster_budget
 
-            self.budget = cluster_budget(settings.database_url, self.source, self.events)
+            self.budget = cluster_budget(
+                settings.database_url, self.source, self.events, home=settings.home
+            )
             self.budget.refresh()
         else:
             self.budget = LedgerBudget(self.store, self.source, self.events)

@@ -19,11 +19,13 @@ from collections import deque
 from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
-from typing import Final, Protocol
+from pathlib import Path
+from typing import Any, Final, Protocol
 
 import outcome
 import trio
 
+import picortex.store.unsent as unsent_file
 from picortex.actors.admission import PendingReservation
 from picortex.actors.ledger import WarnOnce, loop_clock, refusal_period, report_refusal
 from picortex.config import Settings
@@ -88,6 +90,7 @@ class ClusterBudget:
         wall_clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] | None = None,
         line: ReserveLine | None = None,
+        unsent: Path | None = None,
     ) -> None:
         self._ceilings = ceilings
         # Reservations asked by the event loop itself (`run` keeps it up); else on a thread.
@@ -99,6 +102,19 @@ class ClusterBudget:
         # Calls running now (their reservation ids), and settlements not yet delivered.
         self._open: dict[Reservation, uuid.UUID] = {}
         self._pending: deque[Settlement] = deque()
+        # Where settlements a stop could not deliver are kept; those an earlier run kept go
+        # first (settling twice counts once), and the file goes once they are delivered.
+        self._unsent = unsent
+        self._replaying = False
+        if unsent is not None:
+            kept = [_settlement_of(record) for record in unsent_file.load(unsent)]
+            self._pending.extend(s for s in kept if s is not None)
+            self._replaying = True
+            if self._pending:
+                logger.info(
+                    "%d model calls' costs kept by the last run go to the ledger now",
+                    len(self._pending),
+                )
         self._wake = trio.Event()
         # What the database last said each level had spent and held, and what this process
         # spent since: the base of the local share while the database is unreachable.
@@ -283,7 +299,14 @@ class ClusterBudget:
             if failure is not None:
                 self._complain(failure)
                 return False
+        self._replayed()
         return True
+
+    def _replayed(self) -> None:
+        """Everything an earlier run kept is in the database: its file goes."""
+        if self._replaying and self._unsent is not None:
+            self._replaying = False
+            unsent_file.forget(self._unsent)
 
     def _settle_each(self, batch: list[Settlement]) -> tuple[int, DatabaseUnreachable | None]:
         """(worker thread) Settle `batch` in order: how many went (a bug's counts as gone,
@@ -298,22 +321,47 @@ class ClusterBudget:
         return len(batch), None
 
     def close(self) -> None:
-        """Deliver what is still queued (the bot has stopped), then close the connection."""
+        """Deliver what is still queued (the bot has stopped), then close the connection;
+        what the database cannot take now is kept for the next start (in its home)."""
         while self._pending:
             try:
                 self._ceilings.settle(self._pending[0])
             except DatabaseUnreachable as exc:
-                lost = sum(s.cost for s in self._pending)
+                self._keep(exc)
+                break
+            self._pending.popleft()
+        else:
+            self._replayed()
+        self._ceilings.close()
+
+    def _keep(self, exc: DatabaseUnreachable) -> None:
+        """The database cannot take the queued settlements: into the home's file, or lost."""
+        lost = sum(s.cost for s in self._pending)
+        if self._unsent is not None:
+            try:
+                unsent_file.save(self._unsent, map(_settlement_record, self._pending))
+            except OSError as error:
+                exc_text = f"{exc}; and {self._unsent.name} could not be written: {error}"
+            else:
                 logger.error(
-                    "%d model calls (%s) could not be recorded in the ledger: %s; their "
-                    "reservations count as spent until they expire",
+                    "%d model calls (%s) could not be recorded in the ledger: %s; kept in %s, "
+                    "recorded at the next start",
                     len(self._pending),
                     usd(usd_of(lost)),
                     exc,
+                    self._unsent.name,
                 )
-                break
-            self._pending.popleft()
-        self._ceilings.close()
+                self._replaying = False  # the file holds them now
+                return
+        else:
+            exc_text = str(exc)
+        logger.error(
+            "%d model calls (%s) could not be recorded in the ledger: %s; their "
+            "reservations count as spent until they expire",
+            len(self._pending),
+            usd(usd_of(lost)),
+            exc_text,
+        )
 
     async def _read_status(self) -> None:
         now = self._now()
@@ -520,8 +568,42 @@ def _keys(workspace: str, user_id: int | None, key: str, day: str) -> list[Key]:
     return levels
 
 
-def cluster_budget(url: str, settings: Callable[[], Settings], events: EventSink) -> ClusterBudget:
-    """The budget of this process of the cluster at `url`."""
+def cluster_budget(
+    url: str, settings: Callable[[], Settings], events: EventSink, *, home: Path | None = None
+) -> ClusterBudget:
+    """The budget of this process of the cluster at `url`; settlements a stop could not
+    deliver are kept in `home` for the next start."""
     node = node_name()
     line = ReserveLine(url, node)
-    return ClusterBudget(Ceilings(url, node), settings, events, line=line)
+    unsent_path = None if home is None else home / unsent_file.SETTLEMENTS_FILE
+    return ClusterBudget(Ceilings(url, node), settings, events, line=line, unsent=unsent_path)
+
+
+def _settlement_record(settled: Settlement) -> dict[str, object]:
+    return {
+        "id": str(settled.id),
+        "workspace": settled.workspace,
+        "user_id": settled.user_id,
+        "cost": settled.cost,
+        "period": settled.period,
+        "day": settled.day,
+        "at": settled.at,
+    }
+
+
+def _settlement_of(record: dict[str, Any]) -> Settlement | None:
+    """A settlement kept by an earlier run (None: a record it did not write)."""
+    try:
+        user_id = record["user_id"]
+        settled = Settlement(
+            uuid.UUID(str(record["id"])),
+            str(record["workspace"]),
+            None if user_id is None else int(user_id),
+            int(record["cost"]),
+            str(record["period"]),
+            str(record["day"]),
+            float(record["at"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+    return settled if settled.cost >= 0 else None

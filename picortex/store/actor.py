@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 import attrs
 import trio
 
+import picortex.store.unsent as unsent
 from picortex.errors import DatabaseUnreachable, StoreError
 from picortex.store.chathome import ChatHome
 from picortex.store.seen import ANY_GUILD, SeenIds
@@ -105,6 +106,9 @@ class _Op:
     # Kept while the shared database is unreachable, committed once it is back; False for
     # a caller that waits (told the error at once) and for what is stale by then.
     keep: bool = True
+    # A write by name: the Database method and its arguments, all plain values, so that a
+    # store stopped while the database is unreachable can keep it in a file (`unsent`).
+    named: tuple[str, tuple[object, ...], dict[str, object]] | None = None
 
 
 class _Complaints:
@@ -190,6 +194,8 @@ class StoreActor:
         self._doubt: tuple[int, list[_Op], list[tuple[bool, object]]] | None = None
         self._told_back = 0  # ops told to `on_worker_ops` and done with since the last count
         self._unreachable: DatabaseUnreachable | None = None  # why the last group was kept
+        # Where a stop with the database unreachable keeps its writes (`replay_unsent`).
+        self.unsent_path: Path | None = None
 
     @classmethod
     def open(cls, path: Path) -> StoreActor:
@@ -336,7 +342,11 @@ class StoreActor:
             self._queue.put(ops)
 
     def _submit(
-        self, fn: Callable[[Database], object], on_done: Callable[[object], None] | None = None
+        self,
+        fn: Callable[[Database], object],
+        on_done: Callable[[object], None] | None = None,
+        *,
+        named: tuple[str, tuple[object, ...], dict[str, object]] | None = None,
     ) -> None:
         """Queue a write; `on_done(result)` runs on the event loop once it is committed."""
         finish: Finish | None = None
@@ -347,7 +357,18 @@ class StoreActor:
                 if ok:
                     _soon(token, on_done, value)
 
-        self._put(_Op(_WRITE, fn=fn, finish=finish))
+        self._put(_Op(_WRITE, fn=fn, finish=finish, named=named))
+
+    def _submit_named(
+        self,
+        name: str,
+        *args: object,
+        on_done: Callable[[object], None] | None = None,
+        **kwargs: object,
+    ) -> None:
+        """Queue write `name(*args, **kwargs)` (a Database method, plain values): one that a
+        stop while the database is unreachable keeps for the next start."""
+        self._submit(_named(name, args, kwargs), on_done, named=(name, args, kwargs))
 
     async def call(self, fn: Callable[[Database], T], *, write: bool = True) -> T:
         """Run `fn(store)` on the store thread after everything queued before it; its result.
@@ -391,13 +412,14 @@ class StoreActor:
         """
         await self.call(_nothing)
 
-    def _model_write(self, fn: Callable[[Database], object], change: Callable[[], None]) -> None:
-        """Queue a write that a read model mirrors; apply `change` to the model now."""
+    def _model_write(self, change: Callable[[], None], name: str, *args: object) -> None:
+        """Queue write `name(*args)`, which a read model mirrors; apply `change` to the model
+        now."""
         self._seq += 1
         seq = self._seq
         change()
         self._pending.append((seq, change))
-        self._put(_Op(_WRITE, fn=fn, seq=seq))
+        self._put(_Op(_WRITE, fn=_named(name, args, {}), seq=seq, named=(name, args, {})))
 
     # ---- the worker thread ----------------------------------------------------------------
 
@@ -458,17 +480,78 @@ class StoreActor:
             now = time.monotonic()
             if stop:
                 if kept or self._doubt is not None:
-                    logger.error(
-                        "%d queued writes were not committed before the store stopped: "
-                        "the database is unreachable",
-                        self.kept,
-                    )
+                    self._keep_unsent(pending)
                 return
             if self._news or now - last_check >= every:
                 self._news = False
                 if not self._check_foreign():
                     return
                 last_check = now
+
+    def _keep_unsent(self, pending: deque[_Op]) -> None:
+        """(worker) Stopping with the database unreachable: the writes kept go to the home's
+        file for the next start (`replay_unsent`); what cannot be kept by name is counted
+        lost, and a group whose COMMIT went unanswered is named as in doubt (it may be in)."""
+        records: list[dict[str, object]] = []
+        lost = 0
+        for op in pending:
+            if op.kind == _SEEN and op.row is not None:
+                records.append({"seen": list(op.row)})
+            elif op.kind == _WRITE and op.named is not None:
+                name, args, kwargs = op.named
+                records.append({"write": name, "args": list(args), "kwargs": kwargs})
+            elif op.kind == _WRITE and op.fn is not _nothing:
+                lost += 1
+        doubt = len(self._doubt[1]) if self._doubt is not None else 0
+        path = self.unsent_path
+        kept = 0
+        if path is not None and records:
+            try:
+                kept = unsent.save(path, records)
+            except (OSError, TypeError) as exc:
+                logger.error("could not keep the unsent writes in %s: %s", path.name, exc)
+        lost += len(records) - kept
+        logger.error(
+            "the store stopped with the database unreachable: %d writes kept in %s for the"
+            " next start, %d lost, %d in doubt (their commit went unanswered)",
+            kept,
+            "-" if path is None else path.name,
+            lost,
+            doubt,
+        )
+
+    def replay_unsent(self, path: Path) -> int:
+        """Queue, before anything else, the writes a stop kept in `path` (the database was
+        unreachable then); the file goes once they are committed, and a stop meanwhile keeps
+        them again. How many were queued."""
+        self.unsent_path = path
+        records = unsent.load(path)
+        if not records:
+            unsent.forget(path)  # none, or only damaged lines (said)
+            return 0
+        count = 0
+        for record in records:
+            seen, name = record.get("seen"), record.get("write")
+            args, kwargs = record.get("args", []), record.get("kwargs", {})
+            if isinstance(seen, list) and len(seen) == 3 and _plain_seen(seen):
+                message_id, at, guild_id = seen
+                self.mark_handled(message_id, float(at), guild_id)
+            elif name in NAMED_WRITES and isinstance(args, list) and isinstance(kwargs, dict):
+                named = (str(name), tuple(args), dict(kwargs))
+                self._put(_Op(_WRITE, fn=_named(*named), named=named))
+            else:
+                logger.error("%s holds a write this store does not make; skipped", path.name)
+                continue
+            count += 1
+        if count:
+            logger.info("%d writes kept by the last run are committed now", count)
+
+        def done(ok: bool, value: object) -> None:
+            if ok:
+                unsent.forget(path)
+
+        self._put(_Op(_WRITE, fn=_nothing, finish=done))
+        return count
 
     def _commit(self, batch: list[_Op]) -> tuple[bool, list[_Op]]:
         """Commit the batch's writes in one transaction, then run its read.
@@ -667,7 +750,7 @@ class StoreActor:
         def change() -> None:
             self._trust[user_id] = tier
 
-        self._model_write(lambda db: db.set_tier(user_id, tier), change)
+        self._model_write(change, "set_tier", user_id, tier)
 
     def remove_trust(self, user_id: int) -> bool:
         """Remove the user from the trust list; False when they were not on it."""
@@ -677,7 +760,7 @@ class StoreActor:
         def change() -> None:
             self._trust.pop(user_id, None)
 
-        self._model_write(lambda db: db.remove_trust(user_id), change)
+        self._model_write(change, "remove_trust", user_id)
         return True
 
     # ---- runtime config (read model) --------------------------------------------------------
@@ -694,7 +777,7 @@ class StoreActor:
                 self._runtime[key] = value
                 self.config_version += 1
 
-        self._model_write(lambda db: db.set_runtime_config(key, value), change)
+        self._model_write(change, "set_runtime_config", key, value)
 
     def delete_runtime_config(self, key: str) -> bool:
         """Drop one runtime override, so the file's value applies again."""
@@ -705,7 +788,7 @@ class StoreActor:
             if self._runtime.pop(key, None) is not None:
                 self.config_version += 1
 
-        self._model_write(lambda db: db.delete_runtime_config(key), change)
+        self._model_write(change, "delete_runtime_config", key)
         return True
 
     # ---- chat config (read model) -----------------------------------------------------------
@@ -733,7 +816,7 @@ class StoreActor:
                 else attrs.evolve(old, attention_mode=mode, updated_at=now)
             )
 
-        self._model_write(lambda db: db.set_attention_mode(chat_id, mode, now), change)
+        self._model_write(change, "set_attention_mode", chat_id, mode, now)
 
     def set_discriminator(
         self, chat_id: int, model: str | None, threshold: float | None, now: float
@@ -756,7 +839,7 @@ class StoreActor:
                 )
             )
 
-        self._model_write(lambda db: db.set_discriminator(chat_id, model, threshold, now), change)
+        self._model_write(change, "set_discriminator", chat_id, model, threshold, now)
 
     def delete_chat_config(self, chat_id: int) -> bool:
         """Forget the chat's own settings, so the defaults apply again."""
@@ -766,7 +849,7 @@ class StoreActor:
         def change() -> None:
             self._chats.pop(chat_id, None)
 
-        self._model_write(lambda db: db.delete_chat_config(chat_id), change)
+        self._model_write(change, "delete_chat_config", chat_id)
         return True
 
     # ---- per-user attention (read model) ----------------------------------------------------
@@ -792,7 +875,7 @@ class StoreActor:
         def change() -> None:
             self._user_modes[(chat_id, user_id)] = UserAttention(chat_id, user_id, mode, now)
 
-        self._model_write(lambda db: db.set_user_attention(chat_id, user_id, mode, now), change)
+        self._model_write(change, "set_user_attention", chat_id, user_id, mode, now)
 
     def delete_user_attention(self, chat_id: int, user_id: int) -> bool:
         """Drop the user's own mode in the chat; False when they had none."""
@@ -802,7 +885,7 @@ class StoreActor:
         def change() -> None:
             self._user_modes.pop((chat_id, user_id), None)
 
-        self._model_write(lambda db: db.delete_user_attention(chat_id, user_id), change)
+        self._model_write(change, "delete_user_attention", chat_id, user_id)
         return True
 
     # ---- handled message ids ------------------------------------------------------------------
@@ -857,7 +940,7 @@ class StoreActor:
         self, channel_id: int, guild_id: int | None, last_handled_id: int, at: float
     ) -> None:
         """Queue noting that the channel had a message handled (catch-up looks there)."""
-        self._submit(lambda db: db.note_channel_activity(channel_id, guild_id, last_handled_id, at))
+        self._submit_named("note_channel_activity", channel_id, guild_id, last_handled_id, at)
 
     async def active_channels(
         self, since: float, limit: int, shards: Sequence[Shard] | None = None
@@ -880,20 +963,24 @@ class StoreActor:
         created_at: float,
     ) -> None:
         """Queue a message for recall; storing it again updates an edited text."""
-        self._submit(
-            lambda db: db.add_memory_message(
-                message_id, channel_id, guild_id, author_id, author_name, content, created_at
-            )
+        self._submit_named(
+            "add_memory_message",
+            message_id,
+            channel_id,
+            guild_id,
+            author_id,
+            author_name,
+            content,
+            created_at,
         )
 
     def delete_memory_message(self, message_id: int) -> None:
         """Queue forgetting a message (deleted on Discord)."""
-        self._submit(lambda db: db.delete_memory_message(message_id))
+        self._submit_named("delete_memory_message", message_id)
 
     def forget_messages(self, message_ids: Iterable[int]) -> None:
         """Queue forgetting deleted messages and every observation made of them."""
-        ids = list(message_ids)
-        self._submit(lambda db: db.forget_messages(ids))
+        self._submit_named("forget_messages", list(message_ids))
 
     def forget_channel(self, channel_id: int, chat_home: Path | None = None) -> None:
         """Queue forgetting a deleted channel's messages, observations, activity and chat home.
@@ -987,10 +1074,15 @@ class StoreActor:
             if on_committed is not None:
                 on_committed(cast(int, row_id))
 
-        self._submit(
-            lambda db: db.add_invocation_error(
-                workspace_id, persona, signal_id, stage, error_message, stack_trace, created_at
-            ),
+        self._submit_named(
+            "add_invocation_error",
+            workspace_id,
+            persona,
+            signal_id,
+            stage,
+            error_message,
+            stack_trace,
+            created_at,
             on_done=None if on_committed is None else done,
         )
 
@@ -1015,10 +1107,16 @@ class StoreActor:
         author_id: int | None,
     ) -> None:
         """Queue recording that a persona's trigger matched a message by `author_id`."""
-        self._submit(
-            lambda db: db.add_observation(
-                persona, message_id, channel_id, guild_id, trigger, content, created_at, author_id
-            )
+        self._submit_named(
+            "add_observation",
+            persona,
+            message_id,
+            channel_id,
+            guild_id,
+            trigger,
+            content,
+            created_at,
+            author_id,
         )
 
     def add_spend(
@@ -1033,7 +1131,7 @@ class StoreActor:
         """Queue the cost of one model call against a workspace and period (and its user)."""
         if not cost_usd >= 0:
             raise ValueError(f"cost_usd must be 0 or more, got {cost_usd!r}")
-        self._submit(lambda db: db.add_spend(workspace, period_key, cost_usd, at, user_id=user_id))
+        self._submit_named("add_spend", workspace, period_key, cost_usd, at, user_id=user_id)
         try:
             totals = self._period_spend(period_key)
         except DatabaseUnreachable:
@@ -1087,11 +1185,11 @@ class StoreActor:
         self, shard: tuple[int, int], session_id: str, url: str, seq: int, at: float
     ) -> None:
         """Queue persisting the shard's session so a restarted process can RESUME it."""
-        self._submit(lambda db: db.save_gateway_session(shard, session_id, url, seq, at))
+        self._submit_named("save_gateway_session", shard, session_id, url, seq, at)
 
     def clear_gateway_session(self, shard: tuple[int, int]) -> None:
         """Queue forgetting the shard's session (a clean shutdown, or Discord invalidated it)."""
-        self._submit(lambda db: db.clear_gateway_session(shard))
+        self._submit_named("clear_gateway_session", shard)
 
     async def app_commands_hash(self, scope: str) -> str | None:
         """The digest of the command tree last registered in `scope` (SPEC 15)."""
@@ -1099,7 +1197,7 @@ class StoreActor:
 
     def set_app_commands_hash(self, scope: str, digest: str, now: float) -> None:
         """Queue remembering that the tree with `digest` is registered in `scope`."""
-        self._submit(lambda db: db.set_app_commands_hash(scope, digest, now))
+        self._submit_named("set_app_commands_hash", scope, digest, now)
 
     # ---- pruning: on the store's own thread, in its order, so a long delete never stalls
     # the bot. Scope: global (a cluster prunes once, not once per node).
@@ -1131,6 +1229,55 @@ class StoreActor:
 
 def _nothing(db: Database) -> None:
     return None
+
+
+# The writes a store may keep by name (`_Op.named`) and do again at its next start: nothing
+# else is ever called from a kept file.
+NAMED_WRITES: Final = frozenset(
+    {
+        "note_channel_activity",
+        "add_memory_message",
+        "delete_memory_message",
+        "forget_messages",
+        "add_invocation_error",
+        "add_observation",
+        "add_spend",
+        "save_gateway_session",
+        "clear_gateway_session",
+        "set_app_commands_hash",
+        "set_tier",
+        "remove_trust",
+        "set_runtime_config",
+        "delete_runtime_config",
+        "set_attention_mode",
+        "set_discriminator",
+        "delete_chat_config",
+        "set_user_attention",
+        "delete_user_attention",
+    }
+)
+
+
+def _plain_seen(row: list[object]) -> bool:
+    """Whether a kept handled mark is (message id, when, guild id or None)."""
+    message_id, at, guild_id = row
+    return (
+        type(message_id) is int
+        and isinstance(at, int | float)
+        and (guild_id is None or type(guild_id) is int)
+    )
+
+
+def _named(
+    name: str, args: tuple[object, ...], kwargs: dict[str, object]
+) -> Callable[[Database], object]:
+    """Database method `name` called with `args` and `kwargs`."""
+    assert name in NAMED_WRITES, name
+
+    def write(db: Database) -> object:
+        return getattr(db, name)(*args, **kwargs)
+
+    return write
 
 
 def _soon(token: trio.lowlevel.TrioToken, fn: Callable[..., object], *args: object) -> None:

@@ -507,6 +507,66 @@ async def test_at_shutdown_what_is_unsettled_reaches_the_database_or_is_named(
     assert "1 model calls ($0.25)" in error and ceilings.closed
 
 
+async def test_settlements_a_stop_could_not_deliver_are_kept_and_recorded_at_the_next_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopped while the database is away: the calls' costs go to the home's file, and the
+    next run (the database back) records them first, once, and removes the file."""
+    settings = settings_with(tmp_path, BudgetSettings(5.0, "day"))
+    kept = tmp_path / "unsent-settlements.jsonl"
+    ceilings = FakeCeilings()
+    budget = ClusterBudget(
+        ceilings, lambda: settings, RecordingSink(), wall_clock=lambda: NOON, unsent=kept
+    )
+    paid = []
+    for user, cost in ((7, 0.25), (None, 0.125)):
+        held = await budget.reserve("g1", user, 0.5)
+        assert isinstance(held, Reservation)
+        budget.settle(held, cost)
+        paid.append(held)
+    ceilings.down = True
+    with caplog.at_level(logging.ERROR, logger=LOGGER):
+        budget.close()
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "2 model calls ($0.375)" in error and "recorded at the next start" in error
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert len(kept.read_text().splitlines()) == 2
+
+    again = FakeCeilings()
+    budget = ClusterBudget(
+        again, lambda: settings, RecordingSink(), wall_clock=lambda: NOON, unsent=kept
+    )
+    assert budget.unsettled() == 2
+    assert await budget.deliver()
+    assert [(s.user_id, s.cost, s.workspace) for s in again.settled] == [
+        (7, 250_000, "g1"),
+        (None, 125_000, "g1"),
+    ]
+    assert not kept.exists()
+    budget.close()
+    assert len(again.settled) == 2  # once each
+
+
+def test_a_damaged_line_of_kept_settlements_is_skipped_and_said(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_with(tmp_path, BudgetSettings(5.0, "day"))
+    kept = tmp_path / "unsent-settlements.jsonl"
+    good = (
+        '{"id": "6b1f0b3c-3a55-4f7e-9d2c-1f6d3f3b9a01", "workspace": "g1", "user_id": null,'
+        ' "cost": 5, "period": "2026-12-03", "day": "2026-12-03", "at": 1.0}'
+    )
+    kept.write_text(good + "\n{not json\n" + '{"id": "x"}\n')
+    with caplog.at_level(logging.ERROR):
+        budget = ClusterBudget(
+            FakeCeilings(), lambda: settings, RecordingSink(), wall_clock=lambda: NOON, unsent=kept
+        )
+    assert budget.unsettled() == 1
+    assert any("line 2 is damaged" in r.getMessage() for r in caplog.records)
+    budget.close()
+    assert not kept.exists()
+
+
 async def test_calls_reserved_on_the_line_overshoot_the_global_ceiling_by_one_call_at_most(
     pg_url: str, tmp_path: Path
 ) -> None:

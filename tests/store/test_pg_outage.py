@@ -117,6 +117,80 @@ async def test_writes_queued_while_the_database_is_down_are_committed_once_when_
         assert [h.message_id for h in db.search_memory("outage", 0.0, None)] == [5]
 
 
+async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_its_next_start(
+    server: Server, pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopped while the database is away: the kept writes go to the home's file, not lost;
+    the next store (the database back) commits them before anything else, once, and the
+    file goes. A write that cannot be kept by name is counted lost."""
+    kept = tmp_path / "unsent-writes.jsonl"
+    store = StoreActor(connect_postgres(pg_url))
+    store.unsent_path = kept
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            server.down()
+            store.set_tier(2, "trusted")
+            store.mark_handled(101, NOW, 9)
+            store.add_memory_message(5, 10, 1, 7, "bob", "kept through a restart", NOW)
+            store.add_invocation_error("g1", "p", "9", "generate", "boom", None, NOW)
+            store.save_gateway_session((1, 4), "sess", "wss://resume", 42, NOW)
+            store.forget_channel(77)  # not a write by name: lost, and counted
+            await _until(lambda: store.kept >= 6)
+            nursery.cancel_scope.cancel()
+    finally:
+        with caplog.at_level(logging.ERROR, logger="picortex.store.actor"):
+            store.close()
+    said = [r.getMessage() for r in caplog.records if "store stopped" in r.getMessage()]
+    assert said == [
+        "the store stopped with the database unreachable: 5 writes kept in"
+        " unsent-writes.jsonl for the next start, 1 lost, 0 in doubt (their commit went"
+        " unanswered)"
+    ]
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert pg_url not in kept.read_text()
+
+    server.up()
+    again = StoreActor(connect_postgres(pg_url))
+    try:
+        assert again.replay_unsent(kept) == 5
+        assert again.seen(101)  # in force here at once, before its commit
+        async with trio.open_nursery() as nursery:
+            await nursery.start(again.run)
+            await _until_flushed(again)
+            nursery.cancel_scope.cancel()
+    finally:
+        again.close()
+    assert not kept.exists()
+    with connect_postgres(pg_url) as db:
+        assert db.trust_list() == [(2, "trusted")]
+        assert db.is_seen(101)
+        assert [h.message_id for h in db.search_memory("restart", 0.0, None)] == [5]
+        assert [e.error_message for e in db.invocation_errors()] == ["boom"]
+        assert db.gateway_session((1, 4)) == ("sess", "wss://resume", 42)
+
+
+def test_a_kept_file_naming_anything_but_a_store_write_calls_nothing(
+    pg_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    kept = tmp_path / "unsent-writes.jsonl"
+    kept.write_text(
+        '{"write": "close", "args": [], "kwargs": {}}\n'
+        '{"write": "set_tier", "args": [3, "user"], "kwargs": {}}\n'
+        '{"seen": ["12", 1.0, null]}\n'
+    )
+    store = StoreActor(connect_postgres(pg_url))
+    try:
+        with caplog.at_level(logging.ERROR):
+            assert store.replay_unsent(kept) == 1
+        assert sum("does not make" in r.getMessage() for r in caplog.records) == 2
+    finally:
+        store.close()
+    assert not kept.exists()
+    with connect_postgres(pg_url) as db:
+        assert db.trust_list() == [(3, "user")]
+
+
 async def test_an_old_id_counts_as_handled_while_only_the_unreachable_database_knows(
     server: Server, pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
