@@ -483,7 +483,7 @@ class RestClient:
             self._check_allowed()
             bucket = await self._acquire(route, major)
             response: httpx.Response | None = None
-            slot = False
+            slot = shared_slot = False
             try:
                 # Interaction endpoints are not bound by the global limit (Discord's docs):
                 # a slash command's answer never waits behind other requests for it.
@@ -495,8 +495,10 @@ class RestClient:
                     slot = True
                     # The cluster's slot too. An optional request goes only if one is free.
                     shared = self._shared
-                    if shared is not None and not await shared.take(wait=not optional):
-                        return None
+                    if shared is not None:
+                        if not await shared.take(wait=not optional):
+                            return None
+                        shared_slot = True
                 self._check_allowed()
                 # The last moment: a request of a shard no longer held never leaves (SPEC 17).
                 check_fence()
@@ -514,6 +516,8 @@ class RestClient:
             finally:
                 if slot:
                     self._global_release()
+                if shared_slot and self._shared is not None:
+                    self._shared.refill()
                 self._release(bucket, route, major, response)
             if sent is not None:
                 # An answer (or a failure) proves the request is over; say so if the

@@ -45,8 +45,9 @@ ANSWER_PATIENCE: Final = 2.0
 # trip, at a cost of a few percent of the rate while the cluster is at the limit.
 MIN_RETRY: Final = 0.02
 # A slot a process keeps in hand beyond those its requests wait for, asked for with them (or
-# after a request used the last one) while the table grants in full: an answer's requests
-# (history, typing, the reply) then each find one in hand instead of waiting a round trip.
+# once a request that used the last one is over) while the table grants in full: an answer's
+# requests (history, typing, the reply) then each find one in hand instead of waiting a round
+# trip.
 SPARE_SLOTS: Final = 1
 # ... used this soon after it was asked for, or let go: a pause another process's global 429
 # started is heard of only with the next grant, and a spare never outlives that by more.
@@ -132,6 +133,9 @@ class GlobalSlots(Protocol):
 
     async def take(self, *, wait: bool = True) -> bool:
         """Wait for a slot (False: none free now and `wait` is False)."""
+
+    def refill(self) -> None:
+        """A request that took a slot is over: keep one in hand for the next."""
 
     def prefetch(self, count: int) -> None:
         """Ask now for the slots `count` requests about to go will take."""
@@ -365,8 +369,6 @@ class SharedGlobalLimit:
             while True:
                 now = trio.current_time()
                 if book.take(now):
-                    if self._backend.reachable:
-                        self._refill(book.refill(now))  # the next request finds one in hand too
                     return True
                 if not self._backend.reachable or book.stalled(now):
                     if self._share.take(now, fair_share(self._backend.live)):
@@ -391,6 +393,13 @@ class SharedGlobalLimit:
                     await changed.wait()
         finally:
             book.waiting -= 1
+
+    def refill(self) -> None:
+        """A request that took a slot is over: ask for a slot to keep in hand, so that the
+        next request finds one too. Asked once the request is over, not as it takes its
+        slot: the question and the database's work on it then never delay the request."""
+        if self._backend.reachable:
+            self._refill(self._book.refill(trio.current_time()))
 
     def prefetch(self, count: int) -> None:
         """Ask the table now for the slots `count` requests will take in a moment.

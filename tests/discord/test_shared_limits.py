@@ -426,6 +426,32 @@ async def test_rest_clients_of_two_processes_share_discords_global_limit(
     assert busiest_second([at for at, _ in discord.arrivals]) <= GLOBAL_BUDGET
 
 
+async def test_a_slot_for_the_next_request_is_asked_once_a_request_is_over_not_before_it(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The refill's question (and the database's work on it) never goes ahead of the request
+    that used the slot in hand; once that request is over, the next finds one in hand."""
+    backend = processes()
+    asked_at_arrival: list[int] = []
+
+    def discord(request: httpx.Request) -> httpx.Response:
+        asked_at_arrival.append(len(backend.grants))
+        return httpx.Response(200, content=orjson.dumps({"id": "1"}))
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(discord))
+    async with RestClient(API, "tok", client=http, shared=SharedGlobalLimit(backend)) as rest:
+        await rest.create_message(100, "one")  # asks for its slot and a spare
+        assert [g.granted for g in backend.grants] == [2]
+        await rest.create_message(100, "two")  # on the spare; the refill only after it
+        assert asked_at_arrival == [1, 1]
+        assert [g.granted for g in backend.grants] == [2, 1]
+        await trio.testing.wait_all_tasks_blocked()  # its answer is in
+        await rest.create_message(100, "three")  # on the refilled spare: no question first
+        assert asked_at_arrival == [1, 1, 2]
+    assert trio.current_time() < SPARE_SECONDS
+
+
 async def test_a_global_429_on_one_rest_client_holds_back_the_other(
     processes: Callable[[], DirectLimits],
     autojump_clock: trio.testing.MockClock,
@@ -624,6 +650,9 @@ async def test_a_rest_client_asks_for_expected_requests_only_in_a_cluster() -> N
 
         async def take(self, *, wait: bool = True) -> bool:
             return True
+
+        def refill(self) -> None:
+            pass
 
         def prefetch(self, count: int) -> None:
             pass
