@@ -536,6 +536,15 @@ class StoreActor:
             if isinstance(seen, list) and len(seen) == 3 and _plain_seen(seen):
                 message_id, at, guild_id = seen
                 self.mark_handled(message_id, float(at), guild_id)
+            elif name in MODEL_WRITES and isinstance(args, list) and not kwargs:
+                # Through the method itself: the read model takes the change at once too.
+                try:
+                    getattr(self, str(name))(*args)
+                except (TypeError, ValueError, StoreError) as exc:
+                    logger.error(
+                        "%s holds a write that cannot be made (%s); skipped", path.name, exc
+                    )
+                    continue
             elif name in NAMED_WRITES and isinstance(args, list) and isinstance(kwargs, dict):
                 named = (str(name), tuple(args), dict(kwargs))
                 self._put(_Op(_WRITE, fn=_named(*named), named=named))
@@ -1231,20 +1240,10 @@ def _nothing(db: Database) -> None:
     return None
 
 
-# The writes a store may keep by name (`_Op.named`) and do again at its next start: nothing
-# else is ever called from a kept file.
-NAMED_WRITES: Final = frozenset(
+# Writes a read model mirrors: the store's own methods of these names take the same
+# arguments as the Database's and change the model too.
+MODEL_WRITES: Final = frozenset(
     {
-        "note_channel_activity",
-        "add_memory_message",
-        "delete_memory_message",
-        "forget_messages",
-        "add_invocation_error",
-        "add_observation",
-        "add_spend",
-        "save_gateway_session",
-        "clear_gateway_session",
-        "set_app_commands_hash",
         "set_tier",
         "remove_trust",
         "set_runtime_config",
@@ -1256,6 +1255,20 @@ NAMED_WRITES: Final = frozenset(
         "delete_user_attention",
     }
 )
+# The writes a store may keep by name (`_Op.named`) and do again at its next start: nothing
+# else is ever called from a kept file.
+NAMED_WRITES: Final = MODEL_WRITES | {
+    "note_channel_activity",
+    "add_memory_message",
+    "delete_memory_message",
+    "forget_messages",
+    "add_invocation_error",
+    "add_observation",
+    "add_spend",
+    "save_gateway_session",
+    "clear_gateway_session",
+    "set_app_commands_hash",
+}
 
 
 def _plain_seen(row: list[object]) -> bool:

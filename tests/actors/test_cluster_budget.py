@@ -446,6 +446,42 @@ def test_the_bot_takes_the_clusters_ceilings_only_with_a_database_url(
         clustered.store.close()
 
 
+def test_a_cluster_bot_hands_over_what_its_last_run_kept_in_its_home(
+    pg_url: str, tmp_path: Path
+) -> None:
+    """The files a stop during an outage left are read by the next bot on that home: the
+    writes and the model calls' costs reach the database, and the files go."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "unsent-writes.jsonl").write_text(
+        '{"write": "set_tier", "args": [5, "trusted"], "kwargs": {}}\n'
+    )
+    (home / "unsent-settlements.jsonl").write_text(
+        '{"id": "6b1f0b3c-3a55-4f7e-9d2c-1f6d3f3b9a01", "workspace": "g1", "user_id": 7,'
+        ' "cost": 250000, "period": "2026-12-03", "day": "2026-12-03", "at": 1.0}\n'
+    )
+    env = {
+        "PICORTEX_HOME": str(home),
+        "DISCORD_BOT_TOKEN": "token-for-the-test",
+        "PICORTEX_DATABASE_URL": pg_url,
+    }
+    bot = Bot(load_settings(env))
+    try:
+        assert isinstance(bot.budget, ClusterBudget)
+        assert bot.store.get_tier(5) == "trusted"  # in force at once
+        assert bot.budget.unsettled() == 1
+    finally:
+        bot.budget.close()
+        bot.store.close()
+    assert not (home / "unsent-writes.jsonl").exists()
+    assert not (home / "unsent-settlements.jsonl").exists()
+    with psycopg.connect(pg_url) as conn:
+        tiers = conn.execute("SELECT tier FROM trust WHERE user_id = 5").fetchall()
+        ledger = conn.execute("SELECT cost_usd, user_id FROM budget_ledger").fetchall()
+    assert tiers == [("trusted",)]
+    assert ledger == [(0.25, 7)]
+
+
 def test_an_embedded_bot_keeps_its_ledger_and_never_imports_psycopg(tmp_path: Path) -> None:
     code = (
         "import sys\n"

@@ -178,12 +178,14 @@ def test_a_kept_file_naming_anything_but_a_store_write_calls_nothing(
         '{"write": "close", "args": [], "kwargs": {}}\n'
         '{"write": "set_tier", "args": [3, "user"], "kwargs": {}}\n'
         '{"seen": ["12", 1.0, null]}\n'
+        '{"write": "set_tier", "args": [4], "kwargs": {}}\n'
     )
     store = StoreActor(connect_postgres(pg_url))
     try:
         with caplog.at_level(logging.ERROR):
             assert store.replay_unsent(kept) == 1
         assert sum("does not make" in r.getMessage() for r in caplog.records) == 2
+        assert sum("cannot be made" in r.getMessage() for r in caplog.records) == 1
     finally:
         store.close()
     assert not kept.exists()
