@@ -24,6 +24,7 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
             trigger (probes every --probe-ms)
   kill      SIGKILL a random process with triggers in flight, restart it --restart-after s
             later: lost, doubled, seconds until others are connected on its shards
+            (`--detail`: each takeover's steps from the action logs)
   cold      all processes start at once: op 9s, IDENTIFYs per shard, time until every
             shard is READY against ceil(shards / max_concurrency) x 5.25 s
   burst     triggers aimed at one shard's channels: global 429s, the busiest one-second
@@ -33,7 +34,8 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
             trigger -> reply latency of both, measured alike: both sides run side by
             side, the cluster balanced, both idle again after the chatter (the database
             too), one unmeasured answer per shard first, then alternating rounds of 10
-            triggers per side in the same channels
+            triggers per side in the same channels; then each stage's median (history
+            read, typing, model request, reply) as the simulator received it
 
 Usage (from the repository root; PostgreSQL's server binaries and psycopg are needed):
     python scripts/bench_cluster.py                       # every phase, the sizes

@@ -22,6 +22,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+import attrs
 import outcome
 import trio
 
@@ -580,15 +581,7 @@ def cluster_budget(
 
 
 def _settlement_record(settled: Settlement) -> dict[str, object]:
-    return {
-        "id": str(settled.id),
-        "workspace": settled.workspace,
-        "user_id": settled.user_id,
-        "cost": settled.cost,
-        "period": settled.period,
-        "day": settled.day,
-        "at": settled.at,
-    }
+    return {**attrs.asdict(settled), "id": str(settled.id)}
 
 
 def _settlement_of(record: dict[str, Any]) -> Settlement | None:

@@ -483,7 +483,8 @@ class RestClient:
             self._check_allowed()
             bucket = await self._acquire(route, major)
             response: httpx.Response | None = None
-            slot = shared_slot = False
+            slot = False
+            shared_slot: GlobalSlots | None = None  # taken: asked to refill once it is over
             try:
                 # Interaction endpoints are not bound by the global limit (Discord's docs):
                 # a slash command's answer never waits behind other requests for it.
@@ -498,7 +499,7 @@ class RestClient:
                     if shared is not None:
                         if not await shared.take(wait=not optional):
                             return None
-                        shared_slot = True
+                        shared_slot = shared
                 self._check_allowed()
                 # The last moment: a request of a shard no longer held never leaves (SPEC 17).
                 check_fence()
@@ -516,8 +517,8 @@ class RestClient:
             finally:
                 if slot:
                     self._global_release()
-                if shared_slot and self._shared is not None:
-                    self._shared.refill()
+                if shared_slot is not None:
+                    shared_slot.refill()
                 self._release(bucket, route, major, response)
             if sent is not None:
                 # An answer (or a failure) proves the request is over; say so if the
