@@ -997,13 +997,11 @@ class StoreActor:
         Discord never reuses an id, so nothing would ever read that chat home again.
         """
 
-        def forget(db: Database) -> None:
-            db.forget_channel(channel_id)
-            db.forget_channel_activity(channel_id)
-            if chat_home is not None:
-                ChatHome(chat_home, str(channel_id)).remove()
-
-        self._submit(forget)
+        self._submit_named("forget_channel_memory", channel_id)
+        if chat_home is not None:
+            # A folder, not a write: a stop while the database is unreachable does not keep it.
+            home = ChatHome(chat_home, str(channel_id))
+            self._submit(lambda db: home.remove())
 
     def reindex_memory_message(
         self,
@@ -1015,20 +1013,8 @@ class StoreActor:
         at: float,
     ) -> None:
         """Queue applying an edit; each (persona, trigger) of `observed` is recorded again."""
-        pairs = list(observed)
-
-        def apply(db: Database) -> bool:
-            # One step on the store's thread: no reader ever sees the old observations gone
-            # and the new ones not yet there.
-            author = db.reindex_memory_message(message_id, content)
-            if author is not None:
-                for persona, trigger in pairs:
-                    db.add_observation(
-                        persona, message_id, channel_id, guild_id, trigger, content, at, author
-                    )
-            return author is not None
-
-        self._submit(apply)
+        pairs = [[persona, trigger] for persona, trigger in observed]
+        self._submit_named("reindex_observed", message_id, channel_id, guild_id, content, pairs, at)
 
     async def search_memory(
         self,
@@ -1268,6 +1254,43 @@ NAMED_WRITES: Final = MODEL_WRITES | {
     "save_gateway_session",
     "clear_gateway_session",
     "set_app_commands_hash",
+    "forget_channel_memory",
+    "reindex_observed",
+}
+
+
+def _forget_channel_memory(db: Database, channel_id: int) -> None:
+    """A deleted channel's messages, observations and activity, forgotten in one step."""
+    db.forget_channel(channel_id)
+    db.forget_channel_activity(channel_id)
+
+
+def _reindex_observed(
+    db: Database,
+    message_id: int,
+    channel_id: int,
+    guild_id: int | None,
+    content: str,
+    observed: Sequence[Sequence[str]],
+    at: float,
+) -> bool:
+    """An edit applied: the message's text, and each [persona, trigger] observation again.
+
+    One step on the store's thread: no reader ever sees the old observations gone and the
+    new ones not yet there."""
+    author = db.reindex_memory_message(message_id, content)
+    if author is not None:
+        for persona, trigger in observed:
+            db.add_observation(
+                persona, message_id, channel_id, guild_id, trigger, content, at, author
+            )
+    return author is not None
+
+
+# Writes of several Database methods in one step, kept by name like the others.
+_COMPOSITE_WRITES: Final[dict[str, Callable[..., object]]] = {
+    "forget_channel_memory": _forget_channel_memory,
+    "reindex_observed": _reindex_observed,
 }
 
 
@@ -1284,10 +1307,14 @@ def _plain_seen(row: list[object]) -> bool:
 def _named(
     name: str, args: tuple[object, ...], kwargs: dict[str, object]
 ) -> Callable[[Database], object]:
-    """Database method `name` called with `args` and `kwargs`."""
+    """Database method `name` (or a composite write of several) called with `args` and
+    `kwargs`."""
     assert name in NAMED_WRITES, name
+    composite = _COMPOSITE_WRITES.get(name)
 
     def write(db: Database) -> object:
+        if composite is not None:
+            return composite(db, *args, **kwargs)
         return getattr(db, name)(*args, **kwargs)
 
     return write

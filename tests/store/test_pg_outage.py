@@ -124,6 +124,10 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
     the next store (the database back) commits them before anything else, once, and the
     file goes. A write that cannot be kept by name is counted lost."""
     kept = tmp_path / "unsent-writes.jsonl"
+    chats = tmp_path / "chats"
+    with connect_postgres(pg_url) as db:
+        db.add_memory_message(6, 77, 1, 7, "bob", "said in a channel deleted later", NOW)
+        db.add_memory_message(8, 10, 1, 7, "bob", "before an edit", NOW)
     store = StoreActor(connect_postgres(pg_url))
     store.unsent_path = kept
     try:
@@ -135,15 +139,17 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
             store.add_memory_message(5, 10, 1, 7, "bob", "kept through a restart", NOW)
             store.add_invocation_error("g1", "p", "9", "generate", "boom", None, NOW)
             store.save_gateway_session((1, 4), "sess", "wss://resume", 42, NOW)
-            store.forget_channel(77)  # not a write by name: lost, and counted
-            await _until(lambda: store.kept >= 6)
+            # Writes of several steps are kept too; a chat home's folder is not a write.
+            store.forget_channel(77, chat_home=chats)
+            store.reindex_memory_message(8, 10, 1, "after an edit", [("calm", "edit")], NOW)
+            await _until(lambda: store.kept >= 8)
             nursery.cancel_scope.cancel()
     finally:
         with caplog.at_level(logging.ERROR, logger="picortex.store.actor"):
             store.close()
     said = [r.getMessage() for r in caplog.records if "store stopped" in r.getMessage()]
     assert said == [
-        "the store stopped with the database unreachable: 5 writes kept in"
+        "the store stopped with the database unreachable: 7 writes kept in"
         " unsent-writes.jsonl for the next start, 1 lost, 0 in doubt (their commit went"
         " unanswered)"
     ]
@@ -153,7 +159,7 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
     server.up()
     again = StoreActor(connect_postgres(pg_url))
     try:
-        assert again.replay_unsent(kept) == 5
+        assert again.replay_unsent(kept) == 7
         assert again.seen(101)  # in force here at once, before its commit
         async with trio.open_nursery() as nursery:
             await nursery.start(again.run)
@@ -166,6 +172,10 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
         assert db.trust_list() == [(2, "trusted")]
         assert db.is_seen(101)
         assert [h.message_id for h in db.search_memory("restart", 0.0, None)] == [5]
+        assert db.search_memory("deleted", 0.0, None) == []
+        # The edited message, and the persona's observation of it recorded again.
+        assert [h.message_id for h in db.search_memory("after edit", 0.0, None)] == [8, 8]
+        assert db.search_memory("before", 0.0, None) == []
         assert [e.error_message for e in db.invocation_errors()] == ["boom"]
         assert db.gateway_session((1, 4)) == ("sess", "wss://resume", 42)
 
