@@ -1226,39 +1226,6 @@ def _nothing(db: Database) -> None:
     return None
 
 
-# Writes a read model mirrors: the store's own methods of these names take the same
-# arguments as the Database's and change the model too.
-MODEL_WRITES: Final = frozenset(
-    {
-        "set_tier",
-        "remove_trust",
-        "set_runtime_config",
-        "delete_runtime_config",
-        "set_attention_mode",
-        "set_discriminator",
-        "delete_chat_config",
-        "set_user_attention",
-        "delete_user_attention",
-    }
-)
-# The writes a store may keep by name (`_Op.named`) and do again at its next start: nothing
-# else is ever called from a kept file.
-NAMED_WRITES: Final = MODEL_WRITES | {
-    "note_channel_activity",
-    "add_memory_message",
-    "delete_memory_message",
-    "forget_messages",
-    "add_invocation_error",
-    "add_observation",
-    "add_spend",
-    "save_gateway_session",
-    "clear_gateway_session",
-    "set_app_commands_hash",
-    "forget_channel_memory",
-    "reindex_observed",
-}
-
-
 def _forget_channel_memory(db: Database, channel_id: int) -> None:
     """A deleted channel's messages, observations and activity, forgotten in one step."""
     db.forget_channel(channel_id)
@@ -1291,6 +1258,38 @@ def _reindex_observed(
 _COMPOSITE_WRITES: Final[dict[str, Callable[..., object]]] = {
     "forget_channel_memory": _forget_channel_memory,
     "reindex_observed": _reindex_observed,
+}
+
+
+# Writes a read model mirrors: the store's own methods of these names take the same
+# arguments as the Database's and change the model too.
+MODEL_WRITES: Final = frozenset(
+    {
+        "set_tier",
+        "remove_trust",
+        "set_runtime_config",
+        "delete_runtime_config",
+        "set_attention_mode",
+        "set_discriminator",
+        "delete_chat_config",
+        "set_user_attention",
+        "delete_user_attention",
+    }
+)
+# The writes a store may keep by name (`_Op.named`) and do again at its next start: nothing
+# else is ever called from a kept file.
+NAMED_WRITES: Final = MODEL_WRITES | {
+    "note_channel_activity",
+    "add_memory_message",
+    "delete_memory_message",
+    "forget_messages",
+    "add_invocation_error",
+    "add_observation",
+    "add_spend",
+    "save_gateway_session",
+    "clear_gateway_session",
+    "set_app_commands_hash",
+    *_COMPOSITE_WRITES,
 }
 
 
