@@ -1105,6 +1105,9 @@ async def phase_burst(ctx: Context) -> None:
         url = ctx.database()
         async with cluster(world, ctx.root, url, args.processes, cluster_args(args)) as nodes:
             await wait_shards(world, nodes, args.start_patience)
+            # Aimed once no shard changes hands: a handoff meanwhile would measure the
+            # takeover (a new session on the burst's shard), not the shared limit.
+            await wait_balanced(world, nodes, BALANCED_QUIET_SECONDS, args.start_patience)
             held = holders(nodes)
             shard = args.burst_shard
             channels = world.channels_of(shard)
@@ -1135,6 +1138,7 @@ async def phase_burst(ctx: Context) -> None:
         sustained_median=f"{statistics.median(inner):.0f}" if inner else "-",
         sustained_min=min(inner) if inner else "-",
         busy_seconds=len(seconds),
+        per_second=",".join(str(stats.per_second[s]) for s in seconds),
     )
 
 

@@ -52,6 +52,22 @@ SPARE_SLOTS: Final = 1
 # ... used this soon after it was asked for, or let go: a pause another process's global 429
 # started is heard of only with the next grant, and a spare never outlives that by more.
 SPARE_SECONDS: Final = 0.25
+# While every pause is heard as it starts (the grant line listens), a spare lives this long
+# instead: within the window its slot is taken for, less a margin for the two clocks. A
+# process that made a request in the last WARM_SECONDS then keeps HELD_SPARES in hand (an
+# answer's requests: its history read, typing indicator and reply), asked again as they
+# lapse and once its requests have been quiet for QUIET_SECONDS: an answer asks the table
+# nothing while it is being made. They are asked only while the table has HELD_MARGIN free
+# slots beyond them, so a burst elsewhere soon has every slot.
+HELD_SPARE_SECONDS: Final = 0.9
+HELD_SPARES: Final = 3
+HELD_MARGIN: Final = 12
+QUIET_SECONDS: Final = 0.05
+# Spares this close to lapsing are asked again with those missing (see `GrantBook.refill`).
+RENEW_WITHIN_SECONDS: Final = 0.3
+WARM_SECONDS: Final = 60.0
+# After the table could not answer (out of reach), spares are asked again no sooner.
+KEEP_RETRY_SECONDS: Final = 1.0
 
 
 @attrs.frozen
@@ -123,6 +139,18 @@ class SlotLine(Protocol):
     def grant(self, wanted: int, answered: Callable[[Grant | None], None]) -> bool:
         """Take up to `wanted` free slots; `answered` gets the grant on the event loop, or
         None when the line could not answer. False: the line is down, nothing was asked."""
+
+    def grant_spare(
+        self, wanted: int, margin: int, answered: Callable[[Grant | None], None]
+    ) -> bool:
+        """`grant`, but only while `margin` more slots than `wanted` are free (else none)."""
+
+    @property
+    def hears_pauses(self) -> bool:
+        """Whether a pause another process starts is heard at once now."""
+
+    def hear_pauses(self, heard: Callable[[float], None]) -> None:
+        """`heard(seconds)` takes each pause of the cluster as it starts (event loop)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the line up until cancelled."""
@@ -202,7 +230,8 @@ class GrantBook:
     ) -> None:
         self._budget = budget
         self._window = window
-        self._spare = spare
+        self.spare_seconds = SPARE_SECONDS  # how long a spare granted now lives
+        self.spare = spare  # slots to keep in hand (more while pauses are heard)
         # When each granted slot stops being usable, soonest first: those asked for requests
         # that waited, and the spares (used only when none of the others is left).
         self._stock: collections.deque[float] = collections.deque()
@@ -210,6 +239,7 @@ class GrantBook:
         self.waiting = 0  # requests that want a slot now
         self.asking_since: float | None = None
         self.refilling_since: float | None = None  # a refill's question is out (see `refill`)
+        self.refill_failed_at = -math.inf  # the last refill the table could not answer
         self._asked_spare = 0  # of the slots asked for, spares
         self._full = True  # the last grant gave all that was asked (the table has room)
         self.retry_at = -math.inf
@@ -263,7 +293,7 @@ class GrantBook:
         self._asked_spare = min(self._spare_room(), short)
         return short
 
-    def refill(self, now: float) -> int:
+    def refill(self, now: float, *, renew_within: float = 0.0) -> int:
         """How many spares to ask for after a request used a slot in hand (0: none now).
 
         A refill is a question of its own (`refilled` takes its answer): a request that wants
@@ -271,6 +301,12 @@ class GrantBook:
         """
         if self.refilling_since is not None or now < self.retry_at or self.waiting > 1:
             return 0
+        self._usable(now)
+        if self._full:
+            # Spares about to lapse are asked again with those missing: the spares in hand
+            # then lapse together, and one question a lifetime keeps them all.
+            while self._spares and self._spares[0] <= now + renew_within:
+                self._spares.popleft()
         room = self._spare_room()
         if room > 0:
             self.refilling_since = now
@@ -281,18 +317,28 @@ class GrantBook:
         asked = now if self.refilling_since is None else self.refilling_since
         self.refilling_since = None
         if grant is None:
+            self.refill_failed_at = now
             return
         if grant.paused:
             self.block(now + max(MIN_RETRY, grant.retry_at - grant.now))
             return
         self._full = grant.granted >= grant.wanted
-        self._spares.extend([asked + min(self._window, SPARE_SECONDS)] * grant.granted)
+        self._spares.extend([asked + min(self._window, self.spare_seconds)] * grant.granted)
 
     def _spare_room(self) -> int:
         """Spares to ask for: none while the table is short of slots or a refill is out."""
         if not self._full or self.refilling_since is not None:
             return 0
-        return max(0, self._spare - len(self))
+        return max(0, self.spare - len(self))
+
+    def next_lapse(self, now: float) -> float | None:
+        """When the first usable spare lapses (None: no spare in hand)."""
+        self._usable(now)
+        return self._spares[0] if self._spares else None
+
+    def short(self, now: float) -> bool:
+        """Whether fewer slots are in hand than are to be kept."""
+        return self._usable(now) < self.spare
 
     def stalled(self, now: float) -> bool:
         """Whether the awaited answer is late enough to go on the share meanwhile."""
@@ -314,7 +360,8 @@ class GrantBook:
         # The slots waited for first; what is left of a full grant are spares.
         waited = max(0, grant.granted - spares) if self._full else grant.granted
         self._stock.extend([asked + self._window] * waited)
-        self._spares.extend([asked + min(self._window, SPARE_SECONDS)] * (grant.granted - waited))
+        life = min(self._window, self.spare_seconds)
+        self._spares.extend([asked + life] * (grant.granted - waited))
         if grant.granted < grant.wanted:
             # The table's clock: how much later than its `now` a slot frees or the pause ends.
             self.retry_at = now + max(MIN_RETRY, grant.retry_at - grant.now)
@@ -353,6 +400,10 @@ class SharedGlobalLimit:
         self._book = GrantBook()
         self._share = ShareWindow()
         self._changed = trio.Event()
+        self._last_take: float | None = None  # when this process last took a slot
+        self._kick = trio.Event()  # a take or an answer: `keep_spares` looks again
+        if line is not None:
+            line.hear_pauses(self._heard_pause)
 
     @property
     def book(self) -> GrantBook:
@@ -365,6 +416,8 @@ class SharedGlobalLimit:
         book = self._book
         book.waiting += 1
         answers = book.answers
+        self._last_take = trio.current_time()
+        self._kick.set()
         try:
             while True:
                 now = trio.current_time()
@@ -397,8 +450,9 @@ class SharedGlobalLimit:
     def refill(self) -> None:
         """A request that took a slot is over: ask for a slot to keep in hand, so that the
         next request finds one too. Asked once the request is over, not as it takes its
-        slot: the question and the database's work on it then never delay the request."""
-        if self._backend.reachable:
+        slot: the question and the database's work on it then never delay the request.
+        While pauses are heard, `keep_spares` asks once the requests are quiet instead."""
+        if self._backend.reachable and not self._hears_pauses():
             self._refill(self._book.refill(trio.current_time()))
 
     def prefetch(self, count: int) -> None:
@@ -454,12 +508,63 @@ class SharedGlobalLimit:
             self._backend.grant(wanted, on_thread)
 
     def _refilled(self, grant: Grant | None) -> None:
+        self._book.spare_seconds = self._spare_life()
         self._book.refilled(grant, trio.current_time())
         self._wake()
 
     def _answered(self, grant: Grant | None) -> None:
+        self._book.spare_seconds = self._spare_life()
         self._book.answered(grant, trio.current_time())
         self._wake()
+
+    def _hears_pauses(self) -> bool:
+        return self._line is not None and self._line.hears_pauses
+
+    def _spare_life(self) -> float:
+        """How long a spare granted now may live: long only while pauses are heard."""
+        return HELD_SPARE_SECONDS if self._hears_pauses() else SPARE_SECONDS
+
+    def _heard_pause(self, seconds: float) -> None:
+        """A process of the cluster (this one too) met a global 429: the slots in hand go."""
+        self._book.block(trio.current_time() + seconds)
+        self._wake()
+
+    async def keep_spares(self) -> None:
+        """While this process is warm and hears every pause, keep HELD_SPARES in hand:
+        asked again as they lapse or are used (once the requests are quiet), while the
+        table has room for them and more (until cancelled)."""
+        book = self._book
+        while True:
+            now = trio.current_time()
+            kick = self._kick = trio.Event()
+            last = self._last_take
+            if last is None or now - last >= WARM_SECONDS or self._line is None:
+                book.spare = SPARE_SLOTS
+                await kick.wait()
+                continue
+            deadline = last + WARM_SECONDS
+            hears = self._hears_pauses()
+            book.spare = HELD_SPARES if hears else SPARE_SLOTS
+            if hears and book.short(now):
+                if now < last + QUIET_SECONDS:
+                    deadline = last + QUIET_SECONDS  # the answer's requests are still going
+                elif now - book.refill_failed_at < KEEP_RETRY_SECONDS:
+                    deadline = book.refill_failed_at + KEEP_RETRY_SECONDS
+                elif self._backend.reachable and not book.stalled(now):
+                    self._keep_up(book.refill(now, renew_within=RENEW_WITHIN_SECONDS))
+            lapse = book.next_lapse(now)
+            if lapse is not None:
+                deadline = min(deadline, lapse)
+            if book.retry_at > now:
+                deadline = min(deadline, book.retry_at)
+            with trio.move_on_at(deadline):
+                await kick.wait()
+
+    def _keep_up(self, room: int) -> None:
+        """Ask the line for `room` spares, granted only while the table has room to spare."""
+        line = self._line
+        if room and line is not None and not line.grant_spare(room, HELD_MARGIN, self._refilled):
+            self._book.refilled(None, trio.current_time())
 
     def pause(self, seconds: float) -> None:
         """A global 429 here: every process waits `seconds` (this one at once)."""
@@ -470,6 +575,7 @@ class SharedGlobalLimit:
     def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
+        self._kick.set()
 
 
 @attrs.define
@@ -591,6 +697,7 @@ class SharedLimits:
             async with trio.open_nursery() as nursery:
                 if self._line is not None:
                     await nursery.start(self._line.run)
+                nursery.start_soon(self.rest.keep_spares)
                 task_status.started()
                 await trio.sleep_forever()
         finally:

@@ -22,7 +22,11 @@ from picortex.discord.ratelimit import GLOBAL_BUDGET, GLOBAL_WINDOW
 from picortex.discord.rest import RestClient
 from picortex.discord.shared_limits import (
     ANSWER_PATIENCE,
+    HELD_SPARE_SECONDS,
+    HELD_SPARES,
+    QUIET_SECONDS,
     SPARE_SECONDS,
+    WARM_SECONDS,
     BucketClaim,
     Grant,
     GrantBook,
@@ -669,3 +673,159 @@ async def test_a_rest_client_asks_for_expected_requests_only_in_a_cluster() -> N
     assert slots.expected == [2]
     async with RestClient(API, TOKEN) as alone:
         alone.expect(2)  # one process: nothing to ask
+
+
+# ---- a spare held in hand while pauses are heard ------------------------------------------------
+
+
+class HearingLine:
+    """A grant line that is up and hears every pause (`tell` plays one arriving); its
+    slots come from the process's own connection, answered on the event loop."""
+
+    def __init__(self, backend: DirectLimits) -> None:
+        self.backend = backend
+        self.heard: Callable[[float], None] | None = None
+        self.hears_pauses = True
+
+    def grant(self, wanted: int, answered: Callable[[Grant | None], None]) -> bool:
+        self.backend.grant(wanted, answered)
+        return True
+
+    def grant_spare(
+        self, wanted: int, margin: int, answered: Callable[[Grant | None], None]
+    ) -> bool:
+        now = trio.current_time()
+        row = self.backend.db._conn.execute(
+            "SELECT count(*) FROM rest_global_slot WHERE slot < %s AND free_at <= %s",
+            (GLOBAL_BUDGET, now),
+        ).fetchone()
+        assert row is not None
+        if row[0] >= wanted + margin:
+            self.backend.grant(wanted, answered)
+        else:
+            answered(Grant(wanted=wanted, granted=0, now=now, retry_at=now))
+        return True
+
+    def hear_pauses(self, heard: Callable[[float], None]) -> None:
+        self.heard = heard
+
+    def tell(self, seconds: float) -> None:
+        assert self.heard is not None
+        self.heard(seconds)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        task_status.started()
+        await trio.sleep_forever()
+
+
+def test_a_spare_lives_as_long_as_the_book_is_told() -> None:
+    book = GrantBook()
+    book.spare_seconds = HELD_SPARE_SECONDS
+    assert book.refill(0.0) == 1
+    book.refilled(Grant(wanted=1, granted=1, now=0.0, retry_at=0.0), 0.0)
+    assert book.next_lapse(0.1) == HELD_SPARE_SECONDS
+    assert book.take(HELD_SPARE_SECONDS - 0.01)
+    book.refilled(Grant(wanted=1, granted=1, now=1.0, retry_at=1.0), 1.0)
+    assert book.next_lapse(1.0 + HELD_SPARE_SECONDS) is None  # lapsed unused
+
+
+async def test_a_warm_process_that_hears_pauses_keeps_an_answers_slots_in_hand(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = processes()
+    limit = SharedGlobalLimit(backend, HearingLine(backend))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(limit.keep_spares)
+        await trio.sleep(5.0)
+        assert backend.grants == []  # cold: nothing asked, nothing held
+        assert await limit.take()
+        taken = len(backend.grants)
+        # Long after the spares granted then would have lapsed, an answer's three requests
+        # (history read, typing, reply) each find a slot in hand: the table is not asked.
+        await trio.sleep(10.0)
+        asked = len(backend.grants)
+        for _ in range(HELD_SPARES):
+            assert await limit.take(wait=False)
+        assert len(backend.grants) == asked > taken
+        # One question a spare's lifetime keeps them all (they lapse together).
+        assert asked - taken <= 10.0 / HELD_SPARE_SECONDS + 2
+        assert all(g.granted <= HELD_SPARES for g in backend.grants[taken:])
+        # Used: asked again once the requests are quiet, not while they go.
+        await trio.sleep(QUIET_SECONDS / 2)
+        assert len(backend.grants) == asked
+        await trio.sleep(QUIET_SECONDS)
+        assert len(backend.grants) == asked + 1
+        # Cold again: the spares lapse and none is asked for.
+        await trio.sleep(WARM_SECONDS + 1.0)
+        cold = len(backend.grants)
+        await trio.sleep(30.0)
+        assert len(backend.grants) == cold
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_held_slot_goes_when_a_pause_is_heard_and_none_is_asked_during_it(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = processes()
+    line = HearingLine(backend)
+    limit = SharedGlobalLimit(backend, line)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(limit.keep_spares)
+        assert await limit.take()
+        await trio.sleep(0.5)
+        line.tell(3.0)  # another process met a global 429
+        asked = len(backend.grants)
+        assert not await limit.take(wait=False)
+        await trio.sleep(2.9)
+        assert len(backend.grants) == asked
+        assert await limit.take()
+        assert trio.current_time() >= 3.5
+        nursery.cancel_scope.cancel()
+
+
+async def test_no_slot_is_held_while_pauses_are_not_heard(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    backend = processes()
+    line = HearingLine(backend)
+    line.hears_pauses = False  # the line is down: a pause is heard only with a grant
+    limit = SharedGlobalLimit(backend, line)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(limit.keep_spares)
+        assert await limit.take()
+        asked = len(backend.grants)
+        await trio.sleep(SPARE_SECONDS)
+        assert not await limit.take(wait=False) or len(backend.grants) > asked
+        await trio.sleep(5.0)
+        assert len(backend.grants) <= asked + 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_burst_elsewhere_soon_has_the_slot_a_warm_process_held(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    idle_backend, busy = processes(), processes()
+    idle = SharedGlobalLimit(idle_backend, HearingLine(idle_backend))
+    burst = SharedGlobalLimit(busy)
+    starts: list[float] = []
+
+    async def request() -> None:
+        await burst.take()
+        starts.append(trio.current_time())
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(idle.keep_spares)
+        assert await idle.take()
+        await trio.sleep(0.1)
+        for _ in range(GLOBAL_BUDGET * 4):
+            nursery.start_soon(request)
+        await trio.sleep(6.0)
+        nursery.cancel_scope.cancel()
+    per_second = [sum(1 for t in starts if s <= t - 0.1 < s + 1) for s in range(1, 4)]
+    # After the first second the idle process has let its slot go: the burst has them all.
+    assert per_second == [GLOBAL_BUDGET] * 3
+    assert busiest_second(starts) <= GLOBAL_BUDGET

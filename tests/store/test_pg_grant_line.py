@@ -93,3 +93,24 @@ def test_slots_do_not_wait_for_the_servers_disk_and_reservations_do(pg_url: str)
     assert setting(GrantLine(pg_url)._connect()) == ("off", "client")
     reserved = setting(ReserveLine(pg_url, "node-a")._connect())
     assert isinstance(reserved, tuple) and reserved[1] != "client"
+
+
+async def test_a_pause_is_heard_on_every_line_at_once_and_questions_still_go(
+    pg_url: str,
+) -> None:
+    db = PgLimits.open(pg_url)
+    heard: list[float] = []
+    try:
+        async with serving(GrantLine(pg_url)) as line:
+            line.hear_pauses(heard.append)
+            assert line.hears_pauses
+            first = await granted(line, 1)  # a question between notifications
+            assert first is not None and first.granted == 1
+            db.pause(2.0)  # another process met a global 429
+            await until(lambda: bool(heard))
+            assert 1.5 < heard[0] <= 2.0
+            paused = await granted(line, 1)
+            assert paused is not None and paused.paused and paused.granted == 0
+        assert not line.hears_pauses
+    finally:
+        db.close()

@@ -46,6 +46,8 @@ ERROR_EVERY_SECONDS: Final = 60.0
 # The advisory-lock class of identify buckets (the second key is the bucket); the two-key
 # lock space never meets the one-key one the migrations lock in.
 _BUCKET_LOCK: Final = 0x1DE7
+# Where a global 429's pause is told to every process (the payload: its seconds left).
+PAUSE_CHANNEL: Final = "picortex_global_pause"
 
 Row = tuple[object, ...]
 
@@ -121,11 +123,14 @@ class PgLimits:
 
     def pause(self, seconds: float) -> float:
         """Pause every process's global slots for `seconds`; when the pause ends."""
+        # Every process hears it at once (their grant lines listen): the seconds it has left.
         (until,) = self._row(
-            "UPDATE rest_global_pause SET until = greatest(until,"
-            " coalesce(%s::double precision, extract(epoch FROM clock_timestamp())) + %s)"
-            " RETURNING until",
-            (self._at(), seconds),
+            "WITH t AS (SELECT coalesce(%s::double precision,"
+            " extract(epoch FROM clock_timestamp())) AS now),"
+            " p AS (UPDATE rest_global_pause SET until = greatest(until, t.now + %s)"
+            " FROM t RETURNING until, until - t.now AS left_seconds)"
+            " SELECT until FROM p, pg_notify(%s, p.left_seconds::text)",
+            (self._at(), seconds, PAUSE_CHANNEL),
         )
         return cast(float, until)
 
@@ -387,6 +392,16 @@ _GRANT_SQL: Final = (
     b" $3::double precision, NULL::double precision)"
 )
 
+_SPARE: Final = b"picortex_grant_spare"
+# `wanted` slots only while `margin` more are free (else none: a grant of 0 says the table is
+# short, and the process keeps nothing in hand).
+_SPARE_SQL: Final = (
+    b"SELECT * FROM picortex_global_grant(CASE WHEN (SELECT count(*) FROM rest_global_slot"
+    b" WHERE slot < $2::integer AND free_at <= extract(epoch FROM clock_timestamp()))"
+    b" >= $1::integer + $4::integer THEN $1::integer ELSE 0 END, $2::integer,"
+    b" $3::double precision, NULL::double precision)"
+)
+
 
 class GrantLine(Line):
     """Global slots asked by the event loop on a line of their own (`SlotLine`): an
@@ -396,8 +411,31 @@ class GrantLine(Line):
     def __init__(self, url: str, *, backoff: Sequence[float] = LINE_BACKOFF_SECONDS) -> None:
         # As the worker's connection, its commits do not wait for the server's disk.
         super().__init__(
-            url, {_GRANT: _GRANT_SQL}, what="global slots", backoff=backoff, durable=False
+            url,
+            {_GRANT: _GRANT_SQL, _SPARE: _SPARE_SQL},
+            what="global slots",
+            backoff=backoff,
+            durable=False,
+            listen={PAUSE_CHANNEL: self._paused},
         )
+        self._heard: Callable[[float], None] | None = None
+
+    @property
+    def hears_pauses(self) -> bool:
+        """Whether a pause another process starts is heard at once (the line is up)."""
+        return self.ready
+
+    def hear_pauses(self, heard: Callable[[float], None]) -> None:
+        """`heard(seconds)` takes each pause of the cluster as it starts, on the event loop."""
+        self._heard = heard
+
+    def _paused(self, payload: str) -> None:
+        try:
+            seconds = float(payload)
+        except ValueError:
+            return
+        if self._heard is not None and seconds > 0:
+            self._heard(seconds)
 
     def grant(
         self,
@@ -409,23 +447,43 @@ class GrantLine(Line):
     ) -> bool:
         """Take up to `wanted` free slots; `answered` gets the grant on the event loop, or
         None when the line could not answer (ask the worker). False: the line is down."""
+        return self.send(_GRANT, (wanted, budget, window), _decoded(wanted, answered))
 
-        def decode(result: outcome.Outcome[pq.abc.PGresult]) -> None:
-            if isinstance(result, outcome.Error):
-                answered(None)
-                return
-            row = columns(result.unwrap())
-            answered(
-                Grant(
-                    wanted=wanted,
-                    granted=int(row["granted"] or 0),
-                    now=float(row["db_now"] or 0.0),
-                    retry_at=float(row["retry_at"] or 0.0),
-                    paused_until=float(row["paused_until"] or 0.0),
-                )
+    def grant_spare(
+        self,
+        wanted: int,
+        margin: int,
+        answered: Callable[[Grant | None], None],
+        *,
+        budget: int = GLOBAL_BUDGET,
+        window: float = GLOBAL_WINDOW,
+    ) -> bool:
+        """`grant`, but only while `margin` more slots than `wanted` are free: slots kept in
+        hand ahead of any request never take the last free ones."""
+        return self.send(_SPARE, (wanted, budget, window, margin), _decoded(wanted, answered))
+
+
+def _decoded(
+    wanted: int, answered: Callable[[Grant | None], None]
+) -> Callable[[outcome.Outcome[pq.abc.PGresult]], None]:
+    """The grant function's row as a Grant for `answered` (None: the line could not ask)."""
+
+    def decode(result: outcome.Outcome[pq.abc.PGresult]) -> None:
+        if isinstance(result, outcome.Error):
+            answered(None)
+            return
+        row = columns(result.unwrap())
+        answered(
+            Grant(
+                wanted=wanted,
+                granted=int(row["granted"] or 0),
+                now=float(row["db_now"] or 0.0),
+                retry_at=float(row["retry_at"] or 0.0),
+                paused_until=float(row["paused_until"] or 0.0),
             )
+        )
 
-        return self.send(_GRANT, (wanted, budget, window), decode)
+    return decode
 
 
 def open_limits(url: str, where: str) -> SharedLimits:

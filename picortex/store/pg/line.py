@@ -49,7 +49,11 @@ def text_param(value: object) -> bytes | None:
 
 class Line:
     """Prepared statements over one non-blocking connection; `run` is its life (a
-    supervised task). `what` names it in logs ("reservations", "global slots")."""
+    supervised task). `what` names it in logs ("reservations", "global slots").
+
+    `listen`: channels the connection LISTENs on, each with what takes a notification's
+    payload (on the event loop, as it arrives; while the line is idle, it waits for them).
+    """
 
     def __init__(
         self,
@@ -60,8 +64,10 @@ class Line:
         backoff: Sequence[float] = BACKOFF_SECONDS,
         statement_timeout_ms: int = STATEMENT_TIMEOUT_MS,
         durable: bool = True,
+        listen: Mapping[str, Callable[[str], None]] | None = None,
     ) -> None:
         self._url = url
+        self._listen = dict(listen or {})
         self._timeout_ms = statement_timeout_ms
         # Not durable: a commit does not wait for the server's disk (what a server crash
         # could lose is worth less than the wait on every question).
@@ -77,6 +83,7 @@ class Line:
         )
         self._unsent = False  # the question sent is not all written yet
         self._wake = trio.Event()
+        self._idle: trio.CancelScope | None = None  # waiting for notifications, nothing out
         self.reconnects = 0  # connections made again after a loss
 
     @property
@@ -107,6 +114,8 @@ class Line:
             self._lost(exc)
             return
         self._wake.set()
+        if self._idle is not None:
+            self._idle.cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Connect, answer what is asked as answers come, connect again after a loss; at
@@ -147,6 +156,8 @@ class Line:
         try:
             for name, sql in self._statements.items():
                 conn.execute(b"PREPARE " + name + b" AS " + sql)
+            for channel in self._listen:
+                conn.execute(f"LISTEN {channel}")
             conn.pgconn.nonblocking = 1
         except BaseException:
             conn.close()
@@ -158,18 +169,34 @@ class Line:
         while self._conn is not None:
             pgconn = self._conn.pgconn
             try:
-                if self._out is None:
+                if self._out is None and not self._listen:
                     wake = self._wake = trio.Event()
                     await wake.wait()
+                elif self._out is None:
+                    # Notifications come while nothing is asked; a question ends the wait.
+                    with trio.CancelScope() as self._idle:
+                        await trio.lowlevel.wait_readable(pgconn.socket)
+                        pgconn.consume_input()
+                    self._idle = None
+                    self._notified(pgconn)
                 elif self._unsent:
                     await trio.lowlevel.wait_writable(pgconn.socket)
                     self._unsent = pgconn.flush() != 0
                 else:
                     await trio.lowlevel.wait_readable(pgconn.socket)
                     pgconn.consume_input()
+                    self._notified(pgconn)
                     self._read(pgconn)
             except (psycopg.Error, OSError) as exc:
+                self._idle = None
                 self._lost(exc)
+
+    def _notified(self, pgconn: pq.abc.PGconn) -> None:
+        """Hand on the notifications read so far."""
+        while (note := pgconn.notifies()) is not None:
+            heard = self._listen.get(note.relname.decode())
+            if heard is not None:
+                heard(note.extra.decode(errors="replace"))
 
     def _read(self, pgconn: pq.abc.PGconn) -> None:
         """Take the answer if it is all in; then send the next question."""
