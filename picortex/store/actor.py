@@ -999,9 +999,8 @@ class StoreActor:
 
         self._submit_named("forget_channel_memory", channel_id)
         if chat_home is not None:
-            # A folder, not a write: a stop while the database is unreachable does not keep it.
-            home = ChatHome(chat_home, str(channel_id))
-            self._submit(lambda db: home.remove())
+            # After the database's rows, in order; kept by name through an outage like them.
+            self._submit_named("forget_chat_home", str(chat_home), channel_id)
 
     def reindex_memory_message(
         self,
@@ -1254,10 +1253,17 @@ def _reindex_observed(
     return author is not None
 
 
-# Writes of several Database methods in one step, kept by name like the others.
+def _forget_chat_home(db: Database, chat_home: str, channel_id: int) -> bool:
+    """A deleted channel's chat home folder. Not a database write, but made in the writes'
+    order and kept by name with them: a stop during an outage does not leave it behind."""
+    return ChatHome(Path(chat_home), str(channel_id)).remove()
+
+
+# Writes of several Database methods in one step (or none), kept by name like the others.
 _COMPOSITE_WRITES: Final[dict[str, Callable[..., object]]] = {
     "forget_channel_memory": _forget_channel_memory,
     "reindex_observed": _reindex_observed,
+    "forget_chat_home": _forget_chat_home,
 }
 
 

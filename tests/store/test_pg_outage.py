@@ -24,6 +24,7 @@ from picortex.store import StoreActor
 from picortex.store import actor as actor_mod
 from picortex.store import outage as outage_mod
 from picortex.store.backends import connect_postgres
+from picortex.store.chathome import ChatHome
 from picortex.store.outage import OutageWatch
 from picortex.store.pg import link as pg_link
 from picortex.store.pg.database import BAD_URL, PgDatabase
@@ -122,9 +123,12 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
 ) -> None:
     """Stopped while the database is away: the kept writes go to the home's file, not lost;
     the next store (the database back) commits them before anything else, once, and the
-    file goes. A write that cannot be kept by name is counted lost."""
+    file goes."""
     kept = tmp_path / "unsent-writes.jsonl"
     chats = tmp_path / "chats"
+    deleted_home = ChatHome(chats, "77")
+    deleted_home.write_prompt("Answer in haiku.", "the owner's voice")
+    assert deleted_home.exists()
     with connect_postgres(pg_url) as db:
         db.add_memory_message(6, 77, 1, 7, "bob", "said in a channel deleted later", NOW)
         db.add_memory_message(8, 10, 1, 7, "bob", "before an edit", NOW)
@@ -139,7 +143,7 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
             store.add_memory_message(5, 10, 1, 7, "bob", "kept through a restart", NOW)
             store.add_invocation_error("g1", "p", "9", "generate", "boom", None, NOW)
             store.save_gateway_session((1, 4), "sess", "wss://resume", 42, NOW)
-            # Writes of several steps are kept too; a chat home's folder is not a write.
+            # Writes of several steps are kept too, and a deleted channel's chat home.
             store.forget_channel(77, chat_home=chats)
             store.reindex_memory_message(8, 10, 1, "after an edit", [("calm", "edit")], NOW)
             await _until(lambda: store.kept >= 8)
@@ -149,8 +153,8 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
             store.close()
     said = [r.getMessage() for r in caplog.records if "store stopped" in r.getMessage()]
     assert said == [
-        "the store stopped with the database unreachable: 7 writes kept in"
-        " unsent-writes.jsonl for the next start, 1 lost, 0 in doubt (their commit went"
+        "the store stopped with the database unreachable: 8 writes kept in"
+        " unsent-writes.jsonl for the next start, 0 lost, 0 in doubt (their commit went"
         " unanswered)"
     ]
     assert kept.stat().st_mode & 0o777 == 0o600
@@ -159,7 +163,8 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
     server.up()
     again = StoreActor(connect_postgres(pg_url))
     try:
-        assert again.replay_unsent(kept) == 7
+        assert deleted_home.exists()  # until the kept writes are made
+        assert again.replay_unsent(kept) == 8
         assert again.seen(101)  # in force here at once, before its commit
         async with trio.open_nursery() as nursery:
             await nursery.start(again.run)
@@ -168,6 +173,7 @@ async def test_writes_kept_when_a_store_stops_during_an_outage_are_committed_at_
     finally:
         again.close()
     assert not kept.exists()
+    assert not deleted_home.exists()
     with connect_postgres(pg_url) as db:
         assert db.trust_list() == [(2, "trusted")]
         assert db.is_seen(101)
