@@ -9,7 +9,8 @@ database works, and the database's clock is the virtual one.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import httpx
 import orjson
@@ -718,6 +719,15 @@ class HearingLine:
         await trio.sleep_forever()
 
 
+@contextlib.asynccontextmanager
+async def keeping_spares(limit: SharedGlobalLimit) -> AsyncIterator[None]:
+    """`limit.keep_spares` running for the block."""
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(limit.keep_spares)
+        yield
+        nursery.cancel_scope.cancel()
+
+
 def test_a_spare_lives_as_long_as_the_book_is_told() -> None:
     book = GrantBook()
     book.spare_seconds = HELD_SPARE_SECONDS
@@ -735,8 +745,7 @@ async def test_a_warm_process_that_hears_pauses_keeps_an_answers_slots_in_hand(
 ) -> None:
     backend = processes()
     limit = SharedGlobalLimit(backend, HearingLine(backend))
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(limit.keep_spares)
+    async with keeping_spares(limit):
         await trio.sleep(5.0)
         assert backend.grants == []  # cold: nothing asked, nothing held
         assert await limit.take()
@@ -761,7 +770,6 @@ async def test_a_warm_process_that_hears_pauses_keeps_an_answers_slots_in_hand(
         cold = len(backend.grants)
         await trio.sleep(30.0)
         assert len(backend.grants) == cold
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_held_slot_goes_when_a_pause_is_heard_and_none_is_asked_during_it(
@@ -771,8 +779,7 @@ async def test_a_held_slot_goes_when_a_pause_is_heard_and_none_is_asked_during_i
     backend = processes()
     line = HearingLine(backend)
     limit = SharedGlobalLimit(backend, line)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(limit.keep_spares)
+    async with keeping_spares(limit):
         assert await limit.take()
         await trio.sleep(0.5)
         line.tell(3.0)  # another process met a global 429
@@ -782,7 +789,6 @@ async def test_a_held_slot_goes_when_a_pause_is_heard_and_none_is_asked_during_i
         assert len(backend.grants) == asked
         assert await limit.take()
         assert trio.current_time() >= 3.5
-        nursery.cancel_scope.cancel()
 
 
 async def test_no_slot_is_held_while_pauses_are_not_heard(
@@ -793,15 +799,13 @@ async def test_no_slot_is_held_while_pauses_are_not_heard(
     line = HearingLine(backend)
     line.hears_pauses = False  # the line is down: a pause is heard only with a grant
     limit = SharedGlobalLimit(backend, line)
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(limit.keep_spares)
+    async with keeping_spares(limit):
         assert await limit.take()
         asked = len(backend.grants)
         await trio.sleep(SPARE_SECONDS)
         assert not await limit.take(wait=False) or len(backend.grants) > asked
         await trio.sleep(5.0)
         assert len(backend.grants) <= asked + 1
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_burst_elsewhere_soon_has_the_slot_a_warm_process_held(
@@ -817,8 +821,7 @@ async def test_a_burst_elsewhere_soon_has_the_slot_a_warm_process_held(
         await burst.take()
         starts.append(trio.current_time())
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(idle.keep_spares)
+    async with keeping_spares(idle), trio.open_nursery() as nursery:
         assert await idle.take()
         await trio.sleep(0.1)
         for _ in range(GLOBAL_BUDGET * 4):
