@@ -48,6 +48,7 @@ Small sizes while developing:
 from __future__ import annotations
 
 import argparse
+import gc
 import math
 import os
 import random
@@ -287,6 +288,10 @@ async def simulator(
         guilds = sim.add_guilds(args.guilds, args.channels)
         dms = [sim.open_dm(u) for u in (owner, *users)]
         chatter = sim.add_user("chatter")
+        # The world is built once and lives to the end: out of the collector's sight, so that
+        # the simulator does not stop for a collection of it in the middle of a measurement.
+        gc.collect()
+        gc.freeze()
         yield World(sim, urls, guilds, owner, users, dms, args.shards, chatter)
         nursery.cancel_scope.cancel()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 import trio
 
+from picortex.actors.answer_gate import Place
 from picortex.actors.delivery import AnswerSink
 from picortex.core import continuation as cont
 from picortex.types import Message
@@ -47,3 +48,6 @@ class Generation:
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
     replaced: bool = False
     ended: trio.Event = attrs.field(factory=trio.Event)
+    # Its place at the process's answer gate (a slash `ask` has none: its reply is not
+    # bound by the global limit); a restart keeps it.
+    place: Place | None = None

@@ -18,6 +18,7 @@ import attrs
 import trio
 
 from picortex.actors import answer_post, answer_prompt, chats, persona_answer, slash_dispatch
+from picortex.actors.answer_gate import Place
 from picortex.actors.answer_state import Generation, ReplySlot
 from picortex.actors.channel_clients import ChannelClients, Inbox
 from picortex.actors.classify import classify
@@ -418,7 +419,14 @@ class ChannelActor:
             gen.scope.cancel()
             after = (*gen.after, gen.ended)
             self._start(
-                outcome.request, gen.trigger, gen.slot, gen.sink, nursery, typing=True, after=after
+                outcome.request,
+                gen.trigger,
+                gen.slot,
+                gen.sink,
+                nursery,
+                typing=True,
+                after=after,
+                place=gen.place,
             )
         else:
             self._start(outcome.request, msg, self._new_slot(), sink, nursery, typing=True)
@@ -434,16 +442,23 @@ class ChannelActor:
         typing: bool,
         after: tuple[trio.Event, ...] = (),
         slash: bool = False,
+        place: Place | None = None,
     ) -> None:
-        if not slash:
-            # The answer's requests are known now: their slots are asked for while its
-            # context is gathered (its history read first, when the cache has to read it).
-            reads = 1 if self._clients.model.cache.will_fetch(trigger.channel_id) else 0
-            self._clients.posting.replies.expect_requests(reads + (2 if typing else 1))
-        gen = Generation(request, trigger, slot, sink, after, slash=slash)
+        if not slash and place is None:
+            # Taken now, in the order answers are decided (`answer_gate`).
+            place = self._clients.posting.replies.gate.place()
+        if place is not None and place.admitted.is_set():
+            self._expect(trigger, typing)
+        gen = Generation(request, trigger, slot, sink, after, slash=slash, place=place)
         self._inflight.add(gen)
         self._current[request.parent_id] = gen
         self._spawn(nursery, lambda: self._generate(gen, typing))
+
+    def _expect(self, trigger: Message, typing: bool) -> None:
+        """The answer's requests are known now: their slots are asked for while its context
+        is gathered (its history read first, when the cache has to read it)."""
+        reads = 1 if self._clients.model.cache.will_fetch(trigger.channel_id) else 0
+        self._clients.posting.replies.expect_requests(reads + (2 if typing else 1))
 
     async def _generate(self, gen: Generation, typing: bool) -> None:
         final = False
@@ -456,6 +471,9 @@ class ChannelActor:
             with shard, gen.scope:
                 for replaced in gen.after:
                     await replaced.wait()
+                if gen.place is not None and not gen.place.admitted.is_set():
+                    await gen.place.wait()
+                    self._expect(gen.trigger, typing)
                 try:
                     await self._answer(gen, typing)
                 except Exception as exc:
@@ -486,6 +504,8 @@ class ChannelActor:
                 del self._current[gen.request.parent_id]
             if not gen.replaced:
                 gen.slot.done.set()
+                if gen.place is not None:
+                    gen.place.leave()
             gen.ended.set()
 
     async def _answer(self, gen: Generation, typing: bool) -> None:

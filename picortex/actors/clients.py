@@ -32,6 +32,7 @@ from picortex.types import (
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from picortex.actors.answer_gate import AnswerGate
     from picortex.actors.stream_reply import AnswerSurface, Streamed
     from picortex.config import CompostSettings, Settings
     from picortex.core import policy
@@ -396,6 +397,11 @@ class ReplyPoster(ReplyTarget, Poster, Protocol):
         hold: trio.Event | None = None,
     ) -> AbstractAsyncContextManager[trio.Event]:
         """Show the typing indicator while the block runs (from when `hold` is set)."""
+        ...
+
+    @property
+    def gate(self) -> AnswerGate:
+        """How many answers are made at once (the others wait in line)."""
         ...
 
     def expect_requests(self, count: int) -> None:

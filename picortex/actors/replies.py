@@ -14,6 +14,7 @@ from typing import Any, Final, Protocol
 import attrs
 import trio
 
+from picortex.actors.answer_gate import AnswerGate
 from picortex.actors.clients import CurrentSettings, ModelClient
 from picortex.actors.failures import error_line
 from picortex.actors.stream_reply import (
@@ -111,6 +112,8 @@ class Replies:
         # DM channels opened so far, by user (the panel lists them too).
         self.dm_channels: dict[Snowflake, Snowflake] = {}
         self._fatal = fatal
+        # Answers made at once, the others in line (`answer_gate`).
+        self.gate = AnswerGate()
 
     def reply_target(self, command: str | None) -> policy.Target:
         """Where a reply goes under the current response policy (None: a free-chat answer)."""
