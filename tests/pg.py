@@ -21,6 +21,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -32,6 +33,9 @@ if TYPE_CHECKING:
     from picortex.app import Bot
 
 TEMPLATE = "picortex_template"
+# How long a used copy's other connections are given to go before it counts as still used.
+LINGER_CHECKS: Final = 20
+LINGER_PAUSE_SECONDS: Final = 0.05
 _RUN_AS = "postgres"
 
 
@@ -165,11 +169,7 @@ class Server:
 
         try:
             with psycopg.connect(self.url(name), autocommit=True) as conn:
-                others = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                ).fetchone()
-                if others is None or others[0] or _shape(conn) != self.shape:
+                if _still_used(conn) or _shape(conn) != self.shape:
                     return False
                 with conn.transaction():
                     # As a replica would: no foreign key or trigger checks while refilling.
@@ -260,3 +260,18 @@ def built() -> Iterator[list[Bot]]:
     yield bots
     for bot in bots:
         bot.close()
+
+
+def _still_used(conn: Any) -> bool:
+    """Whether another connection is on `conn`'s database a moment from now: a client that
+    just closed leaves its server process behind for a few milliseconds (longer on a loaded
+    machine), a leaked one stays."""
+    for _ in range(LINGER_CHECKS):
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()
+        if row is not None and not row[0]:
+            return False
+        time.sleep(LINGER_PAUSE_SECONDS)
+    return True
