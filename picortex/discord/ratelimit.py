@@ -36,6 +36,21 @@ HELD_SLOT_SECONDS: Final = 2.0
 # At most ten background grants a second: when a full window expires at once, the slots it
 # frees must not all go to catch-up, whose answers would then come back as one burst.
 BACKGROUND_SPACING: Final = 0.1
+# Answers leave at most one per FOREGROUND_PACE on average, a little quicker than the budget,
+# with up to PACE_BURST at once beyond that (an answer's history read, typing indicator and
+# reply never wait for it). A flood's requests then leave spread over each
+# second instead of as one clump the moment the window lets them: a slot is busy a little
+# over a second (its request's round trip, then the window), so a clump drifts later every
+# second and, crossing the edge of one of Discord's counted seconds, leaves that second many
+# requests short; spread, every second is short by one or two. Being quicker than the budget,
+# the pace makes up a late moment (a busy event loop) instead of losing it.
+FOREGROUND_PACE: Final = GLOBAL_WINDOW / 50
+PACE_BURST: Final = 3
+# While paced, a cluster's slots are asked ahead for no more requests than the pace lets go
+# within PREFETCH_LOOKAHEAD (below): a slot asked for is used at once, not a pace later.
+PACED_PREFETCH: Final = 4
+# ... and keeps no slot in hand once this many of its own are in use (`busy`).
+BUSY_FROM: Final = 8
 # How far ahead of its own next free slots a process of a cluster asks the shared table for
 # slots (`SharedGlobalLimit.prefetch`): a few round trips through a busy process's worker.
 PREFETCH_LOOKAHEAD: Final = 0.05
@@ -226,7 +241,9 @@ class GlobalLimit:
     again then.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pace: float = FOREGROUND_PACE) -> None:
+        """`pace`: the foreground's average spacing (see FOREGROUND_PACE; 0: none)."""
+        self._pace = pace
         self._answered: collections.deque[float] = collections.deque()
         self._in_flight = 0
         # When each held slot is given back unused, oldest first.
@@ -237,6 +254,9 @@ class GlobalLimit:
         self._background: dict[GlobalWaiter, None] = {}
         # The background lane's next grant, BACKGROUND_SPACING after its last.
         self._background_next = -math.inf
+        # When the foreground's pace would have let its last request go (see FOREGROUND_PACE):
+        # a request may go up to PACE_BURST - 1 paces before it.
+        self._paced_at = -math.inf
 
     def wait(self, now: float, *, background: bool = False) -> GlobalWaiter:
         """Register a request that waits for a slot; `leave` it when it has one or gives up."""
@@ -282,6 +302,10 @@ class GlobalLimit:
             return False
         if background:
             self._background_next = now + BACKGROUND_SPACING
+        elif not optional:
+            if now < self._pace_free():
+                return False
+            self._paced_at = max(self._paced_at, now) + self._pace
         self._in_flight += 1
         return True
 
@@ -315,9 +339,13 @@ class GlobalLimit:
 
     def _background_may_go(self, now: float, used: int, *, spaced: bool) -> bool:
         """No foreground request waits, none is overdue, the reserve stays free, and (if
-        `spaced`) BACKGROUND_SPACING has passed since the background lane's last grant."""
+        `spaced`) BACKGROUND_SPACING has passed since the background lane's last grant.
+
+        Not `spaced` (typing): foreground requests that wait only for their pace wait for no
+        slot, so they hold it back no more than their pace holds them."""
+        held_back = self._foreground_waiting > 0 and (spaced or now >= self._pace_free())
         return (
-            self._foreground_waiting == 0
+            not held_back
             and not self._overdue(now)
             and used < GLOBAL_BUDGET - FOREGROUND_RESERVE
             and (not spaced or now >= self._background_next)
@@ -326,6 +354,10 @@ class GlobalLimit:
     def _overdue(self, now: float) -> bool:
         oldest = next(iter(self._background), None)
         return oldest is not None and oldest.overdue(now)
+
+    def busy(self, now: float) -> bool:
+        """Whether BUSY_FROM slots or more are in use: answers are being paced."""
+        return self._used(now) >= BUSY_FROM
 
     def next_free(self) -> float:
         """When the next slot frees by itself: the oldest answer leaves the window or a held
@@ -354,12 +386,18 @@ class GlobalLimit:
         return answered + held
 
     def next_chance(self, waiter: GlobalWaiter, now: float) -> float:
-        """When `waiter` should look again, unless woken: a slot frees, the background lane's
-        spacing ends, or `waiter` becomes overdue."""
+        """When `waiter` should look again, unless woken: a slot frees, its lane's spacing
+        (background) or pace (foreground) ends, or `waiter` becomes overdue."""
         if waiter.background and not waiter.overdue(now):
             spaced = self._background_next if self._background_next > now else math.inf
             return min(self.next_free(), spaced, waiter.since + BACKGROUND_PATIENCE)
+        if not waiter.background and self._pace_free() > now:
+            return min(self.next_free(), self._pace_free())
         return self.next_free()
+
+    def _pace_free(self) -> float:
+        """When the foreground's pace lets its next request go."""
+        return self._paced_at - (PACE_BURST - 1) * self._pace
 
     def release(self, now: float) -> bool:
         """A request's answer (or failure) is in; True if waiters should look again.

@@ -32,6 +32,7 @@ from picortex.discord.ratelimit import (
     INVALID_REFUSE_AT,
     INVALID_WARN_AT,
     INVALID_WINDOW,
+    PACED_PREFETCH,
     PREFETCH_LOOKAHEAD,
     Bucket,
     Buckets,
@@ -497,7 +498,8 @@ class RestClient:
                     # The cluster's slot too. An optional request goes only if one is free.
                     shared = self._shared
                     if shared is not None:
-                        if not await shared.take(wait=not optional):
+                        busy = self._global.busy(trio.current_time())
+                        if not await shared.take(wait=not optional, busy=busy):
                             return None
                         shared_slot = shared
                 self._check_allowed()
@@ -757,6 +759,8 @@ class RestClient:
             return ahead
         limit = self._global
         soon = min(limit.freeing_by(max(chance, now + PREFETCH_LOOKAHEAD)), limit.waiting)
+        if limit.busy(now):
+            soon = min(soon, PACED_PREFETCH)
         if soon > 0 and self._shared is not None:
             self._shared.prefetch(soon)
         return chance

@@ -54,13 +54,15 @@ SPARE_SLOTS: Final = 1
 SPARE_SECONDS: Final = 0.25
 # While every pause is heard as it starts (the grant line listens), a spare lives this long
 # instead: within the window its slot is taken for, less a margin for the two clocks. A
-# process that made a request in the last WARM_SECONDS then keeps HELD_SPARES in hand (an
-# answer's requests: its history read, typing indicator and reply), asked again as they
-# lapse and once its requests have been quiet for QUIET_SECONDS: an answer asks the table
-# nothing while it is being made. They are asked only while the table has HELD_MARGIN free
-# slots beyond them, so a burst elsewhere soon has every slot.
+# process that made a request in the last WARM_SECONDS then keeps HELD_SPARES in hand (for
+# an answer's first request; the others are asked for as the answer starts, `expect`, while
+# its context is gathered), asked again as it lapses and once its requests have been quiet
+# for QUIET_SECONDS. It is asked only while the table has HELD_MARGIN free slots beyond it,
+# so a burst elsewhere soon has every slot; and one, not an answer's three: a slot in hand
+# is busy in the table too, and every warm process's would be missing from the first second
+# of a burst elsewhere.
 HELD_SPARE_SECONDS: Final = 0.9
-HELD_SPARES: Final = 3
+HELD_SPARES: Final = 1
 HELD_MARGIN: Final = 12
 QUIET_SECONDS: Final = 0.05
 # Spares this close to lapsing are asked again with those missing (see `GrantBook.refill`).
@@ -159,8 +161,9 @@ class SlotLine(Protocol):
 class GlobalSlots(Protocol):
     """The global limit shared with other processes, as the REST client takes it."""
 
-    async def take(self, *, wait: bool = True) -> bool:
-        """Wait for a slot (False: none free now and `wait` is False)."""
+    async def take(self, *, wait: bool = True, busy: bool = False) -> bool:
+        """Wait for a slot (False: none free now and `wait` is False). `busy`: the process's
+        requests are paced (`ratelimit.BUSY_FROM`): no slot is kept in hand meanwhile."""
 
     def refill(self) -> None:
         """A request that took a slot is over: keep one in hand for the next."""
@@ -244,10 +247,13 @@ class GrantBook:
         self._full = True  # the last grant gave all that was asked (the table has room)
         self.retry_at = -math.inf
         self.answers = 0  # answers received (a request that may not wait sees one and goes)
+        self.busy = False  # requests are paced: no spare is kept or used (see `take`)
 
     def take(self, now: float) -> bool:
         """Use a granted slot, if one is still usable."""
         self._usable(now)
+        if self.busy:
+            self._spares.clear()
         for stock in (self._stock, self._spares):
             if stock:
                 stock.popleft()
@@ -327,7 +333,7 @@ class GrantBook:
 
     def _spare_room(self) -> int:
         """Spares to ask for: none while the table is short of slots or a refill is out."""
-        if not self._full or self.refilling_since is not None:
+        if not self._full or self.refilling_since is not None or self.busy:
             return 0
         return max(0, self.spare - len(self))
 
@@ -410,10 +416,15 @@ class SharedGlobalLimit:
         """The bookkeeping (for status and tests)."""
         return self._book
 
-    async def take(self, *, wait: bool = True) -> bool:
+    async def take(self, *, wait: bool = True, busy: bool = False) -> bool:
         """Take a slot of the cluster's global limit; False only when `wait` is False and no
-        slot is free now (an optional request, such as typing, is then not sent)."""
+        slot is free now (an optional request, such as typing, is then not sent).
+
+        While `busy`, no spare is kept or used: a request paced by this process's own limit
+        would use one a pace after it was granted, and the table could grant its slot to
+        another process less than a window after that use."""
         book = self._book
+        book.busy = busy
         book.waiting += 1
         answers = book.answers
         self._last_take = trio.current_time()

@@ -596,12 +596,17 @@ async def test_a_process_at_its_own_limit_asks_the_table_before_its_slots_free(
     arrivals = sorted(at for at, _ in discord.arrivals)
     assert len(arrivals) == GLOBAL_BUDGET * waves
     assert busiest_second(arrivals) <= GLOBAL_BUDGET
-    # Each wave goes when the one before it has been answered a window ago (the process's own
-    # limit); the table's round trip is made meanwhile, not added to every wave.
-    first_wave = 2 * backend.delay  # the first asker's round trip, then everyone behind it
-    assert arrivals[-1] == pytest.approx(
-        first_wave + (waves - 1) * (GLOBAL_WINDOW + discord.latency)
-    )
+    # The same requests from a process of its own (no table): each wave goes as its own
+    # limit lets it. With the table, its round trips are made meanwhile, not added to every
+    # wave: only the first asker's, and then everyone's behind it, come on top.
+    alone = SlowDiscord(latency=discord.latency)
+    http = httpx.AsyncClient(transport=httpx.MockTransport(alone.answer))
+    start = trio.current_time()
+    async with RestClient(API, "tok", client=http) as client, trio.open_nursery() as nursery:
+        for n in range(GLOBAL_BUDGET * waves):
+            nursery.start_soon(client.create_message, 100 + n, "hello")
+    on_its_own = max(at for at, _ in alone.arrivals) - start
+    assert arrivals[-1] <= on_its_own + 2 * backend.delay + 1e-9
 
 
 def test_slots_asked_for_ahead_are_only_those_not_in_hand() -> None:
@@ -653,7 +658,7 @@ async def test_a_rest_client_asks_for_expected_requests_only_in_a_cluster() -> N
         def __init__(self) -> None:
             self.expected: list[int] = []
 
-        async def take(self, *, wait: bool = True) -> bool:
+        async def take(self, *, wait: bool = True, busy: bool = False) -> bool:
             return True
 
         def refill(self) -> None:
@@ -739,7 +744,7 @@ def test_a_spare_lives_as_long_as_the_book_is_told() -> None:
     assert book.next_lapse(1.0 + HELD_SPARE_SECONDS) is None  # lapsed unused
 
 
-async def test_a_warm_process_that_hears_pauses_keeps_an_answers_slots_in_hand(
+async def test_a_warm_process_that_hears_pauses_keeps_a_slot_in_hand(
     processes: Callable[[], DirectLimits],
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -750,8 +755,8 @@ async def test_a_warm_process_that_hears_pauses_keeps_an_answers_slots_in_hand(
         assert backend.grants == []  # cold: nothing asked, nothing held
         assert await limit.take()
         taken = len(backend.grants)
-        # Long after the spares granted then would have lapsed, an answer's three requests
-        # (history read, typing, reply) each find a slot in hand: the table is not asked.
+        # Long after the spares granted then would have lapsed, an answer's first request
+        # finds a slot in hand: the table is not asked.
         await trio.sleep(10.0)
         asked = len(backend.grants)
         for _ in range(HELD_SPARES):
@@ -832,3 +837,13 @@ async def test_a_burst_elsewhere_soon_has_the_slot_a_warm_process_held(
     # After the first second the idle process has let its slot go: the burst has them all.
     assert per_second == [GLOBAL_BUDGET] * 3
     assert busiest_second(starts) <= GLOBAL_BUDGET
+
+
+def test_a_busy_process_keeps_no_slot_in_hand() -> None:
+    book = GrantBook()
+    assert book.ask(0.0) == 2  # a request's slot and a spare
+    book.answered(Grant(wanted=2, granted=2, now=0.0, retry_at=0.0), 0.0)
+    book.busy = True  # its requests are paced: a spare would be used a pace late
+    assert book.take(0.01)
+    assert not book.take(0.01)  # the spare is let go, not used
+    assert book.ask(0.02) == 1  # and none is asked for
