@@ -341,9 +341,11 @@ class GlobalLimit:
         """No foreground request waits, none is overdue, the reserve stays free, and (if
         `spaced`) BACKGROUND_SPACING has passed since the background lane's last grant.
 
-        Not `spaced` (typing): foreground requests that wait only for their pace wait for no
-        slot, so they hold it back no more than their pace holds them."""
-        held_back = self._foreground_waiting > 0 and (spaced or now >= self._pace_free())
+        Not `spaced` (typing): while fewer than BUSY_FROM slots are in use, a waiting
+        foreground request waits only for its pace, not for a slot, and does not hold it
+        back. Busier, it does: in a flood, typing would take slots (and clump) that replies
+        wait for."""
+        held_back = self._foreground_waiting > 0 and (spaced or used >= BUSY_FROM)
         return (
             not held_back
             and not self._overdue(now)

@@ -18,6 +18,7 @@ from picortex.discord import rest as rest_module
 from picortex.discord.ratelimit import (
     BACKGROUND_PATIENCE,
     BACKGROUND_SPACING,
+    BUSY_FROM,
     FOREGROUND_PACE,
     FOREGROUND_RESERVE,
     GLOBAL_BUDGET,
@@ -263,7 +264,8 @@ def test_a_few_answers_go_at_once_and_more_one_a_pace() -> None:
     assert not limit.try_take(0.0)
     waiter = limit.wait(0.0)
     assert limit.next_chance(waiter, 0.0) == pytest.approx(FOREGROUND_PACE)
-    # An answer waiting only for its pace waits for no slot: typing may take one meanwhile.
+    # An answer waiting only for its pace waits for no slot: typing may take one meanwhile,
+    # while the process is not busy.
     assert limit.try_take(0.0, optional=True)
     assert limit.try_take(FOREGROUND_PACE, waiter)
     limit.leave(waiter, FOREGROUND_PACE)
@@ -275,6 +277,17 @@ def test_a_few_answers_go_at_once_and_more_one_a_pace() -> None:
     for n in range(20):
         assert limit.try_take(1.0 + n * FOREGROUND_PACE)
     fill(limit, PACE_BURST, 2.0)
+
+
+def test_typing_gives_way_to_a_waiting_answer_once_the_process_is_busy() -> None:
+    limit = GlobalLimit()
+    for n in range(BUSY_FROM - 1):
+        assert limit.try_take(n * FOREGROUND_PACE)
+    now = BUSY_FROM * FOREGROUND_PACE
+    limit.wait(now)  # an answer waits (its pace): with few slots in use, typing still goes
+    assert limit.try_take(now, optional=True)
+    # Now BUSY_FROM are in use: typing would take a slot an answer of a flood waits for.
+    assert not limit.try_take(now, optional=True)
 
 
 class LateDiscord(Discord):
