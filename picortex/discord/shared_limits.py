@@ -54,15 +54,15 @@ SPARE_SLOTS: Final = 1
 SPARE_SECONDS: Final = 0.25
 # While every pause is heard as it starts (the grant line listens), a spare lives this long
 # instead: within the window its slot is taken for, less a margin for the two clocks. A
-# process that made a request in the last WARM_SECONDS then keeps HELD_SPARES in hand (for
-# an answer's first request; the others are asked for as the answer starts, `expect`, while
-# its context is gathered), asked again as it lapses and once its requests have been quiet
-# for QUIET_SECONDS. It is asked only while the table has HELD_MARGIN free slots beyond it,
-# so a burst elsewhere soon has every slot; and one, not an answer's three: a slot in hand
-# is busy in the table too, and every warm process's would be missing from the first second
-# of a burst elsewhere.
+# process that made a request in the last WARM_SECONDS then keeps HELD_SPARES in hand (an
+# answer's requests: its history read, typing indicator and reply), asked again as they
+# lapse and once its requests have been quiet for QUIET_SECONDS: an answer asks the table
+# nothing while it is being made. They are asked only while the table has HELD_MARGIN free
+# slots beyond them, so a burst elsewhere soon has every slot (a burst's requests are paced,
+# `ratelimit.FOREGROUND_PACE`: by the time it needs them, those in hand at its start are
+# free again).
 HELD_SPARE_SECONDS: Final = 0.9
-HELD_SPARES: Final = 1
+HELD_SPARES: Final = 3
 HELD_MARGIN: Final = 12
 QUIET_SECONDS: Final = 0.05
 # Spares this close to lapsing are asked again with those missing (see `GrantBook.refill`).

@@ -744,7 +744,7 @@ def test_a_spare_lives_as_long_as_the_book_is_told() -> None:
     assert book.next_lapse(1.0 + HELD_SPARE_SECONDS) is None  # lapsed unused
 
 
-async def test_a_warm_process_that_hears_pauses_keeps_a_slot_in_hand(
+async def test_a_warm_process_that_hears_pauses_keeps_an_answers_slots_in_hand(
     processes: Callable[[], DirectLimits],
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -755,8 +755,8 @@ async def test_a_warm_process_that_hears_pauses_keeps_a_slot_in_hand(
         assert backend.grants == []  # cold: nothing asked, nothing held
         assert await limit.take()
         taken = len(backend.grants)
-        # Long after the spares granted then would have lapsed, an answer's first request
-        # finds a slot in hand: the table is not asked.
+        # Long after the spares granted then would have lapsed, an answer's three requests
+        # (history read, typing, reply) each find a slot in hand: the table is not asked.
         await trio.sleep(10.0)
         asked = len(backend.grants)
         for _ in range(HELD_SPARES):
