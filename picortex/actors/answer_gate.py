@@ -62,7 +62,7 @@ class AnswerGate:
 
     @property
     def waiting(self) -> int:
-        """Answers waiting for their turn (for status and tests)."""
+        """Answers waiting for their turn (tests)."""
         return len(self._line)
 
     def place(self) -> Place:

@@ -142,7 +142,8 @@ def test_a_global_429_stops_every_lane() -> None:
 
 
 class Discord:
-    """Answers every request at once; records when each arrived and what it was."""
+    """Answers every request (at once, or `latency` seconds after it arrived); records when
+    each arrived and what it was."""
 
     def __init__(self) -> None:
         self.arrivals: list[tuple[float, str, str]] = []
@@ -152,8 +153,16 @@ class Discord:
         body = [] if request.method == "GET" else {"id": "1"}
         return httpx.Response(200, content=orjson.dumps(body))
 
+    latency = 0.0  # seconds from a request's arrival to its answer
+
+    async def answer(self, request: httpx.Request) -> httpx.Response:
+        response = self(request)
+        await trio.sleep(self.latency)
+        return response
+
     def client(self) -> RestClient:
-        return RestClient(API, TOKEN, client=httpx.AsyncClient(transport=httpx.MockTransport(self)))
+        transport = httpx.MockTransport(self.answer if self.latency else self)
+        return RestClient(API, TOKEN, client=httpx.AsyncClient(transport=transport))
 
     def times(self, method: str, suffix: str) -> list[float]:
         return [at for at, m, path in self.arrivals if m == method and path.endswith(suffix)]
@@ -290,23 +299,6 @@ def test_typing_gives_way_to_a_waiting_answer_once_the_process_is_busy() -> None
     assert not limit.try_take(now, optional=True)
 
 
-class LateDiscord(Discord):
-    """Answers each request `latency` seconds after it arrived."""
-
-    def __init__(self, latency: float) -> None:
-        super().__init__()
-        self.latency = latency
-
-    async def answer(self, request: httpx.Request) -> httpx.Response:
-        response = self(request)
-        await trio.sleep(self.latency)
-        return response
-
-    def client(self) -> RestClient:
-        http = httpx.AsyncClient(transport=httpx.MockTransport(self.answer))
-        return RestClient(API, TOKEN, client=http)
-
-
 async def test_a_flood_of_answers_is_spread_over_every_counted_second(
     autojump_clock: trio.abc.Clock,
 ) -> None:
@@ -314,7 +306,8 @@ async def test_a_flood_of_answers_is_spread_over_every_counted_second(
     # one clump, a second's answers would drift together over the edge of a second Discord
     # counts and leave it nearly empty (here: one request in the fourth); spread by the
     # pace, every second has nearly all.
-    discord = LateDiscord(latency=0.02)
+    discord = Discord()
+    discord.latency = 0.02
     answers = GLOBAL_BUDGET * 12
     async with discord.client() as client, trio.open_nursery() as nursery:
         await trio.sleep_until(0.9)
