@@ -49,7 +49,8 @@ PACE_BURST: Final = 3
 # While paced, a cluster's slots are asked ahead for no more requests than the pace lets go
 # within PREFETCH_LOOKAHEAD (below): a slot asked for is used at once, not a pace later.
 PACED_PREFETCH: Final = 4
-# ... and keeps no slot in hand once this many of its own are in use (`busy`).
+# ... and keeps no slot in hand while this many of its own are in use and the pace holds
+# its answers (`GlobalLimit.busy`). Typing, too, then gives way to answers waiting for a slot.
 BUSY_FROM: Final = 8
 # How far ahead of its own next free slots a process of a cluster asks the shared table for
 # slots (`SharedGlobalLimit.prefetch`): a few round trips through a busy process's worker.
@@ -358,8 +359,12 @@ class GlobalLimit:
         return oldest is not None and oldest.overdue(now)
 
     def busy(self, now: float) -> bool:
-        """Whether BUSY_FROM slots or more are in use: answers are being paced."""
-        return self._used(now) >= BUSY_FROM
+        """Whether answers are being paced: BUSY_FROM slots or more are in use and the pace
+        holds a request (one waits, or the next would). An answer's few requests now and
+        then never are, however many slots they keep in use."""
+        return self._used(now) >= BUSY_FROM and (
+            self._foreground_waiting > 0 or now < self._pace_free()
+        )
 
     def next_free(self) -> float:
         """When the next slot frees by itself: the oldest answer leaves the window or a held

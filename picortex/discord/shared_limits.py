@@ -163,7 +163,7 @@ class GlobalSlots(Protocol):
 
     async def take(self, *, wait: bool = True, busy: bool = False) -> bool:
         """Wait for a slot (False: none free now and `wait` is False). `busy`: the process's
-        requests are paced (`ratelimit.BUSY_FROM`): no slot is kept in hand meanwhile."""
+        requests are paced (`ratelimit.GlobalLimit.busy`): no slot is kept in hand meanwhile."""
 
     def refill(self) -> None:
         """A request that took a slot is over: keep one in hand for the next."""

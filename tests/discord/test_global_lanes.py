@@ -319,3 +319,25 @@ async def test_a_flood_of_answers_is_spread_over_every_counted_second(
     per_second = collections.Counter(int(at) for at in times)
     whole = [per_second[s] for s in range(1, int(max(times)))]
     assert min(whole) >= GLOBAL_BUDGET - 3, whole
+
+
+def test_a_process_is_busy_only_while_its_pace_holds_answers() -> None:
+    limit = GlobalLimit()
+    # An answer's requests now and then (here eight a second, each answer's two a moment
+    # apart) never wait for the pace: the process is not busy, however many slots they keep
+    # in use (none of these is answered: all 32 are).
+    for n in range(BUSY_FROM * 2):
+        now = n * 0.25
+        assert limit.try_take(now) and limit.try_take(now + 0.01)
+        assert not limit.busy(now + 0.01)
+    # A few at once use up the pace: the next waits for it, and the process is busy until
+    # the pace would let one go at once again.
+    now = 10.0
+    fill(limit, PACE_BURST, now)
+    assert limit.busy(now)
+    waiter = limit.wait(now)
+    assert not limit.try_take(now, waiter)
+    assert limit.try_take(now + FOREGROUND_PACE, waiter)
+    limit.leave(waiter, now + FOREGROUND_PACE)
+    assert limit.busy(now + FOREGROUND_PACE)
+    assert not limit.busy(now + 2 * FOREGROUND_PACE)
