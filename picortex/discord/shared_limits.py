@@ -5,10 +5,11 @@ the identify buckets, kept in a database every process reaches (PostgreSQL, see
 - The global limit is a table of GLOBAL_BUDGET slots: a grant takes a slot that is free for the
   next GLOBAL_WINDOW, so the cluster as a whole never starts more than the budget in any
   second. A process asks for as many slots as it has requests waiting (one round trip for a
-  burst) and keeps what it was granted for less than that window. A global 429 pauses every
-  process (a shared pause-until). Interaction endpoints are not bound by the global limit
-  (Discord's rate-limits doc) and never ask. With the database out of reach a process keeps
-  to its share: the budget divided by the processes last seen alive.
+  burst) and keeps what it was granted for less than that window; a few kept in hand for
+  its next answer go back to the table unused when another process finds it short. A global
+  429 pauses every process (a shared pause-until). Interaction endpoints are not bound by the
+  global limit (Discord's rate-limits doc) and never ask. With the database out of reach a
+  process keeps to its share: the budget divided by the processes last seen alive.
 - An identify bucket (`shard_id % max_concurrency`) is held by one shard of the cluster at a
   time, from before its IDENTIFY until the outcome is known (READY, op 9, or the connection's
   end), and its next IDENTIFY is no sooner than the window after the last one on the
@@ -58,9 +59,8 @@ SPARE_SECONDS: Final = 0.25
 # answer's requests: its history read, typing indicator and reply), asked again as they
 # lapse and once its requests have been quiet for QUIET_SECONDS: an answer asks the table
 # nothing while it is being made. They are asked only while the table has HELD_MARGIN free
-# slots beyond them, so a burst elsewhere soon has every slot (a burst's requests are paced,
-# `ratelimit.FOREGROUND_PACE`: by the time it needs them, those in hand at its start are
-# free again).
+# slots beyond them, and carry this process's name there: when another process finds the
+# table short (a burst), those not used are given back at once (`SlotLine.give_back`).
 HELD_SPARE_SECONDS: Final = 0.9
 HELD_SPARES: Final = 3
 HELD_MARGIN: Final = 12
@@ -142,17 +142,24 @@ class SlotLine(Protocol):
         """Take up to `wanted` free slots; `answered` gets the grant on the event loop, or
         None when the line could not answer. False: the line is down, nothing was asked."""
 
-    def grant_spare(
-        self, wanted: int, margin: int, answered: Callable[[Grant | None], None]
-    ) -> bool:
-        """`grant`, but only while `margin` more slots than `wanted` are free (else none)."""
-
     @property
     def hears_pauses(self) -> bool:
         """Whether a pause another process starts is heard at once now."""
 
     def hear_pauses(self, heard: Callable[[float], None]) -> None:
         """`heard(seconds)` takes each pause of the cluster as it starts (event loop)."""
+
+    def keep(self, wanted: int, margin: int, answered: Callable[[Grant | None], None]) -> bool:
+        """`grant` slots to keep in hand, named as this process's in the table (so that it
+        can give them back), and only while `margin` more than `wanted` are free."""
+
+    def give_back(self, kept_at: float, count: int) -> None:
+        """Free `count` slots this process kept at `kept_at` (the table's time) and did not
+        use."""
+
+    def hear_short(self, heard: Callable[[], None]) -> None:
+        """`heard()` is called (event loop) when a process found the table short while
+        slots were kept in hand."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Keep the line up until cancelled."""
@@ -236,9 +243,12 @@ class GrantBook:
         self.spare_seconds = SPARE_SECONDS  # how long a spare granted now lives
         self.spare = spare  # slots to keep in hand (more while pauses are heard)
         # When each granted slot stops being usable, soonest first: those asked for requests
-        # that waited, and the spares (used only when none of the others is left).
+        # that waited, and the spares (used only when none of the others is left), each with
+        # the table's time of a slot kept in hand (`kept`; None: an ordinary spare).
         self._stock: collections.deque[float] = collections.deque()
-        self._spares: collections.deque[float] = collections.deque()
+        self._spares: collections.deque[tuple[float, float | None]] = collections.deque()
+        # Kept slots let go unused, by the table's time they were kept at: to be given back.
+        self._unused: collections.Counter[float] = collections.Counter()
         self.waiting = 0  # requests that want a slot now
         self.asking_since: float | None = None
         self.refilling_since: float | None = None  # a refill's question is out (see `refill`)
@@ -253,19 +263,38 @@ class GrantBook:
         """Use a granted slot, if one is still usable."""
         self._usable(now)
         if self.busy:
-            self._spares.clear()
-        for stock in (self._stock, self._spares):
-            if stock:
-                stock.popleft()
-                return True
+            self.let_go()
+        if self._stock:
+            self._stock.popleft()
+            return True
+        if self._spares:
+            self._spares.popleft()
+            return True
         return False
 
     def _usable(self, now: float) -> int:
         """Drop the slots no longer usable; how many are left (spares included)."""
-        for stock in (self._stock, self._spares):
-            while stock and stock[0] <= now:
-                stock.popleft()
+        stock, spares = self._stock, self._spares
+        while stock and stock[0] <= now:
+            stock.popleft()
+        while spares and spares[0][0] <= now:
+            spares.popleft()
         return len(self)
+
+    def let_go(self) -> None:
+        """Drop every spare in hand (requests are paced, or another process found the table
+        short); those kept in hand are to be given back (`unused`)."""
+        for _, kept in self._spares:
+            if kept is not None:
+                self._unused[kept] += 1
+        self._spares.clear()
+
+    def unused(self) -> list[tuple[float, int]]:
+        """Kept slots let go unused since the last call: (the table's time they were kept
+        at, how many). Their holder frees them in the table (no request was sent on them)."""
+        unused = sorted(self._unused.items())
+        self._unused.clear()
+        return unused
 
     def ask(self, now: float, ahead: int = 0) -> int:
         """How many slots to ask for now: 0 while an answer is awaited or none will be free.
@@ -311,15 +340,16 @@ class GrantBook:
         if self._full:
             # Spares about to lapse are asked again with those missing: the spares in hand
             # then lapse together, and one question a lifetime keeps them all.
-            while self._spares and self._spares[0] <= now + renew_within:
+            while self._spares and self._spares[0][0] <= now + renew_within:
                 self._spares.popleft()
         room = self._spare_room()
         if room > 0:
             self.refilling_since = now
         return room
 
-    def refilled(self, grant: Grant | None, now: float) -> None:
-        """The table's answer to a refill (None: out of reach)."""
+    def refilled(self, grant: Grant | None, now: float, *, kept: bool = False) -> None:
+        """The table's answer to a refill (None: out of reach). `kept`: the slots carry
+        this process's name in the table and may be given back (`let_go`)."""
         asked = now if self.refilling_since is None else self.refilling_since
         self.refilling_since = None
         if grant is None:
@@ -329,7 +359,8 @@ class GrantBook:
             self.block(now + max(MIN_RETRY, grant.retry_at - grant.now))
             return
         self._full = grant.granted >= grant.wanted
-        self._spares.extend([asked + min(self._window, self.spare_seconds)] * grant.granted)
+        lapse = asked + min(self._window, self.spare_seconds)
+        self._spares.extend([(lapse, grant.now if kept else None)] * grant.granted)
 
     def _spare_room(self) -> int:
         """Spares to ask for: none while the table is short of slots or a refill is out."""
@@ -340,7 +371,7 @@ class GrantBook:
     def next_lapse(self, now: float) -> float | None:
         """When the first usable spare lapses (None: no spare in hand)."""
         self._usable(now)
-        return self._spares[0] if self._spares else None
+        return self._spares[0][0] if self._spares else None
 
     def short(self, now: float) -> bool:
         """Whether fewer slots are in hand than are to be kept."""
@@ -367,7 +398,7 @@ class GrantBook:
         waited = max(0, grant.granted - spares) if self._full else grant.granted
         self._stock.extend([asked + self._window] * waited)
         life = min(self._window, self.spare_seconds)
-        self._spares.extend([asked + life] * (grant.granted - waited))
+        self._spares.extend([(asked + life, None)] * (grant.granted - waited))
         if grant.granted < grant.wanted:
             # The table's clock: how much later than its `now` a slot frees or the pause ends.
             self.retry_at = now + max(MIN_RETRY, grant.retry_at - grant.now)
@@ -410,6 +441,7 @@ class SharedGlobalLimit:
         self._kick = trio.Event()  # a take or an answer: `keep_spares` looks again
         if line is not None:
             line.hear_pauses(self._heard_pause)
+            line.hear_short(self._heard_short)
 
     @property
     def book(self) -> GrantBook:
@@ -457,6 +489,7 @@ class SharedGlobalLimit:
                     await changed.wait()
         finally:
             book.waiting -= 1
+            self._give_back()
 
     def refill(self) -> None:
         """A request that took a slot is over: ask for a slot to keep in hand, so that the
@@ -535,6 +568,24 @@ class SharedGlobalLimit:
         """How long a spare granted now may live: long only while pauses are heard."""
         return HELD_SPARE_SECONDS if self._hears_pauses() else SPARE_SECONDS
 
+    def _heard_short(self) -> None:
+        """Another process found the table short: the slots kept in hand and not used go
+        back to the table at once, not a window after they were kept."""
+        self._book.let_go()
+        self._give_back()
+
+    def _give_back(self) -> None:
+        line = self._line
+        unused = self._book.unused()
+        if line is not None:
+            for kept_at, count in unused:
+                line.give_back(kept_at, count)
+
+    def _kept(self, grant: Grant | None) -> None:
+        self._book.spare_seconds = self._spare_life()
+        self._book.refilled(grant, trio.current_time(), kept=True)
+        self._wake()
+
     def _heard_pause(self, seconds: float) -> None:
         """A process of the cluster (this one too) met a global 429: the slots in hand go."""
         self._book.block(trio.current_time() + seconds)
@@ -574,7 +625,7 @@ class SharedGlobalLimit:
     def _keep_up(self, room: int) -> None:
         """Ask the line for `room` spares, granted only while the table has room to spare."""
         line = self._line
-        if room and line is not None and not line.grant_spare(room, HELD_MARGIN, self._refilled):
+        if room and line is not None and not line.keep(room, HELD_MARGIN, self._kept):
             self._book.refilled(None, trio.current_time())
 
     def pause(self, seconds: float) -> None:

@@ -691,26 +691,33 @@ class HearingLine:
     def __init__(self, backend: DirectLimits) -> None:
         self.backend = backend
         self.heard: Callable[[float], None] | None = None
+        self.heard_short: Callable[[], None] | None = None
         self.hears_pauses = True
+        self.holder = f"holder-{id(self)}"
+        self.given_back: list[tuple[float, int]] = []
 
     def grant(self, wanted: int, answered: Callable[[Grant | None], None]) -> bool:
         self.backend.grant(wanted, answered)
         return True
 
-    def grant_spare(
-        self, wanted: int, margin: int, answered: Callable[[Grant | None], None]
-    ) -> bool:
-        now = trio.current_time()
-        row = self.backend.db._conn.execute(
-            "SELECT count(*) FROM rest_global_slot WHERE slot < %s AND free_at <= %s",
-            (GLOBAL_BUDGET, now),
-        ).fetchone()
-        assert row is not None
-        if row[0] >= wanted + margin:
-            self.backend.grant(wanted, answered)
-        else:
-            answered(Grant(wanted=wanted, granted=0, now=now, retry_at=now))
+    def keep(self, wanted: int, margin: int, answered: Callable[[Grant | None], None]) -> bool:
+        grant = self.backend.db.keep(wanted, margin, self.holder)
+        if grant.granted:
+            self.backend.grants.append(grant)
+        answered(grant)
         return True
+
+    def give_back(self, kept_at: float, count: int) -> None:
+        self.given_back.append((kept_at, count))
+        self.backend.db.give_back(self.holder, kept_at, count)
+
+    def hear_short(self, heard: Callable[[], None]) -> None:
+        self.heard_short = heard
+
+    def short(self) -> None:
+        """Another process's grant came back short."""
+        assert self.heard_short is not None
+        self.heard_short()
 
     def hear_pauses(self, heard: Callable[[float], None]) -> None:
         self.heard = heard
@@ -847,3 +854,47 @@ def test_a_busy_process_keeps_no_slot_in_hand() -> None:
     assert book.take(0.01)
     assert not book.take(0.01)  # the spare is let go, not used
     assert book.ask(0.02) == 1  # and none is asked for
+
+
+# ---- slots kept in hand given back -----------------------------------------------------------
+
+
+def test_kept_slots_let_go_unused_are_to_be_given_back_and_ordinary_spares_are_not() -> None:
+    book = GrantBook()
+    book.spare = HELD_SPARES
+    book.spare_seconds = HELD_SPARE_SECONDS
+    assert book.refill(0.0) == HELD_SPARES
+    book.refilled(Grant(wanted=3, granted=3, now=100.0, retry_at=100.0), 0.0, kept=True)
+    assert book.take(0.1)  # one is used: it is never given back
+    book.let_go()  # another process found the table short
+    assert not book.take(0.1)
+    assert book.unused() == [(100.0, 2)]
+    assert book.unused() == []  # told once
+    # An ordinary spare (asked with a request's slot) carries no name: nothing to give back.
+    assert book.ask(0.2) == 1 + HELD_SPARES
+    book.answered(Grant(wanted=4, granted=4, now=101.0, retry_at=101.0), 0.2)
+    book.busy = True
+    assert book.take(0.3)
+    assert book.unused() == []
+
+
+async def test_a_process_short_of_slots_soon_has_those_another_kept_and_did_not_use(
+    processes: Callable[[], DirectLimits],
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    idle_backend, bursting = processes(), processes()
+    line = HearingLine(idle_backend)
+    idle = SharedGlobalLimit(idle_backend, line)
+    async with keeping_spares(idle):
+        assert await idle.take()  # warm: it keeps an answer's slots in hand
+        await trio.sleep(0.5)
+        assert len(idle.book) == HELD_SPARES
+        assert await idle.take(wait=False)  # one used by an answer
+        # A burst elsewhere: the table is short by those kept in hand.
+        first = bursting.db.grant(GLOBAL_BUDGET)
+        assert first.granted < GLOBAL_BUDGET
+        line.short()  # the short grant's notification
+        # The two not used are free again at once; the one used keeps its window.
+        assert [count for _, count in line.given_back] == [HELD_SPARES - 1]
+        assert len(idle.book) == 0
+        assert bursting.db.grant(GLOBAL_BUDGET).granted == HELD_SPARES - 1

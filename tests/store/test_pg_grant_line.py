@@ -114,3 +114,45 @@ async def test_a_pause_is_heard_on_every_line_at_once_and_questions_still_go(
         assert not line.hears_pauses
     finally:
         db.close()
+
+
+async def test_slots_kept_in_hand_are_given_back_when_another_process_finds_the_table_short(
+    pg_url: str,
+) -> None:
+    shorts: list[str] = []
+    async with serving(GrantLine(pg_url)) as keeper, serving(GrantLine(pg_url)) as other:
+        keeper.hear_short(lambda: shorts.append("keeper"))
+        other.hear_short(lambda: shorts.append("other"))
+        # Short with nothing kept in hand: nobody is told (a notification committed before
+        # a question is read before its answer).
+        taken = await granted(other, GLOBAL_BUDGET)
+        assert taken is not None and taken.granted == GLOBAL_BUDGET
+        assert await granted(other, 1) is not None
+        assert await granted(keeper, 1) is not None
+        assert shorts == []
+    db = PgLimits.open(pg_url)  # a fresh table's worth of time later: reset every slot
+    try:
+        db._conn.execute("UPDATE rest_global_slot SET free_at = 0, holder = NULL")
+        async with serving(GrantLine(pg_url)) as keeper, serving(GrantLine(pg_url)) as other:
+            keeper.hear_short(lambda: shorts.append("keeper"))
+            kept: list[Grant | None] = []
+            # Only while the table has the margin free beyond them.
+            assert keeper.keep(3, GLOBAL_BUDGET, kept.append)
+            await until(lambda: bool(kept))
+            assert kept[0] is not None and kept[0].granted == 0
+            assert keeper.keep(3, 12, kept.append)
+            await until(lambda: len(kept) == 2)
+            hand = kept[1]
+            assert hand is not None and hand.granted == 3
+            burst = await granted(other, GLOBAL_BUDGET)
+            assert burst is not None and burst.granted == GLOBAL_BUDGET - 3
+            await until(lambda: shorts == ["keeper"])  # told at once
+            keeper.give_back(hand.now, 2)  # one of the three was used
+            await granted(keeper, 0)  # its questions are answered in order
+            again = await granted(other, GLOBAL_BUDGET)
+            assert again is not None and again.granted == 2
+            # The one used keeps its window.
+            last = await granted(other, 1)
+            assert last is not None and last.granted == 0
+    finally:
+        db.close()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,9 @@ ERROR_EVERY_SECONDS: Final = 60.0
 _BUCKET_LOCK: Final = 0x1DE7
 # Where a global 429's pause is told to every process (the payload: its seconds left).
 PAUSE_CHANNEL: Final = "picortex_global_pause"
+# Where a grant that came back short says so while slots are kept in hand (schema V9): their
+# holders give back those they did not use.
+SHORT_CHANNEL: Final = "picortex_global_short"
 
 Row = tuple[object, ...]
 
@@ -120,6 +124,41 @@ class PgLimits:
             retry_at=cast(float, retry_at),
             paused_until=cast(float, paused_until),
         )
+
+    def keep(
+        self,
+        wanted: int,
+        margin: int,
+        holder: str,
+        *,
+        budget: int = GLOBAL_BUDGET,
+        window: float = GLOBAL_WINDOW,
+    ) -> Grant:
+        """Take up to `wanted` slots to keep in hand, named `holder`'s, only while `margin`
+        more are free (else none)."""
+        granted, now, retry_at, paused_until = self._row(
+            "SELECT * FROM picortex_global_keep(%s::integer, %s::integer,"
+            " %s::double precision, %s::integer, %s::text, %s::double precision)",
+            (wanted, budget, window, margin, holder, self._at()),
+        )
+        return Grant(
+            wanted=wanted,
+            granted=cast(int, granted),
+            now=cast(float, now),
+            retry_at=cast(float, retry_at),
+            paused_until=cast(float, paused_until),
+        )
+
+    def give_back(
+        self, holder: str, kept_at: float, count: int, *, window: float = GLOBAL_WINDOW
+    ) -> int:
+        """Free `count` slots `holder` kept at `kept_at` and did not use; how many were."""
+        (freed,) = self._row(
+            "SELECT picortex_global_give_back(%s::text, %s::double precision,"
+            " %s::double precision, %s::integer)",
+            (holder, kept_at, window, count),
+        )
+        return cast(int, freed)
 
     def pause(self, seconds: float) -> float:
         """Pause every process's global slots for `seconds`; when the pause ends."""
@@ -392,14 +431,17 @@ _GRANT_SQL: Final = (
     b" $3::double precision, NULL::double precision)"
 )
 
-_SPARE: Final = b"picortex_grant_spare"
+_KEEP: Final = b"picortex_keep"
 # `wanted` slots only while `margin` more are free (else none: a grant of 0 says the table is
-# short, and the process keeps nothing in hand).
-_SPARE_SQL: Final = (
-    b"SELECT * FROM picortex_global_grant(CASE WHEN (SELECT count(*) FROM rest_global_slot"
-    b" WHERE slot < $2::integer AND free_at <= extract(epoch FROM clock_timestamp()))"
-    b" >= $1::integer + $4::integer THEN $1::integer ELSE 0 END, $2::integer,"
-    b" $3::double precision, NULL::double precision)"
+# short, and the process keeps nothing in hand), named as the line's holder's.
+_KEEP_SQL: Final = (
+    b"SELECT * FROM picortex_global_keep($1::integer, $2::integer, $3::double precision,"
+    b" $4::integer, $5::text, NULL::double precision)"
+)
+_GIVE_BACK: Final = b"picortex_give_back"
+_GIVE_BACK_SQL: Final = (
+    b"SELECT picortex_global_give_back($1::text, $2::double precision, $3::double precision,"
+    b" $4::integer)"
 )
 
 
@@ -412,13 +454,16 @@ class GrantLine(Line):
         # As the worker's connection, its commits do not wait for the server's disk.
         super().__init__(
             url,
-            {_GRANT: _GRANT_SQL, _SPARE: _SPARE_SQL},
+            {_GRANT: _GRANT_SQL, _KEEP: _KEEP_SQL, _GIVE_BACK: _GIVE_BACK_SQL},
             what="global slots",
             backoff=backoff,
             durable=False,
-            listen={PAUSE_CHANNEL: self._paused},
+            listen={PAUSE_CHANNEL: self._paused, SHORT_CHANNEL: self._short},
         )
         self._heard: Callable[[float], None] | None = None
+        self._heard_short: Callable[[], None] | None = None
+        # The name the slots it keeps carry in the table: this line's alone.
+        self.holder = secrets.token_hex(8)
 
     @property
     def hears_pauses(self) -> bool:
@@ -428,6 +473,15 @@ class GrantLine(Line):
     def hear_pauses(self, heard: Callable[[float], None]) -> None:
         """`heard(seconds)` takes each pause of the cluster as it starts, on the event loop."""
         self._heard = heard
+
+    def hear_short(self, heard: Callable[[], None]) -> None:
+        """`heard()` is called on the event loop when a process found the table short while
+        slots were kept in hand."""
+        self._heard_short = heard
+
+    def _short(self, payload: str) -> None:
+        if self._heard_short is not None:
+            self._heard_short()
 
     def _paused(self, payload: str) -> None:
         try:
@@ -449,7 +503,7 @@ class GrantLine(Line):
         None when the line could not answer (ask the worker). False: the line is down."""
         return self.send(_GRANT, (wanted, budget, window), _decoded(wanted, answered))
 
-    def grant_spare(
+    def keep(
         self,
         wanted: int,
         margin: int,
@@ -458,9 +512,20 @@ class GrantLine(Line):
         budget: int = GLOBAL_BUDGET,
         window: float = GLOBAL_WINDOW,
     ) -> bool:
-        """`grant`, but only while `margin` more slots than `wanted` are free: slots kept in
-        hand ahead of any request never take the last free ones."""
-        return self.send(_SPARE, (wanted, budget, window, margin), _decoded(wanted, answered))
+        """`grant` slots to keep in hand, named this line's holder's, only while `margin`
+        more than `wanted` are free: slots kept ahead of any request never take the last
+        free ones."""
+        params = (wanted, budget, window, margin, self.holder)
+        return self.send(_KEEP, params, _decoded(wanted, answered))
+
+    def give_back(self, kept_at: float, count: int, *, window: float = GLOBAL_WINDOW) -> None:
+        """Free `count` slots kept at `kept_at` (the table's time) and not used. Lost with
+        the line, they free a window after they were kept, as any other."""
+        self.send(_GIVE_BACK, (self.holder, kept_at, window, count), _ignored)
+
+
+def _ignored(result: outcome.Outcome[pq.abc.PGresult]) -> None:
+    """A statement whose answer changes nothing here."""
 
 
 def _decoded(

@@ -507,6 +507,113 @@ BEGIN
 END $$;
 """
 
+# Slots a process keeps in hand for its next answer (`picortex_global_keep`) carry its name
+# (`holder`), so that it can give back those it did not use (`picortex_global_give_back`)
+# when another process finds the table short: a burst elsewhere then has them at once
+# instead of once their window ends. A grant that comes back short says so on
+# `picortex_global_short` while any slot is kept in hand. A kept slot is given back only by
+# its holder, which first drops it from its own hand: a slot that was used is never freed
+# early.
+_V9_KEPT_SLOTS: Final = """
+ALTER TABLE rest_global_slot ADD COLUMN holder text;
+
+CREATE OR REPLACE FUNCTION picortex_global_grant(
+    wanted integer, budget integer, window_seconds double precision, at_time double precision
+) RETURNS TABLE (
+    granted integer, db_now double precision, retry_at double precision,
+    paused_until double precision
+) LANGUAGE plpgsql AS $$
+DECLARE
+    t double precision := coalesce(at_time, extract(epoch FROM clock_timestamp()));
+BEGIN
+    db_now := t;
+    SELECT until INTO paused_until FROM rest_global_pause;
+    IF paused_until > t THEN
+        granted := 0;
+        retry_at := paused_until;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    WITH free AS (
+        SELECT slot FROM rest_global_slot
+        WHERE slot < budget AND free_at <= t
+        ORDER BY slot LIMIT wanted
+        FOR UPDATE SKIP LOCKED
+    ), taken AS (
+        UPDATE rest_global_slot AS s SET free_at = t + window_seconds, holder = NULL
+        FROM free WHERE s.slot = free.slot
+        RETURNING s.slot
+    )
+    SELECT count(*) INTO granted FROM taken;
+    retry_at := t;
+    IF granted < wanted THEN
+        SELECT min(free_at) INTO retry_at FROM rest_global_slot WHERE slot < budget;
+        retry_at := greatest(retry_at, t);
+        IF EXISTS (
+            SELECT 1 FROM rest_global_slot
+            WHERE slot < budget AND holder IS NOT NULL AND free_at > t
+        ) THEN
+            PERFORM pg_notify('picortex_global_short', '');
+        END IF;
+    END IF;
+    RETURN NEXT;
+END $$;
+
+CREATE FUNCTION picortex_global_keep(
+    wanted integer, budget integer, window_seconds double precision, margin integer,
+    holder_name text, at_time double precision
+) RETURNS TABLE (
+    granted integer, db_now double precision, retry_at double precision,
+    paused_until double precision
+) LANGUAGE plpgsql AS $$
+DECLARE
+    t double precision := coalesce(at_time, extract(epoch FROM clock_timestamp()));
+    free_now integer;
+BEGIN
+    db_now := t;
+    retry_at := t;
+    granted := 0;
+    SELECT until INTO paused_until FROM rest_global_pause;
+    IF paused_until > t THEN
+        retry_at := paused_until;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT count(*) INTO free_now FROM rest_global_slot WHERE slot < budget AND free_at <= t;
+    IF free_now >= wanted + margin THEN
+        WITH free AS (
+            SELECT slot FROM rest_global_slot
+            WHERE slot < budget AND free_at <= t
+            ORDER BY slot LIMIT wanted
+            FOR UPDATE SKIP LOCKED
+        ), taken AS (
+            UPDATE rest_global_slot AS s SET free_at = t + window_seconds, holder = holder_name
+            FROM free WHERE s.slot = free.slot
+            RETURNING s.slot
+        )
+        SELECT count(*) INTO granted FROM taken;
+    END IF;
+    RETURN NEXT;
+END $$;
+
+CREATE FUNCTION picortex_global_give_back(
+    holder_name text, granted_at double precision, window_seconds double precision,
+    how_many integer
+) RETURNS integer LANGUAGE sql AS $$
+    WITH mine AS (
+        SELECT slot FROM rest_global_slot
+        WHERE holder = holder_name AND free_at = granted_at + window_seconds
+        ORDER BY slot LIMIT how_many
+        FOR UPDATE
+    ), freed AS (
+        UPDATE rest_global_slot AS s SET free_at = 0, holder = NULL
+        FROM mine WHERE s.slot = mine.slot
+        RETURNING s.slot
+    )
+    SELECT count(*)::integer FROM freed
+$$;
+"""
+
 MIGRATIONS: Final[tuple[str, ...]] = (
     _V1_CORE,
     _V2_CHAT_USER_ATTENTION,
@@ -516,6 +623,7 @@ MIGRATIONS: Final[tuple[str, ...]] = (
     _V6_SHARD_LEASE,
     _V7_CLUSTER_CEILINGS,
     _V8_DISCORD_LIMITS,
+    _V9_KEPT_SLOTS,
 )
 """Migration N (1-based) is MIGRATIONS[N - 1]; each runs once, in its own transaction."""
 
