@@ -30,7 +30,9 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
   burst     triggers aimed at one shard's channels: global 429s, the busiest one-second
             span, requests per whole second while busy
   cpu       chatter spread over every shard: CPU per message of the N processes (and of
-            PostgreSQL, apart) against one embedded process (no database URL, one shard);
+            PostgreSQL, apart) against one embedded process (no database URL, one shard),
+            each side's chatter sent in two halves in the order cluster, embedded,
+            embedded, cluster (so that a drift of the machine weighs on both alike);
             trigger -> reply latency of both, measured alike: both sides run side by
             side, the cluster balanced, both idle again after the chatter (the database
             too), one unmeasured answer per shard first, then alternating rounds of 10
@@ -91,6 +93,8 @@ from tests.pg import Server, start_server  # noqa: E402
 
 # Latency triggers per side before the other side takes its turn (see `_latency`).
 LATENCY_ROUND: Final = 10
+# Each side's chatter goes in this many parts, the first side first in every other round.
+CHATTER_PARTS: Final = 2
 PHASES: Final = ("triggers", "ceiling", "config", "kill", "cold", "burst", "cpu")
 # Long enough that no heartbeat lands inside a measured burst.
 HEARTBEAT_MS: Final = 41_250
@@ -1163,14 +1167,20 @@ async def phase_cpu(ctx: Context) -> None:
         # Measured once no shard changes hands: a handoff's work would count as chatter's
         # cost and delay replies.
         await wait_balanced(many_world, many_nodes, BALANCED_QUIET_SECONDS, args.start_patience)
-        costs = {}
-        for label, (world, nodes) in sides.items():
-            await _idle(nodes, await _idle_rate(nodes))
-            quiet = await _idle_rate(nodes, ctx.server)
-            costs[label] = await _chatter_cpu(world, nodes, args.chatter, ctx.server)
-            # What the chatter left to the database (its writes, their indexes) is done
-            # before replies are timed: the one process has no such work left either.
-            await _idle(nodes, quiet, ctx.server)
+        parts: dict[str, list[ChatterCost]] = {label: [] for label in sides}
+        order = list(sides)
+        for _ in range(CHATTER_PARTS):
+            for label in order:
+                world, nodes = sides[label]
+                await _idle(nodes, await _idle_rate(nodes))
+                quiet = await _idle_rate(nodes, ctx.server)
+                part = await _chatter_cpu(world, nodes, args.chatter // CHATTER_PARTS, ctx.server)
+                parts[label].append(part)
+                # What the chatter left to the database (its writes, their indexes) is done
+                # before the next part, and before replies are timed.
+                await _idle(nodes, quiet, ctx.server)
+            order.reverse()
+        costs = {label: ChatterCost.whole(each) for label, each in parts.items()}
         lags, stages = await _latency(
             {label: world for label, (world, _) in sides.items()},
             args.latency_triggers,
@@ -1258,6 +1268,16 @@ class ChatterCost:
     server_per_message: float  # the PostgreSQL server's, apart
     frames: int  # MESSAGE_CREATE frames delivered over every session
     idle_rate: float
+
+    @staticmethod
+    def whole(parts: Sequence[ChatterCost]) -> ChatterCost:
+        """The parts (of one size each) as one."""
+        return ChatterCost(
+            statistics.fmean(p.per_message for p in parts),
+            statistics.fmean(p.server_per_message for p in parts),
+            sum(p.frames for p in parts),
+            statistics.fmean(p.idle_rate for p in parts),
+        )
 
 
 async def _chatter_cpu(
@@ -1453,7 +1473,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--burst", type=int, default=1000, help="triggers aimed at one shard")
     p.add_argument("--burst-shard", type=int, default=3)
     p.add_argument("--chatter", type=int, default=50_000)
-    p.add_argument("--latency-triggers", type=int, default=100)
+    p.add_argument("--latency-triggers", type=int, default=300)
     p.add_argument(
         "--latency-spacing",
         type=float,
