@@ -292,6 +292,8 @@ class GrantBook:
     def unused(self) -> list[tuple[float, int]]:
         """Kept slots let go unused since the last call: (the table's time they were kept
         at, how many). Their holder frees them in the table (no request was sent on them)."""
+        if not self._unused:
+            return []
         unused = sorted(self._unused.items())
         self._unused.clear()
         return unused
