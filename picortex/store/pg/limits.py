@@ -112,17 +112,13 @@ class PgLimits:
         self, wanted: int, *, budget: int = GLOBAL_BUDGET, window: float = GLOBAL_WINDOW
     ) -> Grant:
         """Take up to `wanted` slots free now, each for the next `window` (one statement)."""
-        granted, now, retry_at, paused_until = self._row(
-            "SELECT * FROM picortex_global_grant(%s::integer, %s::integer,"
-            " %s::double precision, %s::double precision)",
-            (wanted, budget, window, self._at()),
-        )
-        return Grant(
-            wanted=wanted,
-            granted=cast(int, granted),
-            now=cast(float, now),
-            retry_at=cast(float, retry_at),
-            paused_until=cast(float, paused_until),
+        return _grant_of(
+            wanted,
+            self._row(
+                "SELECT * FROM picortex_global_grant(%s::integer, %s::integer,"
+                " %s::double precision, %s::double precision)",
+                (wanted, budget, window, self._at()),
+            ),
         )
 
     def keep(
@@ -136,17 +132,13 @@ class PgLimits:
     ) -> Grant:
         """Take up to `wanted` slots to keep in hand, named `holder`'s, only while `margin`
         more are free (else none)."""
-        granted, now, retry_at, paused_until = self._row(
-            "SELECT * FROM picortex_global_keep(%s::integer, %s::integer,"
-            " %s::double precision, %s::integer, %s::text, %s::double precision)",
-            (wanted, budget, window, margin, holder, self._at()),
-        )
-        return Grant(
-            wanted=wanted,
-            granted=cast(int, granted),
-            now=cast(float, now),
-            retry_at=cast(float, retry_at),
-            paused_until=cast(float, paused_until),
+        return _grant_of(
+            wanted,
+            self._row(
+                "SELECT * FROM picortex_global_keep(%s::integer, %s::integer,"
+                " %s::double precision, %s::integer, %s::text, %s::double precision)",
+                (wanted, budget, window, margin, holder, self._at()),
+            ),
         )
 
     def give_back(
@@ -216,6 +208,18 @@ class PgLimits:
             (node, now - LIVE_SECONDS),
         )
         return 1 + cast(int, others)
+
+
+def _grant_of(wanted: int, row: Row) -> Grant:
+    """A grant function's row (granted, db_now, retry_at, paused_until) as a Grant."""
+    granted, now, retry_at, paused_until = row
+    return Grant(
+        wanted=wanted,
+        granted=cast(int, granted),
+        now=cast(float, now),
+        retry_at=cast(float, retry_at),
+        paused_until=cast(float, paused_until),
+    )
 
 
 @attrs.define
