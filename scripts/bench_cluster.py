@@ -110,6 +110,10 @@ ACTION_LOG_BYTES: Final = 1 << 30
 # Ceilings no phase reaches (the config's largest).
 NO_CEILING_USD: Final = 10_000.0
 IDLE_PATIENCE_SECONDS: Final = 300.0
+# The idle rate taken out of chatter's CPU is measured this long: /proc counts CPU in 10 ms
+# ticks, and over a few seconds four processes' rounding is a large part of their idle rate
+# (which is then taken out for every second the chatter and its wind-down last).
+IDLE_RATE_SECONDS: Final = 10.0
 # Balanced: no shard changed hands for this long (two renewal rounds of a 10 s lease).
 BALANCED_QUIET_SECONDS: Final = 7.0
 # A connection whose process could not be found yet is looked up again after this long.
@@ -1181,6 +1185,10 @@ async def phase_cpu(ctx: Context) -> None:
                 await _idle(nodes, quiet, ctx.server)
             order.reverse()
         costs = {label: ChatterCost.whole(each) for label, each in parts.items()}
+        halves = {
+            label: ",".join(f"{p.per_message * 1e6:.0f}" for p in each)
+            for label, each in parts.items()
+        }
         lags, stages = await _latency(
             {label: world for label, (world, _) in sides.items()},
             args.latency_triggers,
@@ -1202,6 +1210,8 @@ async def phase_cpu(ctx: Context) -> None:
         cluster_frames=many.frames,
         embedded_frames=embedded.frames,
         idle_cpu_per_s=f"{many.idle_rate:.3f}/{embedded.idle_rate:.3f}",
+        parts_us=f"{halves['cluster']}/{halves['embedded']}",
+        chatter_s=f"{many.seconds:.1f}/{embedded.seconds:.1f}",
         cluster_reply_p50_ms=f"{cluster_p50 * 1000:.1f}",
         embedded_reply_p50_ms=f"{embedded_p50 * 1000:.1f}",
         delta_ms=f"{(cluster_p50 - embedded_p50) * 1000:.1f}",
@@ -1268,6 +1278,7 @@ class ChatterCost:
     server_per_message: float  # the PostgreSQL server's, apart
     frames: int  # MESSAGE_CREATE frames delivered over every session
     idle_rate: float
+    seconds: float  # from the first message until the processes were idle again
 
     @staticmethod
     def whole(parts: Sequence[ChatterCost]) -> ChatterCost:
@@ -1277,6 +1288,7 @@ class ChatterCost:
             statistics.fmean(p.server_per_message for p in parts),
             sum(p.frames for p in parts),
             statistics.fmean(p.idle_rate for p in parts),
+            sum(p.seconds for p in parts),
         )
 
 
@@ -1284,7 +1296,7 @@ async def _chatter_cpu(
     world: World, nodes: Sequence[Node], count: int, server: Server
 ) -> ChatterCost:
     """CPU seconds the processes spent per chatter message, spread over every shard."""
-    rate = await _idle_rate(nodes)
+    rate = await _idle_rate(nodes, seconds=IDLE_RATE_SECONDS)
     by_shard: dict[int, list[int]] = {}
     for guild, channels in world.guilds:
         by_shard.setdefault((guild >> 22) % world.shard_count, channels)
@@ -1294,9 +1306,11 @@ async def _chatter_cpu(
     for channels in by_shard.values():
         frames += (await world.sim.blast(per, channels)).frames
     await _idle(nodes, rate)
-    spent = _cpu(nodes) - before - rate * (trio.current_time() - start)
+    seconds = trio.current_time() - start
+    spent = _cpu(nodes) - before - rate * seconds
     sent = per * len(by_shard)
-    return ChatterCost(spent / sent, (_server_cpu(server) - server_before) / sent, frames, rate)
+    server_spent = _server_cpu(server) - server_before
+    return ChatterCost(spent / sent, server_spent / sent, frames, rate, seconds)
 
 
 async def _latency(
