@@ -1171,6 +1171,7 @@ async def phase_cpu(ctx: Context) -> None:
         # Measured once no shard changes hands: a handoff's work would count as chatter's
         # cost and delay replies.
         await wait_balanced(many_world, many_nodes, BALANCED_QUIET_SECONDS, args.start_patience)
+        held = holders(many_nodes)
         parts: dict[str, list[ChatterCost]] = {label: [] for label in sides}
         order = list(sides)
         for _ in range(CHATTER_PARTS):
@@ -1216,6 +1217,7 @@ async def phase_cpu(ctx: Context) -> None:
         embedded_reply_p50_ms=f"{embedded_p50 * 1000:.1f}",
         delta_ms=f"{(cluster_p50 - embedded_p50) * 1000:.1f}",
         replies=f"{len(lags['cluster'])}/{len(lags['embedded'])}",
+        holders=_holders_text(held),
     )
     # Each stage: ms from the trigger, cluster/embedded/difference (medians).
     show("cpu_stages", **_stage_figures(stages))
