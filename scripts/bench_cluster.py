@@ -111,8 +111,8 @@ ACTION_LOG_BYTES: Final = 1 << 30
 NO_CEILING_USD: Final = 10_000.0
 IDLE_PATIENCE_SECONDS: Final = 300.0
 # The idle rate taken out of chatter's CPU is measured this long: /proc counts CPU in 10 ms
-# ticks, and over a few seconds four processes' rounding is a large part of their idle rate
-# (which is then taken out for every second the chatter and its wind-down last).
+# ticks, and over a few seconds four processes' rounding is a tenth or more of their idle
+# rate (which is then taken out for every second the chatter and its wind-down last).
 IDLE_RATE_SECONDS: Final = 10.0
 # Balanced: no shard changed hands for this long (two renewal rounds of a 10 s lease).
 BALANCED_QUIET_SECONDS: Final = 7.0
