@@ -32,7 +32,8 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
   cpu       chatter spread over every shard: CPU per message of the N processes (and of
             PostgreSQL, apart) against one embedded process (no database URL, one shard),
             each side's chatter sent in two halves in the order cluster, embedded,
-            embedded, cluster (so that a drift of the machine weighs on both alike);
+            embedded, cluster (so that a drift of the machine weighs on both alike),
+            after 2,000 unmeasured messages each (the first in a channel cost more);
             trigger -> reply latency of both, measured alike: both sides run side by
             side, the cluster balanced, both idle again after the chatter (the database
             too), one unmeasured answer per shard first, then alternating rounds of 10
@@ -95,6 +96,9 @@ from tests.pg import Server, start_server  # noqa: E402
 LATENCY_ROUND: Final = 10
 # Each side's chatter goes in this many parts, the first side first in every other round.
 CHATTER_PARTS: Final = 2
+# Chatter each side gets first, not measured: the first messages in a channel after the
+# start cost more (its history read in, its state made), on whichever side goes first.
+WARM_CHATTER: Final = 2_000
 PHASES: Final = ("triggers", "ceiling", "config", "kill", "cold", "burst", "cpu")
 # Long enough that no heartbeat lands inside a measured burst.
 HEARTBEAT_MS: Final = 41_250
@@ -1172,6 +1176,8 @@ async def phase_cpu(ctx: Context) -> None:
         # cost and delay replies.
         await wait_balanced(many_world, many_nodes, BALANCED_QUIET_SECONDS, args.start_patience)
         held = holders(many_nodes)
+        for world, nodes in sides.values():
+            await _chatter_cpu(world, nodes, WARM_CHATTER, ctx.server, idle_seconds=3.0)
         parts: dict[str, list[ChatterCost]] = {label: [] for label in sides}
         order = list(sides)
         for _ in range(CHATTER_PARTS):
@@ -1295,10 +1301,15 @@ class ChatterCost:
 
 
 async def _chatter_cpu(
-    world: World, nodes: Sequence[Node], count: int, server: Server
+    world: World,
+    nodes: Sequence[Node],
+    count: int,
+    server: Server,
+    *,
+    idle_seconds: float = IDLE_RATE_SECONDS,
 ) -> ChatterCost:
     """CPU seconds the processes spent per chatter message, spread over every shard."""
-    rate = await _idle_rate(nodes, seconds=IDLE_RATE_SECONDS)
+    rate = await _idle_rate(nodes, seconds=idle_seconds)
     by_shard: dict[int, list[int]] = {}
     for guild, channels in world.guilds:
         by_shard.setdefault((guild >> 22) % world.shard_count, channels)
