@@ -33,7 +33,7 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
             PostgreSQL, apart) against one embedded process (no database URL, one shard),
             each side's chatter sent in two halves in the order cluster, embedded,
             embedded, cluster (so that a drift of the machine weighs on both alike),
-            after 2,000 unmeasured messages each (the first in a channel cost more);
+            after 2,000 unmeasured messages each (the first chatter cost more);
             trigger -> reply latency of both, measured alike: both sides run side by
             side, the cluster balanced, both idle again after the chatter (the database
             too), one unmeasured answer per shard first, then alternating rounds of 10
@@ -96,8 +96,9 @@ from tests.pg import Server, start_server  # noqa: E402
 LATENCY_ROUND: Final = 10
 # Each side's chatter goes in this many parts, the first side first in every other round.
 CHATTER_PARTS: Final = 2
-# Chatter each side gets first, not measured: the first messages in a channel after the
-# start cost more (its history read in, its state made), on whichever side goes first.
+# Chatter each side gets first, not measured: the first chatter after the start cost more
+# in some runs (37 against 25 us a message for the same processes in one run), and it fell
+# on whichever side went first.
 WARM_CHATTER: Final = 2_000
 PHASES: Final = ("triggers", "ceiling", "config", "kill", "cold", "burst", "cpu")
 # Long enough that no heartbeat lands inside a measured burst.
