@@ -31,9 +31,11 @@ Phases (`--phase`, default all; each on a fresh database and simulator):
             span, requests per whole second while busy
   cpu       chatter spread over every shard: CPU per message of the N processes (and of
             PostgreSQL, apart) against one embedded process (no database URL, one shard),
-            each side's chatter sent in two halves in the order cluster, embedded,
-            embedded, cluster (so that a drift of the machine weighs on both alike),
-            after 2,000 unmeasured messages each (the first chatter cost more);
+            each side's chatter sent in four parts, in the order cluster, embedded;
+            embedded, cluster; embedded, cluster; cluster, embedded (so that a drift of
+            the machine's pace weighs on both alike), after 2,000 unmeasured messages
+            each (the first chatter cost more), each side's idle rate measured before
+            and after its parts;
             trigger -> reply latency of both, measured alike: both sides run side by
             side, the cluster balanced, both idle again after the chatter (the database
             too), one unmeasured answer per shard first, then alternating rounds of 10
@@ -95,7 +97,7 @@ from tests.pg import Server, start_server  # noqa: E402
 # Latency triggers per side before the other side takes its turn (see `_latency`).
 LATENCY_ROUND: Final = 10
 # Each side's chatter goes in this many parts, the first side first in every other round.
-CHATTER_PARTS: Final = 2
+CHATTER_PARTS: Final = 4
 # Chatter each side gets first, not measured: the first chatter after the start cost more
 # in some runs (37 against 25 us a message for the same processes in one run), and it fell
 # on whichever side went first.
@@ -1178,24 +1180,31 @@ async def phase_cpu(ctx: Context) -> None:
         await wait_balanced(many_world, many_nodes, BALANCED_QUIET_SECONDS, args.start_patience)
         held = holders(many_nodes)
         for world, nodes in sides.values():
-            await _chatter_cpu(world, nodes, WARM_CHATTER, ctx.server, idle_seconds=3.0)
-        parts: dict[str, list[ChatterCost]] = {label: [] for label in sides}
-        order = list(sides)
-        for _ in range(CHATTER_PARTS):
-            for label in order:
+            await _chatter(world, nodes, WARM_CHATTER)
+        # Each side's idle rate, over IDLE_RATE_SECONDS before its parts and again after
+        # them; what the chatter left to the database (its writes, their indexes) is done
+        # before the next part, and before replies are timed.
+        quiet: dict[str, list[tuple[float, float]]] = {label: [] for label in sides}
+        for label, (_, nodes) in sides.items():
+            quiet[label].append(await _quiet_rates(nodes, ctx.server))
+        parts: dict[str, list[ChatterSpent]] = {label: [] for label in sides}
+        for n in range(CHATTER_PARTS):
+            for label in _part_order(list(sides), n):
                 world, nodes = sides[label]
-                await _idle(nodes, await _idle_rate(nodes))
-                quiet = await _idle_rate(nodes, ctx.server)
-                part = await _chatter_cpu(world, nodes, args.chatter // CHATTER_PARTS, ctx.server)
+                rate, with_server = quiet[label][0]
+                await _idle(nodes, with_server, ctx.server)
+                part = await _chatter(world, nodes, args.chatter // CHATTER_PARTS, ctx.server, rate)
                 parts[label].append(part)
-                # What the chatter left to the database (its writes, their indexes) is done
-                # before the next part, and before replies are timed.
-                await _idle(nodes, quiet, ctx.server)
-            order.reverse()
-        costs = {label: ChatterCost.whole(each) for label, each in parts.items()}
-        halves = {
-            label: ",".join(f"{p.per_message * 1e6:.0f}" for p in each)
+                await _idle(nodes, with_server, ctx.server)
+        for label, (_, nodes) in sides.items():
+            quiet[label].append(await _quiet_rates(nodes, ctx.server))
+        costs = {
+            label: ChatterCost.of(each, statistics.fmean(r for r, _ in quiet[label]))
             for label, each in parts.items()
+        }
+        rates = {label: "/".join(f"{r:.3f}" for r, _ in quiet[label]) for label in sides}
+        each_part = {
+            label: ",".join(f"{us:.0f}" for us in cost.parts_us) for label, cost in costs.items()
         }
         lags, stages = await _latency(
             {label: world for label, (world, _) in sides.items()},
@@ -1217,8 +1226,8 @@ async def phase_cpu(ctx: Context) -> None:
         postgres_us_per_msg=f"{many.server_per_message * 1e6:.0f}",
         cluster_frames=many.frames,
         embedded_frames=embedded.frames,
-        idle_cpu_per_s=f"{many.idle_rate:.3f}/{embedded.idle_rate:.3f}",
-        parts_us=f"{halves['cluster']}/{halves['embedded']}",
+        idle_cpu_per_s=f"{rates['cluster']}|{rates['embedded']}",
+        parts_us=f"{each_part['cluster']}/{each_part['embedded']}",
         chatter_s=f"{many.seconds:.1f}/{embedded.seconds:.1f}",
         cluster_reply_p50_ms=f"{cluster_p50 * 1000:.1f}",
         embedded_reply_p50_ms=f"{embedded_p50 * 1000:.1f}",
@@ -1266,6 +1275,13 @@ async def _idle_rate(
     return (_cpu(nodes, server) - before) / seconds
 
 
+async def _quiet_rates(nodes: Sequence[Node], server: Server) -> tuple[float, float]:
+    """Once the processes are idle: their idle rate over IDLE_RATE_SECONDS, and theirs
+    with the database's over a few seconds (what `_idle` waits for between parts)."""
+    await _idle(nodes, await _idle_rate(nodes))
+    return await _idle_rate(nodes, seconds=IDLE_RATE_SECONDS), await _idle_rate(nodes, server)
+
+
 async def _idle(
     nodes: Sequence[Node], rate: float, server: Server | None = None, *, window: float = 1.0
 ) -> None:
@@ -1281,50 +1297,72 @@ async def _idle(
             before = now
 
 
+def _part_order(labels: list[str], n: int) -> list[str]:
+    """The sides in part `n`'s order: as given, reversed, reversed, as given, and so on
+    (each side goes first as often as the other, and at the same places on average, so
+    that a drift of the machine's pace, even a curved one, weighs on both alike)."""
+    return labels if bin(n).count("1") % 2 == 0 else labels[::-1]
+
+
+@attrs.frozen
+class ChatterSpent:
+    """One part of chatter: what the processes (and the database, apart) spent on it, from
+    its first message until they were idle again, the idle rate not yet taken out."""
+
+    cpu: float
+    server_cpu: float
+    seconds: float
+    sent: int
+    frames: int  # MESSAGE_CREATE frames delivered over every session
+
+
 @attrs.frozen
 class ChatterCost:
     per_message: float  # CPU seconds per chatter message sent (the idle rate taken out)
     server_per_message: float  # the PostgreSQL server's, apart
-    frames: int  # MESSAGE_CREATE frames delivered over every session
-    idle_rate: float
-    seconds: float  # from the first message until the processes were idle again
+    frames: int
+    seconds: float
+    parts_us: tuple[float, ...]  # each part's per_message, in microseconds
 
     @staticmethod
-    def whole(parts: Sequence[ChatterCost]) -> ChatterCost:
-        """The parts (of one size each) as one."""
+    def of(parts: Sequence[ChatterSpent], idle_rate: float) -> ChatterCost:
+        """The parts as one, `idle_rate` CPU seconds a second taken out of each."""
+        sent = sum(p.sent for p in parts)
+        own = [p.cpu - idle_rate * p.seconds for p in parts]
         return ChatterCost(
-            statistics.fmean(p.per_message for p in parts),
-            statistics.fmean(p.server_per_message for p in parts),
+            sum(own) / sent,
+            sum(p.server_cpu for p in parts) / sent,
             sum(p.frames for p in parts),
-            statistics.fmean(p.idle_rate for p in parts),
             sum(p.seconds for p in parts),
+            tuple(spent / p.sent * 1e6 for spent, p in zip(own, parts, strict=True)),
         )
 
 
-async def _chatter_cpu(
+async def _chatter(
     world: World,
     nodes: Sequence[Node],
     count: int,
-    server: Server,
-    *,
-    idle_seconds: float = IDLE_RATE_SECONDS,
-) -> ChatterCost:
-    """CPU seconds the processes spent per chatter message, spread over every shard."""
-    rate = await _idle_rate(nodes, seconds=idle_seconds)
+    server: Server | None = None,
+    rate: float | None = None,
+) -> ChatterSpent:
+    """`count` chatter messages spread over every shard, and what the processes spent on
+    them until they were idle again (back to their idle `rate`, else that of the last few
+    seconds)."""
+    if rate is None:
+        rate = await _idle_rate(nodes)
     by_shard: dict[int, list[int]] = {}
     for guild, channels in world.guilds:
         by_shard.setdefault((guild >> 22) % world.shard_count, channels)
     per = max(1, count // len(by_shard))
-    start, before, server_before = trio.current_time(), _cpu(nodes), _server_cpu(server)
+    start, before = trio.current_time(), _cpu(nodes)
+    server_before = _server_cpu(server) if server is not None else 0.0
     frames = 0
     for channels in by_shard.values():
         frames += (await world.sim.blast(per, channels)).frames
     await _idle(nodes, rate)
     seconds = trio.current_time() - start
-    spent = _cpu(nodes) - before - rate * seconds
-    sent = per * len(by_shard)
-    server_spent = _server_cpu(server) - server_before
-    return ChatterCost(spent / sent, server_spent / sent, frames, rate, seconds)
+    server_spent = _server_cpu(server) - server_before if server is not None else 0.0
+    return ChatterSpent(_cpu(nodes) - before, server_spent, seconds, per * len(by_shard), frames)
 
 
 async def _latency(
