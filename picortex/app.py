@@ -75,7 +75,7 @@ from picortex.errors import ConfigError, FatalDiscordError, PicortexError
 from picortex.files import private_dir
 from picortex.runtime.background import BackgroundTasks
 from picortex.runtime.faults import FaultPoints
-from picortex.runtime.heap import collection_paused, freeze_startup_heap
+from picortex.runtime.heap import freeze_startup_heap
 from picortex.runtime.lag import LoopLag
 from picortex.runtime.supervisor import (
     ChildSpec,
@@ -601,8 +601,7 @@ def run_forever(
     leased: Want | None = None,
 ) -> int:
     """`picortex run`: until SIGINT/SIGTERM (exit 0), a fatal refusal (3) or give-up (70)."""
-    with collection_paused():
-        bot = Bot(settings, shards=shards, leased=leased)
+    bot = Bot(settings, shards=shards, leased=leased)
     # Everything is imported and wired: keep full collections off these objects for good.
     frozen = freeze_startup_heap()
     logger.debug("%d start-up objects frozen out of garbage collection", frozen)

@@ -55,10 +55,7 @@ def command(args: argparse.Namespace) -> int:
     # Bad persona files stop the start (exit 2): say so before loading the whole bot (its
     # imports take a few seconds of CPU on a small machine). The bot loads them again.
     load_personas(common.home(settings))
-    from picortex.runtime.heap import collection_paused
-
-    with collection_paused():
-        from picortex.app import run_forever
+    from picortex.app import run_forever
 
     # One bot per home: a second one would answer every message twice.
     with hold_home(common.home(settings)):

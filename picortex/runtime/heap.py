@@ -7,30 +7,11 @@ functions, classes, the SDKs' models) that live as long as the process, and walk
 about 100 ms per full collection under load, enough by itself to delay a heartbeat by more
 than 100 ms in the middle of a burst. Frozen once the process has started, they are never
 walked again; full collections then cost what the running bot holds (caches, sessions).
-
-While start-up makes them, collections find next to nothing (a few hundred cycles out of a
-quarter of a million objects) yet walk the growing heap again and again: three or four full
-collections, a few tenths of a second of CPU per start. They are paused until the freeze.
 """
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Iterator
-
-
-@contextlib.contextmanager
-def collection_paused() -> Iterator[None]:
-    """No cyclic garbage collection inside (reference counting still frees what it can);
-    the collector is as it was afterwards, whatever happened inside."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def freeze_startup_heap() -> int:
